@@ -1,0 +1,74 @@
+"""Small pieces every algorithm uses: space checks, schedules, optimizer steps, target syncs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Iterable
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rl_hydra.config import ConfigError, check_float
+
+
+def require_discrete(action_space: gym.Space, algo: str) -> int:
+    """Number of actions of a Discrete space, or a ConfigError naming the algorithm."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ConfigError(f"algo={algo} needs a discrete action space but the env has {action_space}; "
+                          f"use a discrete env (cartpole, acrobot) or a continuous-action algo (redq)")
+    return int(action_space.n)
+
+
+def require_box(action_space: gym.Space, algo: str) -> int:
+    """Action dimension of a 1-d Box space, or a ConfigError naming the algorithm."""
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ConfigError(f"algo={algo} needs a continuous (Box) action space but the env has {action_space}; "
+                          f"use a continuous env (pendulum) or a discrete-action algo (dqn, qr_dqn, iqn, drqn)")
+    return int(action_space.shape[0])
+
+
+def flat_dim(observation_space: gym.Space) -> int:
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        raise ConfigError(f"vector observations (a 1-d Box) are supported; the env has {observation_space}")
+    return int(observation_space.shape[0])
+
+
+def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter],
+                   key: str, device: torch.device) -> torch.optim.Optimizer:
+    """Call a `_partial_` optimizer after checking its learning rate."""
+    if isinstance(factory, functools.partial) and "lr" in factory.keywords:
+        check_float(f"{key}.lr", factory.keywords["lr"], minimum=0.0, exclusive_min=True)
+        if factory.keywords.get("fused") and device.type not in ("cpu", "cuda"):
+            factory = functools.partial(factory, fused=False)
+    return factory(params)
+
+
+class LinearSchedule:
+    """Linear interpolation from `start` to `end` over `duration` steps, then constant."""
+
+    def __init__(self, start: float, end: float, duration: float):
+        self.start, self.end, self.duration = start, end, max(duration, 1.0)
+
+    def __call__(self, step: int) -> float:
+        progress = min(step / self.duration, 1.0)
+        return self.start + progress * (self.end - self.start)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                   params: list[nn.Parameter], max_grad_norm: float | None) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    optimizer.step()
+
+
+@torch.no_grad()
+def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""
+    target_params, online_params = list(target.parameters()), list(online.parameters())
+    if tau >= 1.0:
+        torch._foreach_copy_(target_params, online_params)
+    else:
+        torch._foreach_lerp_(target_params, online_params, tau)

@@ -1,0 +1,124 @@
+"""DQN (Mnih et al. 2015): epsilon-greedy Q-learning from replay with a target network.
+
+Subclasses (QR-DQN, IQN) replace `action_values` and `loss`; everything else,
+exploration, target syncs, optimisation and checkpoints, is shared from here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from rl_hydra.algos.common import (LinearSchedule, flat_dim, make_optimizer, optimizer_step,
+                                   require_discrete, update_target)
+from rl_hydra.buffers.replay import Batch
+from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss
+
+
+class DQN:
+    recurrent: ClassVar[bool] = False
+    metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+    name: ClassVar[str] = "dqn"
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
+                 *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
+                 gamma: float = 0.99, batch_size: int = 64, learning_starts: int = 1000,
+                 train_every: int = 4, gradient_steps: int = 1, target_update_every: int = 1000,
+                 tau: float = 1.0, double_q: bool = False, loss: str = "huber",
+                 max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None):
+        self.device = torch.device(device)
+        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
+        self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
+        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
+        self.train_every = check_int("algo.train_every", train_every, minimum=1)
+        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
+        self.target_update_every = check_int("algo.target_update_every", target_update_every, minimum=1)
+        self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
+        self.double_q = check_choice("algo.double_q", double_q, (True, False))
+        self.loss_kind = check_choice("algo.loss", loss, TD_LOSSES)
+        self.max_grad_norm = None if max_grad_norm is None else check_float(
+            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
+        exploration = dict(exploration or {"start": 1.0, "end": 0.05, "fraction": 0.1})
+        start = check_float("algo.exploration.start", exploration.get("start"), 0.0, 1.0)
+        end = check_float("algo.exploration.end", exploration.get("end"), 0.0, 1.0)
+        fraction = check_float("algo.exploration.fraction", exploration.get("fraction"), 0.0, 1.0)
+        self.epsilon_schedule = LinearSchedule(start, end, fraction * total_steps)
+
+        self.observation_dim = flat_dim(observation_space)
+        self.num_actions = require_discrete(action_space, self.name)
+        self.q_net = self.make_network(network).to(self.device)
+        self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.params = list(self.q_net.parameters())
+        self.optimizer = make_optimizer(optimizer, self.params, "algo.optimizer", self.device)
+        self.rng = np.random.default_rng(seed)
+        self.explore_steps = 0   # env steps acted with exploration (after warm-up)
+        self.updates = 0
+
+    # --- what subclasses change ------------------------------------------------
+    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
+        return network(self.observation_dim, self.num_actions)
+
+    def action_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
+        return self.q_net(obs)
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with torch.no_grad():
+            next_q_target = self.target_net(batch.next_obs)                           # (B, A)
+            next_q_online = self.q_net(batch.next_obs) if self.double_q else None      # (B, A)
+            targets = q_learning_targets(batch.rewards, batch.terminated, next_q_target,
+                                         self.gamma, next_q_online)                   # (B,)
+        q_taken = self.q_net(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)   # (B,)
+        loss = td_loss(q_taken, targets, self.loss_kind)
+        td_error = (targets - q_taken).detach().abs()                                 # (B,)
+        return loss, {"q_value_mean": q_taken.detach().mean(), "target_mean": targets.mean(),
+                      "td_error_mean": td_error.mean()}
+
+    # --- the agent protocol -------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        # warm-up steps are random in the loop, so the schedule starts counting after them
+        return self.epsilon_schedule(self.learning_starts + self.explore_steps)
+
+    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        n = obs.shape[0]
+        if explore:
+            epsilon = self.epsilon
+            self.explore_steps += n
+            random_rows = self.rng.random(n) < epsilon
+            if random_rows.all():  # skip the forward pass
+                return self.rng.integers(self.num_actions, size=n), state
+        with torch.no_grad():
+            values = self.action_values(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+            actions = values.argmax(dim=1).cpu().numpy()
+        if explore and random_rows.any():
+            actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+        return actions, state
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        loss, metrics = self.loss(batch)
+        optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
+        self.updates += 1
+        if self.updates % self.target_update_every == 0:
+            update_target(self.target_net, self.q_net, self.tau)
+        return {"loss": loss.detach(), **metrics, "epsilon": torch.tensor(self.epsilon)}
+
+    def state_dict(self) -> dict:
+        return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "explore_steps": self.explore_steps,
+                "updates": self.updates, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.target_net.load_state_dict(state["target_net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.explore_steps, self.updates = state["explore_steps"], state["updates"]
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,86 @@
+"""Config checks shared by every entry point.
+
+Every check raises `ConfigError` with one line naming the key, the bad value and
+what is allowed; the CLI prints that line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+from omegaconf import DictConfig
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message is one user-facing line."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return `value` if it is an int in [minimum, maximum], else raise ConfigError."""
+    if not _is_int(value):
+        raise ConfigError(f"{key}={value!r} is not an integer; {_bounds(minimum, maximum, 'an integer')}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ConfigError(f"{key}={value!r} is out of range; {_bounds(minimum, maximum, 'an integer')}")
+    return value
+
+
+def check_float(key: str, value: Any, minimum: float | None = None, maximum: float | None = None,
+                *, exclusive_min: bool = False) -> float:
+    """Return `value` as float if it is a finite number in range, else raise ConfigError."""
+    allowed = _bounds(minimum, maximum, "a number", exclusive_min)
+    if not _is_number(value):
+        raise ConfigError(f"{key}={value!r} is not a finite number; {allowed}")
+    too_low = minimum is not None and (value <= minimum if exclusive_min else value < minimum)
+    if too_low or (maximum is not None and value > maximum):
+        raise ConfigError(f"{key}={value!r} is out of range; {allowed}")
+    return float(value)
+
+
+def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
+    choices = list(choices)
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, choices))}")
+    return value
+
+
+def _bounds(minimum, maximum, kind: str, exclusive_min: bool = False) -> str:
+    low = None if minimum is None else (f"> {minimum}" if exclusive_min else f">= {minimum}")
+    high = None if maximum is None else f"<= {maximum}"
+    parts = [p for p in (low, high) if p]
+    return f"expected {kind}" + (f" {' and '.join(parts)}" if parts else "")
+
+
+def resolve_device(name: Any) -> torch.device:
+    """Map the `device` key (auto | cpu | cuda[:N]) to a torch.device that exists."""
+    if not isinstance(name, str) or not (name in ("auto", "cpu") or name.split(":")[0] == "cuda"):
+        raise ConfigError(f"device={name!r} is not allowed; choose one of: auto, cpu, cuda")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name!r} but CUDA is not available on this machine "
+                          f"(torch {torch.__version__}); use device=cpu or device=auto")
+    return torch.device(name)
+
+
+def validate_run_config(cfg: DictConfig) -> None:
+    """Check the run-level keys of conf/train.yaml (the groups check themselves)."""
+    check_int("seed", cfg.seed, minimum=0)
+    check_int("torch_threads", cfg.torch_threads, minimum=1)
+    resolve_device(cfg.device)
+    check_int("train.total_steps", cfg.train.total_steps, minimum=1)
+    for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):
+        check_int(f"train.{key}", cfg.train[key], minimum=1)
+    check_int("env.num_envs", cfg.env.num_envs, minimum=1)
+    if not isinstance(cfg.env.id, str) or not cfg.env.id:
+        raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")

@@ -1,0 +1,56 @@
+"""Vector environments built from an `env` config group."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.config import ConfigError
+
+
+def check_env_id(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    hint = f"did you mean: {', '.join(close)}?" if close else "e.g. CartPole-v1, Acrobot-v1, Pendulum-v1"
+    raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium environment; {hint}")
+
+
+def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
+             render_mode: str | None = None) -> SyncVectorEnv:
+    """A seeded SyncVectorEnv of `num_envs` copies (default `env.num_envs`).
+
+    Autoreset is SAME_STEP: when an episode ends, `step` already returns the
+    first observation of the next one, and the real final observation is in
+    `info["final_obs"]`, so a truncated transition can bootstrap from it.
+    """
+    check_env_id(env_cfg.id)
+    num_envs = num_envs or env_cfg.num_envs
+    kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
+    wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
+
+    def factory() -> gym.Env:
+        env = gym.make(env_cfg.id, render_mode=render_mode, **kwargs)
+        for wrap in wrappers:
+            env = wrap(env)
+        return env
+
+    env = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    env.reset(seed=[seed + i for i in range(num_envs)])
+    env.action_space.seed(seed)
+    return env
+
+
+def final_observations(next_obs, done, info: dict[str, Any]):
+    """next_obs with the rows of finished episodes replaced by their real last observation."""
+    if not done.any():
+        return next_obs
+    real = next_obs.copy()
+    for i in done.nonzero()[0]:
+        real[i] = info["final_obs"][i]
+    return real

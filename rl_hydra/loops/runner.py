@@ -1,0 +1,193 @@
+"""What both training loops share: the step schedule (log, evaluate, checkpoint),
+episode statistics, metrics, the progress bar, checkpoints and the final summary.
+
+A loop only collects experience and calls `agent.update`; it reports each env
+step through `record_step` and each update through `record_update`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from types import SimpleNamespace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from rl_hydra.envs import make_env
+from rl_hydra.loops.evaluate import evaluate
+from rl_hydra.runs.metrics import MetricsLogger
+from rl_hydra.runs.run_dir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training envs
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or metric became NaN or infinite."""
+
+
+def crossed(before: int, after: int, every: int) -> bool:
+    """True when a multiple of `every` lies in (before, after]."""
+    return after // every > before // every
+
+
+class Runner:
+    def __init__(self, cfg: DictConfig, agent, env, buffer, run_dir: str | Path):
+        self.cfg, self.agent, self.env, self.buffer = cfg, agent, env, buffer
+        # a plain namespace: DictConfig attribute access is too slow for the per-step path
+        self.train_cfg = SimpleNamespace(**OmegaConf.to_container(cfg.train, resolve=True))
+        self.run = RunDirectory(run_dir)
+        self.global_step = 0
+        self.eval_rounds = 0
+        self.best_eval_return = -math.inf
+        self.last_eval: dict[str, float] | None = None
+        self.latest_update: dict[str, torch.Tensor] = {}
+        self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
+        n = env.num_envs
+        self._episode_return, self._episode_length = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self._finished_returns: list[float] = []
+        self._finished_lengths: list[int] = []
+        self.episodes = 0
+        self._eval_env = None
+        self.metrics: MetricsLogger | None = None
+
+    # --- reported by the loop ---------------------------------------------------
+    def record_step(self, rewards: np.ndarray, done: np.ndarray) -> None:
+        """Account for one vector step (num_envs env steps) and run whatever falls due."""
+        self._episode_return += rewards
+        self._episode_length += 1
+        if done.any():
+            self._finished_returns += self._episode_return[done].tolist()
+            self._finished_lengths += self._episode_length[done].tolist()
+            self.episodes += int(done.sum())
+            self._episode_return[done] = 0.0
+            self._episode_length[done] = 0
+        before, self.global_step = self.global_step, self.global_step + len(rewards)
+        self._on_steps(before, self.global_step)
+
+    def record_update(self, metrics: dict[str, torch.Tensor]) -> None:
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()])
+        if not bool(torch.isfinite(values).all()):
+            bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
+            raise TrainingDiverged(f"non-finite {', '.join(bad)} at step {self.global_step} "
+                                   f"(update {getattr(self.agent, 'updates', '?')}); "
+                                   f"try a lower algo.optimizer.lr or enable algo.max_grad_norm")
+        self.latest_update = metrics
+
+    @property
+    def done(self) -> bool:
+        return self.global_step >= self.train_cfg.total_steps
+
+    # --- the schedule ---------------------------------------------------------------
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self._row_time, self._row_step = self.started, self.global_step
+        columns = ["time/elapsed_s", "time/sps", "rollout/return_mean", "rollout/length_mean",
+                   "rollout/episodes", *(f"train/{m}" for m in self.agent.metric_names),
+                   "eval/return_mean", "eval/return_std", "eval/length_mean"]
+        self.metrics = MetricsLogger(self.run.metrics_csv, columns, self.run.tensorboard,
+                                     resume_from_step=self.global_step if self.global_step else None)
+        self.progress = tqdm(total=self.train_cfg.total_steps, initial=self.global_step, unit="step",
+                             dynamic_ncols=True, disable=not self.train_cfg.progress, mininterval=0.5)
+
+    def _on_steps(self, before: int, after: int) -> None:
+        cfg = self.train_cfg
+        final = after >= cfg.total_steps
+        evaluated = crossed(before, after, cfg.eval_every) or final
+        if evaluated:
+            self.evaluate()
+        if evaluated or crossed(before, after, cfg.log_every):
+            self.write_row(with_eval=evaluated)
+        if crossed(before, after, cfg.checkpoint_every) and not final:
+            self.save_checkpoint("last")
+
+    def evaluate(self) -> dict[str, float]:
+        if self._eval_env is None:
+            self._eval_env = make_env(self.cfg.env, seed=self.cfg.seed + EVAL_SEED_OFFSET,
+                                      num_envs=self.train_cfg.eval_episodes)
+        seed = self.cfg.seed + EVAL_SEED_OFFSET + self.eval_rounds * self.train_cfg.eval_episodes
+        returns, lengths = evaluate(self.agent, self._eval_env, seed)
+        self.eval_rounds += 1
+        self.last_eval = {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
+                          "eval/length_mean": float(lengths.mean())}
+        if self.last_eval["eval/return_mean"] > self.best_eval_return:
+            self.best_eval_return = self.last_eval["eval/return_mean"]
+            self.save_checkpoint("best", with_buffer=False)
+        log.info("step %d: eval return %.1f +- %.1f over %d episodes", self.global_step,
+                 returns.mean(), returns.std(), len(returns))
+        return self.last_eval
+
+    def write_row(self, with_eval: bool) -> None:
+        now = time.perf_counter()
+        sps = (self.global_step - self._row_step) / max(now - self._row_time, 1e-9)
+        self._row_time, self._row_step = now, self.global_step
+        row: dict[str, Any] = {"time/elapsed_s": round(self.elapsed, 3), "time/sps": round(sps, 1),
+                               "rollout/episodes": self.episodes}
+        if self._finished_returns:
+            row["rollout/return_mean"] = float(np.mean(self._finished_returns))
+            row["rollout/length_mean"] = float(np.mean(self._finished_lengths))
+            self._finished_returns, self._finished_lengths = [], []
+        row.update({f"train/{k}": float(v) for k, v in self.latest_update.items()})
+        if with_eval:
+            row.update(self.last_eval)
+        self.metrics.log(self.global_step, row)
+        self.progress.update(self.global_step - self.progress.n)
+        postfix = {"sps": f"{sps:.0f}"}
+        if self.last_eval:
+            postfix["eval"] = f"{self.last_eval['eval/return_mean']:.1f}"
+        self.progress.set_postfix(postfix, refresh=False)
+
+    @property
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    # --- checkpoints and summary ----------------------------------------------------
+    def state_dict(self, with_buffer: bool) -> dict[str, Any]:
+        state = {
+            "agent": self.agent.state_dict(),
+            "runner": {"global_step": self.global_step, "eval_rounds": self.eval_rounds,
+                       "best_eval_return": self.best_eval_return, "episodes": self.episodes,
+                       "elapsed": self.elapsed},
+            "rng": {"torch": torch.get_rng_state(),
+                    "action_space": self.env.action_space.np_random.bit_generator.state},
+        }
+        if with_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def save_checkpoint(self, name: str, with_buffer: bool | None = None) -> Path:
+        if with_buffer is None:
+            with_buffer = bool(self.cfg.checkpoint.save_buffer)
+        path = self.run.save_checkpoint(name, self.state_dict(with_buffer))
+        if name == "last":
+            log.info("checkpoint %s at step %d (%.1f MB)", path, self.global_step, path.stat().st_size / 1e6)
+        return path
+
+    def summary(self, status: str, reason: str | None = None) -> dict[str, Any]:
+        last = self.last_eval or {}
+        elapsed = self.elapsed
+        summary = {
+            "status": status, "algo": self.agent.name, "env": self.cfg.env.id, "seed": self.cfg.seed,
+            "global_step": self.global_step, "updates": getattr(self.agent, "updates", None),
+            "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
+            "best_eval_return_mean": self.best_eval_return if math.isfinite(self.best_eval_return) else None,
+            "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
+        }
+        if reason:
+            summary["reason"] = reason
+        return summary
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.progress.close()
+        for env in (self.env, self._eval_env):
+            if env is not None:
+                env.close()

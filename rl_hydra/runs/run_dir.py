@@ -1,0 +1,67 @@
+"""The run directory: checkpoints, summary.json and loading them back safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class RunError(RuntimeError):
+    """A run directory or checkpoint that cannot be used; the message is one user-facing line."""
+
+
+def atomic_write_bytes(path: Path, write) -> None:
+    """Write through a temp file in the same directory, then rename over `path`.
+
+    A crash or kill mid-write leaves the previous file intact.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self.metrics_csv = self.path / "metrics.csv"
+        self.summary_json = self.path / "summary.json"
+        self.tensorboard = self.path / "tb"
+
+    def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
+        path = self.checkpoints / f"{name}.pt"
+        atomic_write_bytes(path, lambda f: torch.save(state, f))
+        return path
+
+    def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
+        path = self.checkpoints / f"{name}.pt"
+        if not path.is_file():
+            raise RunError(f"no checkpoint {path}; a run directory has checkpoints/last.pt (and best.pt)")
+        try:
+            # weights_only: tensors and plain data only, so loading a stranger's run runs no code
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as error:  # truncated, corrupt or not a torch file
+            raise RunError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
+                           f"{str(error).splitlines()[0] if str(error) else 'corrupt'})") from error
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(self.summary_json, lambda f: f.write(text.encode()))
+
+    def read_summary(self) -> dict[str, Any] | None:
+        if not self.summary_json.is_file():
+            return None
+        return json.loads(self.summary_json.read_text())

@@ -1,0 +1,95 @@
+"""Build everything a run needs from a composed config and hand it to a loop."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from rl_hydra.config import ConfigError, resolve_device, validate_run_config
+from rl_hydra.envs import make_env
+from rl_hydra.loops import off_policy
+from rl_hydra.loops.runner import Runner, TrainingDiverged
+
+log = logging.getLogger(__name__)
+
+
+def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
+    """`instantiate` with its errors turned into one ConfigError line naming the group."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        detail = str(cause) if cause is not None else str(error).splitlines()[-1]
+        raise ConfigError(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_components(cfg: DictConfig, device: torch.device):
+    """(agent, env, buffer) for a validated config; checks that they fit together."""
+    env = make_env(cfg.env, seed=cfg.seed)
+    spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
+    agent = build(cfg.algo, "algo", **spaces, network=build(cfg.network, "network"), device=device,
+                  total_steps=cfg.train.total_steps, seed=cfg.seed)
+    buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed)
+    if bool(getattr(agent, "recurrent", False)) != bool(getattr(buffer, "recurrent", False)):
+        needs = "a sequence buffer (buffer=sequence)" if agent.recurrent else "a transition buffer (buffer=replay)"
+        raise ConfigError(f"algo={agent.name} needs {needs}; {buffer.__class__.__name__} "
+                          f"(buffer._target_={cfg.buffer._target_}) does not fit")
+    return agent, env, buffer
+
+
+def pick_loop(agent):
+    """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
+    if agent.recurrent:
+        from rl_hydra.loops import recurrent
+        return recurrent.train
+    return off_policy.train
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train one run into `run_dir`; returns the summary (also written to summary.json).
+
+    Raises ConfigError before any step runs when the config cannot work,
+    TrainingDiverged when a loss goes non-finite, KeyboardInterrupt on Ctrl-C/SIGTERM;
+    in the last two cases the run directory keeps a checkpoint and its metrics.
+    """
+    validate_run_config(cfg)
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    agent, env, buffer = build_components(cfg, device)
+    runner = Runner(cfg, agent, env, buffer, run_dir)
+    loop = pick_loop(agent)
+    try:
+        runner.start()
+        loop(runner)
+        runner.save_checkpoint("last")
+        summary = runner.summary("completed")
+    except TrainingDiverged as error:
+        runner.run.write_summary(runner.summary("failed", reason=str(error)))
+        raise
+    except KeyboardInterrupt:
+        runner.save_checkpoint("last")
+        runner.run.write_summary(runner.summary("interrupted", reason="interrupted by signal"))
+        raise
+    finally:
+        runner.close()
+    runner.run.write_summary(summary)
+    log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s)", summary["eval_return_mean"],
+             summary["global_step"], summary["wall_time_s"], summary["steps_per_second"])
+    return summary

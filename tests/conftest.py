@@ -1,0 +1,43 @@
+"""Shared helpers: compose the real configs and run tiny trainings in-process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "conf"
+
+# tiny budgets that keep every in-process run to a few seconds
+TINY = ["train.total_steps=300", "train.eval_every=150", "train.eval_episodes=2",
+        "train.checkpoint_every=150", "train.log_every=50", "train.progress=false", "device=cpu"]
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    """The config `python train.py <overrides>` would run, without Hydra's run-dir keys."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def run_training(run_dir: Path, *overrides: str) -> dict:
+    """Train in-process through rl_hydra.train.run, the code path train.py takes."""
+    from rl_hydra.train import run
+
+    return run(compose_config(*overrides), run_dir)
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "train.py"):
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def compose_cfg():
+    return compose_config
