@@ -29,3 +29,23 @@ def td_loss(q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber") 
     if kind == "mse":
         return F.mse_loss(q_values, targets)
     raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor, taus: torch.Tensor,
+                        kappa: float = 1.0) -> torch.Tensor:
+    """Quantile regression Huber loss of QR-DQN (Dabney et al. 2018) and IQN.
+
+    For u_ij = target_j - quantile_i: sum over i of the mean over j of
+    |tau_i - 1{u_ij < 0}| * Huber_kappa(u_ij) / kappa, averaged over the batch.
+    `target_quantiles` are treated as fixed samples (no gradient flows into them).
+    """
+    if kappa <= 0:
+        raise ValueError(f"kappa={kappa!r} must be > 0")
+    # quantiles: (B, N); target_quantiles: (B, N'); taus: (N,) or (B, N)
+    u = target_quantiles.detach()[:, None, :] - quantiles[:, :, None]            # (B, N, N')
+    abs_u = u.abs()                                                              # (B, N, N')
+    huber = torch.where(abs_u <= kappa, 0.5 * u.pow(2), kappa * (abs_u - 0.5 * kappa))  # (B, N, N')
+    taus = taus.expand_as(quantiles)[:, :, None]                                 # (B, N, 1)
+    weight = (taus - (u.detach() < 0).to(u.dtype)).abs()                         # (B, N, N')
+    per_pair = weight * huber / kappa                                            # (B, N, N')
+    return per_pair.mean(dim=2).sum(dim=1).mean()                                # ()
