@@ -49,3 +49,20 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
     weight = (taus - (u.detach() < 0).to(u.dtype)).abs()                         # (B, N, N')
     per_pair = weight * huber / kappa                                            # (B, N, N')
     return per_pair.mean(dim=2).sum(dim=1).mean()                                # ()
+
+
+def masked_td_loss(q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                   kind: str = "huber") -> torch.Tensor:
+    """Mean TD loss over the steps of a sequence batch where `mask` is 1 (DRQN).
+
+    Padding after an episode's end and burn-in steps carry mask 0: they add nothing
+    to the loss or its gradient, and the mean is over the counted steps only.
+    """
+    # q_values, targets, mask: (T, B)
+    if kind == "huber":
+        per_step = F.smooth_l1_loss(q_values, targets, reduction="none")   # (T, B)
+    elif kind == "mse":
+        per_step = F.mse_loss(q_values, targets, reduction="none")         # (T, B)
+    else:
+        raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
+    return (per_step * mask).sum() / mask.sum().clamp(min=1.0)              # ()
