@@ -79,7 +79,7 @@ def hydra_task(cfg: DictConfig) -> float:
 
 
 def _report(message: str, code: int, multirun: bool) -> float:
-    log.error(message)
-    if multirun:
+    if multirun:  # the sweep goes on; the job's log and summary.json keep the reason
+        log.error(message)
         return math.nan
     fail(message, code)

@@ -82,5 +82,7 @@ def validate_run_config(cfg: DictConfig) -> None:
     for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):
         check_int(f"train.{key}", cfg.train[key], minimum=1)
     check_int("env.num_envs", cfg.env.num_envs, minimum=1)
+    if cfg.env.get("max_episode_steps") is not None:
+        check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
     if not isinstance(cfg.env.id, str) or not cfg.env.id:
         raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")

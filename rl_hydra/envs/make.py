@@ -35,7 +35,8 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
     wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
 
     def factory() -> gym.Env:
-        env = gym.make(env_cfg.id, render_mode=render_mode, **kwargs)
+        env = gym.make(env_cfg.id, render_mode=render_mode,
+                       max_episode_steps=env_cfg.get("max_episode_steps"), **kwargs)
         for wrap in wrappers:
             env = wrap(env)
         return env

@@ -1,0 +1,102 @@
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_hydra.buffers.replay import ReplayBuffer
+from tests.conftest import run_training
+
+OBS = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
+ACTIONS = gym.spaces.Discrete(3)
+
+
+def add_rows(buffer, values):
+    """One vector step per value; obs rows hold [value, -value]."""
+    for v in values:
+        obs = np.array([[v, -v]], dtype=np.float32)
+        buffer.add(obs, np.array([int(v) % 3]), np.array([float(v)]), obs + 0.5,
+                   np.array([v % 2 == 0]), np.array([v % 3 == 0]))
+
+
+def test_add_keeps_fields_and_terminated_truncated_apart():
+    buffer = ReplayBuffer(10, OBS, ACTIONS)
+    add_rows(buffer, [1, 2, 3])
+    assert len(buffer) == 3
+    s = buffer.storage
+    torch.testing.assert_close(s["obs"][:3, 0], torch.tensor([1.0, 2.0, 3.0]))
+    torch.testing.assert_close(s["next_obs"][:3, 1], torch.tensor([-0.5, -1.5, -2.5]))
+    assert s["actions"][:3].tolist() == [1, 2, 0]
+    assert s["terminated"][:3].tolist() == [0.0, 1.0, 0.0]
+    assert s["truncated"][:3].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_wrap_around_overwrites_oldest_rows():
+    buffer = ReplayBuffer(4, OBS, ACTIONS)
+    add_rows(buffer, [1, 2, 3, 4, 5, 6])
+    assert len(buffer) == 4 and buffer.pos == 2
+    assert sorted(buffer.storage["rewards"].tolist()) == [3.0, 4.0, 5.0, 6.0]
+    # a vector step of 3 envs that crosses the end of the ring
+    vector = ReplayBuffer(4, OBS, ACTIONS, num_envs=3)
+    for start in (0, 3):
+        obs = np.arange(start, start + 3, dtype=np.float32)[:, None].repeat(2, 1)
+        vector.add(obs, np.zeros(3, dtype=np.int64), obs[:, 0], obs, np.zeros(3, bool), np.zeros(3, bool))
+    assert vector.storage["rewards"].tolist() == [4.0, 5.0, 2.0, 3.0] and vector.pos == 2
+
+
+def test_sample_shapes_and_only_filled_rows():
+    buffer = ReplayBuffer(100, OBS, ACTIONS, seed=3)
+    add_rows(buffer, [1, 2, 3])
+    batch = buffer.sample(256)
+    assert batch.obs.shape == (256, 2) and batch.actions.shape == (256,)
+    assert batch.actions.dtype == torch.int64 and batch.rewards.shape == (256,)
+    assert set(batch.rewards.tolist()) == {1.0, 2.0, 3.0}  # never an empty row
+
+
+def test_box_actions_are_stored_as_float_vectors():
+    buffer = ReplayBuffer(5, OBS, gym.spaces.Box(-1, 1, (2,)))
+    buffer.add(np.zeros((1, 2)), np.array([[0.25, -0.5]]), np.ones(1), np.zeros((1, 2)),
+               np.zeros(1, bool), np.zeros(1, bool))
+    torch.testing.assert_close(buffer.sample(1).actions, torch.tensor([[0.25, -0.5]]))
+
+
+def test_state_dict_round_trip_continues_identically():
+    buffer = ReplayBuffer(8, OBS, ACTIONS, seed=1)
+    add_rows(buffer, range(11))
+    buffer.sample(4)
+    restored = ReplayBuffer(8, OBS, ACTIONS, seed=99)
+    restored.load_state_dict(buffer.state_dict())
+    assert (restored.pos, restored.size) == (buffer.pos, buffer.size)
+    for key in buffer.storage:
+        assert torch.equal(restored.storage[key], buffer.storage[key])
+    # same sampling stream, and the same rows after more adds
+    assert torch.equal(restored.sample(5).obs, buffer.sample(5).obs)
+    add_rows(buffer, [20])
+    add_rows(restored, [20])
+    assert torch.equal(restored.storage["obs"], buffer.storage["obs"])
+
+
+def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_path, monkeypatch):
+    """CartPole cut by a 5-step time limit: next_obs of the cut step must follow the
+    dynamics from obs (x' = x + 0.02 * x_dot), not be the next episode's reset state."""
+    import rl_hydra.loops.off_policy as off_policy
+
+    captured = {}
+    original = off_policy.train
+
+    def spy(runner):
+        original(runner)
+        captured["buffer"] = runner.buffer
+
+    monkeypatch.setattr(off_policy, "train", spy)
+    run_training(tmp_path, "env.max_episode_steps=5", "algo.learning_starts=100000",
+                 "train.total_steps=60", "train.eval_every=60", "train.eval_episodes=1",
+                 "train.progress=false", "checkpoint.save_buffer=false")
+    s = captured["buffer"].storage
+    n = len(captured["buffer"])
+    truncated = s["truncated"][:n].bool()
+    assert truncated.sum() >= 5, "the time limit should have cut several episodes"
+    obs, next_obs = s["obs"][:n][truncated], s["next_obs"][:n][truncated]
+    torch.testing.assert_close(next_obs[:, 0], obs[:, 0] + 0.02 * obs[:, 1], rtol=0, atol=1e-5)
+    # and the row after a cut starts a new episode from the reset state, not from next_obs
+    cut_rows = truncated.nonzero().squeeze(1)
+    cut_rows = cut_rows[cut_rows + 1 < n]
+    assert not torch.allclose(s["obs"][cut_rows + 1], s["next_obs"][cut_rows])
