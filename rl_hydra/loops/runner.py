@@ -87,6 +87,7 @@ class Runner:
 
     # --- the schedule ---------------------------------------------------------------
     def start(self) -> None:
+        self.run.path.mkdir(parents=True, exist_ok=True)
         self.started = time.perf_counter()
         self._row_time, self._row_step = self.started, self.global_step
         columns = ["time/elapsed_s", "time/sps", "rollout/return_mean", "rollout/length_mean",

@@ -1,0 +1,127 @@
+"""Whole runs: the run directory, determinism, the CLI, bad input, and one learning check."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from rl_hydra.config import ConfigError
+from tests.conftest import TINY, run_cli, run_training
+
+SUMMARY_KEYS = {"status", "algo", "env", "seed", "global_step", "eval_return_mean", "eval_return_std",
+                "best_eval_return_mean", "wall_time_s", "steps_per_second"}
+
+
+def read_metrics(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_in_process_run_leaves_a_complete_run_directory(tmp_path):
+    summary = run_training(tmp_path, *TINY, "algo.learning_starts=100", "algo.train_every=50",
+                           "algo.gradient_steps=2")
+    assert SUMMARY_KEYS <= set(summary) and summary["status"] == "completed"
+    assert summary == json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] == 300 and summary["updates"] == 5 * 2
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == list(range(50, 301, 50))
+    assert {"time/sps", "train/loss", "eval/return_mean", "rollout/return_mean"} <= set(rows[0])
+    assert rows[-1]["eval/return_mean"] and float(rows[-1]["eval/return_mean"]) == summary["eval_return_mean"]
+    assert rows[-1]["train/loss"] != ""
+    assert any((tmp_path / "tb").iterdir())
+    for name in ("last", "best"):
+        state = torch.load(tmp_path / "checkpoints" / f"{name}.pt", weights_only=True)
+        assert "q_net" in state["agent"]
+    assert state["runner"]["global_step"] in (150, 300)
+
+
+def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
+    def metrics_without_wall_clock(run_dir):
+        run_training(run_dir, *TINY, "algo.learning_starts=50", "algo.train_every=10",
+                     "algo.gradient_steps=1", "seed=3")
+        return [{k: v for k, v in row.items() if not k.startswith("time/")}
+                for row in read_metrics(run_dir / "metrics.csv")]
+
+    first = metrics_without_wall_clock(tmp_path / "a")
+    assert first == metrics_without_wall_clock(tmp_path / "b")
+    other_seed = run_training(tmp_path / "c", *TINY, "algo.learning_starts=50", "algo.train_every=10",
+                              "algo.gradient_steps=1", "seed=4")
+    assert read_metrics(tmp_path / "c" / "metrics.csv")[-1]["train/loss"] != first[-1]["train/loss"]
+    assert other_seed["status"] == "completed"
+
+
+def test_diverging_run_stops_within_one_update_and_keeps_its_checkpoint(tmp_path):
+    from rl_hydra.loops.runner import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match="non-finite"):
+        run_training(tmp_path, *TINY, "train.checkpoint_every=100", "algo.learning_starts=150",
+                     "algo.train_every=1", "algo.optimizer.lr=1e30", "algo.max_grad_norm=null",
+                     "algo.loss=mse", "train.total_steps=3000")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "non-finite" in summary["reason"]
+    last = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert all(torch.isfinite(t).all() for t in last["agent"]["q_net"].values())
+
+
+def test_cli_multirun_sweeps_two_seeds_into_separate_directories(tmp_path):
+    result = run_cli("-m", "seed=0,1", *TINY, f"hydra.sweep.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    # job directories are named from the overrides, not from launch order
+    names = [p.parent.name.split(",") for p in summaries]
+    assert len(names) == 2 and "seed=0" in names[0] and "seed=1" in names[1]
+    assert [json.loads(p.read_text())["seed"] for p in summaries] == [0, 1]
+    assert all((p.parent / ".hydra" / "config.yaml").is_file() for p in summaries)
+
+
+def test_cli_prints_the_composed_config_with_targets():
+    result = run_cli("--cfg", "job", "algo=dqn", "env=cartpole")
+    assert result.returncode == 0
+    for target in ("rl_hydra.algos.dqn.DQN", "rl_hydra.networks.mlp.QNetwork", "rl_hydra.buffers.replay.ReplayBuffer"):
+        assert f"_target_: {target}" in result.stdout
+
+
+BAD_INPUTS = [
+    (["seed=xyz"], "seed='xyz' is not an integer"),
+    (["train.total_steps=abc"], "train.total_steps='abc' is not an integer"),
+    (["train.total_steps=-5"], "train.total_steps=-5 is out of range; expected an integer >= 1"),
+    (["algo.gamma=1.5"], "algo.gamma=1.5 is out of range"),
+    (["algo.batch_size=0"], "algo.batch_size=0 is out of range"),
+    (["env.num_envs=0"], "env.num_envs=0 is out of range"),
+    (["env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
+    (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
+    (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
+    (["+algo.gamme=0.9"], "cannot build algo (rl_hydra.algos.dqn.DQN): DQN.__init__() got an unexpected keyword argument 'gamme'"),
+]
+if not torch.cuda.is_available():
+    BAD_INPUTS.append((["device=cuda"], "device='cuda' but CUDA is not available"))
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_raises_one_line_config_error_before_training(tmp_path, args, message):
+    with pytest.raises(ConfigError) as error:
+        run_training(tmp_path, *args, "train.progress=false")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained
+
+
+@pytest.mark.parametrize("args, message", [
+    (["algo=foo"], "algo=foo is not a config option; choose one of: dqn"),
+    (["seed=xyz"], "seed='xyz' is not an integer"),
+    (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
+])
+def test_cli_bad_input_prints_one_error_line_and_exits_nonzero(tmp_path, args, message):
+    result = run_cli(*args, f"hydra.run.dir={tmp_path}", "train.progress=false")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr + result.stdout
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and message in error_lines[0], result.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_dqn_learns_cartpole_quickly(tmp_path):
+    """A short run with a generous bar: a random policy scores about 20."""
+    summary = run_training(tmp_path, "train.total_steps=12000", "train.eval_every=4000",
+                           "train.progress=false", "device=cpu", "checkpoint.save_buffer=false")
+    assert summary["best_eval_return_mean"] >= 150, summary
