@@ -1,0 +1,70 @@
+"""IQN (Dabney et al. 2018, "Implicit Quantile Networks for Distributional RL").
+
+Instead of N fixed fractions, IQN samples tau ~ U(0, 1) and the network maps (s, tau)
+to the tau-quantile of Z(s, a). Each update draws N fractions for the online quantiles,
+N' for the target samples and K for choosing the greedy next action; acting takes the
+mean over K sampled quantiles. The loss is the same quantile Huber loss as QR-DQN,
+with per-sample fractions. Exploration, target syncs, the optimiser step and
+checkpoints are DQN's.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import torch
+from torch import nn
+
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.algos.qr_dqn import distribution_metrics, quantile_targets, taken
+from rl_hydra.buffers.replay import Batch
+from rl_hydra.config import check_float, check_int
+from rl_hydra.losses import quantile_huber_loss
+
+
+class IQN(DQN):
+    name: ClassVar[str] = "iqn"
+    metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+
+    def __init__(self, *args, num_tau_samples: int = 64, num_tau_prime_samples: int = 64,
+                 num_quantile_samples: int = 32, kappa: float = 1.0, seed: int = 0, **kwargs):
+        self.num_tau_samples = check_int("algo.num_tau_samples", num_tau_samples, minimum=1)                  # N
+        self.num_tau_prime_samples = check_int("algo.num_tau_prime_samples", num_tau_prime_samples, minimum=1)  # N'
+        self.num_quantile_samples = check_int("algo.num_quantile_samples", num_quantile_samples, minimum=1)    # K
+        self.kappa = check_float("algo.kappa", kappa, 0.0, exclusive_min=True)
+        super().__init__(*args, seed=seed, **kwargs)
+        # its own stream, so sampling fractions neither disturbs nor depends on other torch draws
+        self.tau_generator = torch.Generator(device=self.device)
+        self.tau_generator.manual_seed(seed)
+
+    def sample_taus(self, batch_size: int, num_samples: int) -> torch.Tensor:
+        """tau ~ U(0, 1) for each row: (batch_size, num_samples)."""
+        return torch.rand(batch_size, num_samples, generator=self.tau_generator, device=self.device)
+
+    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
+        return network(self.observation_dim, self.num_actions)
+
+    def action_values(self, obs: torch.Tensor, net: nn.Module | None = None) -> torch.Tensor:
+        """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
+        taus = self.sample_taus(obs.shape[0], self.num_quantile_samples)   # (B, K)
+        return (net or self.q_net)(obs, taus).mean(dim=2)                   # (B, A)
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        batch_size = batch.rewards.shape[0]
+        with torch.no_grad():
+            selector = self.q_net if self.double_q else self.target_net
+            next_actions = self.action_values(batch.next_obs, selector).argmax(dim=1)      # (B,)
+            tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)         # (B, N')
+            next_quantiles = taken(self.target_net(batch.next_obs, tau_primes), next_actions)  # (B, N')
+            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N')
+        taus = self.sample_taus(batch_size, self.num_tau_samples)                         # (B, N)
+        quantiles = taken(self.q_net(batch.obs, taus), batch.actions)                      # (B, N)
+        loss = quantile_huber_loss(quantiles, targets, taus, self.kappa)
+        return loss, distribution_metrics(quantiles, targets)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "tau_generator": self.tau_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.tau_generator.set_state(state["tau_generator"])

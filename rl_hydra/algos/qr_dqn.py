@@ -1,0 +1,76 @@
+"""QR-DQN (Dabney et al. 2018, "Distributional RL with Quantile Regression").
+
+The network predicts N quantiles of the return distribution Z(s, a) at the fixed
+midpoint fractions tau_i = (2i + 1) / (2N); Q(s, a) is their mean. Targets are the
+Bellman-shifted quantiles of the target network at the greedy next action, and the
+loss is the quantile Huber loss. Exploration, target syncs, the optimiser step and
+checkpoints are DQN's.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import torch
+from torch import nn
+
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.buffers.replay import Batch
+from rl_hydra.config import check_float, check_int
+from rl_hydra.losses import quantile_huber_loss
+
+
+def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """tau_i = (2i + 1) / (2N), i = 0..N-1: the fractions whose quantiles minimise W1 (N,)."""
+    return (2 * torch.arange(num_quantiles, device=device, dtype=torch.float32) + 1) / (2 * num_quantiles)
+
+
+def quantile_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor,
+                     gamma: float) -> torch.Tensor:
+    """The distributional Bellman target r + gamma * (1 - terminated) * z for each next-state sample z."""
+    # rewards, terminated: (B,); next_quantiles: (B, N')
+    return rewards[:, None] + gamma * (1.0 - terminated[:, None]) * next_quantiles   # (B, N')
+
+
+def taken(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """The rows of the chosen actions: values (B, A, T), actions (B,) -> (B, T)."""
+    rows = torch.arange(values.shape[0], device=values.device)   # (B,)
+    return values[rows, actions]                                 # (B, T)
+
+
+class QRDQN(DQN):
+    name: ClassVar[str] = "qr_dqn"
+    metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+
+    def __init__(self, *args, num_quantiles: int = 200, kappa: float = 1.0, **kwargs):
+        self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        self.kappa = check_float("algo.kappa", kappa, 0.0, exclusive_min=True)
+        super().__init__(*args, **kwargs)
+        self.taus = midpoint_taus(self.num_quantiles, self.device)   # (N,)
+
+    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
+        return network(self.observation_dim, self.num_actions, self.num_quantiles)
+
+    def action_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
+        return self.q_net(obs).mean(dim=2)
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with torch.no_grad():
+            next_target = self.target_net(batch.next_obs)                                # (B, A, N)
+            selector = self.q_net(batch.next_obs) if self.double_q else next_target      # (B, A, N)
+            next_actions = selector.mean(dim=2).argmax(dim=1)                            # (B,)
+            next_quantiles = taken(next_target, next_actions)                            # (B, N)
+            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N)
+        quantiles = taken(self.q_net(batch.obs), batch.actions)                          # (B, N)
+        loss = quantile_huber_loss(quantiles, targets, self.taus, self.kappa)
+        return loss, distribution_metrics(quantiles, targets)
+
+
+def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Means of the predicted and target distributions and |E[target] - E[Z(s, a)]| (the TD error of Q)."""
+    # quantiles: (B, N); targets: (B, N')
+    q_values = quantiles.detach().mean(dim=1)         # (B,)
+    target_values = targets.mean(dim=1)               # (B,)
+    return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(),
+            "td_error_mean": (target_values - q_values).abs().mean()}

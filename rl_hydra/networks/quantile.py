@@ -1,0 +1,63 @@
+"""Quantile networks: a fixed-fraction head (QR-DQN) and an implicit one (IQN)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from rl_hydra.config import ConfigError, check_int
+from rl_hydra.networks.mlp import activation_class, mlp
+
+
+class QuantileNetwork(nn.Module):
+    """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles)."""
+
+    def __init__(self, observation_dim: int, num_actions: int, num_quantiles: int,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu"):
+        super().__init__()
+        self.num_actions = num_actions
+        self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        self.net = mlp(observation_dim, num_actions * num_quantiles, hidden_sizes, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # obs: (B, obs_dim)
+        return self.net(obs).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
+
+
+def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
+    """cos(pi * i * tau) for i = 0..embedding_dim-1: taus (B, T) -> (B, T, embedding_dim)."""
+    i = torch.arange(embedding_dim, device=taus.device, dtype=taus.dtype)  # (E,)
+    return torch.cos(math.pi * i * taus[..., None])                        # (B, T, E)
+
+
+class ImplicitQuantileNetwork(nn.Module):
+    """Z_tau(s, .) for IQN (Dabney et al. 2018b).
+
+    psi(s): an MLP over the observation, ending in `feature_dim = hidden_sizes[-1]` features;
+    phi(tau): activation(Linear(cos(pi * i * tau))) to the same width; their elementwise
+    product goes through the head MLP to one value per action. forward(obs (B, obs_dim),
+    taus (B, T)) -> (B, num_actions, T).
+    """
+
+    def __init__(self, observation_dim: int, num_actions: int, embedding_dim: int = 64,
+                 hidden_sizes: Sequence[int] = (256,), head_hidden_sizes: Sequence[int] = (256,),
+                 activation: str = "relu"):
+        super().__init__()
+        self.embedding_dim = check_int("network.embedding_dim", embedding_dim, minimum=1)
+        if len(hidden_sizes) < 1:
+            raise ConfigError(f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
+                              f"layer for the state features psi(s), e.g. [256]")
+        feature_dim = hidden_sizes[-1]
+        self.psi = mlp(observation_dim, None, hidden_sizes, activation)                # (B, obs) -> (B, D)
+        self.phi = nn.Sequential(nn.Linear(embedding_dim, feature_dim), activation_class(activation)())
+        self.head = mlp(feature_dim, num_actions, head_hidden_sizes, activation)       # (.., D) -> (.., A)
+
+    def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+        # obs: (B, obs_dim); taus: (B, T)
+        state_features = self.psi(obs)                                         # (B, D)
+        tau_features = self.phi(cosine_embedding(taus, self.embedding_dim))    # (B, T, D)
+        mixed = state_features[:, None, :] * tau_features                      # (B, T, D)
+        return self.head(mixed).transpose(1, 2)                                # (B, A, T)

@@ -1,0 +1,307 @@
+"""QR-DQN and IQN: the quantile Huber loss by hand, the networks, acting, updates, configs and runs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from conftest import TINY, compose_config, run_cli, run_training
+from rl_hydra.algos.iqn import IQN
+from rl_hydra.algos.qr_dqn import QRDQN, midpoint_taus
+from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.config import ConfigError
+from rl_hydra.losses import quantile_huber_loss
+from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
+from rl_hydra.runs.run_dir import RunDirectory
+
+OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
+ACTION_SPACE = gym.spaces.Discrete(2)
+ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
+LEARN_EARLY = ["algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=4"]  # updates within TINY
+
+
+# --- the loss, by hand ---------------------------------------------------------------
+
+def test_quantile_huber_loss_by_hand():
+    # one quantile 0 at tau = 0.25 against targets 0.5 and -2 (kappa = 1):
+    # u = 0.5:  weight |0.25 - 0| = 0.25, Huber 0.5 * 0.5^2 = 0.125   -> 0.03125
+    # u = -2:   weight |0.25 - 1| = 0.75, Huber 1 * (2 - 0.5) = 1.5     -> 1.125
+    # mean over the two targets: 0.578125
+    loss = quantile_huber_loss(torch.tensor([[0.0]]), torch.tensor([[0.5, -2.0]]), torch.tensor([0.25]))
+    torch.testing.assert_close(loss, torch.tensor(0.578125))
+
+
+def test_quantile_huber_loss_kappa_two_sums_over_quantiles():
+    # quantiles [0, 1] at taus [0.25, 0.75], targets [3, -1], kappa = 2; every term is divided by kappa
+    # i = 0: u = 3  -> 0.25 * 2 * (3 - 1) / 2 = 0.5;   u = -1 -> 0.75 * (0.5 * 1) / 2 = 0.1875;  mean 0.34375
+    # i = 1: u = 2  -> 0.75 * (0.5 * 4) / 2 = 0.75;    u = -2 -> 0.25 * (0.5 * 4) / 2 = 0.25;    mean 0.5
+    # sum over i: 0.84375
+    loss = quantile_huber_loss(torch.tensor([[0.0, 1.0]]), torch.tensor([[3.0, -1.0]]),
+                               torch.tensor([0.25, 0.75]), kappa=2.0)
+    torch.testing.assert_close(loss, torch.tensor(0.84375))
+
+
+def test_quantile_huber_loss_per_sample_taus_and_batch_mean():
+    quantiles = torch.tensor([[0.0], [0.0]])
+    targets = torch.tensor([[1.0], [-1.0]])
+    # row 0: tau 0.1, u = 1  -> 0.1 * 0.5 = 0.05;  row 1: tau 0.3, u = -1 -> 0.7 * 0.5 = 0.35;  batch mean 0.2
+    per_sample = quantile_huber_loss(quantiles, targets, torch.tensor([[0.1], [0.3]]))
+    torch.testing.assert_close(per_sample, torch.tensor(0.2))
+    # the same taus for every row, (N,) or (B, N), give the same loss
+    shared = quantile_huber_loss(quantiles, targets, torch.tensor([0.1]))
+    torch.testing.assert_close(shared, quantile_huber_loss(quantiles, targets, torch.tensor([[0.1], [0.1]])))
+    torch.testing.assert_close(shared, torch.tensor((0.05 + 0.9 * 0.5) / 2))
+
+
+def test_quantile_huber_loss_gradient_flows_only_into_the_quantiles():
+    quantiles = torch.zeros(2, 3, requires_grad=True)
+    targets = torch.randn(2, 5, requires_grad=True)
+    quantile_huber_loss(quantiles, targets, midpoint_taus(3)).backward()
+    assert quantiles.grad is not None and quantiles.grad.abs().sum() > 0
+    assert targets.grad is None
+
+
+def test_minimising_the_loss_finds_the_quantiles():
+    samples = torch.arange(1.0, 101.0)[None, :]                          # (1, 100): 1..100
+    taus = torch.tensor([0.1, 0.5, 0.9])
+    quantiles = torch.full((1, 3), 50.0, requires_grad=True)
+    optimizer = torch.optim.SGD([quantiles], lr=5.0)
+    for _ in range(300):
+        optimizer.zero_grad()
+        quantile_huber_loss(quantiles, samples, taus, kappa=0.01).backward()
+        optimizer.step()
+    # with a tiny kappa this is quantile regression: any point in [10, 11] is a 0.1-quantile of 1..100
+    low, high = torch.tensor([[10.0, 50.0, 90.0]]), torch.tensor([[11.0, 51.0, 91.0]])
+    assert bool(((quantiles >= low - 0.1) & (quantiles <= high + 0.1)).all()), quantiles
+
+
+def test_quantile_huber_loss_rejects_non_positive_kappa():
+    with pytest.raises(ValueError, match="kappa"):
+        quantile_huber_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([0.5]), kappa=0.0)
+
+
+# --- networks ------------------------------------------------------------------------
+
+def test_midpoint_taus():
+    torch.testing.assert_close(midpoint_taus(4), torch.tensor([0.125, 0.375, 0.625, 0.875]))
+
+
+def test_quantile_network_shape():
+    net = QuantileNetwork(observation_dim=4, num_actions=3, num_quantiles=7, hidden_sizes=[16])
+    assert net(torch.randn(5, 4)).shape == (5, 3, 7)
+
+
+def test_cosine_embedding_shape_and_values():
+    taus = torch.tensor([[0.0, 0.5, 1.0 / 3.0]])                      # (1, 3)
+    embedding = cosine_embedding(taus, embedding_dim=4)
+    assert embedding.shape == (1, 3, 4)
+    expected = torch.tensor([[[1.0, 1.0, 1.0, 1.0],                   # tau = 0: cos(0) everywhere
+                              [1.0, 0.0, -1.0, 0.0],                  # cos(0), cos(pi/2), cos(pi), cos(3pi/2)
+                              [1.0, 0.5, -0.5, -1.0]]])               # cos(0), cos(pi/3), cos(2pi/3), cos(pi)
+    torch.testing.assert_close(embedding, expected, atol=1e-6, rtol=0)
+
+
+def test_implicit_quantile_network_shape_and_tau_dependence():
+    net = ImplicitQuantileNetwork(observation_dim=4, num_actions=3, embedding_dim=8, hidden_sizes=[16],
+                                  head_hidden_sizes=[16])
+    obs = torch.randn(5, 4)
+    out = net(obs, torch.rand(5, 6))
+    assert out.shape == (5, 3, 6)
+    assert net.phi[0].in_features == 8
+    # each column is the value at its own tau: permuting the taus permutes the outputs
+    taus = torch.rand(5, 6)
+    order = torch.randperm(6)
+    torch.testing.assert_close(net(obs, taus)[:, :, order], net(obs, taus[:, order]))
+    assert not torch.allclose(net(obs, torch.full((5, 1), 0.1)), net(obs, torch.full((5, 1), 0.9)))
+
+
+# --- acting: the mean over quantiles, not the median ---------------------------------
+
+class FixedQuantiles(nn.Module):
+    """Returns the same per-action quantiles for every observation (plus one unused parameter)."""
+
+    def __init__(self, quantiles):
+        super().__init__()
+        self.quantiles = torch.tensor(quantiles)                      # (A, N)
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, obs):
+        return self.quantiles.expand(obs.shape[0], -1, -1)           # (B, A, N)
+
+
+class StepQuantileFunction(nn.Module):
+    """Z_tau(s, 0) = 2 for tau >= 0.25 and -100 below (median 2, mean -23.5); Z_tau(s, 1) = 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, obs, taus):
+        action0 = torch.where(taus >= 0.25, 2.0, -100.0)             # (B, T)
+        return torch.stack([action0, torch.ones_like(taus)], dim=1)  # (B, 2, T)
+
+
+def test_qr_dqn_acts_on_the_mean_where_mean_and_median_disagree():
+    # action 0: median 2, mean -5/3;  action 1: median 1, mean 2/3  -> the mean picks action 1
+    quantiles = [[-10.0, 2.0, 3.0], [0.0, 1.0, 1.0]]
+    agent = QRDQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions, n_quantiles: FixedQuantiles(quantiles),
+                  ADAM, total_steps=100, num_quantiles=3)
+    median_choice = torch.tensor(quantiles).median(dim=1).values.argmax()
+    assert median_choice == 0
+    actions, _ = agent.act(np.zeros((3, 4), dtype=np.float32), explore=False)
+    np.testing.assert_array_equal(actions, [1, 1, 1])
+
+
+def test_iqn_acts_on_the_mean_of_k_sampled_quantiles():
+    agent = IQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions: StepQuantileFunction(), ADAM,
+                total_steps=100, num_quantile_samples=64)
+    values = agent.action_values(torch.zeros(2, 4))                   # (2, 2)
+    assert values.shape == (2, 2) and bool((values[:, 0] < 0).all())
+    actions, _ = agent.act(np.zeros((2, 4), dtype=np.float32), explore=False)
+    np.testing.assert_array_equal(actions, [1, 1])
+
+
+# --- updates and target syncs --------------------------------------------------------
+
+AGENTS = {  # small versions of each agent for unit tests
+    "qr_dqn": lambda **kw: QRDQN(OBS_SPACE, ACTION_SPACE, functools.partial(QuantileNetwork, hidden_sizes=[32]),
+                                 ADAM, total_steps=1000, num_quantiles=5, **kw),
+    "iqn": lambda **kw: IQN(OBS_SPACE, ACTION_SPACE,
+                            functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32],
+                                              head_hidden_sizes=[]),
+                            ADAM, total_steps=1000, num_tau_samples=6, num_tau_prime_samples=5,
+                            num_quantile_samples=4, **kw),
+}
+
+
+def make_agent(algo: str, **kwargs):
+    return AGENTS[algo](**kwargs)
+
+
+def filled_buffer(n: int = 200) -> ReplayBuffer:
+    rng = np.random.default_rng(0)
+    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE)
+    for _ in range(n):
+        buffer.add(rng.normal(size=(1, 4)), rng.integers(2, size=1), rng.normal(size=1),
+                   rng.normal(size=(1, 4)), rng.random(1) < 0.1, np.zeros(1, dtype=bool))
+    return buffer
+
+
+@pytest.mark.parametrize("algo", ["qr_dqn", "iqn"])
+def test_update_returns_the_named_metrics_and_moves_the_parameters(algo):
+    agent = make_agent(algo, batch_size=16)
+    before = [p.detach().clone() for p in agent.q_net.parameters()]
+    metrics = agent.update(filled_buffer().sample(agent.batch_size))
+    assert tuple(metrics) == agent.metric_names
+    assert set(agent.metric_names) == {"loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon"}
+    assert all(v.dim() == 0 and math.isfinite(float(v)) and not v.requires_grad for v in metrics.values())
+    assert float(metrics["loss"]) > 0
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.q_net.parameters()))
+    assert agent.updates == 1
+
+
+@pytest.mark.parametrize("algo", ["qr_dqn", "iqn"])
+@pytest.mark.parametrize("double_q", [False, True])
+def test_target_network_syncs_every_target_update_every_updates(algo, double_q):
+    agent = make_agent(algo, batch_size=8, target_update_every=3, double_q=double_q)
+    buffer = filled_buffer()
+    initial = [p.clone() for p in agent.target_net.parameters()]
+    for _ in range(2):
+        agent.update(buffer.sample(agent.batch_size))
+    # two updates in: the target is still the initial copy, the online net has moved on
+    assert all(torch.equal(i, t) for i, t in zip(initial, agent.target_net.parameters()))
+    assert not all(torch.equal(i, q) for i, q in zip(initial, agent.q_net.parameters()))
+    agent.update(buffer.sample(agent.batch_size))
+    assert all(torch.equal(q, t) for q, t in zip(agent.q_net.parameters(), agent.target_net.parameters()))
+    assert not any(t.requires_grad for t in agent.target_net.parameters())
+
+
+def test_iqn_state_dict_restores_the_tau_stream():
+    agent = make_agent("iqn")
+    state = agent.state_dict()
+    first = agent.sample_taus(2, 3)
+    agent.load_state_dict(state)
+    torch.testing.assert_close(agent.sample_taus(2, 3), first)
+
+
+# --- configs: presets, overrides, bad values -----------------------------------------
+
+def test_cartpole_presets_apply_and_stay_overridable():
+    for algo in ("qr_dqn", "iqn"):
+        cfg = compose_config(f"algo={algo}", "env=cartpole")
+        assert cfg.algo._target_.endswith(".QRDQN" if algo == "qr_dqn" else ".IQN")
+        assert cfg.network._target_.startswith("rl_hydra.networks.quantile.")
+        assert cfg.buffer._target_ == "rl_hydra.buffers.replay.ReplayBuffer"
+        assert cfg.train.total_steps <= 50000
+    assert compose_config("algo=qr_dqn").algo.num_quantiles != 200          # the CartPole preset
+    assert compose_config("algo=qr_dqn", "env=acrobot").algo.num_quantiles == 200  # the paper's default
+    assert compose_config("algo=qr_dqn", "algo.num_quantiles=7").algo.num_quantiles == 7
+    assert compose_config("algo=iqn", "algo.num_quantile_samples=3").algo.num_quantile_samples == 3
+    acrobot_iqn = compose_config("algo=iqn", "env=acrobot").algo
+    assert (acrobot_iqn.num_tau_samples, acrobot_iqn.num_tau_prime_samples, acrobot_iqn.num_quantile_samples) == (64, 64, 32)
+    assert compose_config("algo=iqn", "env=acrobot").network.embedding_dim == 64
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo=qr_dqn", "algo.num_quantiles=0"], "algo.num_quantiles"),
+    (["algo=qr_dqn", "algo.kappa=0"], "algo.kappa"),
+    (["algo=qr_dqn", "algo.kappa=-1.0"], "algo.kappa"),
+    (["algo=iqn", "algo.num_tau_samples=0"], "algo.num_tau_samples"),
+    (["algo=iqn", "algo.num_tau_prime_samples=0"], "algo.num_tau_prime_samples"),
+    (["algo=iqn", "algo.num_quantile_samples=-2"], "algo.num_quantile_samples"),
+    (["algo=iqn", "algo.kappa=0.0"], "algo.kappa"),
+    (["algo=iqn", "network.embedding_dim=0"], "network.embedding_dim"),
+    (["algo=iqn", "network.hidden_sizes=[]"], "network.hidden_sizes"),
+    (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
+    (["algo=qr_dqn", "env=pendulum"], "algo=qr_dqn needs a discrete action space"),
+])
+def test_bad_values_fail_before_training_with_one_line(tmp_path, overrides, key):
+    with pytest.raises(ConfigError) as error:
+        run_training(tmp_path, *overrides, *TINY)
+    assert key in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "metrics.csv").exists()  # nothing ran
+
+
+# --- runs through train.py's code path ------------------------------------------------
+
+@pytest.mark.parametrize("algo", ["qr_dqn", "iqn"])
+def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
+    summary = run_training(tmp_path, f"algo={algo}", *TINY, *LEARN_EARLY)
+    assert summary["status"] == "completed" and summary["algo"] == algo and summary["global_step"] == 300
+    assert json.loads((tmp_path / "summary.json").read_text())["eval_return_mean"] == summary["eval_return_mean"]
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {f"train/{m}" for m in ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")} <= set(header)
+    # the checkpoints load back with weights_only=True into a fresh agent that acts the same
+    state = RunDirectory(tmp_path).load_checkpoint("last")
+    assert "buffer" in state and RunDirectory(tmp_path).load_checkpoint("best")["agent"]
+    cfg = compose_config(f"algo={algo}", *TINY, *LEARN_EARLY)
+    cartpole = gym.make("CartPole-v1")
+    fresh = instantiate(cfg.algo, observation_space=cartpole.observation_space, action_space=cartpole.action_space,
+                        network=instantiate(cfg.network), total_steps=cfg.train.total_steps)
+    fresh.load_state_dict(state["agent"])
+    for name, tensor in state["agent"]["q_net"].items():
+        torch.testing.assert_close(fresh.q_net.state_dict()[name], tensor)
+    assert fresh.updates == summary["updates"] > 0
+
+
+def test_cli_sweep_over_both_algorithms(tmp_path):
+    result = run_cli("-m", "algo=qr_dqn,iqn", *TINY, f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for job, algo in enumerate(["qr_dqn", "iqn"]):
+        summary = json.loads((tmp_path / str(job) / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["algo"] == algo
+
+
+@pytest.mark.slow  # the same error is checked in-process above; this is the CLI's exit code and line
+def test_cli_iqn_on_pendulum_is_a_clear_error(tmp_path):
+    result = run_cli("algo=iqn", "env=pendulum", *TINY, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: algo=iqn needs a discrete action space")
