@@ -1,18 +1,10 @@
-"""Train an off-policy agent: python train.py algo=iqn env=cartpole [key=value ...]"""
+"""Train an off-policy agent: python train.py algo=iqn env=cartpole [key=value ...]
 
-import sys
+Hydra composes conf/train.yaml (see rl_hydra/cli.py for the entry point and
+rl_hydra/training.py for what a run builds).
+"""
 
-import hydra
-from omegaconf import DictConfig
-
-from rl_hydra.cli import check_group_choices, hydra_task
-
-
-@hydra.main(config_path="conf", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> float:
-    return hydra_task(cfg)
-
+from rl_hydra.cli import main
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:])
     main()

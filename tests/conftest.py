@@ -26,8 +26,8 @@ def compose_config(*overrides: str) -> DictConfig:
 
 
 def run_training(run_dir: Path, *overrides: str) -> dict:
-    """Train in-process through rl_hydra.train.run, the code path train.py takes."""
-    from rl_hydra.train import run
+    """Train in-process through rl_hydra.training.run, the code path train.py takes."""
+    from rl_hydra.training import run
 
     return run(compose_config(*overrides), run_dir)
 

@@ -6,7 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rl_hydra.config import ConfigError
-from rl_hydra.train import build_components
+from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, compose_config
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))

@@ -12,7 +12,7 @@ from rl_hydra.loops.runner import Runner, crossed
 
 def train(runner: Runner) -> None:
     agent, env, buffer = runner.agent, runner.env, runner.buffer
-    obs, _ = env.reset()
+    obs = runner.reset_env()
     while not runner.done:
         warming_up = runner.global_step < agent.learning_starts
         if warming_up:
@@ -23,7 +23,7 @@ def train(runner: Runner) -> None:
         done = terminated | truncated
         # a truncated episode bootstraps from its real last observation, not the reset one
         buffer.add(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated)
-        obs = next_obs
+        obs = runner.obs = next_obs
 
         before = runner.global_step
         after = before + env.num_envs

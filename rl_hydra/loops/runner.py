@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rl_hydra.envs import make_env
+from rl_hydra.envs.state import capture_env_state, restore_env_state
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.metrics import MetricsLogger
 from rl_hydra.runs.run_dir import RunDirectory
@@ -31,6 +32,10 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with train
 
 class TrainingDiverged(RuntimeError):
     """A loss or metric became NaN or infinite."""
+
+
+class StopRequested(Exception):
+    """Ctrl-C or SIGTERM arrived; raised at the next step boundary so the checkpoint is consistent."""
 
 
 def crossed(before: int, after: int, every: int) -> bool:
@@ -50,6 +55,7 @@ class Runner:
         self.last_eval: dict[str, float] | None = None
         self.latest_update: dict[str, torch.Tensor] = {}
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
+        self.started: float | None = None
         n = env.num_envs
         self._episode_return, self._episode_length = np.zeros(n), np.zeros(n, dtype=np.int64)
         self._finished_returns: list[float] = []
@@ -57,6 +63,9 @@ class Runner:
         self.episodes = 0
         self._eval_env = None
         self.metrics: MetricsLogger | None = None
+        self.obs: np.ndarray | None = None   # the loop's current observation, kept for checkpoints
+        self._restored_obs: np.ndarray | None = None
+        self.stop_requested = False
 
     # --- reported by the loop ---------------------------------------------------
     def record_step(self, rewards: np.ndarray, done: np.ndarray) -> None:
@@ -71,6 +80,18 @@ class Runner:
             self._episode_length[done] = 0
         before, self.global_step = self.global_step, self.global_step + len(rewards)
         self._on_steps(before, self.global_step)
+        if self.stop_requested:
+            raise StopRequested
+
+    def reset_env(self) -> np.ndarray:
+        """The first observation for the loop: the restored one on an exact resume, else a reset."""
+        if self._restored_obs is not None:
+            self.obs, self._restored_obs = self._restored_obs, None
+        else:
+            self.obs = self.env.reset()[0]
+            self._episode_return[:] = 0.0
+            self._episode_length[:] = 0
+        return self.obs
 
     def record_update(self, metrics: dict[str, torch.Tensor]) -> None:
         values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()])
@@ -147,21 +168,49 @@ class Runner:
 
     @property
     def elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.started
+        running = 0.0 if self.started is None else time.perf_counter() - self.started
+        return self.elapsed_before + running
 
     # --- checkpoints and summary ----------------------------------------------------
     def state_dict(self, with_buffer: bool) -> dict[str, Any]:
+        """Everything needed to continue exactly: agent, buffer, counters, RNG streams, env."""
         state = {
             "agent": self.agent.state_dict(),
             "runner": {"global_step": self.global_step, "eval_rounds": self.eval_rounds,
                        "best_eval_return": self.best_eval_return, "episodes": self.episodes,
-                       "elapsed": self.elapsed},
+                       "elapsed": self.elapsed, "finished_returns": list(self._finished_returns),
+                       "finished_lengths": list(self._finished_lengths),
+                       "latest_update": dict(self.latest_update)},
             "rng": {"torch": torch.get_rng_state(),
                     "action_space": self.env.action_space.np_random.bit_generator.state},
         }
+        env_state = capture_env_state(self.env) if self.obs is not None else None
+        if env_state is not None:
+            state["env"] = {"state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
+                            "episode_return": torch.from_numpy(self._episode_return.copy()),
+                            "episode_length": torch.from_numpy(self._episode_length.copy())}
         if with_buffer:
             state["buffer"] = self.buffer.state_dict()
         return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.agent.load_state_dict(state["agent"])
+        runner = state["runner"]
+        self.global_step, self.eval_rounds = runner["global_step"], runner["eval_rounds"]
+        self.best_eval_return, self.episodes = runner["best_eval_return"], runner["episodes"]
+        self.elapsed_before = runner["elapsed"]
+        self._finished_returns = list(runner["finished_returns"])
+        self._finished_lengths = list(runner["finished_lengths"])
+        self.latest_update = dict(runner["latest_update"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.env.action_space.np_random.bit_generator.state = state["rng"]["action_space"]
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+        if "env" in state:
+            restore_env_state(self.env, state["env"]["state"])
+            self._restored_obs = state["env"]["obs"].numpy().copy()
+            self._episode_return[:] = state["env"]["episode_return"].numpy()
+            self._episode_length[:] = state["env"]["episode_length"].numpy()
 
     def save_checkpoint(self, name: str, with_buffer: bool | None = None) -> Path:
         if with_buffer is None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,8 @@ from omegaconf import DictConfig
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.loops import off_policy
-from rl_hydra.loops.runner import Runner, TrainingDiverged
+from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
+from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 log = logging.getLogger(__name__)
 
@@ -61,35 +65,66 @@ def pick_loop(agent):
     return off_policy.train
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def stop_at_step_boundary(runner: Runner):
+    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum, frame):
+        if runner.stop_requested:
+            raise KeyboardInterrupt
+        runner.stop_requested = True
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str, Any]:
     """Train one run into `run_dir`; returns the summary (also written to summary.json).
 
-    Raises ConfigError before any step runs when the config cannot work,
-    TrainingDiverged when a loss goes non-finite, KeyboardInterrupt on Ctrl-C/SIGTERM;
-    in the last two cases the run directory keeps a checkpoint and its metrics.
+    With `resume`, continue from `run_dir/checkpoints/last.pt`. Raises ConfigError
+    before any step runs when the config cannot work, TrainingDiverged when a loss
+    goes non-finite, StopRequested after Ctrl-C/SIGTERM; in the last two cases the
+    run directory keeps a good checkpoint and its metrics.
     """
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
+    run_directory = RunDirectory(run_dir)
+    checkpoint = run_directory.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
     runner = Runner(cfg, agent, env, buffer, run_dir)
+    if checkpoint is not None:
+        try:
+            runner.load_state_dict(checkpoint)
+        except (KeyError, RuntimeError, ValueError) as error:
+            raise RunError(f"checkpoint {run_directory.checkpoints / 'last.pt'} does not fit this config "
+                           f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+        log.info("resuming %s at step %d", run_dir, runner.global_step)
     loop = pick_loop(agent)
     try:
-        runner.start()
-        loop(runner)
+        with stop_at_step_boundary(runner):
+            runner.start()
+            loop(runner)
         runner.save_checkpoint("last")
         summary = runner.summary("completed")
     except TrainingDiverged as error:
-        runner.run.write_summary(runner.summary("failed", reason=str(error)))
+        run_directory.write_summary(runner.summary("failed", reason=str(error)))
         raise
-    except KeyboardInterrupt:
+    except StopRequested:
         runner.save_checkpoint("last")
-        runner.run.write_summary(runner.summary("interrupted", reason="interrupted by signal"))
+        run_directory.write_summary(runner.summary("interrupted", reason="stopped by signal"))
         raise
     finally:
         runner.close()
-    runner.run.write_summary(summary)
+    run_directory.write_summary(summary)
     log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s)", summary["eval_return_mean"],
              summary["global_step"], summary["wall_time_s"], summary["steps_per_second"])
     return summary

@@ -1,0 +1,66 @@
+"""Capturing and restoring a vector env's state, for envs where that is safe.
+
+Classic-control envs keep their whole dynamic state in a few plain attributes
+(`state`, `steps_beyond_terminated`, `last_u`, the RNG) plus the TimeLimit
+counter, so a resumed run can continue the very episodes it stopped in. Other
+envs (Box2D, MuJoCo, Atari) hold state in native objects: for them capture
+returns None and a resumed run starts fresh episodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+CAPTURABLE_MODULES = ("gymnasium.envs.classic_control.",)
+_PLAIN = (bool, int, float, type(None))
+
+
+def can_capture(vec_env) -> bool:
+    return all(type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES) for env in vec_env.envs)
+
+
+def _to_checkpoint(value):
+    """Checkpoints hold tensors and plain data only (torch.load weights_only=True)."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_checkpoint(value):
+    return value.numpy().copy() if torch.is_tensor(value) else value
+
+
+def capture_env_state(vec_env) -> list[dict[str, Any]] | None:
+    if not can_capture(vec_env):
+        return None
+    states = []
+    for env in vec_env.envs:
+        core = env.unwrapped
+        attributes = {k: _to_checkpoint(v) for k, v in vars(core).items()
+                      if isinstance(v, (np.ndarray, np.generic, *_PLAIN)) and not k.startswith("_")}
+        wrappers, layer = [], env
+        while isinstance(layer, gym.Wrapper):
+            wrappers.append(getattr(layer, "_elapsed_steps", None))
+            layer = layer.env
+        states.append({"attributes": attributes, "rng": core.np_random.bit_generator.state,
+                       "elapsed_steps": wrappers})
+    return states
+
+
+def restore_env_state(vec_env, states: list[dict[str, Any]]) -> None:
+    for env, state in zip(vec_env.envs, states, strict=True):
+        core = env.unwrapped
+        for key, value in state["attributes"].items():
+            setattr(core, key, _from_checkpoint(value))
+        core.np_random.bit_generator.state = state["rng"]
+        layer = env
+        for elapsed in state["elapsed_steps"]:
+            if elapsed is not None:
+                layer._elapsed_steps = elapsed
+            layer = layer.env

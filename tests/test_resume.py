@@ -1,0 +1,182 @@
+"""Resume restores exactly what was saved; a stopped and resumed run equals an uninterrupted one."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.training import build_components, run
+from tests.conftest import CONF_DIR, ROOT, TINY, compose_config, run_cli
+
+FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
+        "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
+ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq", "env=pendulum"]}
+ALGOS = [a for a in ALGO_ARGS if (CONF_DIR / "algo" / f"{a}.yaml").is_file()]
+
+
+def assert_same(a, b, path="state"):
+    """Recursive exact equality of checkpoint contents (tensors, dicts, lists, plain values)."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), f"{path}: keys {set(a) ^ set(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def stop_at(monkeypatch, step: int):
+    """Make the run receive a stop request once it reaches `step` (as SIGTERM would)."""
+    original = Runner._on_steps
+
+    def on_steps(self, before, after):
+        original(self, before, after)
+        if after >= step:
+            self.stop_requested = True
+
+    monkeypatch.setattr(Runner, "_on_steps", on_steps)
+
+
+def metric_rows(run_dir):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_resume_restores_exactly_the_saved_state(tmp_path, monkeypatch, algo):
+    cfg = compose_config(*FAST, *ALGO_ARGS[algo])
+    stop_at(monkeypatch, 300)
+    with pytest.raises(StopRequested):
+        run(cfg, tmp_path)
+    saved = RunDirectory(tmp_path).load_checkpoint("last")
+    assert saved["runner"]["global_step"] == 300 and "buffer" in saved
+    # a fresh process would build everything anew from the config, then load
+    agent, env, buffer = build_components(cfg, torch.device("cpu"))
+    torch.manual_seed(12345)  # disturb the global stream: resume must restore it
+    restored = Runner(cfg, agent, env, buffer, tmp_path)
+    restored.load_state_dict(saved)
+    restored.obs = restored.reset_env()
+    assert_same(saved, restored.state_dict(with_buffer=True))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch, algo):
+    cfg = compose_config(*FAST, *ALGO_ARGS[algo])
+    uninterrupted = run(cfg, tmp_path / "a")
+    with monkeypatch.context() as patch:
+        stop_at(patch, 300)
+        with pytest.raises(StopRequested):
+            run(cfg, tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["status"] == "interrupted"
+    resumed = run(cfg, tmp_path / "b", resume=True)
+    assert resumed["global_step"] == uninterrupted["global_step"] == 600
+    assert resumed["eval_return_mean"] == uninterrupted["eval_return_mean"]
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
+    final_a = RunDirectory(tmp_path / "a").load_checkpoint("last")["agent"]
+    final_b = RunDirectory(tmp_path / "b").load_checkpoint("last")["agent"]
+    assert_same(final_a, final_b)
+
+
+def test_resume_without_buffer_still_reaches_the_same_global_step(tmp_path, monkeypatch):
+    cfg = compose_config(*FAST, "checkpoint.save_buffer=false")
+    stop_at(monkeypatch, 300)
+    with pytest.raises(StopRequested):
+        run(cfg, tmp_path)
+    assert "buffer" not in RunDirectory(tmp_path).load_checkpoint("last")
+    monkeypatch.undo()
+    assert run(cfg, tmp_path, resume=True)["global_step"] == 600
+    steps = [int(r["step"]) for r in metric_rows(tmp_path)]
+    assert steps == sorted(set(steps)) and steps[-1] == 600
+
+
+def test_a_kill_during_checkpoint_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    directory = RunDirectory(tmp_path)
+    directory.save_checkpoint("last", {"step": torch.tensor(1)})
+
+    def dies_halfway(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # what a kill looks like from inside the writer
+
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        directory.save_checkpoint("last", {"step": torch.tensor(2)})
+    monkeypatch.undo()
+    assert directory.load_checkpoint("last")["step"].item() == 1
+    assert [p.name for p in directory.checkpoints.iterdir()] == ["last.pt"]  # no temp file left
+
+
+def test_corrupt_checkpoint_gives_one_clear_line(tmp_path):
+    directory = RunDirectory(tmp_path)
+    directory.checkpoints.mkdir(parents=True)
+    (directory.checkpoints / "last.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(RunError, match="cannot be read") as error:
+        directory.load_checkpoint("last")
+    assert "\n" not in str(error.value)
+
+
+def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    from rl_hydra.cli import resume_main
+
+    run_dir = tmp_path / "run"
+    cfg = compose_config(*FAST)
+    run(cfg, run_dir)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    cases = [
+        (tmp_path / "missing", [], "is not a run directory"),
+        (run_dir, ["network.hidden_sizes=[8]", "train.total_steps=900"], "does not fit this config"),
+        (run_dir, ["algo=iqn"], "cannot be applied when resuming"),
+        (run_dir, ["train.totl_steps=5"], "train.totl_steps is not a key"),
+    ]
+    for directory, overrides, message in cases:
+        with pytest.raises(SystemExit) as exit_:
+            resume_main(str(directory), overrides)
+        assert exit_.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], (overrides, lines)
+
+
+def test_relaunch_into_a_finished_run_does_not_train_again(tmp_path):
+    from rl_hydra.cli import execute
+
+    cfg = compose_config(*FAST)
+    first = execute(cfg, tmp_path)
+    mtime = (tmp_path / "metrics.csv").stat().st_mtime_ns
+    assert execute(cfg, tmp_path) == first
+    assert (tmp_path / "metrics.csv").stat().st_mtime_ns == mtime
+
+
+def test_sigterm_checkpoints_then_resume_completes(tmp_path):
+    args = [*TINY, "train.total_steps=200000", "train.checkpoint_every=100000", "train.log_every=500",
+            f"hydra.run.dir={tmp_path}"]
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len((tmp_path / "metrics.csv").read_text().splitlines()
+                                         if (tmp_path / "metrics.csv").exists() else []) < 3:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert f"resume with: python train.py resume={tmp_path}" in stderr
+    stopped_at = RunDirectory(tmp_path).load_checkpoint("last")["runner"]["global_step"]
+    assert 0 < stopped_at < 200000
+    result = run_cli(f"resume={tmp_path}", f"train.total_steps={stopped_at + 1000}")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == stopped_at + 1000
+    steps = [int(r["step"]) for r in metric_rows(tmp_path)]
+    assert steps == sorted(set(steps)), "no duplicated step rows"
