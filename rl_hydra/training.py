@@ -43,12 +43,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device):
+    return build(cfg.algo, "algo", observation_space=observation_space, action_space=action_space,
+                 network=build(cfg.network, "network"), device=device,
+                 total_steps=cfg.train.total_steps, seed=cfg.seed)
+
+
 def build_components(cfg: DictConfig, device: torch.device):
     """(agent, env, buffer) for a validated config; checks that they fit together."""
     env = make_env(cfg.env, seed=cfg.seed)
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
-    agent = build(cfg.algo, "algo", **spaces, network=build(cfg.network, "network"), device=device,
-                  total_steps=cfg.train.total_steps, seed=cfg.seed)
+    agent = build_agent(cfg, **spaces, device=device)
     buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed)
     if bool(getattr(agent, "recurrent", False)) != bool(getattr(buffer, "recurrent", False)):
         needs = "a sequence buffer (buffer=sequence)" if agent.recurrent else "a transition buffer (buffer=replay)"

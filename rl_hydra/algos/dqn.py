@@ -33,7 +33,8 @@ class DQN:
                  gamma: float = 0.99, batch_size: int = 64, learning_starts: int = 1000,
                  train_every: int = 4, gradient_steps: int = 1, target_update_every: int = 1000,
                  tau: float = 1.0, double_q: bool = False, loss: str = "huber",
-                 max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None):
+                 max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None,
+                 final_lr_fraction: float = 1.0):
         self.device = torch.device(device)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
@@ -51,6 +52,9 @@ class DQN:
         end = check_float("algo.exploration.end", exploration.get("end"), 0.0, 1.0)
         fraction = check_float("algo.exploration.fraction", exploration.get("fraction"), 0.0, 1.0)
         self.epsilon_schedule = LinearSchedule(start, end, fraction * total_steps)
+        # the learning rate decays linearly to final_lr_fraction * lr at the end of training
+        self.lr_factor = LinearSchedule(1.0, check_float("algo.final_lr_fraction", final_lr_fraction, 0.0, 1.0),
+                                        total_steps - self.learning_starts)
 
         self.observation_dim = flat_dim(observation_space)
         self.num_actions = require_discrete(action_space, self.name)
@@ -58,6 +62,7 @@ class DQN:
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.params = list(self.q_net.parameters())
         self.optimizer = make_optimizer(optimizer, self.params, "algo.optimizer", self.device)
+        self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.rng = np.random.default_rng(seed)
         self.explore_steps = 0   # env steps acted with exploration (after warm-up)
         self.updates = 0
@@ -104,6 +109,10 @@ class DQN:
         return actions, state
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        if self.lr_factor.start != self.lr_factor.end:
+            factor = self.lr_factor(self.explore_steps)
+            for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = base_lr * factor
         loss, metrics = self.loss(batch)
         optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
         self.updates += 1

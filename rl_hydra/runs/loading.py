@@ -1,0 +1,82 @@
+"""A finished (or stopped) run, loaded back from its directory alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.config import ConfigError, resolve_device
+from rl_hydra.envs import make_env
+from rl_hydra.loops.evaluate import evaluate
+from rl_hydra.runs.run_dir import RunDirectory, RunError
+
+CHECKPOINTS = ("best", "last")
+
+
+class Run:
+    """`cfg`, `agent`, `summary`, plus `predict` and `evaluate`, for one run directory."""
+
+    def __init__(self, path: str | Path, checkpoint: str = "best", device: str = "cpu"):
+        from rl_hydra.training import build_agent
+
+        self.path = Path(path)
+        self.directory = RunDirectory(self.path)
+        config_file = self.path / ".hydra" / "config.yaml"
+        if not self.path.is_dir():
+            raise RunError(f"run directory {self.path} does not exist")
+        if not config_file.is_file():
+            raise RunError(f"{self.path} is not a run directory (no .hydra/config.yaml)")
+        if checkpoint not in CHECKPOINTS:
+            raise ConfigError(f"checkpoint={checkpoint!r} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
+        self.cfg: DictConfig = OmegaConf.load(config_file)
+        self.checkpoint = checkpoint
+        self.device = resolve_device(device)
+        state = self.directory.load_checkpoint(checkpoint, map_location=self.device)
+        env = make_env(self.cfg.env, seed=0, num_envs=1)  # for the spaces, wrappers included
+        self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
+        env.close()
+        try:
+            self.agent.load_state_dict(state["agent"])
+        except (KeyError, RuntimeError, ValueError) as error:
+            raise RunError(f"checkpoint {checkpoint}.pt of {self.path} does not fit its config "
+                           f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+        self.step = state["runner"]["global_step"]
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return self.directory.read_summary()
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.agent.recurrent)
+
+    def predict(self, obs, state: Any = None, deterministic: bool = True):
+        """Actions for one observation (obs_dim,) or a batch (n, obs_dim).
+
+        Feed-forward agents return the actions; recurrent agents return
+        (actions, state): pass the state back with the next observation.
+        """
+        obs = np.asarray(obs, dtype=np.float32)
+        single = obs.ndim == 1
+        with torch.no_grad():
+            actions, state = self.agent.act(obs[None] if single else obs, state, explore=not deterministic)
+        actions = actions[0] if single else actions
+        return (actions, state) if self.recurrent else actions
+
+    def evaluate(self, episodes: int = 10, seed: int = 0, render_mode: str | None = None) -> dict[str, Any]:
+        """Greedy episodes on fresh envs built from the run's own config."""
+        env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode)
+        try:
+            returns, lengths = evaluate(self.agent, env, seed)
+        finally:
+            env.close()
+        return {"returns": returns.tolist(), "lengths": lengths.tolist(), "return_mean": float(returns.mean()),
+                "return_std": float(returns.std()), "episodes": episodes, "seed": seed}
+
+
+def load_run(path: str | Path, checkpoint: str = "best", device: str = "cpu") -> Run:
+    return Run(path, checkpoint=checkpoint, device=device)

@@ -1,0 +1,15 @@
+"""Evaluate a run (or every run of a sweep) from its directory alone.
+
+    python scripts/evaluate.py run_dir=outputs/2026-01-01/12-00-00-000000_dqn_cartpole episodes=20
+    python scripts/evaluate.py run_dir=outputs/multirun/2026-01-01/12-00-00-000000 checkpoint=last
+
+Options: conf/evaluate.yaml. Writes <run>/eval/<checkpoint>.json; for a sweep also
+<sweep>/eval/results.csv, results.md and learning_curves.png.
+"""
+
+import sys
+
+from rl_hydra.runs.report import main
+
+if __name__ == "__main__":
+    sys.exit(main())
