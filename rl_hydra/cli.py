@@ -67,7 +67,9 @@ def execute(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, A
 
     directory = RunDirectory(run_dir)
     summary = directory.read_summary()
-    if summary and summary.get("status") == "completed" and summary.get("global_step", 0) >= cfg.train.total_steps:
+    finished = summary and summary.get("status") == "completed" and (
+        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
+    if finished:
         log.info("%s already holds a finished run (step %d); not training again", run_dir, summary["global_step"])
         return summary
     resume = resume or (directory.checkpoints / "last.pt").is_file()

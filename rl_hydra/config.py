@@ -81,6 +81,8 @@ def validate_run_config(cfg: DictConfig) -> None:
     check_int("train.total_steps", cfg.train.total_steps, minimum=1)
     for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):
         check_int(f"train.{key}", cfg.train[key], minimum=1)
+    if cfg.train.get("stop_at_return") is not None:
+        check_float("train.stop_at_return", cfg.train.stop_at_return)
     check_int("env.num_envs", cfg.env.num_envs, minimum=1)
     if cfg.env.get("max_episode_steps") is not None:
         check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)

@@ -125,3 +125,16 @@ def test_dqn_learns_cartpole_quickly(tmp_path):
     summary = run_training(tmp_path, "train.total_steps=12000", "train.eval_every=4000",
                            "train.progress=false", "device=cpu", "checkpoint.save_buffer=false")
     assert summary["best_eval_return_mean"] >= 150, summary
+
+
+def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
+    from rl_hydra.cli import execute
+    from tests.conftest import compose_config
+
+    cfg = compose_config(*TINY, "train.total_steps=3000", "train.eval_every=100", "train.stop_at_return=1.0")
+    summary = execute(cfg, tmp_path)
+    assert summary["solved_at_step"] == 100 and summary["global_step"] == 100
+    assert summary["status"] == "completed" and summary["eval_return_mean"] >= 1.0
+    assert execute(cfg, tmp_path) == summary  # a solved run counts as finished
+    unreachable = run_training(tmp_path / "b", *TINY, "train.stop_at_return=1e9")
+    assert unreachable["solved_at_step"] is None and unreachable["global_step"] == 300

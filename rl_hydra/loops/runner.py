@@ -65,7 +65,9 @@ class Runner:
         self.metrics: MetricsLogger | None = None
         self.obs: np.ndarray | None = None   # the loop's current observation, kept for checkpoints
         self._restored_obs: np.ndarray | None = None
+        self.actor_state: tuple[torch.Tensor, ...] | None = None  # a recurrent actor's state at self.obs, kept too
         self.stop_requested = False
+        self.solved_at: dict[str, float] | None = None  # when an eval reached train.stop_at_return
 
     # --- reported by the loop ---------------------------------------------------
     def record_step(self, rewards: np.ndarray, done: np.ndarray) -> None:
@@ -89,6 +91,7 @@ class Runner:
             self.obs, self._restored_obs = self._restored_obs, None
         else:
             self.obs = self.env.reset()[0]
+            self.actor_state = None
             self._episode_return[:] = 0.0
             self._episode_length[:] = 0
         return self.obs
@@ -104,7 +107,7 @@ class Runner:
 
     @property
     def done(self) -> bool:
-        return self.global_step >= self.train_cfg.total_steps
+        return self.global_step >= self.train_cfg.total_steps or self.solved_at is not None
 
     # --- the schedule ---------------------------------------------------------------
     def start(self) -> None:
@@ -139,6 +142,10 @@ class Runner:
         self.eval_rounds += 1
         self.last_eval = {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
                           "eval/length_mean": float(lengths.mean())}
+        target = self.train_cfg.stop_at_return
+        if target is not None and self.solved_at is None and self.last_eval["eval/return_mean"] >= target:
+            self.solved_at = {"step": self.global_step, "elapsed_s": round(self.elapsed, 3)}
+            log.info("step %d: eval return reached train.stop_at_return=%s; stopping", self.global_step, target)
         if self.last_eval["eval/return_mean"] > self.best_eval_return:
             self.best_eval_return = self.last_eval["eval/return_mean"]
             self.save_checkpoint("best", with_buffer=False)
@@ -180,7 +187,7 @@ class Runner:
                        "best_eval_return": self.best_eval_return, "episodes": self.episodes,
                        "elapsed": self.elapsed, "finished_returns": list(self._finished_returns),
                        "finished_lengths": list(self._finished_lengths),
-                       "latest_update": dict(self.latest_update)},
+                       "latest_update": dict(self.latest_update), "solved_at": self.solved_at},
             "rng": {"torch": torch.get_rng_state(),
                     "action_space": self.env.action_space.np_random.bit_generator.state},
         }
@@ -189,6 +196,8 @@ class Runner:
             state["env"] = {"state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
                             "episode_return": torch.from_numpy(self._episode_return.copy()),
                             "episode_length": torch.from_numpy(self._episode_length.copy())}
+            if self.actor_state is not None:
+                state["env"]["actor_state"] = [s.clone() for s in self.actor_state]
         if with_buffer:
             state["buffer"] = self.buffer.state_dict()
         return state
@@ -202,6 +211,7 @@ class Runner:
         self._finished_returns = list(runner["finished_returns"])
         self._finished_lengths = list(runner["finished_lengths"])
         self.latest_update = dict(runner["latest_update"])
+        self.solved_at = runner.get("solved_at")
         torch.set_rng_state(state["rng"]["torch"])
         self.env.action_space.np_random.bit_generator.state = state["rng"]["action_space"]
         if "buffer" in state:
@@ -211,6 +221,7 @@ class Runner:
             self._restored_obs = state["env"]["obs"].numpy().copy()
             self._episode_return[:] = state["env"]["episode_return"].numpy()
             self._episode_length[:] = state["env"]["episode_length"].numpy()
+            self.actor_state = tuple(state["env"]["actor_state"]) if "actor_state" in state["env"] else None
 
     def save_checkpoint(self, name: str, with_buffer: bool | None = None) -> Path:
         if with_buffer is None:
@@ -230,6 +241,10 @@ class Runner:
             "best_eval_return_mean": self.best_eval_return if math.isfinite(self.best_eval_return) else None,
             "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
+        if self.train_cfg.stop_at_return is not None:
+            summary["stop_at_return"] = self.train_cfg.stop_at_return
+            summary["solved_at_step"] = self.solved_at and self.solved_at["step"]
+            summary["solved_at_s"] = self.solved_at and self.solved_at["elapsed_s"]
         if reason:
             summary["reason"] = reason
         return summary
