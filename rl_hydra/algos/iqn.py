@@ -47,7 +47,8 @@ class IQN(DQN):
     def action_values(self, obs: torch.Tensor, net: nn.Module | None = None) -> torch.Tensor:
         """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
         taus = self.sample_taus(obs.shape[0], self.num_quantile_samples)   # (B, K)
-        return (net or self.q_net)(obs, taus).mean(dim=2)                   # (B, A)
+        net = self.q_net if net is None else net
+        return net(obs, taus).mean(dim=2)                                   # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         batch_size = batch.rewards.shape[0]
