@@ -130,7 +130,7 @@ class Runner:
             self.evaluate()
         if evaluated or crossed(before, after, cfg.log_every):
             self.write_row(with_eval=evaluated)
-        if crossed(before, after, cfg.checkpoint_every) and not final:
+        if crossed(before, after, cfg.checkpoint_every) and not self.done:  # run() saves the final one
             self.save_checkpoint("last")
 
     def evaluate(self) -> dict[str, float]:
