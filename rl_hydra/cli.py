@@ -8,8 +8,8 @@ checkpoint and says how to resume).
 from __future__ import annotations
 
 import logging
-import math
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError
 log = logging.getLogger("rl_hydra")
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
-GROUPS = ("algo", "env", "network", "buffer", "algo_env")
+GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search")
 EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
@@ -84,22 +84,34 @@ def execute(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, A
     except StopRequested:
         raise RunFailed(f"stopped; the last checkpoint is in {run_dir}/checkpoints/last.pt; "
                         f"resume with: python train.py resume={run_dir}", EXIT_INTERRUPTED) from None
+    except Exception as error:  # an env that raised, or a bug: recorded like any failure, traceback kept
+        reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
+        directory.path.mkdir(parents=True, exist_ok=True)
+        (directory.path / "traceback.txt").write_text(traceback.format_exc())
+        directory.write_summary({"status": "failed", "reason": reason})
+        raise RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})",
+                        EXIT_FAILED) from None
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> float:
+def hydra_main(cfg: DictConfig) -> float | None:
     """Train and return the final eval return (what a sweeper optimises).
 
-    In a multirun a failing job records its failure and returns NaN so the other
-    jobs go on; a single run exits non-zero with one line.
+    In a multirun a failing job records its failure and returns None so the other
+    jobs go on (Optuna marks the trial failed; a NaN would crash its sweeper); a
+    single run exits non-zero with one line. Parallel jobs would garble each
+    other's progress bars, so a multirun has none unless train.progress=true is given.
     """
     hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
+        cfg.train.progress = False
     try:
         summary = execute(cfg, Path(hydra_cfg.runtime.output_dir))
     except RunFailed as error:
-        if hydra_cfg.mode == RunMode.MULTIRUN and error.code != EXIT_INTERRUPTED:
+        if multirun and error.code != EXIT_INTERRUPTED:
             log.error("%s", error)
-            return math.nan
+            return None
         fail(str(error), error.code)
     return summary["eval_return_mean"]
 
