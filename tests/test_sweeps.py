@@ -1,0 +1,202 @@
+"""Sweeps: joblib in parallel, jobs that fail alone, re-launches that skip and resume,
+Optuna presets, and the submitit and Ray launchers (each skipped when its extra is missing)."""
+
+import csv
+import importlib.util
+import json
+import shutil
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from rl_hydra.cli import RunFailed, check_group_choices, execute
+from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.training import run
+from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
+
+UPDATES = ["algo.learning_starts=100", "algo.train_every=10", "algo.gradient_steps=2"]
+CRASHING_ENV = "[{_target_:tests.helpers.RaiseAfter,_partial_:true,steps:120}]"
+PRESETS = sorted(p.stem for p in (CONF_DIR / "hparams_search").glob("*.yaml"))
+
+
+def installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def short_names(*constant_keys: str) -> str:
+    """Leave the keys every job shares out of the job directory names (a name has at most 255 bytes)."""
+    keys = ["train.progress", "device", "train.total_steps", "train.eval_every", "train.eval_episodes",
+            "train.checkpoint_every", "train.log_every", *(u.split("=")[0] for u in UPDATES), *constant_keys]
+    return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
+
+
+def sweep(sweep_dir, *args: str, timeout: float = 300) -> str:
+    """Run `train.py -m` with tiny budgets; returns its console output."""
+    result = run_cli("-m", *args, *TINY, f"hydra.sweep.dir={sweep_dir}", timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def summaries(sweep_dir) -> dict[str, dict]:
+    """Job directory name -> its summary.json."""
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
+
+
+def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
+    probe = ("env.wrappers=[{_target_:tests.helpers.RecordTorchThreads,_partial_:true,"
+             "path:'${hydra:runtime.output_dir}/torch_threads.txt'}]")
+    output = sweep(tmp_path, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", probe,
+                   short_names("env.wrappers"))
+    assert "Joblib.Parallel(n_jobs=2" in output
+    runs = summaries(tmp_path)
+    assert sorted(runs) == ["seed=0", "seed=1"]
+    assert all(s["status"] == "completed" and s["global_step"] == 300 for s in runs.values())
+    assert [(tmp_path / name / "torch_threads.txt").read_text() for name in sorted(runs)] == ["1", "1"]
+
+
+def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
+    """One healthy job among three that fail: a diverging lr, an env that raises, and both."""
+    from rl_hydra.runs.report import main as evaluate_main
+
+    output = sweep(tmp_path, "algo.optimizer.lr=1e-3,1e9", f"env.wrappers=[],{CRASHING_ENV}",
+                   "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
+                   short_names("algo.max_grad_norm", "algo.loss"))
+    runs = summaries(tmp_path)
+    healthy = [name for name, s in runs.items() if s["status"] == "completed"]
+    assert healthy == ["algo.optimizer.lr=0.001,env.wrappers=[]"], output[-3000:]
+    assert runs[healthy[0]]["global_step"] == 300
+    assert "non-finite loss" in runs["algo.optimizer.lr=1000000000.0,env.wrappers=[]"]["reason"]
+    crashed = runs[next(name for name in runs if name.startswith("algo.optimizer.lr=0.001,env.wrappers=[{"))]
+    assert crashed == {"status": "failed", "reason": "RuntimeError: env crashed on purpose after 120 steps"}
+    assert "training diverged: non-finite loss" in output
+    assert "run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in" in output
+
+    assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
+    with open(tmp_path / "eval" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(row["failed"] for row in rows if row["failed"]) == sorted(set(runs) - set(healthy))
+    assert [bool(row["mean"]) for row in rows].count(True) == 1
+
+
+def test_an_unexpected_exception_becomes_a_recorded_one_line_failure(tmp_path):
+    cfg = compose_config(*TINY, f"env.wrappers={CRASHING_ENV}")
+    with pytest.raises(RunFailed) as error:
+        execute(cfg, tmp_path)
+    assert error.value.code == 1  # a single run exits 1 with this line; a multirun job logs it
+    assert str(error.value) == ("run failed: RuntimeError: env crashed on purpose after 120 steps "
+                                f"(traceback in {tmp_path}/traceback.txt)")
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+    assert "tests/helpers.py" in (tmp_path / "traceback.txt").read_text()
+
+
+def interrupt_at(run_dir, step: int, monkeypatch) -> None:
+    """Redo a finished job's run so that it stops at `step`, as SIGTERM would stop it: the
+    directory then holds checkpoints/last.pt at that step and an 'interrupted' summary."""
+    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    for name in ("checkpoints", "tb"):
+        shutil.rmtree(run_dir / name)
+    for name in ("summary.json", "metrics.csv"):
+        (run_dir / name).unlink()
+    on_steps = Runner._on_steps
+
+    def stop_once_reached(self, before, after):
+        on_steps(self, before, after)
+        self.stop_requested = after >= step
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Runner, "_on_steps", stop_once_reached)
+        with pytest.raises(StopRequested):
+            run(cfg, run_dir)
+
+
+def test_relaunching_a_sweep_skips_finished_runs_and_resumes_an_interrupted_one(tmp_path, monkeypatch):
+    args = ["seed=0,1", *UPDATES, short_names()]
+    sweep(tmp_path, *args)
+    finished, interrupted = tmp_path / "seed=0", tmp_path / "seed=1"
+    interrupt_at(interrupted, 150, monkeypatch)
+    assert json.loads((interrupted / "summary.json").read_text())["status"] == "interrupted"
+    finished_mtime = (finished / "metrics.csv").stat().st_mtime_ns
+
+    output = sweep(tmp_path, *args)  # the same command again
+    assert f"{finished} already holds a finished run (step 300); not training again" in output
+    assert (finished / "metrics.csv").stat().st_mtime_ns == finished_mtime
+    assert f"resuming {interrupted} at step 150" in output
+    resumed = json.loads((interrupted / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["global_step"] == 300
+    with open(interrupted / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f)]
+    assert steps == sorted(set(steps)) and steps[-1] == 300
+
+
+def compose_with_hydra(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_an_unknown_preset_is_one_line_naming_the_presets(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        check_group_choices(["-m", "+hparams_search=dqn_cartpol"])
+    assert exit_.value.code == 2
+    assert f"choose one of: {', '.join(PRESETS)}" in capsys.readouterr().err
+
+
+needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.hydra_optuna_sweeper", "optuna"),
+                                  reason='needs the optuna extra: pip install -e ".[optuna]"')
+
+
+@needs_optuna
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_preset_maximises_over_keys_its_config_has(preset):
+    cfg = compose_with_hydra(f"+hparams_search={preset}")
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
+    assert sweeper.storage is None and 1 <= sweeper.n_trials <= 20 and sweeper.study_name == preset
+    algo, env = preset.rsplit("_", 1)
+    assert cfg.algo._target_.startswith(f"rl_hydra.algos.{algo}.") and cfg.env.id.lower().startswith(env)
+    missing = [key for key in sweeper.params if OmegaConf.select(cfg, key) is None]
+    assert not missing, f"{preset} searches keys the config does not have: {missing}"
+
+
+@needs_optuna
+def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    # with the preset's sampler seed (0), the two random startup trials draw both lrs
+    output = sweep(tmp_path / "sweep", "+hparams_search=dqn_cartpole", "hydra.sweeper.n_trials=2",
+                   "algo.optimizer.lr=choice(1e-3,1e9)", "algo.gamma=0.99", "algo.batch_size=64",
+                   "algo.exploration.fraction=0.1", "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
+                   f"hydra.sweeper.storage={storage}",
+                   short_names("hparams_search", "algo.gamma", "algo.batch_size", "algo.exploration.fraction",
+                               "algo.max_grad_norm", "algo.loss"))
+    runs = summaries(tmp_path / "sweep")
+    assert {name: s["status"] for name, s in runs.items()} == {
+        "algo.optimizer.lr=0.001": "completed", "algo.optimizer.lr=1000000000.0": "failed"}
+    trials = optuna.load_study(study_name="dqn_cartpole", storage=storage).trials
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "FAIL"]
+    results = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    assert results["best_params"] == {"algo.optimizer.lr": 0.001}
+    assert results["best_value"] == runs["algo.optimizer.lr=0.001"]["eval_return_mean"]
+    assert "Best parameters: {'algo.optimizer.lr': 0.001}" in output
+
+
+@pytest.mark.slow  # three processes one after another (~15 s): over the default suite's budget
+@pytest.mark.skipif(not installed("hydra_plugins.hydra_submitit_launcher", "submitit"),
+                    reason='needs the submitit extra: pip install -e ".[submitit]"')
+def test_submitit_local_runs_two_jobs_one_batch_at_a_time(tmp_path):
+    sweep(tmp_path, "seed=0,1", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1",
+          "hydra.launcher.timeout_min=10", short_names())
+    runs = summaries(tmp_path)
+    assert sorted(runs) == ["seed=0", "seed=1"] and all(s["status"] == "completed" for s in runs.values())
+
+
+@pytest.mark.slow  # starting a local Ray instance alone takes ~15 s
+@pytest.mark.skipif(not installed("hydra_plugins.hydra_ray_launcher", "ray"),
+                    reason='needs the ray extra: pip install -e ".[ray]"')
+def test_ray_launcher_runs_two_jobs_on_a_local_ray_instance(tmp_path):
+    sweep(tmp_path, "seed=0,1", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+          "+hydra.launcher.ray.init.include_dashboard=false", short_names(), timeout=600)
+    runs = summaries(tmp_path)
+    assert sorted(runs) == ["seed=0", "seed=1"] and all(s["status"] == "completed" for s in runs.values())
