@@ -122,9 +122,9 @@ def test_cli_bad_input_prints_one_error_line_and_exits_nonzero(tmp_path, args, m
 
 def test_dqn_learns_cartpole_quickly(tmp_path):
     """A short run with a generous bar: a random policy scores about 20."""
-    summary = run_training(tmp_path, "train.total_steps=12000", "train.eval_every=4000",
+    summary = run_training(tmp_path, "train.total_steps=6000", "train.eval_every=2000",
                            "train.progress=false", "device=cpu", "checkpoint.save_buffer=false")
-    assert summary["best_eval_return_mean"] >= 150, summary
+    assert summary["best_eval_return_mean"] >= 100, summary
 
 
 def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
