@@ -1,0 +1,165 @@
+"""REDQ (Chen et al. 2021): Randomized Ensembled Double Q-learning for continuous actions.
+
+SAC with an ensemble of N critics and many updates per env step. Each critic update
+regresses all N critics onto one target built from the min over a fresh random subset
+of M target critics; the actor ascends the mean over all N critics. The temperature
+alpha is learned toward a target entropy (default -action_dim).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, ClassVar, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rl_hydra.algos.common import flat_dim, make_optimizer, optimizer_step, require_box, update_target
+from rl_hydra.buffers.replay import Batch
+from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+
+
+# --- the math -------------------------------------------------------------------------
+def sample_subset(ensemble_size: int, subset_size: int, generator: torch.Generator | None = None,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+    """M distinct critic indices in [0, N), drawn without replacement: (M,) int64."""
+    return torch.randperm(ensemble_size, generator=generator, device=device)[:subset_size]
+
+
+def redq_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q_subset: torch.Tensor,
+                next_log_prob: torch.Tensor, alpha: torch.Tensor | float, gamma: float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * (min_{i in subset} Q'_i(s', a') - alpha * log pi(a' | s'))."""
+    # rewards, terminated, next_log_prob: (B,); next_q_subset: (B, M); alpha: ()
+    next_value = next_q_subset.min(dim=1).values - alpha * next_log_prob       # (B,)
+    return rewards + gamma * (1.0 - terminated) * next_value                    # (B,)
+
+
+def ensemble_mse(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Sum over critics of each critic's mean squared error to the shared target."""
+    # q_values: (B, N); targets: (B,)
+    return (q_values - targets[:, None]).pow(2).mean(dim=0).sum()              # ()
+
+
+# --- the agent ----------------------------------------------------------------------------
+class REDQ:
+    recurrent: ClassVar[bool] = False
+    name: ClassVar[str] = "redq"
+    metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 network: Mapping[str, Callable[..., nn.Module]],
+                 actor_optimizer: Callable[..., torch.optim.Optimizer],
+                 critic_optimizer: Callable[..., torch.optim.Optimizer],
+                 alpha_optimizer: Callable[..., torch.optim.Optimizer],
+                 *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
+                 ensemble_size: int = 10, subset_size: int = 2, gamma: float = 0.99, tau: float = 0.005,
+                 batch_size: int = 256, learning_starts: int = 5000, train_every: int = 1,
+                 gradient_steps: int = 20, policy_delay: int = 20, initial_alpha: float = 1.0,
+                 learn_alpha: bool = True, target_entropy: float | str = "auto",
+                 max_grad_norm: float | None = None):
+        del total_steps  # REDQ has no schedule over the run
+        self.device = torch.device(device)
+        self.action_dim = require_box(action_space, self.name)
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; "
+                              f"the env has {action_space}")
+        self.observation_dim = flat_dim(observation_space)
+        self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
+        self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
+        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
+        self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
+        self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
+        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
+        self.train_every = check_int("algo.train_every", train_every, minimum=1)
+        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
+        self.policy_delay = check_int("algo.policy_delay", policy_delay, minimum=1)
+        self.learn_alpha = check_choice("algo.learn_alpha", learn_alpha, (True, False))
+        initial_alpha = check_float("algo.initial_alpha", initial_alpha, 0.0, exclusive_min=True)
+        self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
+                               else check_float("algo.target_entropy", target_entropy))
+        self.max_grad_norm = None if max_grad_norm is None else check_float(
+            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
+
+        self.actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
+        self.critic = network["critic"](self.observation_dim + self.action_dim, self.ensemble_size).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
+        self.actor_params = list(self.actor.parameters())
+        self.critic_params = list(self.critic.parameters())
+        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
+        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, "algo.critic_optimizer",
+                                               self.device)
+        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.updates = 0
+        # the actor's metrics between its (delayed) updates are those of its last update
+        self.last_actor_metrics: dict[str, torch.Tensor] = {}
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()                                          # ()
+
+    # --- the agent protocol -------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        unit = self.actor.sample(obs_t, self.generator)[0] if explore else self.actor.mode(obs_t)
+        return self.actor.to_env(unit).cpu().numpy().astype(np.float32, copy=False), state
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        metrics = self.update_critics(batch)
+        if self.updates % self.policy_delay == 0:  # the 1st, (1 + d)-th, ... update
+            self.last_actor_metrics = self.update_actor_and_alpha(batch.obs)
+        self.updates += 1
+        return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
+
+    def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
+        alpha = self.alpha
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor.sample(batch.next_obs, self.generator)  # (B, A), (B,)
+            subset = sample_subset(self.ensemble_size, self.subset_size, self.generator, self.device)  # (M,)
+            next_q = self.critic_target(batch.next_obs, next_actions, members=subset)         # (B, M)
+            targets = redq_target(batch.rewards, batch.terminated, next_q, next_log_prob,
+                                  alpha, self.gamma)                                          # (B,)
+        q_values = self.critic(batch.obs, self.actor.from_env(batch.actions))                 # (B, N)
+        critic_loss = ensemble_mse(q_values, targets)
+        optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
+        update_target(self.critic_target, self.critic, self.tau)
+        return {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean()}
+
+    def update_actor_and_alpha(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        actions, log_prob = self.actor.sample(obs, self.generator)                            # (B, A), (B,)
+        q_mean = self.critic(obs, actions, frozen=True).mean(dim=1)                           # (B,)
+        actor_loss = (self.alpha * log_prob - q_mean).mean()
+        optimizer_step(self.actor_optimizer, actor_loss, self.actor_params, self.max_grad_norm)
+        log_prob = log_prob.detach()
+        if self.learn_alpha:
+            alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
+            optimizer_step(self.alpha_optimizer, alpha_loss, [self.log_alpha], None)
+        return {"actor_loss": actor_loss.detach(), "entropy": -log_prob.mean()}
+
+    def state_dict(self) -> dict:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(),
+                "updates": self.updates, "generator": self.generator.get_state(),
+                "last_actor_metrics": dict(self.last_actor_metrics)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.updates = state["updates"]
+        self.generator.set_state(state["generator"])
+        self.last_actor_metrics = dict(state["last_actor_metrics"])

@@ -1,0 +1,125 @@
+"""Continuous control networks: a squashed-Gaussian actor and a batched critic ensemble.
+
+The actor acts in the unit box [-1, 1]^A (tanh of a Gaussian sample) and rescales to
+the env's Box bounds only at the env boundary; critics see unit-box actions too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rl_hydra.config import check_int
+from rl_hydra.networks.mlp import activation_class, mlp
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)^2), summed over action dimensions.
+
+    Change of variables (SAC, Haarnoja et al. 2018, appendix C):
+    log pi(a) = log N(u) - sum_i log(1 - tanh(u_i)^2), with the stable identity
+    log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
+    """
+    # pre_tanh, mean, log_std: (B, A)
+    z = (pre_tanh - mean) * torch.exp(-log_std)                                  # (B, A)
+    gaussian = -0.5 * z.pow(2) - log_std - 0.5 * LOG_2PI                         # (B, A)
+    log_det = 2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))     # (B, A)
+    return (gaussian - log_det).sum(dim=-1)                                      # (B,)
+
+
+class SquashedGaussianActor(nn.Module):
+    """pi(a | s): tanh of a diagonal Gaussian whose mean and log-std an MLP predicts."""
+
+    def __init__(self, observation_dim: int, action_low: np.ndarray, action_high: np.ndarray,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
+                 log_std_min: float = -20.0, log_std_max: float = 2.0):
+        super().__init__()
+        low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)
+        high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32)
+        self.action_dim = int(low.numel())
+        self.body = mlp(observation_dim, None, hidden_sizes, activation)
+        self.head = nn.Linear(hidden_sizes[-1] if hidden_sizes else observation_dim, 2 * self.action_dim)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_half_range", (high - low) / 2)
+        self.register_buffer("action_low", low)
+        self.register_buffer("action_high", high)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (B, obs_dim) -> mean, log_std (B, A) of the Gaussian before tanh."""
+        mean, log_std = self.head(self.body(obs)).chunk(2, dim=-1)
+        return mean, log_std.clamp(self.log_std_min, self.log_std_max)
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised unit-box action (B, A) and its log-probability (B,)."""
+        mean, log_std = self(obs)                                                    # (B, A)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)     # (B, A)
+        pre_tanh = mean + log_std.exp() * noise                                      # (B, A)
+        return torch.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action tanh(mean) (B, A) in the unit box."""
+        return torch.tanh(self(obs)[0])
+
+    def to_env(self, unit_action: torch.Tensor) -> torch.Tensor:
+        """Unit box [-1, 1] -> the env's [low, high] (clamped against rounding)."""
+        action = self.action_center + self.action_half_range * unit_action
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+    def from_env(self, action: torch.Tensor) -> torch.Tensor:
+        """The env's [low, high] -> unit box [-1, 1]."""
+        return (action - self.action_center) / self.action_half_range
+
+
+class CriticEnsemble(nn.Module):
+    """N independent Q(s, a) MLPs evaluated together: stacked weights and batched matmuls.
+
+    Layer k holds weights (N, in_k, out_k) and biases (N, 1, out_k); one `baddbmm`
+    per layer evaluates every member, so there is no Python loop over critics.
+    """
+
+    def __init__(self, input_dim: int, ensemble_size: int, hidden_sizes: Sequence[int] = (256, 256),
+                 activation: str = "relu"):
+        super().__init__()
+        self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
+        for i, size in enumerate(hidden_sizes):
+            check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
+        sizes = [input_dim, *hidden_sizes, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            # nn.Linear's default init, drawn independently for every member
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(nn.Parameter(torch.empty(ensemble_size, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(ensemble_size, 1, fan_out).uniform_(-bound, bound)))
+        self.activation = activation_class(activation)()
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, members: torch.Tensor | None = None,
+                frozen: bool = False) -> torch.Tensor:
+        """Q-values (B, K) of the K = N members, or of `members` (K,) indices only.
+
+        `frozen` detaches the weights: gradients still reach `actions` (the actor's
+        loss) but no parameter gradients are built for the critics.
+        """
+        weights, biases = list(self.weights), list(self.biases)
+        if members is not None:
+            weights, biases = [w[members] for w in weights], [b[members] for b in biases]
+        if frozen:
+            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
+        x = torch.cat([obs, actions], dim=-1)                                         # (B, in)
+        h = x.expand(weights[0].shape[0], *x.shape)                                   # (K, B, in)
+        for w, b in zip(weights[:-1], biases[:-1]):
+            h = self.activation(torch.baddbmm(b, h, w))                               # (K, B, hidden)
+        # the 1-unit output layer as multiply-and-sum: on CPU a bmm with a single output
+        # column (and its backward) is several times slower than this
+        w_out, b_out = weights[-1].transpose(1, 2), biases[-1].squeeze(-1)           # (K, 1, hidden), (K, 1)
+        q = (h * w_out).sum(dim=-1) + b_out                                           # (K, B)
+        return q.transpose(0, 1)                                                      # (B, K)
