@@ -73,6 +73,7 @@ def test_cli_multirun_sweeps_two_seeds_into_separate_directories(tmp_path):
     assert len(names) == 2 and "seed=0" in names[0] and "seed=1" in names[1]
     assert [json.loads(p.read_text())["seed"] for p in summaries] == [0, 1]
     assert all((p.parent / ".hydra" / "config.yaml").is_file() for p in summaries)
+    assert all("finished: eval return" in (p.parent / "train.log").read_text() for p in summaries)
 
 
 def test_cli_prints_the_composed_config_with_targets():
