@@ -98,6 +98,11 @@ class SequenceBuffer:
             else:
                 self._slide(i)
 
+    def start_episodes(self) -> None:
+        """Every env starts a new episode (the loop reset them): unfinished chunks are dropped."""
+        self.open_length[:] = 0
+        self.open_episode_start[:] = True
+
     def _store(self, i: int) -> None:
         """Copy env i's open chunk, padded with zeros after its last step, into the ring."""
         length = int(self.open_length[i])
@@ -137,11 +142,15 @@ class SequenceBuffer:
         return SequenceBatch(**steps, episode_start=self.episode_start[idx], state=tuple(s[idx] for s in self.states))
 
     def state_dict(self) -> dict:
-        """Stored chunks only: open chunks are dropped, since a loop starts new episodes when it (re)starts."""
+        """Stored chunks and each env's open chunk, so that a resumed run goes on exactly."""
         return {"pos": self.pos, "size": self.size, "generator": self.generator.get_state(),
                 "steps": {key: column[:, : self.size].clone() for key, column in self.steps.items()},
                 "episode_start": self.episode_start[: self.size].clone(),
-                "states": [s[: self.size].clone() for s in self.states]}
+                "states": [s[: self.size].clone() for s in self.states],
+                "open": {key: torch.from_numpy(window.copy()) for key, window in self.open.items()},
+                "open_states": [s.clone() for s in self.open_states],
+                "open_length": torch.from_numpy(self.open_length.copy()),
+                "open_episode_start": torch.from_numpy(self.open_episode_start.copy())}
 
     def load_state_dict(self, state: dict) -> None:
         if state["size"] > self.capacity:
@@ -150,14 +159,22 @@ class SequenceBuffer:
         if saved_length != self.sequence_length:
             raise ValueError(f"buffer holds chunks of {saved_length} steps but buffer.sequence_length="
                              f"{self.sequence_length}")
+        if len(state["open_length"]) != self.num_envs:
+            raise ValueError(f"buffer holds open chunks of {len(state['open_length'])} envs but env.num_envs="
+                             f"{self.num_envs}")
         size = state["size"]
         for key, column in self.steps.items():
             column[:, :size] = state["steps"][key].to(self.device)
         self.episode_start[:size] = state["episode_start"].to(self.device)
-        if state["states"]:
-            self._allocate_states(state["states"])
+        if state["open_states"]:
+            self._allocate_states([s[:, 0] for s in state["open_states"]])
             for stored, saved in zip(self.states, state["states"]):
                 stored[:size] = saved.to(self.device)
+            for open_state, saved in zip(self.open_states, state["open_states"]):
+                open_state.copy_(saved.to(self.device))
+        for key, window in self.open.items():
+            window[:] = state["open"][key].numpy()
+        self.open_length[:] = state["open_length"].numpy()
+        self.open_episode_start[:] = state["open_episode_start"].numpy()
         self.pos, self.size = state["pos"], size
         self.generator.set_state(state["generator"])
-        self.open_length[:], self.open_episode_start[:] = 0, True

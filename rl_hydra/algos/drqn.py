@@ -1,0 +1,114 @@
+"""DRQN (Hausknecht & Stone 2015) trained on stored-state sequences with burn-in (R2D2, Kapturowski et al. 2019).
+
+Q-learning over fixed-length chunks: the LSTM unrolls each chunk from the hidden
+state the actor had at its first step, and every real step t gets the target
+r_t + gamma * Q_target(o_{t+1}, h_{t+1}) from the target network unrolled the same
+way. Exploration, target syncs, the optimizer step and checkpoints are DQN's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.buffers.sequence import SequenceBatch
+from rl_hydra.config import ConfigError, check_int
+from rl_hydra.losses import masked_td_loss, q_learning_targets
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
+                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each step t: the discounted sum of the up to n rewards r_t.. that lie on real steps of
+    the chunk, the discount gamma^h for the bootstrap value (h = how many were summed), and the
+    index t + h - 1 of the last summed step, whose next observation the bootstrap value is of."""
+    # rewards, mask: (T, B); mask is 1 on a prefix of each chunk (its real steps)
+    returns, horizon = torch.zeros_like(rewards), torch.zeros_like(rewards)            # (T, B)
+    for k in range(n):
+        later_rewards = F.pad(rewards[k:], (0, 0, 0, k))                              # (T, B): r_{t+k}
+        later_mask = F.pad(mask[k:], (0, 0, 0, k))                                    # (T, B)
+        returns += gamma**k * later_rewards * later_mask
+        horizon += later_mask
+    steps = torch.arange(len(rewards), device=rewards.device)[:, None]                # (T, 1)
+    last = (steps + horizon.long() - 1).clamp(min=0)                                  # (T, B)
+    return returns, gamma**horizon, last
+
+
+class DRQN(DQN):
+    recurrent: ClassVar[bool] = True
+    name: ClassVar[str] = "drqn"
+
+    def __init__(self, *args: Any, burn_in: int = 0, n_step: int = 1, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.burn_in = check_int("algo.burn_in", burn_in, minimum=0)
+        self.n_step = check_int("algo.n_step", n_step, minimum=1)
+
+    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
+        q_net = network(self.observation_dim, self.num_actions)
+        if not hasattr(q_net, "initial_state"):
+            raise ConfigError(f"algo=drqn needs a recurrent network (network=drqn); "
+                              f"{type(q_net).__name__} carries no state")
+        return q_net
+
+    # --- the hidden state ---------------------------------------------------------
+    def initial_state(self, num_envs: int):
+        return self.q_net.initial_state(num_envs)
+
+    def reset_state(self, state, episode_start: np.ndarray):
+        return self.q_net.reset_state(state, episode_start)
+
+    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        """Greedy (or epsilon-greedy) actions and the next state; `state=None` is the initial state.
+        The network always runs, even for random actions, so the state follows every observation."""
+        n = obs.shape[0]
+        if state is None:
+            state = self.initial_state(n)
+        with torch.no_grad():
+            values, state = self.q_net.act(torch.as_tensor(obs, dtype=torch.float32, device=self.device), state)
+        actions = values.argmax(dim=1).cpu().numpy()
+        if explore:
+            random_rows = self.rng.random(n) < self.epsilon
+            self.explore_steps += n
+            actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+        return actions, state
+
+    # --- the sequence loss --------------------------------------------------------------
+    def unroll(self, batch: SequenceBatch) -> torch.Tensor:
+        """Online values over the chunk, (L + 1, B, A). The first `burn_in` steps only refresh
+        the stored state: no gradient flows back through them, except in chunks that open an
+        episode, whose initial state is exact (zeros) and whose first steps are trained on."""
+        if self.burn_in == 0:
+            return self.q_net(batch.obs, batch.state)[0]
+        head, state = self.q_net(batch.obs[: self.burn_in], batch.state)             # (burn_in, B, A)
+        opens = batch.episode_start[:, None]                                         # (B, 1)
+        state = tuple(torch.where(opens, s, s.detach()) for s in state)              # (B, H) each
+        tail, _ = self.q_net(batch.obs[self.burn_in :], state)                       # (L + 1 - burn_in, B, A)
+        return torch.cat([head, tail])                                               # (L + 1, B, A)
+
+    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        counted = batch.mask.clone()                                                 # (L, B)
+        counted[: self.burn_in] *= batch.episode_start.float()                       # burn-in steps count only in episode openers
+        q_values = self.unroll(batch)                                                # (L + 1, B, A)
+        q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)       # (L, B)
+        with torch.no_grad():
+            returns, discounts, last = n_step_returns(batch.rewards, batch.mask, self.gamma, self.n_step)  # (L, B)
+            at_last = last[..., None].expand(-1, -1, self.num_actions)               # (L, B, A)
+            next_q_target = self.target_net(batch.obs, batch.state)[0][1:].gather(0, at_last)  # (L, B, A)
+            next_q_online = q_values[1:].detach().gather(0, at_last) if self.double_q else None  # (L, B, A)
+            targets = q_learning_targets(returns.flatten(), batch.terminated.gather(0, last).flatten(),
+                                         next_q_target.flatten(0, 1), discounts.flatten(),
+                                         None if next_q_online is None else next_q_online.flatten(0, 1))
+            targets = targets.view_as(q_taken)                                       # (L, B)
+        loss = masked_td_loss(q_taken, targets, counted, self.loss_kind)
+        td_error = (targets - q_taken).detach().abs()                                # (L, B)
+        return loss, {"q_value_mean": masked_mean(q_taken.detach(), counted),
+                      "target_mean": masked_mean(targets, counted),
+                      "td_error_mean": masked_mean(td_error, counted)}

@@ -1,0 +1,57 @@
+"""The recurrent Q-network of DRQN (Hausknecht & Stone 2015): MLP encoder, LSTM core, Q head."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from rl_hydra.config import check_int
+from rl_hydra.networks.mlp import mlp
+
+# The LSTM state (h, c), each (B, lstm_size): batch first, so rows can be stored and reset per env.
+State = tuple[torch.Tensor, torch.Tensor]
+
+
+class RecurrentQNetwork(nn.Module):
+    """Q(o_1..o_t, .): a sequence (T, B, obs_dim) and a state -> values (T, B, num_actions) and the next state."""
+
+    def __init__(self, observation_dim: int, num_actions: int, encoder_sizes: Sequence[int] = (64,),
+                 lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu"):
+        super().__init__()
+        self.lstm_size = check_int("network.lstm_size", lstm_size, minimum=1)
+        self.encoder = mlp(observation_dim, None, encoder_sizes, activation)
+        self.lstm = nn.LSTM(encoder_sizes[-1] if encoder_sizes else observation_dim, lstm_size)
+        self.head = mlp(lstm_size, num_actions, head_sizes, activation)
+
+    def initial_state(self, batch: int) -> State:
+        """The state before an episode's first observation: zeros."""
+        zeros = torch.zeros(batch, self.lstm_size, device=self.head[-1].weight.device)
+        return zeros, zeros.clone()
+
+    def reset_state(self, state: State, episode_start: np.ndarray | torch.Tensor) -> State:
+        """`state` with the rows where a new episode starts replaced by the initial state."""
+        if not episode_start.any():
+            return state
+        start = torch.as_tensor(episode_start, dtype=torch.bool, device=state[0].device)[:, None]  # (B, 1)
+        fresh = self.initial_state(len(start))
+        return tuple(torch.where(start, f, s) for f, s in zip(fresh, state))                       # (B, H) each
+
+    def forward(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        features = self.encoder(obs)                                           # (T, B, E)
+        h, c = state                                                           # (B, H) each
+        outputs, (h, c) = self.lstm(features, (h[None].contiguous(), c[None].contiguous()))  # (T, B, H)
+        return self.head(outputs), (h[0], c[0])                                # (T, B, A), (B, H) each
+
+    def act(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """One step while collecting: obs (B, obs_dim) -> values (B, num_actions) and the next state.
+
+        The same LSTM weights as `forward`, through the single-step cell kernel: on CPU it
+        costs a fraction of a length-1 `nn.LSTM` call, and acting runs it at every env step.
+        """
+        lstm = self.lstm
+        h, c = torch.lstm_cell(self.encoder(obs), state, lstm.weight_ih_l0, lstm.weight_hh_l0,
+                               lstm.bias_ih_l0, lstm.bias_hh_l0)                  # (B, H) each
+        return self.head(h), (h, c)                                            # (B, A)

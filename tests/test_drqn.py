@@ -1,0 +1,328 @@
+"""DRQN: the LSTM Q-network, the sequence buffer, the masked loss, the velocity mask, the recurrent loop."""
+
+from __future__ import annotations
+
+import csv
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.config import ConfigError
+from rl_hydra.algos.drqn import n_step_returns
+from rl_hydra.envs import make_env
+from rl_hydra.envs.wrappers import MaskObservation
+from rl_hydra.loops import recurrent
+from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.losses import masked_td_loss
+from rl_hydra.networks.recurrent import RecurrentQNetwork
+from rl_hydra.training import build_components, pick_loop, run
+from tests.conftest import TINY, compose_config, run_training
+
+OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACTION_SPACE = gym.spaces.Discrete(3)
+
+
+# --- the network ------------------------------------------------------------------------
+
+def test_network_shapes_and_initial_state():
+    net = RecurrentQNetwork(4, 3, encoder_sizes=[8], lstm_size=5)
+    h, c = net.initial_state(2)
+    assert h.shape == c.shape == (2, 5) and not h.any() and not c.any()
+    values, (h, c) = net(torch.randn(7, 2, 4), (h, c))
+    assert values.shape == (7, 2, 3) and h.shape == c.shape == (2, 5)
+
+
+def test_one_step_acting_equals_the_sequence_forward():
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(4, 3, encoder_sizes=[16], lstm_size=8, head_sizes=[8])
+    obs = torch.randn(6, 5, 4)
+    start = (torch.randn(5, 8), torch.randn(5, 8))  # a stored, non-zero state
+    with torch.no_grad():
+        sequence_values, (h_seq, c_seq) = net(obs, start)
+        state, step_values = start, []
+        for t in range(6):
+            values, state = net.act(obs[t], state)
+            step_values.append(values)
+    torch.testing.assert_close(torch.stack(step_values), sequence_values)
+    torch.testing.assert_close(state[0], h_seq)
+    torch.testing.assert_close(state[1], c_seq)
+
+
+def test_reset_state_zeroes_only_the_rows_that_start_an_episode():
+    net = RecurrentQNetwork(4, 2, lstm_size=3)
+    state = (torch.ones(3, 3), torch.full((3, 3), 2.0))
+    h, c = net.reset_state(state, np.array([False, True, False]))
+    assert h[1].eq(0).all() and c[1].eq(0).all()
+    assert h[[0, 2]].eq(1).all() and c[[0, 2]].eq(2).all()
+
+
+# --- the sequence buffer ------------------------------------------------------------------
+
+def feed(buffer: SequenceBuffer, steps: list[tuple[float, bool]], env_rows: int = 1) -> None:
+    """Add steps numbered by their first value: obs = (t, 0), next_obs = (t + 0.5, 0), reward = t,
+    action = t % 3, actor state = t; `done` ends the episode there (terminated)."""
+    for t, done in steps:
+        ones = np.ones(env_rows, dtype=np.float32)
+        buffer.add(np.stack([t * ones, 0 * ones], 1), (t % 3 * ones).astype(np.int64), t * ones,
+                   np.stack([(t + 0.5) * ones, 0 * ones], 1), np.full(env_rows, done), np.zeros(env_rows, bool),
+                   (torch.full((env_rows, 2), float(t)), torch.full((env_rows, 2), -float(t))))
+
+
+def stored(buffer: SequenceBuffer, i: int) -> dict:
+    chunk = {key: column[:, i] for key, column in buffer.steps.items()}
+    return {**chunk, "episode_start": bool(buffer.episode_start[i]), "h": buffer.states[0][i], "c": buffer.states[1][i]}
+
+
+def test_chunks_overlap_by_stride_and_pad_after_the_episode_end():
+    buffer = SequenceBuffer(10, sequence_length=4, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    feed(buffer, [(t, t == 4) for t in range(5)] + [(10 + t, False) for t in range(3)])
+    # episode 0 is steps 0..4: chunk [0 1 2 3] when full, then [2 3 4 pad] at its end; episode 1 has no full chunk yet
+    assert len(buffer) == 2
+    first, second = stored(buffer, 0), stored(buffer, 1)
+    assert first["rewards"].tolist() == [0, 1, 2, 3] and first["mask"].tolist() == [1, 1, 1, 1]
+    assert first["obs"][:, 0].tolist() == [0, 1, 2, 3, 3.5]  # obs[t + 1] is step t's next observation
+    assert second["rewards"].tolist() == [2, 3, 4, 0] and second["mask"].tolist() == [1, 1, 1, 0]
+    assert second["terminated"].tolist() == [0, 0, 1, 0]
+    # padding holds zeros, and every unmasked step belongs to the chunk's own episode
+    assert second["obs"][:, 0].tolist() == [2, 3, 4, 4.5, 0]
+    assert second["actions"].tolist() == [2, 0, 1, 0]
+
+
+def test_episode_start_flags_and_stored_states_are_the_actors():
+    buffer = SequenceBuffer(10, sequence_length=3, stride=1, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    feed(buffer, [(t, t == 3) for t in range(4)] + [(20 + t, False) for t in range(3)])
+    # chunks start at steps 0, 1 (episode 0: full at step 2, end at step 3) and 20 (episode 1)
+    starts = [stored(buffer, i) for i in range(len(buffer))]
+    assert [c["rewards"][0].item() for c in starts] == [0, 1, 20]
+    assert [c["episode_start"] for c in starts] == [True, False, True]
+    # the state stored with each chunk is the one the actor had before the chunk's first step
+    assert [c["h"][0].item() for c in starts] == [0, 1, 20]
+    assert [c["c"][0].item() for c in starts] == [0, -1, -20]
+
+
+def test_envs_assemble_their_own_chunks():
+    buffer = SequenceBuffer(10, sequence_length=2, stride=2, observation_space=OBS_SPACE,
+                            action_space=ACTION_SPACE, num_envs=2)
+    for t in range(3):  # env 0 ends its episode at step 0, env 1 runs on
+        done = np.array([t == 0, False])
+        obs = np.array([[t, 0], [100 + t, 0]], np.float32)
+        buffer.add(obs, np.zeros(2, np.int64), obs[:, 0], obs + 0.5, done, np.zeros(2, bool),
+                   (torch.tensor([[t, t], [100 + t, 100 + t]], dtype=torch.float32), torch.zeros(2, 2)))
+    rewards = sorted(buffer.steps["rewards"][:, i].tolist() for i in range(len(buffer)))
+    assert rewards == [[0, 0], [1, 2], [100, 101]]  # env 0: [0 pad], [1 2]; env 1: [100 101]
+
+
+def test_ring_wraps_around_and_sample_is_time_major():
+    buffer = SequenceBuffer(3, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    feed(buffer, [(t, False) for t in range(10)])  # 5 chunks into 3 slots
+    assert len(buffer) == 3 and buffer.pos == 2
+    firsts = sorted(buffer.steps["rewards"][0].tolist())
+    assert firsts == [4, 6, 8]  # chunks starting at 0 and 2 were overwritten
+    batch = buffer.sample(5)
+    assert batch.obs.shape == (3, 5, 2) and batch.actions.shape == batch.mask.shape == (2, 5)
+    assert batch.actions.dtype == torch.int64 and batch.episode_start.shape == (5,)
+    assert batch.state[0].shape == (5, 2)
+    # a sampled chunk's state matches its first step (the actor state was t at step t)
+    torch.testing.assert_close(batch.state[0][:, 0], batch.rewards[0])
+
+
+def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
+    buffer = SequenceBuffer(4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    feed(buffer, [(t, t % 5 == 4) for t in range(13)])
+    path = tmp_path / "buffer.pt"
+    torch.save(buffer.state_dict(), path)
+    restored = SequenceBuffer(4, sequence_length=3, stride=2, observation_space=OBS_SPACE,
+                              action_space=ACTION_SPACE, seed=99)
+    restored.load_state_dict(torch.load(path, weights_only=True))
+    assert (len(restored), restored.pos) == (len(buffer), buffer.pos)
+    for a, b in zip(buffer.sample(6), restored.sample(6)):
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            torch.testing.assert_close(x, y)
+    # the open chunk came along: the same next steps complete the same chunks
+    feed(buffer, [(20 + t, False) for t in range(3)])
+    feed(restored, [(20 + t, False) for t in range(3)])
+    for key in buffer.steps:
+        torch.testing.assert_close(buffer.steps[key], restored.steps[key])
+    torch.testing.assert_close(buffer.states[0], restored.states[0])
+    wrong = SequenceBuffer(4, sequence_length=5, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    with pytest.raises(ValueError, match="sequence_length=5"):
+        wrong.load_state_dict(buffer.state_dict())
+
+
+# --- the masked loss ------------------------------------------------------------------------
+
+def test_masked_td_loss_ignores_padded_steps_by_hand():
+    q = torch.tensor([[0.0, 1.0], [2.0, 0.0]], requires_grad=True)   # (T=2, B=2)
+    targets = torch.tensor([[0.5, 1.0], [100.0, 3.0]])
+    mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])                    # step 1 of sequence 0 is padding
+    # counted: Huber(0.5) = 0.125, Huber(0) = 0, Huber(3) = 2.5 -> mean over 3 steps
+    loss = masked_td_loss(q, targets, mask, "huber")
+    torch.testing.assert_close(loss, torch.tensor((0.125 + 0.0 + 2.5) / 3))
+    loss.backward()
+    assert q.grad[1, 0] == 0  # the padded step gets no gradient
+    torch.testing.assert_close(masked_td_loss(q, targets, mask, "mse"), torch.tensor((0.25 + 0 + 9) / 3))
+
+
+def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
+    rewards = torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 0.0]])   # (T=4, B=2)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])         # sequence 1 ends after 3 steps
+    returns, discounts, last = n_step_returns(rewards, mask, gamma=0.5, n=2)
+    # t=0: 1 + 0.5 * 2 = 2, bootstrapped with 0.5^2 from step 1's next observation; t=3: only r_3 is left
+    assert returns[:, 0].tolist() == [2.0, 3.5, 5.0, 4.0] and returns[:3, 1].tolist() == [20.0, 35.0, 30.0]
+    assert discounts[:, 0].tolist() == [0.25, 0.25, 0.25, 0.5] and discounts[:3, 1].tolist() == [0.25, 0.25, 0.5]
+    assert last[:, 0].tolist() == [1, 2, 3, 3] and last[:3, 1].tolist() == [1, 2, 2]
+    one_step = n_step_returns(rewards, mask, gamma=0.5, n=1)
+    assert torch.equal(one_step[0], rewards * mask) and one_step[2][:, 0].tolist() == [0, 1, 2, 3]
+
+
+def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
+    cfg = compose_config("algo=drqn", "env=cartpole_novel", "algo.burn_in=2", "device=cpu")
+    agent, env, _ = build_components(cfg, torch.device("cpu"))
+    env.close()
+    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
+                            action_space=env.single_action_space)
+    state = agent.initial_state(1)
+    for t in range(9):  # one episode: chunks [0..3] (opener), [2..5], [4..7], [6 7 8 pad]
+        obs = np.full((1, 4), t / 10, np.float32)
+        buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
+    batch = buffer.sample(16)
+    loss, _ = agent.loss(batch)
+
+    def changed(step, rows):
+        rewards = batch.rewards.clone()
+        rewards[step, rows] += 50.0
+        return agent.loss(batch._replace(rewards=rewards))[0]
+
+    last = batch.mask[-1] == 0
+    torch.testing.assert_close(changed(-1, last), loss)  # padded steps are not counted
+    later = ~batch.episode_start
+    torch.testing.assert_close(changed(0, later), loss)  # burn-in steps of later chunks are not counted
+    assert batch.episode_start.any() and later.any() and last.any()
+    assert changed(0, batch.episode_start) > loss + 1.0  # the opener's first steps are trained on
+
+
+# --- the velocity mask ----------------------------------------------------------------------------
+
+def test_mask_observation_zeroes_the_listed_components():
+    env = MaskObservation(gym.make("CartPole-v1"), indices=[1, 3])
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = env.step(1)
+    assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
+    assert env.observation_space.low[1] == env.observation_space.high[1] == 0
+    assert env.observation_space.contains(obs)
+    with pytest.raises(ConfigError, match=r"indices\[1\]=4 is out of range"):
+        MaskObservation(gym.make("CartPole-v1"), indices=[0, 4])
+
+
+def test_cartpole_novel_env_config_masks_velocities():
+    env = make_env(compose_config("env=cartpole_novel").env, seed=3, num_envs=2)
+    obs, *_ = env.step(np.array([0, 1]))
+    assert (obs[:, [1, 3]] == 0).all() and (obs[:, [0, 2]] != 0).all()
+    env.close()
+
+
+# --- configs that cannot work -------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, message", [
+    (["buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); ReplayBuffer"),
+    (["buffer.sequence_length=0"], "buffer.sequence_length=0 is out of range"),
+    (["buffer.stride=20"], "buffer.stride=20 is out of range"),
+    (["algo.burn_in=-1"], "algo.burn_in=-1 is out of range"),
+    (["network=dqn"], "algo=drqn needs a recurrent network (network=drqn)"),
+])
+def test_bad_configs_fail_while_building(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        build_components(compose_config("algo=drqn", *overrides), torch.device("cpu"))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algo.burn_in=16"], "algo.burn_in=16 must be < buffer.sequence_length=16"),
+    (["algo.burn_in=4", "buffer.sequence_length=8", "buffer.stride=8"],
+     "algo.burn_in=4 must be <= buffer.sequence_length - buffer.stride = 0"),
+])
+def test_burn_in_that_leaves_nothing_to_learn_fails_before_any_step(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_training(tmp_path, "algo=drqn", *overrides, *TINY)
+    assert not (tmp_path / "summary.json").exists()
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows == []  # not a single step ran
+
+
+# --- the recurrent loop --------------------------------------------------------------------
+
+def test_the_loop_is_picked_from_the_agent_not_its_name():
+    cfg = compose_config("algo=drqn", "device=cpu")
+    agent, env, _ = build_components(cfg, torch.device("cpu"))
+    env.close()
+    assert pick_loop(agent) is recurrent.train
+    agent.recurrent = False
+    assert pick_loop(agent) is not recurrent.train
+
+
+def test_collected_chunks_start_from_the_actor_state(tmp_path):
+    # no updates (learning_starts > total_steps), so the network that acted is the one we replay
+    cfg = compose_config("algo=drqn", "env=cartpole_novel", *TINY, "algo.learning_starts=100000",
+                         "buffer.sequence_length=6", "buffer.stride=3", "train.total_steps=200")
+    agent, env, buffer = build_components(cfg, torch.device("cpu"))
+    runner = Runner(cfg, agent, env, buffer, tmp_path)
+    runner.start()
+    recurrent.train(runner)
+    runner.close()
+    checked = 0
+    for i in range(len(buffer) - 1):
+        h, c = buffer.states[0][i], buffer.states[1][i]
+        if buffer.episode_start[i]:  # a new episode starts from the initial (zero) state
+            assert not h.any() and not c.any()
+        if not buffer.episode_start[i + 1]:  # chunk i + 1 starts 3 steps later in the same episode
+            obs = buffer.steps["obs"][:3, i, None]
+            with torch.no_grad():
+                _, (h, c) = agent.q_net(obs, (h[None], c[None]))
+            torch.testing.assert_close(h[0], buffer.states[0][i + 1])
+            torch.testing.assert_close(c[0], buffer.states[1][i + 1])
+            checked += 1
+    assert checked > 10 and buffer.episode_start[: len(buffer)].sum() > 3
+
+
+@pytest.mark.parametrize("env", ["cartpole_novel", "cartpole"])
+def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env):
+    summary = run_training(tmp_path, "algo=drqn", f"env={env}", *TINY, "algo.learning_starts=100",
+                           "algo.train_every=50", "algo.gradient_steps=2", "algo.burn_in=2", "algo.batch_size=4")
+    assert summary["status"] == "completed" and summary["global_step"] == 300 and summary["updates"] == 10
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows[-1]["train/loss"] and rows[-1]["eval/return_mean"]
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["buffer"]["size"] > 0 and len(checkpoint["buffer"]["states"]) == 2
+
+
+def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch):
+    # stopped mid-episode at step 307: the actor's state and the open chunks must carry over
+    cfg = compose_config("algo=drqn", "env=cartpole_novel", *TINY, "train.total_steps=500", "train.eval_every=250",
+                         "train.checkpoint_every=100", "algo.learning_starts=60", "algo.train_every=20",
+                         "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2")
+    uninterrupted = run(cfg, tmp_path / "a")
+    original = Runner._on_steps
+
+    def stop_at_307(self, before, after):
+        original(self, before, after)
+        self.stop_requested = self.stop_requested or after >= 307
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Runner, "_on_steps", stop_at_307)
+        with pytest.raises(StopRequested):
+            run(cfg, tmp_path / "b")
+    saved = RunDirectory(tmp_path / "b").load_checkpoint("last")
+    assert saved["env"]["actor_state"][0].any() and saved["buffer"]["open_length"].item() > 0
+    resumed = run(cfg, tmp_path / "b", resume=True)
+    assert resumed["eval_return_mean"] == uninterrupted["eval_return_mean"]
+    final_a = RunDirectory(tmp_path / "a").load_checkpoint("last")
+    final_b = RunDirectory(tmp_path / "b").load_checkpoint("last")
+    for key, value in final_a["agent"]["q_net"].items():
+        assert torch.equal(value, final_b["agent"]["q_net"][key]), key
+    for key, value in final_a["buffer"]["steps"].items():
+        assert torch.equal(value, final_b["buffer"]["steps"][key]), key
