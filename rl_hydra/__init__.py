@@ -6,7 +6,22 @@
     action = run.predict(observation)
 """
 
-from rl_hydra.api import compose_train_config, train
-from rl_hydra.runs.loading import Run, load_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rl_hydra.api import compose_train_config, train
+    from rl_hydra.runs.loading import Run, load_run
 
 __all__ = ["Run", "compose_train_config", "load_run", "train"]
+_HOMES = {"Run": "rl_hydra.runs.loading", "load_run": "rl_hydra.runs.loading",
+          "compose_train_config": "rl_hydra.api", "train": "rl_hydra.api"}
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: `python train.py -m ...` starts without torch in the launching process
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'rl_hydra' has no attribute {name!r}")

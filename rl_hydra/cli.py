@@ -20,7 +20,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError
-from rl_hydra.loops.runner import StopRequested, TrainingDiverged
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 log = logging.getLogger("rl_hydra")
@@ -62,7 +61,11 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
 
 def execute(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
     """Train into run_dir, or skip it if it already holds a finished run, or continue an
-    interrupted one found there (a re-launched sweep). Errors become RunFailed."""
+    interrupted one found there (a re-launched sweep). Errors become RunFailed.
+
+    Torch is imported here, in the job, so that the process launching a parallel sweep
+    stays light (its workers import what they train with)."""
+    from rl_hydra.loops.runner import StopRequested, TrainingDiverged
     from rl_hydra.training import run
 
     directory = RunDirectory(run_dir)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-import torch
 from omegaconf import DictConfig
 
 
@@ -61,8 +60,10 @@ def _bounds(minimum, maximum, kind: str, exclusive_min: bool = False) -> str:
     return f"expected {kind}" + (f" {' and '.join(parts)}" if parts else "")
 
 
-def resolve_device(name: Any) -> torch.device:
+def resolve_device(name: Any) -> "torch.device":
     """Map the `device` key (auto | cpu | cuda[:N]) to a torch.device that exists."""
+    import torch  # here, not at the top: the launcher process of a sweep never needs torch
+
     if not isinstance(name, str) or not (name in ("auto", "cpu") or name.split(":")[0] == "cuda"):
         raise ConfigError(f"device={name!r} is not allowed; choose one of: auto, cpu, cuda")
     if name == "auto":

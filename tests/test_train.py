@@ -2,12 +2,14 @@
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from rl_hydra.config import ConfigError
-from tests.conftest import TINY, run_cli, run_training
+from tests.conftest import ROOT, TINY, run_cli, run_training
 
 SUMMARY_KEYS = {"status", "algo", "env", "seed", "global_step", "eval_return_mean", "eval_return_std",
                 "best_eval_return_mean", "wall_time_s", "steps_per_second"}
@@ -139,3 +141,9 @@ def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp
     assert execute(cfg, tmp_path) == summary  # a solved run counts as finished
     unreachable = run_training(tmp_path / "b", *TINY, "train.stop_at_return=1e9")
     assert unreachable["solved_at_step"] is None and unreachable["global_step"] == 300
+
+
+def test_the_launching_process_does_not_import_torch():
+    # a parallel sweep's parent only composes configs; its workers import torch themselves
+    code = "import sys, rl_hydra, rl_hydra.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

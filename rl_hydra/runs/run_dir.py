@@ -6,9 +6,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class RunError(RuntimeError):
@@ -42,11 +43,15 @@ class RunDirectory:
         self.tensorboard = self.path / "tb"
 
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
+        import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
+
         path = self.checkpoints / f"{name}.pt"
         atomic_write_bytes(path, lambda f: torch.save(state, f))
         return path
 
     def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
+        import torch
+
         path = self.checkpoints / f"{name}.pt"
         if not path.is_file():
             raise RunError(f"no checkpoint {path}; a run directory has checkpoints/last.pt (and best.pt)")
