@@ -16,7 +16,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from rl_hydra.config import ConfigError, resolve_device, validate_run_config
+from rl_hydra.algos.common import compile_pure_methods
+from rl_hydra.config import ConfigError, check_choice, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.loops import off_policy
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
@@ -62,6 +63,42 @@ def build_components(cfg: DictConfig, device: torch.device):
     return agent, env, buffer
 
 
+def check_compile(cfg: DictConfig) -> bool:
+    return check_choice("compile", cfg.get("compile", False), (True, False))
+
+
+def compiles(agent_or_class) -> bool:
+    """Whether `compile=true` applies: the agent declares pure `compiled_methods` and is not
+    recurrent (torch.compile would leave the LSTM of a recurrent loss eager)."""
+    return bool(getattr(agent_or_class, "compiled_methods", ())) and not getattr(agent_or_class, "recurrent", False)
+
+
+def compile_agent(agent) -> None:
+    """`compile=true`: torch.compile the agent's pure loss functions (see compile_pure_methods)."""
+    if not compiles(agent):
+        raise ConfigError(f"compile=true is not supported by algo={agent.name}; "
+                          f"it works with algo={', '.join(algos_that_compile())}")
+    compile_pure_methods(agent)
+
+
+def algos_that_compile() -> list[str]:
+    """The algo options (conf/algo/*.yaml) whose agent class compiles."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from rl_hydra.cli import CONF_DIR
+
+    names = []
+    for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
+        try:
+            agent_class = get_class(OmegaConf.load(path)["_target_"])
+        except Exception:  # noqa: BLE001 - an algo that does not even import does not compile either
+            continue
+        if compiles(agent_class):
+            names.append(path.stem)
+    return names
+
+
 def pick_loop(agent):
     """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
     if agent.recurrent:
@@ -99,12 +136,15 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
     run directory keeps a good checkpoint and its metrics.
     """
     validate_run_config(cfg)
+    compile_update = check_compile(cfg)
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     run_directory = RunDirectory(run_dir)
     checkpoint = run_directory.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
+    if compile_update:
+        compile_agent(agent)
     runner = Runner(cfg, agent, env, buffer, run_dir)
     if checkpoint is not None:
         try:

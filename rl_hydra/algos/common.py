@@ -77,6 +77,18 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
     return total_norm
 
 
+def compile_pure_methods(agent) -> None:
+    """Wrap each of the agent's `compiled_methods` in torch.compile.
+
+    Those methods are pure tensor functions (forward passes, targets, the loss; autograd
+    runs their compiled backward too) whose random draws are made by the caller and passed
+    in. The optimiser step, schedules, counters and target syncs stay eager: they change
+    Python state every update, which would make torch.compile trace again and again.
+    """
+    for name in agent.compiled_methods:
+        setattr(agent, name, torch.compile(getattr(agent, name)))
+
+
 @torch.no_grad()
 def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""

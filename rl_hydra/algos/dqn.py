@@ -26,6 +26,7 @@ class DQN:
     recurrent: ClassVar[bool] = False
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
+    compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],

@@ -25,6 +25,7 @@ from rl_hydra.losses import quantile_huber_loss
 class IQN(DQN):
     name: ClassVar[str] = "iqn"
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+    compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
 
     def __init__(self, *args, num_tau_samples: int = 64, num_tau_prime_samples: int = 64,
                  num_quantile_samples: int = 32, kappa: float = 1.0, seed: int = 0, **kwargs):
@@ -44,21 +45,29 @@ class IQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation_dim, self.num_actions)
 
-    def action_values(self, obs: torch.Tensor, net: nn.Module | None = None) -> torch.Tensor:
+    def action_values(self, obs: torch.Tensor, net: nn.Module | None = None,
+                      taus: torch.Tensor | None = None) -> torch.Tensor:
         """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
-        taus = self.sample_taus(obs.shape[0], self.num_quantile_samples)   # (B, K)
+        if taus is None:
+            taus = self.sample_taus(obs.shape[0], self.num_quantile_samples)   # (B, K)
         net = self.q_net if net is None else net
         return net(obs, taus).mean(dim=2)                                   # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        # every fraction is drawn here, so that quantile_loss is a pure function (compile=true)
         batch_size = batch.rewards.shape[0]
+        next_taus = self.sample_taus(batch_size, self.num_quantile_samples)               # (B, K)
+        tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)             # (B, N')
+        taus = self.sample_taus(batch_size, self.num_tau_samples)                         # (B, N)
+        return self.quantile_loss(batch, next_taus, tau_primes, taus)
+
+    def quantile_loss(self, batch: Batch, next_taus: torch.Tensor, tau_primes: torch.Tensor,
+                      taus: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             selector = self.q_net if self.double_q else self.target_net
-            next_actions = self.action_values(batch.next_obs, selector).argmax(dim=1)      # (B,)
-            tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)         # (B, N')
-            next_quantiles = taken(self.target_net(batch.next_obs, tau_primes), next_actions)  # (B, N')
+            next_actions = self.action_values(batch.next_obs, selector, next_taus).argmax(dim=1)  # (B,)
+            next_quantiles = taken(self.target_net(batch.next_obs, tau_primes), next_actions)   # (B, N')
             targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N')
-        taus = self.sample_taus(batch_size, self.num_tau_samples)                         # (B, N)
         quantiles = taken(self.q_net(batch.obs, taus), batch.actions)                      # (B, N)
         loss = quantile_huber_loss(quantiles, targets, taus, self.kappa)
         return loss, distribution_metrics(quantiles, targets)

@@ -47,6 +47,7 @@ class REDQ:
     recurrent: ClassVar[bool] = False
     name: ClassVar[str] = "redq"
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
+    compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Mapping[str, Callable[..., nn.Module]],
@@ -118,29 +119,44 @@ class REDQ:
         return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
 
     def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
-        alpha = self.alpha
-        with torch.no_grad():
-            next_actions, next_log_prob = self.actor.sample(batch.next_obs, self.generator)  # (B, A), (B,)
-            subset = sample_subset(self.ensemble_size, self.subset_size, self.generator, self.device)  # (M,)
-            next_q = self.critic_target(batch.next_obs, next_actions, members=subset)         # (B, M)
-            targets = redq_target(batch.rewards, batch.terminated, next_q, next_log_prob,
-                                  alpha, self.gamma)                                          # (B,)
-        q_values = self.critic(batch.obs, self.actor.from_env(batch.actions))                 # (B, N)
-        critic_loss = ensemble_mse(q_values, targets)
+        # the random draws happen here, so that critic_loss is a pure function (compile=true)
+        next_noise = self.standard_normal(batch.next_obs.shape[0])                          # (B, A)
+        subset = sample_subset(self.ensemble_size, self.subset_size, self.generator, self.device)  # (M,)
+        critic_loss, q_values = self.critic_loss(batch, next_noise, subset, self.alpha)     # (), (B, N)
         optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
         update_target(self.critic_target, self.critic, self.tau)
         return {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean()}
 
+    def critic_loss(self, batch: Batch, next_noise: torch.Tensor, subset: torch.Tensor,
+                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ensemble's summed MSE to the REDQ target, and the critics' Q-values (B, N)."""
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor.sample(batch.next_obs, noise=next_noise)  # (B, A), (B,)
+            next_q = self.critic_target(batch.next_obs, next_actions, members=subset)         # (B, M)
+            targets = redq_target(batch.rewards, batch.terminated, next_q, next_log_prob,
+                                  alpha, self.gamma)                                          # (B,)
+        q_values = self.critic(batch.obs, self.actor.from_env(batch.actions))                 # (B, N)
+        return ensemble_mse(q_values, targets), q_values
+
     def update_actor_and_alpha(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        actions, log_prob = self.actor.sample(obs, self.generator)                            # (B, A), (B,)
-        q_mean = self.critic(obs, actions, frozen=True).mean(dim=1)                           # (B,)
-        actor_loss = (self.alpha * log_prob - q_mean).mean()
+        actor_loss, log_prob = self.actor_loss(obs, self.standard_normal(obs.shape[0]), self.alpha)
         optimizer_step(self.actor_optimizer, actor_loss, self.actor_params, self.max_grad_norm)
         log_prob = log_prob.detach()
         if self.learn_alpha:
             alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
             optimizer_step(self.alpha_optimizer, alpha_loss, [self.log_alpha], None)
         return {"actor_loss": actor_loss.detach(), "entropy": -log_prob.mean()}
+
+    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor,
+                   alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """E[alpha * log pi(a | s) - mean_i Q_i(s, a)] with a = tanh(mean + std * noise), and log pi (B,)."""
+        actions, log_prob = self.actor.sample(obs, noise=noise)                               # (B, A), (B,)
+        q_mean = self.critic(obs, actions, frozen=True).mean(dim=1)                           # (B,)
+        return (alpha * log_prob - q_mean).mean(), log_prob
+
+    def standard_normal(self, batch_size: int) -> torch.Tensor:
+        """Noise for `batch_size` reparameterised actions: (B, A) from the agent's generator."""
+        return torch.randn((batch_size, self.action_dim), generator=self.generator, device=self.device)
 
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),

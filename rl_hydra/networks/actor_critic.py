@@ -57,11 +57,13 @@ class SquashedGaussianActor(nn.Module):
         mean, log_std = self.head(self.body(obs)).chunk(2, dim=-1)
         return mean, log_std.clamp(self.log_std_min, self.log_std_max)
 
-    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised unit-box action (B, A) and its log-probability (B,)."""
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised unit-box action (B, A) and its log-probability (B,);
+        `noise` (B, A) standard normal draws, drawn here from `generator` if not given."""
         mean, log_std = self(obs)                                                    # (B, A)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)     # (B, A)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device)  # (B, A)
         pre_tanh = mean + log_std.exp() * noise                                      # (B, A)
         return torch.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
 

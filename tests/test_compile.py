@@ -1,0 +1,62 @@
+"""`compile=true`: checked like any key, refused for agents without compilable methods,
+and the same numbers as eager updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rl_hydra.config import ConfigError
+from rl_hydra.training import build_components, compile_agent, seed_everything
+from tests.conftest import TINY, compose_config, run_training
+
+SMALL = {"dqn": ["network.hidden_sizes=[32,32]"], "qr_dqn": ["network.hidden_sizes=[32,32]"],
+         "iqn": ["network.hidden_sizes=[32]", "network.head_hidden_sizes=[32]"],
+         "redq": ["network.actor.hidden_sizes=[32,32]", "network.critic.hidden_sizes=[32,32]"]}
+ENVS = {"dqn": "cartpole", "qr_dqn": "cartpole", "iqn": "cartpole", "redq": "pendulum"}
+
+
+def test_bad_compile_value_is_one_config_error_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^compile='maybe' is not allowed; choose one of: True, False$"):
+        run_training(tmp_path, *TINY, "compile=maybe")
+
+
+def test_agent_without_compilable_methods_is_refused_with_the_algos_that_have_them():
+    class RecurrentAgent:
+        name, recurrent, compiled_methods = "lstm_thing", True, ("loss",)
+
+    with pytest.raises(ConfigError) as error:
+        compile_agent(RecurrentAgent())
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("compile=true is not supported by algo=lstm_thing")
+    assert "dqn, iqn, qr_dqn, redq" in message
+
+
+def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
+    cfg = compose_config(f"algo={algo}", f"env={ENVS[algo]}", "device=cpu", *SMALL[algo])
+    seed_everything(0)
+    agent, env, buffer = build_components(cfg, torch.device("cpu"))
+    obs = env.reset()[0]
+    for _ in range(200):
+        actions = env.action_space.sample()
+        next_obs, rewards, terminated, truncated, _ = env.step(actions)
+        buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
+        obs = next_obs
+    if compiled:
+        compile_agent(agent)
+    return agent, [buffer.sample(agent.batch_size) for _ in range(num_batches)]
+
+
+@pytest.mark.parametrize("algo", ["dqn", pytest.param("qr_dqn", marks=pytest.mark.slow),
+                                  pytest.param("iqn", marks=pytest.mark.slow),
+                                  pytest.param("redq", marks=pytest.mark.slow)])
+def test_compiled_updates_give_the_eager_numbers(algo):
+    eager, batches = agent_and_batches(algo, compiled=False)
+    compiled, same_batches = agent_and_batches(algo, compiled=True)
+    for batch, same_batch in zip(batches, same_batches):
+        assert torch.equal(batch.obs, same_batch.obs)
+        expected, got = eager.update(batch), compiled.update(same_batch)
+        assert expected.keys() == got.keys()
+        for key in expected:
+            np.testing.assert_allclose(float(got[key]), float(expected[key]), rtol=1e-4, atol=1e-5, err_msg=key)
