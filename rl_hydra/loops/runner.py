@@ -38,6 +38,11 @@ class StopRequested(Exception):
     """Ctrl-C or SIGTERM arrived; raised at the next step boundary so the checkpoint is consistent."""
 
 
+def is_on_host(value) -> bool:
+    """Whether reading `value` costs no device sync (a number, or a CPU tensor)."""
+    return not torch.is_tensor(value) or value.device.type == "cpu"
+
+
 def crossed(before: int, after: int, every: int) -> bool:
     """True when a multiple of `every` lies in (before, after]."""
     return after // every > before // every
@@ -54,6 +59,7 @@ class Runner:
         self.best_eval_return = -math.inf
         self.last_eval: dict[str, float] | None = None
         self.latest_update: dict[str, torch.Tensor] = {}
+        self._first_bad_update: torch.Tensor | None = None  # on the device: -1, or the first non-finite update
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         n = env.num_envs
@@ -72,6 +78,7 @@ class Runner:
     # --- reported by the loop ---------------------------------------------------
     def record_step(self, rewards: np.ndarray, done: np.ndarray) -> None:
         """Account for one vector step (num_envs env steps) and run whatever falls due."""
+        self.check_device_updates()
         self._episode_return += rewards
         self._episode_length += 1
         if done.any():
@@ -97,13 +104,40 @@ class Runner:
         return self.obs
 
     def record_update(self, metrics: dict[str, torch.Tensor]) -> None:
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()])
-        if not bool(torch.isfinite(values).all()):
-            bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
-            raise TrainingDiverged(f"non-finite {', '.join(bad)} at step {self.global_step} "
-                                   f"(update {getattr(self.agent, 'updates', '?')}); "
-                                   f"try a lower algo.optimizer.lr or enable algo.max_grad_norm")
+        """Keep an update's metrics; a NaN or infinite one stops the run (TrainingDiverged).
+
+        Values on the host are checked at once. Reading a flag back from an accelerator
+        would make the host wait for every update, so there the check stays on the device
+        (the number of the first bad update) and `check_device_updates` reads it once per
+        env step, i.e. once per training phase; the error still names that exact update.
+        """
         self.latest_update = metrics
+        update = getattr(self.agent, "updates", 0)
+        on_host = [k for k, v in metrics.items() if is_on_host(v)]
+        if on_host:
+            values = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float32) for k in on_host])
+            if not bool(torch.isfinite(values).all()):
+                self._diverged([k for k in on_host if not math.isfinite(float(metrics[k]))], update)
+        if len(on_host) < len(metrics):
+            values = torch.stack([v.float() for k, v in metrics.items() if not is_on_host(v)])
+            first = self._first_bad_update
+            if first is None:
+                first = torch.full((), -1, dtype=torch.int64, device=values.device)
+            bad_now = ~torch.isfinite(values).all() & (first < 0)
+            self._first_bad_update = torch.where(bad_now, update, first)
+
+    def check_device_updates(self) -> None:
+        """Read the device-side check of the updates since the last call (one host sync)."""
+        if self._first_bad_update is None:
+            return
+        first, self._first_bad_update = int(self._first_bad_update), None
+        if first >= 0:
+            self._diverged([k for k, v in self.latest_update.items() if not math.isfinite(float(v))], first)
+
+    def _diverged(self, names: list[str], update) -> None:
+        raise TrainingDiverged(f"non-finite {', '.join(names) or 'metrics'} at step {self.global_step} "
+                               f"(update {update}); "
+                               f"try a lower algo.optimizer.lr or enable algo.max_grad_norm")
 
     @property
     def done(self) -> bool:
