@@ -78,7 +78,7 @@ def measure(runs: dict, args: argparse.Namespace, device: torch.device) -> dict[
     return rates
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--ensemble-size", type=int, default=10)
@@ -93,28 +93,41 @@ def main() -> None:
     parser.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
                         help="cpu = this process's CPU time, which other processes on a shared machine "
                              "inflate less than wall time; auto = cpu for a 1-thread CPU run, else wall")
-    args = parser.parse_args()
+    return parser
+
+
+def compare(args: argparse.Namespace) -> dict[str, float | str]:
+    """Median updates/s of the batched and the looped ensemble and the median per-repeat ratio."""
     if args.clock == "auto":
         args.clock = "cpu" if args.device == "cpu" and args.threads == 1 else "wall"
-
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available (torch {torch.__version__})")
+        raise SystemExit(f"--device {args.device}: CUDA is not available (torch {torch.__version__})")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     input_dim = args.obs_dim + args.action_dim
     batched = CriticEnsemble(input_dim, args.ensemble_size, args.hidden_sizes).to(device)
     looped = LoopedCritics(input_dim, args.ensemble_size, args.hidden_sizes).to(device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {args.threads} thread(s)"
-    print(f"device: {name}; N={args.ensemble_size}, batch {args.batch_size}, hidden {args.hidden_sizes}, "
-          f"input {input_dim}; median of {args.repeats} x {args.iters} updates; {args.clock} clock")
     rates = measure({"batched": make_update(batched, args, device), "looped": make_update(looped, args, device)},
                     args, device)
     ratios = [b / l for b, l in zip(rates["batched"], rates["looped"])]
-    print(f"batched ensemble : {statistics.median(rates['batched']):8.1f} updates/s")
-    print(f"per-critic loop  : {statistics.median(rates['looped']):8.1f} updates/s")
-    print(f"batched / looped : {statistics.median(ratios):8.2f}x  (median of per-repeat ratios; "
-          f"range {min(ratios):.2f}-{max(ratios):.2f})")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {args.threads} thread(s)"
+    return {"device": name, "batched": statistics.median(rates["batched"]),
+            "looped": statistics.median(rates["looped"]), "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    result = compare(args)
+    print(f"device: {result['device']}; N={args.ensemble_size}, batch {args.batch_size}, "
+          f"hidden {args.hidden_sizes}, input {args.obs_dim + args.action_dim}; "
+          f"median of {args.repeats} x {args.iters} updates; {args.clock} clock")
+    print(f"batched ensemble : {result['batched']:8.1f} updates/s")
+    print(f"per-critic loop  : {result['looped']:8.1f} updates/s")
+    print(f"batched / looped : {result['ratio']:8.2f}x  (median of per-repeat ratios; "
+          f"range {result['ratio_min']:.2f}-{result['ratio_max']:.2f})")
+
 
 if __name__ == "__main__":
     main()

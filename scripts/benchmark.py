@@ -1,0 +1,278 @@
+"""Speed of rl-hydra against Stable-Baselines3 and against this machine's floor (issue #8).
+
+Every measurement runs in its own fresh Python process (scripts/benchmark_worker.py) with
+one torch thread, so neither side warms caches for the other. Within each pair (one seed)
+our run and SB3's alternate, and the side that goes first alternates from pair to pair.
+
+  zoo       DQN and QR-DQN with the RL Baselines3 Zoo CartPole-v1 hyperparameters (50k steps,
+            a training phase of 128 updates every 256 steps), ours against SB3 / sb3-contrib
+  per_step  the same with one update of batch 128 after every env step (20k steps)
+  solve     our default `algo=dqn env=cartpole` preset (stops at the first evaluation that
+            averages 500) against SB3's whole zoo run
+  floor     N pure updates of the same network, batch and optimizer (N = the run's updates) plus
+            M random-action CartPole steps (M = the run's steps), each timed in isolation;
+            our run's wall time over that floor is the loop's overhead
+  redq      REDQ critic-ensemble updates/s, batched against a per-critic loop
+            (scripts/bench_ensemble.py), and env steps/s of a short REDQ run at the default
+            G = 20; a CUDA column when torch.cuda.is_available()
+
+Both sides get the same seeds and hyperparameters; the final evaluation is greedy, on the
+same number of episodes, from the same initial states. Wall time is the whole run: building,
+training, the final evaluation (and on our side its metrics and checkpoints).
+
+    pip install -e ".[bench]"                         # pins stable-baselines3 and sb3-contrib
+    python scripts/benchmark.py --out docs/benchmark_results.md     # all suites, 5 pairs
+    python scripts/benchmark.py --suites zoo floor --algos dqn --pairs 3
+    python scripts/benchmark.py --only ours           # without SB3 (also what happens if it is missing)
+    python scripts/benchmark.py --compile             # adds our runs with compile=true (ours only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import shlex
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_match import (ENV_ID, PER_STEP, ZOO, Setting, expected_updates, our_overrides, preset_overrides,  # noqa: E402
+                             redq_overrides, sb3_job)
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "benchmark_worker.py"
+RESULT_MARK = "BENCHMARK_RESULT "
+SUITES = ("zoo", "per_step", "solve", "floor", "redq")
+
+
+# --- running jobs --------------------------------------------------------------------------
+def run_job(job: dict, label: str) -> dict | None:
+    """Run one job in a fresh process; None (and its stderr shown) if it failed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
+    print(f"  {label} ...", end="", file=sys.stderr, flush=True)
+    proc = subprocess.run([sys.executable, str(WORKER), json.dumps(job)], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if proc.returncode or not lines:
+        print(f" failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    result = json.loads(lines[-1][len(RESULT_MARK):])
+    print(f" {result['wall_s']:.1f} s" if "wall_s" in result else " done", file=sys.stderr)
+    return result
+
+
+def side_job(setting: Setting, side: str, seed: int, args: argparse.Namespace) -> dict:
+    if side == "sb3":
+        return sb3_job(setting, seed, args)
+    if side == "ours_preset":
+        return {"kind": "ours", "overrides": preset_overrides(seed, args)}
+    return {"kind": "ours", "overrides": our_overrides(setting, seed, args, compile_update=side == "ours_compiled")}
+
+
+def run_pairs(plan: list[tuple[Setting, list[str]]], args: argparse.Namespace) -> dict[str, dict[str, list]]:
+    """results[setting name][side][pair]. Within a setting the sides run in plan order in
+    even pairs and in reverse order in odd ones, so each side goes first equally often."""
+    results = {setting.name: {side: [] for side in sides} for setting, sides in plan}
+    for pair in range(args.pairs):
+        seed = args.seed + pair
+        for setting, sides in plan:
+            for side in (sides if pair % 2 == 0 else sides[::-1]):
+                label = f"pair {pair + 1}/{args.pairs}, seed {seed}: {side} {setting.name}"
+                results[setting.name][side].append(run_job(side_job(setting, side, seed, args), label))
+    return results
+
+
+# --- tables ----------------------------------------------------------------------------------
+def fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int], extra=()) -> str:
+    """One row per pair and a row of medians (the ratio's is the median of the per-pair ratios)."""
+    a, b = names
+    of = lambda key, run: run and (run[key] / run["wall_s"] if key == "steps" else run[key])  # noqa: E731
+    columns = [  # (header, value of a pair (x, y), digits)
+        (f"{a} wall (s)", lambda x, y: of("wall_s", x), 1), (f"{b} wall (s)", lambda x, y: of("wall_s", y), 1),
+        (f"{a} / {b} wall", lambda x, y: x and y and x["wall_s"] / y["wall_s"], 2),
+        (f"{a} steps/s", lambda x, y: of("steps", x), 0), (f"{b} steps/s", lambda x, y: of("steps", y), 0),
+        (f"{a} final eval", lambda x, y: of("eval_return", x), 1),
+        (f"{b} final eval", lambda x, y: of("eval_return", y), 1), *extra]
+    if not any(right):  # --only ours
+        columns = [c for c in columns if c[0].startswith(a) and "/" not in c[0]]
+    values = [[get(x, y) for _, get, _ in columns] for x, y in zip(left, right)]
+    rows = [[str(i + 1), str(seeds[i]), *(fmt(v, d) for v, (_, _, d) in zip(row, columns))]
+            for i, row in enumerate(values)]
+    medians = [median(column) for column in zip(*values)]
+    rows.append(["median", "", *(fmt(v, d) for v, (_, _, d) in zip(medians, columns))])
+    return table(["pair", "seed", *(header for header, _, _ in columns)], rows)
+
+
+# --- the floor and REDQ -----------------------------------------------------------------------
+def run_floors(settings: list[Setting], args: argparse.Namespace) -> dict[str, dict | None]:
+    floors = {}
+    for setting in settings:
+        updates = expected_updates(setting.hp, setting.total_steps)
+        job = {"kind": "floor", "overrides": our_overrides(setting, args.seed, args), "device": args.device,
+               "updates": updates, "env_id": ENV_ID, "env_steps": setting.total_steps}
+        floors[setting.name] = run_job(job, f"floor {setting.name}: {updates:,} updates, "
+                                            f"{setting.total_steps:,} env steps")
+    return floors
+
+
+def floor_section(settings: list[Setting], floors: dict, results: dict) -> str:
+    rows = []
+    for setting in settings:
+        floor, runs = floors[setting.name], results.get(setting.name, {})
+        ours = median(r and r["wall_s"] for r in runs.get("ours", []))
+        theirs = median(r and r["wall_s"] for r in runs.get("sb3", []))
+        total = floor and floor["update_s"] + floor["env_s"]
+        rows.append([setting.name, f"{expected_updates(setting.hp, setting.total_steps):,}",
+                     fmt(floor and floor["update_s"], 2), f"{setting.total_steps:,}", fmt(floor and floor["env_s"], 2),
+                     fmt(total, 2), fmt(ours), fmt(ours and total and ours / total, 2),
+                     fmt(theirs), fmt(theirs and total and theirs / total, 2)])
+    optimizer = next((f["optimizer"] for f in floors.values() if f), "?")
+    headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
+               "floor (s)", "ours median wall (s)", "ours / floor", "SB3 median wall (s)", "SB3 / floor"]
+    return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
+            f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
+            f"(gymnasium, one env), each timed in its own process; no sampling, acting, logging, evaluation "
+            f"or target syncs. A wall time over the floor is the loop's overhead factor.\n\n"
+            + table(headers, rows))
+
+
+def run_redq(args: argparse.Namespace, devices: list[str]) -> dict[str, list]:
+    """Per device: batched and looped ensemble updates/s, their ratio, then REDQ run steps/s."""
+    columns = {}
+    for device in devices:
+        ensemble_args = ["--device", device, "--iters", str(args.ensemble_iters),
+                         "--repeats", str(args.ensemble_repeats), "--warmup", str(max(1, args.ensemble_iters // 10))]
+        ensemble = run_job({"kind": "ensemble", "args": ensemble_args}, f"REDQ ensemble on {device}")
+        runs = [run_job({"kind": "ours", "overrides": redq_overrides(args, device, flag)},
+                        f"REDQ run on {device}, compile={str(flag).lower()}")
+                for flag in ([False, True] if args.compile else [False])]
+        columns[device] = [ensemble and ensemble[key] for key in ("batched", "looped", "ratio")]
+        columns[device] += [run and run["steps"] / run["wall_s"] for run in runs]
+    return columns
+
+
+def redq_section(columns: dict[str, list], args: argparse.Namespace) -> str:
+    labels = [("batched ensemble, updates/s", 1), ("per-critic loop, updates/s", 1), ("batched / looped", 2),
+              ("REDQ run, env steps/s", 1), ("REDQ run with compile=true, env steps/s", 1)]
+    rows = [[label, *(fmt(values[i], digits) for values in columns.values())]
+            for i, (label, digits) in enumerate(labels[: len(next(iter(columns.values())))])]
+    return (f"## REDQ\n\nCritic-ensemble updates (N = 10 critics of 2x256, batch 256, Pendulum sizes: "
+            f"scripts/bench_ensemble.py, median of {args.ensemble_repeats} x {args.ensemble_iters}) and a "
+            f"{args.redq_steps:,}-step REDQ run on Pendulum-v1 with conf/algo/redq.yaml as it is (G = 20 "
+            f"critic updates per env step), learning from step {args.redq_learning_starts}; its steps/s "
+            f"include those random warm-up steps and the final evaluation.\n\n"
+            + table(["", *columns], rows))
+
+
+def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting], list[tuple[Setting, list[str]]]]:
+    """The settings compared with SB3, and for each the sides that run in every pair."""
+    budgets = {"zoo": args.zoo_steps, "per_step": args.per_step_steps}
+    settings = [Setting(algo, regime, budgets[regime], {**ZOO[algo], **(PER_STEP if regime == "per_step" else {})})
+                for regime in ("zoo", "per_step") if regime in args.suites for algo in args.algos]
+    sides = ["ours", *(["sb3"] if with_sb3 else []), *(["ours_compiled"] if args.compile else [])]
+    plan = [(setting, list(sides)) for setting in settings]
+    if "solve" in args.suites:
+        dqn_zoo = next((s for s, _ in plan if s.name == "dqn zoo"), None)
+        if dqn_zoo is None:
+            plan.append((Setting("dqn", "zoo", args.zoo_steps, ZOO["dqn"]), ["ours_preset", *(["sb3"] if with_sb3 else [])]))
+        else:
+            dict(plan)[dqn_zoo].append("ours_preset")
+    return settings, plan
+
+
+def report(args, info, settings, results, with_sb3: bool, floors: dict | None, redq: dict | None) -> str:
+    seeds = [args.seed + i for i in range(args.pairs)]
+    parts = [f"# rl-hydra speed benchmark\n\n`python scripts/benchmark.py {shlex.join(sys.argv[1:])}`  \n"
+             f"{datetime.date.today()}; CPU {info.get('cpu')}; CUDA {info.get('cuda') or 'none'}; python "
+             f"{info.get('python')}, torch {info.get('torch')}, gymnasium {info.get('gymnasium')}, "
+             f"stable-baselines3 {info.get('stable_baselines3')}, sb3-contrib {info.get('sb3_contrib')}; "
+             f"one torch thread per process; device {args.device}; final evaluation: {args.eval_episodes} "
+             f"greedy episodes."]
+    names = ("ours", "SB3") if with_sb3 else ("ours", "-")
+    for setting in settings:
+        runs = results[setting.name]
+        updates = {side: fmt(median(r and r["updates"] for r in runs[side]), 0) for side in ("ours", "sb3") if side in runs}
+        parts.append(f"## {setting.title}\n\nUpdates per run (median): "
+                     + ", ".join(f"{side} {count}" for side, count in updates.items()) + "\n\n"
+                     + pairs_table(runs["ours"], runs.get("sb3", [None] * args.pairs), names, seeds))
+    if "solve" in args.suites:
+        runs = results["dqn zoo"]
+        solved = ("solved at step", lambda x, y: x and x.get("solved_at_step"), 0)
+        parts.append("## Time to solve: our `algo=dqn env=cartpole` preset against SB3's zoo run\n\n"
+                     "Ours stops at the first evaluation (every 2,500 steps, 10 episodes) that averages 500; "
+                     "SB3 runs its whole zoo budget. `-` under solved: not within the budget.\n\n"
+                     + pairs_table(runs["ours_preset"], runs.get("sb3", [None] * args.pairs),
+                                   ("ours preset", "SB3 zoo"), seeds, extra=[solved]))
+    if args.compile:
+        for setting in settings:
+            runs = results[setting.name]
+            parts.append(f"## compile=true against compile=false (ours): {setting.title}\n\n"
+                         + pairs_table(runs["ours_compiled"], runs["ours"], ("compile", "eager"), seeds))
+    if floors:
+        parts.append(floor_section(settings, floors, results))
+    if redq:
+        parts.append(redq_section(redq, args))
+    return "\n\n".join(parts) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES))
+    parser.add_argument("--algos", nargs="+", choices=sorted(ZOO), default=sorted(ZOO))
+    parser.add_argument("--pairs", type=int, default=5, help="pairs (seeds) per comparison")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first pair; pair i uses seed + i")
+    parser.add_argument("--only", choices=["both", "ours"], default="both", help="ours: skip the SB3 side")
+    parser.add_argument("--compile", action="store_true", help="also run ours with compile=true")
+    parser.add_argument("--device", default="cpu", help="device of both sides' runs (cpu or cuda)")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--zoo-steps", type=int, default=50_000)
+    parser.add_argument("--per-step-steps", type=int, default=20_000)
+    parser.add_argument("--solve-steps", type=int, default=None, help="budget of the preset run (default: its own)")
+    parser.add_argument("--redq-steps", type=int, default=1000)
+    parser.add_argument("--redq-learning-starts", type=int, default=256)
+    parser.add_argument("--ensemble-iters", type=int, default=100)
+    parser.add_argument("--ensemble-repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="also write the markdown report here")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+
+    with_sb3 = args.only == "both"
+    if with_sb3 and not all(importlib.util.find_spec(p) for p in ("stable_baselines3", "sb3_contrib")):
+        print("stable-baselines3 / sb3-contrib are not installed (pip install -e '.[bench]'); "
+              "running our side only", file=sys.stderr)
+        with_sb3 = False
+    info = run_job({"kind": "probe"}, "versions") or {}
+    settings, plan = build_plan(args, with_sb3)
+    results = run_pairs(plan, args)
+    floors = run_floors(settings, args) if "floor" in args.suites else None
+    redq = run_redq(args, ["cpu", "cuda"] if info.get("cuda") else ["cpu"]) if "redq" in args.suites else None
+    text = report(args, info, settings, results, with_sb3, floors, redq)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""One measurement of scripts/benchmark.py, run in a fresh process with one torch thread.
+
+    python scripts/benchmark_worker.py '{"kind": "ours", "overrides": ["algo=dqn", ...]}'
+
+The job is a JSON object; the result is printed as one JSON line after RESULT_MARK.
+Kinds: probe (versions), ours (a run through rl_hydra.training.run), sb3 (the same run
+with Stable-Baselines3 / sb3-contrib), floor (pure updates and pure env steps) and
+ensemble (scripts/bench_ensemble.py's batched-versus-looped comparison).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULT_MARK = "BENCHMARK_RESULT "
+
+
+def run_ours(job: dict) -> dict:
+    """A whole run: build, train, the final greedy evaluation and checkpoints, as train.py does."""
+    from rl_hydra.api import compose_train_config
+    from rl_hydra.training import run
+
+    cfg = compose_train_config(*job["overrides"])
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        summary = run(cfg, run_dir)
+        wall = time.perf_counter() - start
+    return {"wall_s": wall, "steps": summary["global_step"], "updates": summary["updates"],
+            "eval_return": summary["eval_return_mean"], "solved_at_step": summary.get("solved_at_step")}
+
+
+def run_sb3(job: dict) -> dict:
+    """Build, learn and evaluate greedily on `eval_episodes` envs seeded like ours."""
+    import gymnasium as gym
+    from sb3_contrib import QRDQN
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    algo_class = {"dqn": DQN, "qr_dqn": QRDQN}[job["algo"]]
+    start = time.perf_counter()
+    model = algo_class("MlpPolicy", job["env_id"], seed=job["seed"], device=job["device"], verbose=0,
+                       **job["kwargs"])
+    model.learn(total_timesteps=job["total_steps"])
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make(job["env_id"]))] * job["eval_episodes"])
+    eval_env.seed(job["eval_seed"])  # env i starts from eval_seed + i, as our evaluation does
+    returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=job["eval_episodes"], deterministic=True,
+                                 return_episode_rewards=True)
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "steps": model.num_timesteps, "updates": model._n_updates,
+            "eval_return": sum(returns) / len(returns)}
+
+
+def run_floor(job: dict) -> dict:
+    """`updates` pure updates of the run's own network, loss and optimizer on one fixed batch
+    (no sampling, acting, logging or target syncs), then `env_steps` random-action env steps."""
+    import gymnasium as gym
+
+    from rl_hydra.algos.common import optimizer_step
+    from rl_hydra.api import compose_train_config
+    from rl_hydra.buffers.replay import Batch
+    from rl_hydra.training import build_components, seed_everything
+
+    cfg = compose_train_config(*job["overrides"])
+    seed_everything(cfg.seed)
+    device = torch.device(job["device"])
+    agent, env, _ = build_components(cfg, device)
+    obs_dim, batch_size = env.single_observation_space.shape[0], agent.batch_size
+    env.close()
+    batch = Batch(obs=torch.randn(batch_size, obs_dim, device=device),
+                  actions=torch.randint(agent.num_actions, (batch_size,), device=device),
+                  rewards=torch.ones(batch_size, device=device),
+                  next_obs=torch.randn(batch_size, obs_dim, device=device),
+                  terminated=torch.zeros(batch_size, device=device), truncated=torch.zeros(batch_size, device=device))
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    sync()
+    start = time.perf_counter()
+    for _ in range(job["updates"]):
+        loss, _ = agent.loss(batch)
+        optimizer_step(agent.optimizer, loss, agent.params, agent.max_grad_norm)
+    sync()
+    update_s = time.perf_counter() - start
+
+    env = gym.make(job["env_id"])
+    env.reset(seed=cfg.seed)
+    env.action_space.seed(cfg.seed)
+    start = time.perf_counter()
+    for _ in range(job["env_steps"]):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+    env_s = time.perf_counter() - start
+    optimizer = agent.optimizer
+    return {"update_s": update_s, "env_s": env_s,
+            "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+                         f"(fused={optimizer.param_groups[0].get('fused')})"}
+
+
+def run_ensemble(job: dict) -> dict:
+    import bench_ensemble  # scripts/ is this script's directory, first on sys.path
+
+    return bench_ensemble.compare(bench_ensemble.build_parser().parse_args(job["args"]))
+
+
+def probe(job: dict) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for package in ("gymnasium", "stable_baselines3", "sb3_contrib"):
+        try:
+            versions[package] = version(package.replace("_", "-"))
+        except PackageNotFoundError:
+            versions[package] = None
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {**versions, "cpu": cpu, "cuda": cuda}
+
+
+JOBS = {"ours": run_ours, "sb3": run_sb3, "floor": run_floor, "ensemble": run_ensemble, "probe": probe}
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    torch.set_num_threads(1)
+    print(RESULT_MARK + json.dumps(JOBS[job["kind"]](job)), flush=True)

@@ -1,0 +1,111 @@
+"""scripts/benchmark.py: the hyperparameter matching by hand, and tiny smoke runs of the script
+(our side and the floor always; the SB3 side when stable-baselines3 is installed)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, compose_config
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from benchmark_match import PER_STEP, ZOO, Setting, expected_updates, our_overrides, sb3_job, target_update_every  # noqa: E402
+
+ARGS = argparse.Namespace(device="cpu", eval_episodes=10)
+TINY = ["--pairs", "1", "--zoo-steps", "1100", "--per-step-steps", "1020", "--solve-steps", "1100",
+        "--eval-episodes", "2", "--redq-steps", "36", "--redq-learning-starts", "32", "--ensemble-iters", "2",
+        "--ensemble-repeats", "1"]
+
+
+def test_target_sync_interval_in_env_steps_becomes_updates():
+    # zoo: SB3 syncs every 10 env steps, a phase of 128 updates every 256 steps -> once per phase
+    assert target_update_every(ZOO["dqn"]) == 128
+    # one update per env step: 10 env steps = 10 updates
+    assert target_update_every({**ZOO["dqn"], **PER_STEP}) == 10
+    # 4 updates every 2 steps, sync every 10 steps = every 5 phases = 20 updates
+    assert target_update_every({**ZOO["dqn"], "train_freq": 2, "gradient_steps": 4}) == 20
+    with pytest.raises(ValueError, match="not a multiple"):
+        target_update_every({**ZOO["dqn"], "train_freq": 3})
+
+
+def test_expected_updates_count_the_phases_from_learning_starts():
+    # phases at 1024, 1280, ..., 49920: 192 phases of 128 updates
+    assert expected_updates(ZOO["dqn"], 50_000) == 192 * 128
+    # one update at every step from 1000 to 20000
+    assert expected_updates({**ZOO["dqn"], **PER_STEP}, 20_000) == 19_001
+
+
+@pytest.mark.parametrize("algo", ["dqn", "qr_dqn"])
+def test_our_config_carries_sb3s_hyperparameters(algo):
+    hp = {**ZOO[algo], **PER_STEP}
+    cfg = compose_config(*our_overrides(Setting(algo, "per_step", 20_000, hp), seed=3, args=ARGS))
+    assert (cfg.seed, cfg.torch_threads, cfg.compile, cfg.env.id) == (3, 1, False, "CartPole-v1")
+    assert (cfg.train.total_steps, cfg.train.eval_every, cfg.train.stop_at_return) == (20_000, 20_000, None)
+    assert cfg.algo.optimizer.lr == 2.3e-3 and cfg.algo.batch_size == 128 and cfg.buffer.capacity == 100_000
+    assert (cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps) == (1000, 1, 1)
+    assert (cfg.algo.target_update_every, cfg.algo.tau, cfg.algo.gamma) == (10, 1.0, 0.99)
+    assert (cfg.algo.exploration.start, cfg.algo.exploration.end, cfg.algo.exploration.fraction) == (1.0, 0.04, 0.16)
+    assert list(cfg.network.hidden_sizes) == [256, 256] and cfg.algo.final_lr_fraction == 1.0
+    if algo == "qr_dqn":  # sb3-contrib: no clipping, Adam eps = 0.01 / batch size
+        assert cfg.algo.num_quantiles == 10 and cfg.algo.max_grad_norm is None
+        assert cfg.algo.optimizer.eps == 0.01 / 128
+    else:
+        assert cfg.algo.max_grad_norm == 10.0 and cfg.algo.loss == "huber"
+    job = sb3_job(Setting(algo, "per_step", 20_000, hp), seed=3, args=ARGS)
+    assert job["kwargs"]["target_update_interval"] == 10 and job["eval_seed"] == 1_000_003
+    assert job["kwargs"]["policy_kwargs"]["net_arch"] == [256, 256]
+
+
+def run_benchmark(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), *TINY, *args],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "failed" not in result.stderr, result.stderr[-3000:]
+    return result
+
+
+def test_our_side_the_floor_and_redq_run_without_sb3(tmp_path):
+    out = tmp_path / "bench.md"
+    result = run_benchmark("--only", "ours", "--algos", "dqn", "--suites", "zoo", "floor", "redq",
+                           "--out", str(out))
+    assert out.read_text() == result.stdout
+    for heading in ("## dqn, zoo: 1,100 steps", "## The floor", "## REDQ"):
+        assert heading in result.stdout
+    assert "SB3 wall" not in result.stdout.split("## The floor")[0]
+    floor_row = next(line for line in result.stdout.splitlines() if line.startswith("| dqn zoo |"))
+    assert "| 128 |" in floor_row and "| 1,100 |" in floor_row  # one phase of 128 updates at step 1024
+    assert "batched / looped" in result.stdout and "REDQ run, env steps/s" in result.stdout
+
+
+def test_both_sides_run():
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("sb3_contrib")
+    result = run_benchmark("--algos", "qr_dqn", "--suites", "per_step")
+    assert "ours / SB3 wall" in result.stdout and "| median |" in result.stdout
+    # SB3 trains once num_timesteps > learning_starts (from step 1001), ours from step 1000
+    assert "Updates per run (median): ours 21, sb3 20" in result.stdout
+
+
+def test_sides_alternate_and_every_table_is_written(monkeypatch):
+    import benchmark
+
+    calls = []
+
+    def fake_run_job(job, label):
+        calls.append(label)
+        return {"wall_s": 2.0 if job["kind"] == "sb3" else 1.0, "steps": 100, "updates": 128,
+                "eval_return": 500.0, "solved_at_step": 2500}
+
+    monkeypatch.setattr(benchmark, "run_job", fake_run_job)
+    args = benchmark.build_parser().parse_args(["--pairs", "2", "--algos", "dqn", "--suites", "zoo", "solve",
+                                                "--compile"])
+    settings, plan = benchmark.build_plan(args, with_sb3=True)
+    results = benchmark.run_pairs(plan, args)
+    sides = [label.split(": ")[1].split()[0] for label in calls]
+    assert sides == ["ours", "sb3", "ours_compiled", "ours_preset", "ours_preset", "ours_compiled", "sb3", "ours"]
+    text = benchmark.report(args, {}, settings, results, True, None, None)
+    assert "| median |  | 1.0 | 2.0 | 0.50 | 100 | 50 | 500.0 | 500.0 |" in text
+    assert "## Time to solve" in text and "| 2,500 |" in text and "## compile=true against" in text
