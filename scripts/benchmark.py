@@ -111,9 +111,10 @@ def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int
         (f"{a} / {b} wall", lambda x, y: x and y and x["wall_s"] / y["wall_s"], 2),
         (f"{a} steps/s", lambda x, y: of("steps", x), 0), (f"{b} steps/s", lambda x, y: of("steps", y), 0),
         (f"{a} final eval", lambda x, y: of("eval_return", x), 1),
-        (f"{b} final eval", lambda x, y: of("eval_return", y), 1), *extra]
+        (f"{b} final eval", lambda x, y: of("eval_return", y), 1)]
     if not any(right):  # --only ours
-        columns = [c for c in columns if c[0].startswith(a) and "/" not in c[0]]
+        columns = [c for c in columns if c[0].startswith(f"{a} ") and not c[0].startswith(f"{a} / ")]
+    columns += extra
     values = [[get(x, y) for _, get, _ in columns] for x, y in zip(left, right)]
     rows = [[str(i + 1), str(seeds[i]), *(fmt(v, d) for v, (_, _, d) in zip(row, columns))]
             for i, row in enumerate(values)]

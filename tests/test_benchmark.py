@@ -74,6 +74,7 @@ def test_our_side_the_floor_and_redq_run_without_sb3(tmp_path):
     assert out.read_text() == result.stdout
     for heading in ("## dqn, zoo: 1,100 steps", "## The floor", "## REDQ"):
         assert heading in result.stdout
+    assert "| ours wall (s) | ours steps/s | ours final eval |" in result.stdout
     assert "SB3 wall" not in result.stdout.split("## The floor")[0]
     floor_row = next(line for line in result.stdout.splitlines() if line.startswith("| dqn zoo |"))
     assert "| 128 |" in floor_row and "| 1,100 |" in floor_row  # one phase of 128 updates at step 1024
