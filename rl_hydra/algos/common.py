@@ -57,7 +57,8 @@ class LinearSchedule:
 
 def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                    params: list[nn.Parameter], max_grad_norm: float | None) -> None:
-    optimizer.zero_grad(set_to_none=True)
+    for param in params:  # what zero_grad(set_to_none=True) does, without its per-call profiler hooks
+        param.grad = None
     loss.backward()
     if max_grad_norm is not None:
         clip_grad_norm(params, max_grad_norm)

@@ -76,6 +76,9 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int) -> Batch:
         idx = torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
+        if self.host_views is not None:  # numpy's take is about twice as fast as tensor indexing here
+            rows = idx.numpy()
+            return Batch(**{key: torch.from_numpy(view.take(rows, axis=0)) for key, view in self.host_views.items()})
         return Batch(**{key: column[idx] for key, column in self.storage.items()})
 
     def state_dict(self) -> dict:
