@@ -7,7 +7,9 @@ Each seed runs `python train.py <overrides> seed=S` in its own run directory
 (outputs/seeds/<time>_<algo>_<env>/seed_S unless --out is given); the table is read
 back from each run's summary.json: final evaluation return (the last evaluation,
 `eval_return_mean`), best evaluation return, wall time and steps per second, then the
-median over seeds. Seeds run sequentially so that wall times are comparable.
+median over seeds. Seeds run one after another so that wall times are comparable;
+`--jobs 2` runs two at a time (faster, but each run's wall time then includes the
+other's contention for the CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,10 +50,12 @@ def fmt(value, digits: int = 1) -> str:
 
 
 def table(rows: list[tuple[int, dict]], target: float | None) -> str:
-    lines = ["| seed | final eval return | best eval return | wall time (s) | steps/s | status |",
-             "| ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| seed | final eval return | best eval return | solved at step | wall time (s) | steps/s | status |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for seed, s in rows:
+        solved = s.get("solved_at_step")
         lines.append(f"| {seed} | {fmt(s.get('eval_return_mean'))} | {fmt(s.get('best_eval_return_mean'))} | "
+                     f"{'-' if solved is None else f'{solved:,}'} | "
                      f"{fmt(s.get('wall_time_s'))} | {fmt(s.get('steps_per_second'), 0)} | {s.get('status')} |")
 
     def median(key: str):
@@ -58,7 +63,7 @@ def table(rows: list[tuple[int, dict]], target: float | None) -> str:
         return statistics.median(values) if values else None
 
     lines.append(f"| median | {fmt(median('eval_return_mean'))} | {fmt(median('best_eval_return_mean'))} | "
-                 f"{fmt(median('wall_time_s'))} | {fmt(median('steps_per_second'), 0)} | |")
+                 f"| {fmt(median('wall_time_s'))} | {fmt(median('steps_per_second'), 0)} | |")
     if target is not None:
         hits = sum(1 for _, s in rows if (s.get("eval_return_mean") or float("-inf")) >= target)
         lines.append(f"\nfinal eval return >= {target:g} on {hits} of {len(rows)} seeds")
@@ -71,13 +76,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="parent folder of the per-seed run directories")
     parser.add_argument("--target", type=float, default=None, help="also count seeds whose final return reaches this")
     parser.add_argument("--quiet", action="store_true", help="hide each run's own log output")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default: one after another)")
     args, overrides = parser.parse_known_args()
     if any(o.startswith("seed=") for o in overrides):
         parser.error("pass seeds with --seeds, not seed=")
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     tag = f"{option(overrides, 'algo', 'dqn')}_{option(overrides, 'env', 'cartpole')}"
     out = args.out or ROOT / "outputs" / "seeds" / f"{stamp}_{tag}"
-    rows = [(seed, run_seed(overrides, seed, out / f"seed_{seed}", args.quiet)) for seed in args.seeds]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        summaries = pool.map(lambda seed: run_seed(overrides, seed, out / f"seed_{seed}", args.quiet), args.seeds)
+        rows = list(zip(args.seeds, summaries))
     print(f"python scripts/seeds_table.py {shlex.join(sys.argv[1:])}\n")
     print(table(rows, args.target))
     print(f"\nrun directories: {out}")

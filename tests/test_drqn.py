@@ -13,7 +13,7 @@ from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.envs import make_env
-from rl_hydra.envs.wrappers import MaskObservation
+from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.loops import recurrent
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.runs.run_dir import RunDirectory
@@ -219,6 +219,18 @@ def test_mask_observation_zeroes_the_listed_components():
         MaskObservation(gym.make("CartPole-v1"), indices=[0, 4])
 
 
+def test_scale_observation_multiplies_each_component_and_its_bounds():
+    env = ScaleObservation(gym.make("CartPole-v1"), scale=[0.5, 1.0, 4.0, 1.0])
+    obs, _ = env.reset(seed=0)
+    raw, _ = gym.make("CartPole-v1").reset(seed=0)
+    np.testing.assert_allclose(obs, raw * np.array([0.5, 1.0, 4.0, 1.0], np.float32))
+    assert env.observation_space.high[0] == pytest.approx(4.8 * 0.5) and env.observation_space.contains(obs)
+    with pytest.raises(ConfigError, match="expected finite factors > 0"):
+        ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 0.0, 1.0, 1.0])
+    with pytest.raises(ConfigError, match="needs 3 factors"):
+        ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 1.0, 1.0])
+
+
 def test_cartpole_novel_env_config_masks_velocities():
     env = make_env(compose_config("env=cartpole_novel").env, seed=3, num_envs=2)
     obs, *_ = env.step(np.array([0, 1]))
@@ -326,3 +338,11 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
         assert torch.equal(value, final_b["agent"]["q_net"][key]), key
     for key, value in final_a["buffer"]["steps"].items():
         assert torch.equal(value, final_b["buffer"]["steps"][key]), key
+
+
+def test_drqn_learns_cartpole_without_velocities(tmp_path):
+    """A short run with a generous bar: a constant action scores about 9, random play about 20."""
+    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_novel", "train.total_steps=8000",
+                           "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
+                           "device=cpu", "checkpoint.save_buffer=false")
+    assert summary["best_eval_return_mean"] >= 50, summary

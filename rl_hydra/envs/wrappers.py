@@ -33,3 +33,26 @@ class MaskObservation(gym.ObservationWrapper):
         masked = np.array(observation, copy=True)
         masked[self.indices] = 0.0
         return masked
+
+
+class ScaleObservation(gym.ObservationWrapper):
+    """Multiply each observation component by a fixed factor (e.g. 1 / its typical range).
+
+    A linear rescale keeps every bit of information; it only saves the network from
+    having to learn large input weights, which matters when what it must pick up is a
+    small difference between consecutive observations (velocities from positions).
+    """
+
+    def __init__(self, env: gym.Env, scale: Sequence[float]):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or space.shape != (len(scale),):
+            raise ConfigError(f"ScaleObservation needs {len(scale)} factors for a Box of that length; "
+                              f"the env has {space}")
+        self.scale = np.asarray(scale, dtype=space.dtype)
+        if not np.all(np.isfinite(self.scale) & (self.scale > 0)):
+            raise ConfigError(f"env.wrappers.scale={list(scale)} is not allowed; expected finite factors > 0")
+        self.observation_space = gym.spaces.Box(space.low * self.scale, space.high * self.scale, dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (observation * self.scale).astype(self.observation_space.dtype, copy=False)
