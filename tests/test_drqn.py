@@ -280,7 +280,7 @@ def test_the_loop_is_picked_from_the_agent_not_its_name():
 def test_collected_chunks_start_from_the_actor_state(tmp_path):
     # no updates (learning_starts > total_steps), so the network that acted is the one we replay
     cfg = compose_config("algo=drqn", "env=cartpole_novel", *TINY, "algo.learning_starts=100000",
-                         "buffer.sequence_length=6", "buffer.stride=3", "train.total_steps=200")
+                         "buffer.sequence_length=6", "buffer.stride=3", "algo.burn_in=0", "train.total_steps=200")
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
     runner = Runner(cfg, agent, env, buffer, tmp_path)
     runner.start()
