@@ -51,6 +51,11 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
     return per_pair.mean(dim=2).sum(dim=1).mean()                                # ()
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `x` over the entries where `mask` is 1 (0 if there are none)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
 def masked_td_loss(q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                    kind: str = "huber") -> torch.Tensor:
     """Mean TD loss over the steps of a sequence batch where `mask` is 1 (DRQN).
@@ -65,4 +70,4 @@ def masked_td_loss(q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Te
         per_step = F.mse_loss(q_values, targets, reduction="none")         # (T, B)
     else:
         raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
-    return (per_step * mask).sum() / mask.sum().clamp(min=1.0)              # ()
+    return masked_mean(per_step, mask)                                      # ()

@@ -94,19 +94,28 @@ class DQN:
         # warm-up steps are random in the loop, so the schedule starts counting after them
         return self.epsilon_schedule(self.learning_starts + self.explore_steps)
 
+    def explore_rows(self, n: int) -> np.ndarray:
+        """Which of `n` rows act at random (probability epsilon); counts the n exploring steps."""
+        random_rows = self.rng.random(n) < self.epsilon
+        self.explore_steps += n
+        return random_rows
+
+    def randomize(self, actions: np.ndarray, random_rows: np.ndarray) -> np.ndarray:
+        """`actions` with the rows in `random_rows` replaced by uniform random actions."""
+        actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+        return actions
+
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         n = obs.shape[0]
         if explore:
-            epsilon = self.epsilon
-            self.explore_steps += n
-            random_rows = self.rng.random(n) < epsilon
+            random_rows = self.explore_rows(n)
             if random_rows.all():  # skip the forward pass
                 return self.rng.integers(self.num_actions, size=n), state
         with torch.no_grad():
             values = self.action_values(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
             actions = values.argmax(dim=1).cpu().numpy()
-        if explore and random_rows.any():
-            actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+        if explore:
+            actions = self.randomize(actions, random_rows)
         return actions, state
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:

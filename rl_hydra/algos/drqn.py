@@ -18,11 +18,7 @@ from torch import nn
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.sequence import SequenceBatch
 from rl_hydra.config import ConfigError, check_int
-from rl_hydra.losses import masked_td_loss, q_learning_targets
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
 
 
 def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
@@ -75,9 +71,7 @@ class DRQN(DQN):
             values, state = self.q_net.act(torch.as_tensor(obs, dtype=torch.float32, device=self.device), state)
         actions = values.argmax(dim=1).cpu().numpy()
         if explore:
-            random_rows = self.rng.random(n) < self.epsilon
-            self.explore_steps += n
-            actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+            actions = self.randomize(actions, self.explore_rows(n))
         return actions, state
 
     # --- the sequence loss --------------------------------------------------------------

@@ -1,13 +1,14 @@
 """The one off-policy loop for every feed-forward agent (DQN, QR-DQN, IQN, REDQ).
 
-Random actions until `learning_starts`, then `gradient_steps` updates every
-`train_every` env steps; the Runner evaluates, logs and checkpoints on schedule.
+Random actions until `learning_starts`, then epsilon-greedy ones; the Runner runs
+`gradient_steps` updates every `train_every` env steps and evaluates, logs and
+checkpoints on schedule.
 """
 
 from __future__ import annotations
 
 from rl_hydra.envs.make import final_observations
-from rl_hydra.loops.runner import Runner, crossed
+from rl_hydra.loops.runner import Runner
 
 
 def train(runner: Runner) -> None:
@@ -24,10 +25,5 @@ def train(runner: Runner) -> None:
         # a truncated episode bootstraps from its real last observation, not the reset one
         buffer.add(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated)
         obs = runner.obs = next_obs
-
-        before = runner.global_step
-        after = before + env.num_envs
-        if after >= agent.learning_starts and crossed(before, after, agent.train_every):
-            for _ in range(agent.gradient_steps):
-                runner.record_update(agent.update(buffer.sample(agent.batch_size)))
+        runner.run_due_updates()
         runner.record_step(rewards, done)

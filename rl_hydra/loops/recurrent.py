@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import final_observations
-from rl_hydra.loops.runner import Runner, crossed
+from rl_hydra.loops.runner import Runner
 
 
 def check_sequences(agent, buffer) -> None:
@@ -44,10 +44,5 @@ def train(runner: Runner) -> None:
         buffer.add(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, state)
         obs = runner.obs = next_obs
         state = runner.actor_state = agent.reset_state(next_state, done)
-
-        before = runner.global_step
-        after = before + env.num_envs
-        if after >= agent.learning_starts and crossed(before, after, agent.train_every) and len(buffer):
-            for _ in range(agent.gradient_steps):
-                runner.record_update(agent.update(buffer.sample(agent.batch_size)))
+        runner.run_due_updates()
         runner.record_step(rewards, done)

@@ -1,8 +1,8 @@
 """What both training loops share: the step schedule (log, evaluate, checkpoint),
 episode statistics, metrics, the progress bar, checkpoints and the final summary.
 
-A loop only collects experience and calls `agent.update`; it reports each env
-step through `record_step` and each update through `record_update`.
+A loop only collects experience into the buffer; after each vector step it calls
+`run_due_updates` (the training phase, when one falls due) and `record_step`.
 """
 
 from __future__ import annotations
@@ -91,6 +91,16 @@ class Runner:
         self._on_steps(before, self.global_step)
         if self.stop_requested:
             raise StopRequested
+
+    def run_due_updates(self) -> None:
+        """The training phase, when the vector step being taken crosses a multiple of
+        `agent.train_every` after warm-up: `gradient_steps` updates on fresh samples.
+        Loops call it after adding the step to the buffer and before `record_step`."""
+        agent, before = self.agent, self.global_step
+        after = before + self.env.num_envs
+        if after >= agent.learning_starts and crossed(before, after, agent.train_every) and len(self.buffer):
+            for _ in range(agent.gradient_steps):
+                self.record_update(agent.update(self.buffer.sample(agent.batch_size)))
 
     def reset_env(self) -> np.ndarray:
         """The first observation for the loop: the restored one on an exact resume, else a reset."""
