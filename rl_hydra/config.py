@@ -78,6 +78,7 @@ def validate_run_config(cfg: DictConfig) -> None:
     """Check the run-level keys of conf/train.yaml (the groups check themselves)."""
     check_int("seed", cfg.seed, minimum=0)
     check_int("torch_threads", cfg.torch_threads, minimum=1)
+    check_choice("compile", cfg.get("compile", False), (True, False))
     resolve_device(cfg.device)
     check_int("train.total_steps", cfg.train.total_steps, minimum=1)
     for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):

@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from rl_hydra.algos.common import compile_pure_methods
-from rl_hydra.config import ConfigError, check_choice, resolve_device, validate_run_config
+from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.loops import off_policy
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
@@ -61,10 +61,6 @@ def build_components(cfg: DictConfig, device: torch.device):
         raise ConfigError(f"algo={agent.name} needs {needs}; {buffer.__class__.__name__} "
                           f"(buffer._target_={cfg.buffer._target_}) does not fit")
     return agent, env, buffer
-
-
-def check_compile(cfg: DictConfig) -> bool:
-    return check_choice("compile", cfg.get("compile", False), (True, False))
 
 
 def compiles(agent_or_class) -> bool:
@@ -136,14 +132,13 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
     run directory keeps a good checkpoint and its metrics.
     """
     validate_run_config(cfg)
-    compile_update = check_compile(cfg)
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     run_directory = RunDirectory(run_dir)
     checkpoint = run_directory.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
-    if compile_update:
+    if cfg.get("compile", False):
         compile_agent(agent)
     runner = Runner(cfg, agent, env, buffer, run_dir)
     if checkpoint is not None:
