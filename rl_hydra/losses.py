@@ -42,13 +42,12 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
     if kappa <= 0:
         raise ValueError(f"kappa={kappa!r} must be > 0")
     # quantiles: (B, N); target_quantiles: (B, N'); taus: (N,) or (B, N)
-    u = target_quantiles.detach()[:, None, :] - quantiles[:, :, None]            # (B, N, N')
-    abs_u = u.abs()                                                              # (B, N, N')
-    huber = torch.where(abs_u <= kappa, 0.5 * u.pow(2), kappa * (abs_u - 0.5 * kappa))  # (B, N, N')
-    taus = taus.expand_as(quantiles)[:, :, None]                                 # (B, N, 1)
-    weight = (taus - (u.detach() < 0).to(u.dtype)).abs()                         # (B, N, N')
-    per_pair = weight * huber / kappa                                            # (B, N, N')
-    return per_pair.mean(dim=2).sum(dim=1).mean()                                # ()
+    u = target_quantiles.detach()[:, None, :] - quantiles[:, :, None]              # (B, N, N')
+    huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)    # (B, N, N')
+    taus = taus.expand_as(quantiles)[:, :, None]                                   # (B, N, 1)
+    weight = torch.where(u < 0, 1.0 - taus, taus)                                  # |tau - 1{u < 0}| (B, N, N')
+    # the sum over (b, i, j) divided by B * N' is the batch mean of sum_i mean_j; fewer ops, same value
+    return (weight * huber).sum() / (kappa * u.shape[0] * u.shape[2])              # ()
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -72,5 +72,5 @@ def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict
     # quantiles: (B, N); targets: (B, N')
     q_values = quantiles.detach().mean(dim=1)         # (B,)
     target_values = targets.mean(dim=1)               # (B,)
-    return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(),
-            "td_error_mean": (target_values - q_values).abs().mean()}
+    td_errors = (target_values - q_values).abs()      # (B,)
+    return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(), "td_error_mean": td_errors.mean()}
