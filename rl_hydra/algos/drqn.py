@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.sequence import SequenceBatch
 from rl_hydra.config import ConfigError, check_int
@@ -68,7 +69,7 @@ class DRQN(DQN):
         if state is None:
             state = self.initial_state(n)
         with torch.no_grad():
-            values, state = self.q_net.act(torch.as_tensor(obs, dtype=torch.float32, device=self.device), state)
+            values, state = self.q_net.act(observation_tensor(obs, self.device), state)
         actions = values.argmax(dim=1).cpu().numpy()
         if explore:
             actions = self.randomize(actions, self.explore_rows(n))

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import flat_dim, make_optimizer, optimizer_step, require_box, update_target
+from rl_hydra.algos.common import (flat_dim, make_optimizer, observation_tensor, optimizer_step, require_box,
+                                   update_target)
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 
@@ -107,7 +108,7 @@ class REDQ:
     @torch.no_grad()
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        obs_t = observation_tensor(obs, self.device)
         unit = self.actor.sample(obs_t, self.generator)[0] if explore else self.actor.mode(obs_t)
         return self.actor.to_env(unit).cpu().numpy().astype(np.float32, copy=False), state
 

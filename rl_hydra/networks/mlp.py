@@ -21,13 +21,39 @@ def activation_class(name: str) -> type[nn.Module]:
 
 
 class MLP(nn.Sequential):
-    """An nn.Sequential of Linear layers and activations whose forward calls the functions
-    directly: at batch 1 (acting) and batch 64 (updates) of a small MLP, the per-module call
-    overhead is a large share of the time. Same parameters and state_dict keys as the Sequential."""
+    """An nn.Sequential of Linear layers, each followed by an activation except perhaps the last,
+    whose forward calls the functions on a tuple of (weight, bias, activation) steps gathered once:
+    at batch 1 (acting) and batch 64 (updates) of a small MLP, walking the modules costs as much
+    as the matmuls. Same parameters and state_dict keys as the Sequential. The steps are gathered
+    again whenever the parameters may have been replaced (.to(), .cuda(), load_state_dict)."""
+
+    def __init__(self, *layers: nn.Module):
+        super().__init__(*layers)
+        self._gather_steps()
+        self.register_load_state_dict_post_hook(lambda module, _keys: module._gather_steps())
+
+    def _gather_steps(self) -> None:
+        steps: list[list] = []
+        for i, layer in enumerate(self):
+            if type(layer) is nn.Linear:
+                steps.append([layer.weight, layer.bias, None])
+            elif steps and steps[-1][2] is None and type(layer) in FUNCTIONS:
+                steps[-1][2] = FUNCTIONS[type(layer)]
+            else:
+                raise ValueError(f"MLP layer {i} ({type(layer).__name__}) must be a Linear or one activation "
+                                 f"after a Linear; activations: {', '.join(ACTIVATIONS)}")
+        self.steps = tuple(tuple(step) for step in steps)
+
+    def _apply(self, fn, recurse: bool = True):
+        module = super()._apply(fn, recurse)
+        self._gather_steps()
+        return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self:
-            x = F.linear(x, layer.weight, layer.bias) if type(layer) is nn.Linear else FUNCTIONS[type(layer)](x)
+        for weight, bias, activation in self.steps:
+            x = F.linear(x, weight, bias)
+            if activation is not None:
+                x = activation(x)
         return x
 
 
