@@ -130,8 +130,13 @@ def run_floors(settings: list[Setting], args: argparse.Namespace) -> dict[str, d
         updates = expected_updates(setting.hp, setting.total_steps)
         job = {"kind": "floor", "overrides": our_overrides(setting, args.seed, args), "device": args.device,
                "updates": updates, "env_id": ENV_ID, "env_steps": setting.total_steps}
-        floors[setting.name] = run_job(job, f"floor {setting.name}: {updates:,} updates, "
-                                            f"{setting.total_steps:,} env steps")
+        # as noisy as the runs it divides: the median of as many fresh processes as there are pairs
+        runs = [run_job(job, f"floor {setting.name} ({i + 1}/{args.pairs}): {updates:,} updates, "
+                             f"{setting.total_steps:,} env steps") for i in range(args.pairs)]
+        runs = [r for r in runs if r]
+        floors[setting.name] = runs and {"update_s": median(r["update_s"] for r in runs),
+                                         "env_s": median(r["env_s"] for r in runs),
+                                         "optimizer": runs[0]["optimizer"], "runs": len(runs)} or None
     return floors
 
 
@@ -147,12 +152,14 @@ def floor_section(settings: list[Setting], floors: dict, results: dict) -> str:
                      fmt(total, 2), fmt(ours), fmt(ours and total and ours / total, 2),
                      fmt(theirs), fmt(theirs and total and theirs / total, 2)])
     optimizer = next((f["optimizer"] for f in floors.values() if f), "?")
+    runs = next((f["runs"] for f in floors.values() if f), 0)
     headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
                "floor (s)", "ours median wall (s)", "ours / floor", "SB3 median wall (s)", "SB3 / floor"]
     return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
             f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
-            f"(gymnasium, one env), each timed in its own process; no sampling, acting, logging, evaluation "
-            f"or target syncs. A wall time over the floor is the loop's overhead factor.\n\n"
+            f"(gymnasium, one env), each timed in its own process (median of {runs} processes); no sampling, "
+            f"acting, logging, evaluation or target syncs. A wall time over the floor is the loop's overhead "
+            f"factor.\n\n"
             + table(headers, rows))
 
 

@@ -1,16 +1,25 @@
-"""The hot-path shortcuts give the numbers of the plain torch code they replace:
-LeanAdam against torch.optim.Adam, MLP's gathered steps against nn.Sequential."""
+"""The hot-path shortcuts give the numbers of the plain code they replace: LeanAdam against
+torch.optim.Adam, MLP's gathered steps and numpy forward against torch, SameStepVectorEnv
+against gymnasium's SyncVectorEnv."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import io
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.networks.mlp import MLP, mlp
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.algos.qr_dqn import QRDQN
+from rl_hydra.envs.make import SameStepVectorEnv
+from rl_hydra.networks.mlp import MLP, QNetwork, mlp
+from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.optim import LeanAdam
 
 
@@ -119,3 +128,63 @@ def test_mlp_steps_follow_deepcopy_load_state_dict_and_dtype_moves():
 def test_mlp_refuses_a_layer_it_cannot_gather():
     with pytest.raises(ValueError, match=r"MLP layer 1 \(Dropout\) must be a Linear"):
         MLP(nn.Linear(2, 2), nn.Dropout())
+
+
+@pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2)])
+def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env_id, num_envs):
+    ours = SameStepVectorEnv([lambda: gym.make(env_id)] * num_envs)
+    theirs = SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    seeds = list(range(num_envs))
+    assert np.array_equal(ours.reset(seed=seeds)[0], theirs.reset(seed=seeds)[0])
+    theirs.action_space.seed(0)
+    earlier, ends = [], 0
+    for _ in range(450):  # CartPole episodes end by termination, Pendulum's by truncation at 200
+        actions = theirs.action_space.sample()
+        mine, reference = ours.step(actions.copy()), theirs.step(actions)
+        for got, want in zip(mine[:4], reference[:4]):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert set(mine[4]) == set(reference[4])
+        if "final_obs" in reference[4]:
+            ends += 1
+            assert np.array_equal(mine[4]["_final_obs"], reference[4]["_final_obs"])
+            for i in np.flatnonzero(reference[4]["_final_obs"]):
+                assert np.array_equal(mine[4]["final_obs"][i], reference[4]["final_obs"][i])
+        earlier.append((mine[0], mine[0].copy()))
+    assert ends > 0
+    assert all(np.array_equal(obs, kept) for obs, kept in earlier)  # each step returned a fresh array
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_numpy_forward_of_q_and_quantile_networks_matches_torch_and_follows_updates(activation):
+    torch.manual_seed(0)
+    q_net, quantile_net = QNetwork(4, 3, [32, 32], activation), QuantileNetwork(4, 3, 5, [32], activation)
+    obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
+    for net in (q_net, quantile_net):
+        optimizer = LeanAdam(net.parameters(), lr=0.1)
+        for _ in range(2):  # the numpy views share the weights' memory: optimizer steps show through
+            expected = net(torch.from_numpy(obs)).detach().numpy()
+            assert np.allclose(net.forward_numpy(obs), expected, atol=1e-5)
+            net(torch.from_numpy(obs)).sum().backward()
+            optimizer.step()
+        twin = copy.deepcopy(net)
+        with torch.no_grad():
+            next(twin.parameters()).add_(1.0)
+        assert np.allclose(net.forward_numpy(obs), net(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
+        assert np.allclose(twin.forward_numpy(obs), twin(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
+
+
+def test_numpy_forward_is_none_where_numpy_has_no_such_activation():
+    assert QNetwork(4, 2, [8], "gelu").forward_numpy(np.zeros((1, 4), np.float32)) is None
+
+
+@pytest.mark.parametrize("algo_class, network", [(DQN, QNetwork), (QRDQN, QuantileNetwork)])
+def test_greedy_actions_through_numpy_equal_the_torch_argmax(algo_class, network):
+    env = gym.make("CartPole-v1")
+    agent = algo_class(env.observation_space, env.action_space, functools.partial(network, hidden_sizes=[32]),
+                       functools.partial(LeanAdam, lr=1e-3), total_steps=100)
+    obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
+    assert agent.action_values_numpy(obs) is not None
+    actions, _ = agent.act(obs, explore=False)
+    with torch.no_grad():
+        expected = agent.action_values(torch.from_numpy(obs)).argmax(dim=1).numpy()
+    assert np.array_equal(actions, expected)

@@ -76,6 +76,11 @@ class DQN:
         """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs)
 
+    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        """action_values through the network's numpy forward, or None where it has none."""
+        forward_numpy = getattr(self.q_net, "forward_numpy", None)
+        return None if forward_numpy is None or self.device.type != "cpu" else forward_numpy(obs)
+
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             next_q_target = self.target_net(batch.next_obs)                           # (B, A)
@@ -112,9 +117,12 @@ class DQN:
             random_rows = self.explore_rows(n)
             if random_rows.all():  # skip the forward pass
                 return self.rng.integers(self.num_actions, size=n), state
-        with torch.no_grad():
-            values = self.action_values(observation_tensor(obs, self.device))
-            actions = values.argmax(dim=1).cpu().numpy()
+        values = self.action_values_numpy(np.asarray(obs, dtype=np.float32))   # (n, A) or None
+        if values is not None:
+            actions = values.argmax(axis=1)
+        else:
+            with torch.no_grad():
+                actions = self.action_values(observation_tensor(obs, self.device)).argmax(dim=1).cpu().numpy()
         if explore:
             actions = self.randomize(actions, random_rows)
         return actions, state
@@ -129,7 +137,7 @@ class DQN:
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
-        return {"loss": loss.detach(), **metrics, "epsilon": torch.tensor(self.epsilon)}
+        return {"loss": loss.detach(), **metrics, "epsilon": self.epsilon}  # a float: no tensor to build
 
     def state_dict(self) -> dict:
         return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -54,6 +55,10 @@ class QRDQN(DQN):
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs).mean(dim=2)
+
+    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        quantiles = super().action_values_numpy(obs)                  # (B, A, N) or None
+        return None if quantiles is None else quantiles.mean(axis=2)  # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():

@@ -6,6 +6,7 @@ import difflib
 from typing import Any, Callable
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +20,37 @@ def check_env_id(env_id: str) -> None:
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"did you mean: {', '.join(close)}?" if close else "e.g. CartPole-v1, Acrobot-v1, Pendulum-v1"
     raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium environment; {hint}")
+
+
+class SameStepVectorEnv(SyncVectorEnv):
+    """SyncVectorEnv with SAME_STEP autoreset whose step, for Box observations, skips the
+    generic space utilities (iterate, concatenate, deepcopy) that cost more than a
+    CartPole step itself; it returns what SyncVectorEnv.step returns (tested against it)."""
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]]):
+        super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        self._lean = isinstance(self.single_observation_space, gym.spaces.Box)
+        # a Python int passes Discrete.contains (which CartPole asserts) ~5 us faster than a numpy one
+        self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
+
+    def step(self, actions):
+        if not self._lean:
+            return super().step(actions)
+        infos: dict[str, Any] = {}
+        if self._int_actions:
+            actions = np.asarray(actions).tolist()
+        for i, env in enumerate(self.envs):
+            obs, self._rewards[i], self._terminations[i], self._truncations[i], info = env.step(actions[i])
+            if self._terminations[i] or self._truncations[i]:
+                infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, i)
+                obs, info = env.reset()
+            self._env_obs[i] = obs
+            if info:
+                infos = self._add_info(infos, info, i)
+        self._observations = np.array(self._env_obs, dtype=self.single_observation_space.dtype)
+        self._autoreset_envs = self._terminations | self._truncations
+        return (self._observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(),
+                infos)
 
 
 def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
@@ -41,7 +73,7 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
             env = wrap(env)
         return env
 
-    env = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SameStepVectorEnv([factory] * num_envs)
     env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
     return env

@@ -60,6 +60,7 @@ class Runner:
         self.last_eval: dict[str, float] | None = None
         self.latest_update: dict[str, torch.Tensor] = {}
         self._first_bad_update: torch.Tensor | None = None  # on the device: -1, or the first non-finite update
+        self._agent_on_cpu = torch.device(getattr(agent, "device", "cpu")).type == "cpu"  # its metrics too
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         n = env.num_envs
@@ -122,14 +123,14 @@ class Runner:
         env step, i.e. once per training phase; the error still names that exact update.
         """
         self.latest_update = metrics
-        update = getattr(self.agent, "updates", 0)
-        on_host = [k for k, v in metrics.items() if is_on_host(v)]
         # one float sum: a NaN or inf anywhere makes it non-finite (float() of a CPU scalar is ~1 us)
+        on_host = list(metrics) if self._agent_on_cpu else [k for k, v in metrics.items() if is_on_host(v)]
         if on_host and not math.isfinite(sum(float(metrics[k]) for k in on_host)):
             bad = [k for k in on_host if not math.isfinite(float(metrics[k]))]
             if bad:  # not just finite values whose sum overflowed
-                self._diverged(bad, update)
+                self._diverged(bad, getattr(self.agent, "updates", 0))
         if len(on_host) < len(metrics):
+            update = getattr(self.agent, "updates", 0)
             values = torch.stack([v.float() for k, v in metrics.items() if not is_on_host(v)])
             first = self._first_bad_update
             if first is None:

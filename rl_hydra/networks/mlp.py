@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,6 +13,7 @@ from rl_hydra.config import ConfigError, check_int
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
 FUNCTIONS = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.ELU: F.elu, nn.GELU: F.gelu, nn.SiLU: F.silu}
+NUMPY_FUNCTIONS = {torch.relu: lambda x: np.maximum(x, 0.0, out=x), torch.tanh: lambda x: np.tanh(x, out=x)}
 
 
 def activation_class(name: str) -> type[nn.Module]:
@@ -25,7 +27,7 @@ class MLP(nn.Sequential):
     whose forward calls the functions on a tuple of (weight, bias, activation) steps gathered once:
     at batch 1 (acting) and batch 64 (updates) of a small MLP, walking the modules costs as much
     as the matmuls. Same parameters and state_dict keys as the Sequential. The steps are gathered
-    again whenever the parameters may have been replaced (.to(), .cuda(), load_state_dict)."""
+    again whenever the parameters may have been replaced (.to(), .cuda(), load_state_dict, deepcopy)."""
 
     def __init__(self, *layers: nn.Module):
         super().__init__(*layers)
@@ -43,6 +45,15 @@ class MLP(nn.Sequential):
                 raise ValueError(f"MLP layer {i} ({type(layer).__name__}) must be a Linear or one activation "
                                  f"after a Linear; activations: {', '.join(ACTIVATIONS)}")
         self.steps = tuple(tuple(step) for step in steps)
+        # numpy views of float32 CPU weights share their memory: optimizer steps show through, no copies
+        numpy_ready = all(w.device.type == "cpu" and w.dtype == torch.float32 and b is not None
+                          and (f is None or f in NUMPY_FUNCTIONS) for w, b, f in self.steps)
+        self.numpy_steps = tuple((w.detach().numpy().T, b.detach().numpy(), NUMPY_FUNCTIONS.get(f))
+                                 for w, b, f in self.steps) if numpy_ready else None
+
+    def __setstate__(self, state: dict) -> None:  # deepcopy and unpickling: numpy views must be made anew
+        super().__setstate__(state)
+        self._gather_steps()
 
     def _apply(self, fn, recurse: bool = True):
         module = super()._apply(fn, recurse)
@@ -52,6 +63,17 @@ class MLP(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for weight, bias, activation in self.steps:
             x = F.linear(x, weight, bias)
+            if activation is not None:
+                x = activation(x)
+        return x
+
+    def forward_numpy(self, x: np.ndarray) -> np.ndarray | None:
+        """The same forward in numpy on the CPU weights, for acting: at batch 1 it costs about a
+        third of torch's per-op overhead. None where there is no numpy path (GPU, other activations)."""
+        if self.numpy_steps is None:
+            return None
+        for weight_t, bias, activation in self.numpy_steps:
+            x = x @ weight_t + bias
             if activation is not None:
                 x = activation(x)
         return x
@@ -80,3 +102,6 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
+
+    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        return self.net.forward_numpy(obs)

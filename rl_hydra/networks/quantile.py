@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -25,6 +26,10 @@ class QuantileNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, obs_dim)
         return self.net(obs).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
+
+    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        out = self.net.forward_numpy(obs)
+        return None if out is None else out.reshape(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
 
 
 def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
