@@ -5,20 +5,30 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import torch
+from torch.optim import optimizer as torch_optimizer
 
 FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # the kernel behind torch.optim.Adam(fused=True)
+
+
+def undecorated(method: Callable) -> Callable:
+    return getattr(method, "__wrapped__", method)
+
+
+def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    return bool(optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
+                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
 
 
 class LeanAdam(torch.optim.Adam):
     """torch.optim.Adam(fused=True) with a step that goes straight to the fused kernel.
 
-    torch's own step spends ~150 us per call on bookkeeping (hooks, grouping tensors by
-    device, option checks), about a tenth of a 2x256 Q-network update at batch 64 on a
-    CPU. For the common case, one param group of same-device, same-dtype tensors that all
-    have gradients and plain Adam options, this step makes the very calls torch's fused
-    path makes, so parameters and state come out identical. The state and state_dict are
-    torch's (checkpoints load into either class), and every other case, including the
-    first step, which creates the state, goes through torch's step.
+    torch's own step spends ~150 us per call on bookkeeping (the hook and profiler wrapper,
+    grouping tensors by device, option checks), about a tenth of a 2x256 Q-network update at
+    batch 64 on a CPU. In the common case, one param group of same-device, same-dtype dense
+    tensors that all have gradients, plain Adam options and no step hooks, this step creates
+    the state as torch does and makes the very calls torch's fused path makes, so parameters
+    and state come out identical (tests/test_lean_paths.py). The state_dict is torch's
+    (checkpoints load into either class); every other case goes through torch's own step.
     """
 
     def __init__(self, params: Iterable[torch.nn.Parameter] | Iterable[dict], lr: float | torch.Tensor = 1e-3,
@@ -26,24 +36,42 @@ class LeanAdam(torch.optim.Adam):
                  fused: bool = True, **kwargs):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **kwargs)
 
+    # torch wraps these (and its step) in a lazy torch._dynamo.disable whose first call imports
+    # torch._dynamo, ~2.5 s of every training process. The optimizer is never traced
+    # (compile=true compiles losses only), so it keeps the plain functions underneath.
+    add_param_group = undecorated(torch.optim.Optimizer.add_param_group)
+    state_dict = undecorated(torch.optim.Optimizer.state_dict)
+    load_state_dict = undecorated(torch.optim.Optimizer.load_state_dict)
+    zero_grad = undecorated(torch.optim.Optimizer.zero_grad)
+
     def _fast_path_ok(self, group: dict, params: list[torch.Tensor]) -> bool:
         if (FUSED_ADAM is None or not group["fused"] or group["amsgrad"] or group["maximize"]
                 or group["capturable"] or group["differentiable"] or group.get("decoupled_weight_decay")
-                or torch.is_tensor(group["lr"])):
+                or torch.is_tensor(group["lr"]) or has_step_hooks(self)):
             return False
         first = params[0]
         return all(p.grad is not None and p.device == first.device and p.dtype == first.dtype
-                   and not p.grad.is_sparse and p in self.state for p in params)
+                   and not p.grad.is_sparse and not torch.is_complex(p) for p in params)
+
+    def _torch_step(self, closure: Callable[[], float] | None = None):
+        """torch's Adam step inside torch's hook and profiler wrapper, as torch.optim.Adam runs it."""
+        adam_step = torch.optim.Adam.step
+        if getattr(adam_step, "hooked", False):  # torch patched the class's step already
+            adam_step = adam_step.__wrapped__
+        return torch.optim.Optimizer.profile_hook_step(adam_step)(self, closure)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
-        if closure is not None or len(self.param_groups) != 1:
-            return super().step(closure)
         group = self.param_groups[0]
         params = group["params"]
-        if not params or not self._fast_path_ok(group, params):
-            return super().step()
+        if closure is not None or len(self.param_groups) != 1 or not params or not self._fast_path_ok(group, params):
+            return self._torch_step(closure)
         states = [self.state[p] for p in params]
+        for p, state in zip(params, states):
+            if not state:  # as torch's fused Adam creates it
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [state["step"] for state in states]
         beta1, beta2 = group["betas"]
         torch._foreach_add_(steps, 1)
@@ -52,3 +80,5 @@ class LeanAdam(torch.optim.Adam):
                    beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
                    maximize=False, grad_scale=None, found_inf=None)
         return None
+
+    step.hooked = True  # keeps torch from wrapping it in its hook wrapper (~40 us a call): hooks take _torch_step

@@ -7,6 +7,10 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +25,9 @@ from rl_hydra.envs.make import SameStepVectorEnv
 from rl_hydra.networks.mlp import MLP, QNetwork, mlp
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.optim import LeanAdam
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_net(seed: int = 0) -> nn.Module:
@@ -53,6 +60,7 @@ def test_lean_adam_steps_exactly_like_torch_fused_adam(options):
     for p, q in zip(ours.parameters(), theirs.parameters()):
         assert torch.equal(lean.state[p]["exp_avg_sq"], torch_adam.state[q]["exp_avg_sq"])
         assert torch.equal(lean.state[p]["step"], torch_adam.state[q]["step"])
+        assert lean.state[p]["step"].dtype == torch_adam.state[q]["step"].dtype
 
 
 def test_lean_adam_state_dict_loads_into_torch_adam_and_back():
@@ -83,6 +91,16 @@ def test_lean_adam_options_outside_the_fast_path_still_match_torch(options):
     train(theirs, torch.optim.Adam(theirs.parameters(), lr=1e-2, **{"fused": True, **options}), 6)
     for p, q in zip(ours.parameters(), theirs.parameters()):
         assert torch.allclose(p, q)
+
+
+def test_lean_adam_runs_step_hooks_like_torch():
+    net = make_net()
+    optimizer = LeanAdam(net.parameters(), lr=1e-2)
+    calls = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: calls.append("post"))
+    train(net, optimizer, 2)
+    assert calls == ["pre", "post", "pre", "post"]
 
 
 def test_lean_adam_skips_a_parameter_without_gradient_like_torch():
@@ -188,3 +206,20 @@ def test_greedy_actions_through_numpy_equal_the_torch_argmax(algo_class, network
     with torch.no_grad():
         expected = agent.action_values(torch.from_numpy(obs)).argmax(dim=1).numpy()
     assert np.array_equal(actions, expected)
+
+
+def test_a_training_process_without_compile_never_imports_torch_dynamo(tmp_path):
+    """Importing torch._dynamo costs ~2.5 s; torch's optimizers import it on first use, LeanAdam not."""
+    code = textwrap.dedent(f"""
+        import sys
+        from rl_hydra.api import compose_train_config
+        from rl_hydra.training import run
+        cfg = compose_train_config("algo=dqn", "env=cartpole", "network.hidden_sizes=[16]", *{TINY!r},
+                                   "algo.learning_starts=100", "algo.train_every=10")
+        summary = run(cfg, {str(tmp_path / "run")!r})
+        print(summary["updates"], "torch._dynamo" in sys.modules)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    updates, imported = result.stdout.split()[-2:]
+    assert int(updates) > 0 and imported == "False"  # checkpoints (optimizer state_dict) included

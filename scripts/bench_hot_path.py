@@ -1,0 +1,132 @@
+"""Per-call cost of the pieces of the training loop's hot path, each next to the plain code it replaces.
+
+    python scripts/bench_hot_path.py                 # 9 interleaved rounds, medians in microseconds
+    python scripts/bench_hot_path.py --rounds 3 --calls 200
+
+  act       DQN's epsilon-greedy act at batch 1 (epsilon 0.04): the numpy forward on the CPU
+            weights against the torch forward it replaces
+  env step  SameStepVectorEnv.step against gymnasium's SyncVectorEnv (SAME_STEP), one CartPole;
+            the bare env (gym.make) is the floor
+  adam      LeanAdam.step against torch.optim.Adam(fused=True).step on the zoo's 2x256 Q-network
+  update    a whole update (loss, backward, clipping, optimizer step) of DQN and QR-DQN at batch 64
+
+Each round times every candidate once, in turn, so drifting load falls on all alike; one
+torch thread, as in the runs. Figures are medians over rounds and the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rl_hydra.algos.common import optimizer_step  # noqa: E402
+from rl_hydra.algos.dqn import DQN  # noqa: E402
+from rl_hydra.algos.qr_dqn import QRDQN  # noqa: E402
+from rl_hydra.buffers.replay import Batch  # noqa: E402
+from rl_hydra.envs.make import SameStepVectorEnv  # noqa: E402
+from rl_hydra.networks.mlp import QNetwork  # noqa: E402
+from rl_hydra.networks.quantile import QuantileNetwork  # noqa: E402
+from rl_hydra.optim import LeanAdam  # noqa: E402
+
+
+def per_call_us(fn, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def make_agent(algo_class, network, optimizer, **kwargs):
+    env = gym.make("CartPole-v1")
+    return algo_class(env.observation_space, env.action_space, functools.partial(network, hidden_sizes=[256, 256]),
+                      optimizer, total_steps=50_000, batch_size=64, max_grad_norm=10.0, **kwargs)
+
+
+def random_batch(size: int = 64) -> Batch:
+    return Batch(obs=torch.randn(size, 4), actions=torch.randint(2, (size,)), rewards=torch.ones(size),
+                 next_obs=torch.randn(size, 4), terminated=torch.zeros(size), truncated=torch.zeros(size))
+
+
+def candidates() -> dict[str, dict[str, callable]]:
+    lean = functools.partial(LeanAdam, lr=2.3e-3)
+    plain = functools.partial(torch.optim.Adam, lr=2.3e-3, fused=True)
+
+    dqn = make_agent(DQN, QNetwork, lean)
+    dqn.explore_steps = 10**6  # exploration decayed to its end: the greedy path on most steps
+    obs = np.random.default_rng(0).normal(size=(1, 4)).astype(np.float32)
+    torch_only = make_agent(DQN, QNetwork, lean)
+    torch_only.load_state_dict(dqn.state_dict())
+    torch_only.action_values_numpy = lambda obs: None  # what act did before the numpy forward
+
+    ours_env = SameStepVectorEnv([lambda: gym.make("CartPole-v1")])
+    gym_env = SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=AutoresetMode.SAME_STEP)
+    bare = gym.make("CartPole-v1")
+    for env in (ours_env, gym_env, bare):
+        env.reset(seed=0)
+    actions = np.zeros(1, dtype=np.int64)
+
+    def bare_step():
+        _, _, terminated, truncated, _ = bare.step(0)
+        if terminated or truncated:
+            bare.reset()
+
+    def optimizer_steps(factory):
+        net = QNetwork(4, 2, [256, 256])
+        optimizer = factory(net.parameters())
+        net(torch.randn(64, 4)).sum().backward()
+        optimizer.step()  # creates the state
+        return optimizer.step
+
+    def update(algo_class, network, **kwargs):
+        agent, batch = make_agent(algo_class, network, lean, **kwargs), random_batch()
+
+        def one():
+            loss, _ = agent.loss(batch)
+            optimizer_step(agent.optimizer, loss, agent.params, agent.max_grad_norm)
+        return one
+
+    return {
+        "act": {"numpy forward": lambda: dqn.act(obs, explore=True),
+                "torch forward": lambda: torch_only.act(obs, explore=True)},
+        "env step": {"SameStepVectorEnv": lambda: ours_env.step(actions),
+                     "gymnasium SyncVectorEnv": lambda: gym_env.step(actions), "bare env": bare_step},
+        "adam": {"LeanAdam": optimizer_steps(lean), "torch Adam(fused=True)": optimizer_steps(plain)},
+        "update": {"DQN": update(DQN, QNetwork),
+                   "QR-DQN (10 quantiles)": update(QRDQN, QuantileNetwork, num_quantiles=10)},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=1000, help="calls per candidate per round (updates: a tenth)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    groups = candidates()
+    times = {(group, name): [] for group, fns in groups.items() for name in fns}
+    for _ in range(args.rounds):
+        for group, fns in groups.items():
+            calls = max(args.calls // 10, 1) if group in ("update", "adam") else args.calls
+            for name, fn in fns.items():
+                per_call_us(fn, max(calls // 10, 1))  # warm up
+                times[group, name].append(per_call_us(fn, calls))
+    print(f"median of {args.rounds} rounds, microseconds per call (torch {torch.__version__}, one thread)")
+    for group, fns in groups.items():
+        first = statistics.median(times[group, next(iter(fns))])
+        for name in fns:
+            value = statistics.median(times[group, name])
+            print(f"  {group:9s} {name:26s} {value:9.1f} us   {value / first:5.2f}x the first")
+
+
+if __name__ == "__main__":
+    main()
