@@ -47,10 +47,10 @@ class SameStepVectorEnv(SyncVectorEnv):
             self._env_obs[i] = obs
             if info:
                 infos = self._add_info(infos, info, i)
-        self._observations = np.array(self._env_obs, dtype=self.single_observation_space.dtype)
         self._autoreset_envs = self._terminations | self._truncations
-        return (self._observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(),
-                infos)
+        # a fresh array each step (reset writes into self._observations, so it is not handed out)
+        observations = np.array(self._env_obs, dtype=self.single_observation_space.dtype)
+        return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
 
 
 def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
