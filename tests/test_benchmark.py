@@ -110,3 +110,14 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
     text = benchmark.report(args, {}, settings, results, True, None, None)
     assert "| median |  | 1.0 | 2.0 | 0.50 | 100 | 50 | 500.0 | 500.0 |" in text
     assert "## Time to solve" in text and "| 2,500 |" in text and "## compile=true against" in text
+
+
+def test_hot_path_script_prints_every_piece_and_its_ratio():
+    result = subprocess.run([sys.executable, "scripts/bench_hot_path.py", "--rounds", "1", "--calls", "10"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for piece in ("numpy forward", "torch forward", "SameStepVectorEnv", "gymnasium SyncVectorEnv",
+                  "LeanAdam", "torch Adam(fused=True)", "QR-DQN (10 quantiles)"):
+        line = next(line for line in lines if piece in line)
+        assert line.rstrip().endswith("x the first") and float(line.split()[-5]) > 0
