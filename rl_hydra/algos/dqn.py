@@ -77,9 +77,10 @@ class DQN:
         return self.q_net(obs)
 
     def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        """action_values through the network's numpy forward, or None where it has none."""
+        """action_values through the network's numpy forward, or None where it has none
+        (a network without one; an MLP whose weights are not float32 on the CPU returns None)."""
         forward_numpy = getattr(self.q_net, "forward_numpy", None)
-        return None if forward_numpy is None or self.device.type != "cpu" else forward_numpy(obs)
+        return None if forward_numpy is None else forward_numpy(obs)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
