@@ -10,8 +10,10 @@ our run and SB3's alternate, and the side that goes first alternates from pair t
   solve     our default `algo=dqn env=cartpole` preset (stops at the first evaluation that
             averages 500) against SB3's whole zoo run
   floor     N pure updates of the same network, batch and optimizer (N = the run's updates) plus
-            M random-action CartPole steps (M = the run's steps), each timed in isolation;
-            our run's wall time over that floor is the loop's overhead
+            M random-action CartPole steps (M = the run's steps), each timed in isolation, in
+            its own process inside each pair; our wall time over the floor of the same pair is
+            the loop's overhead (the machine's speed drifts over minutes: a floor timed apart
+            from the runs it divides would measure the drift too)
   redq      REDQ critic-ensemble updates/s, batched against a per-critic loop
             (scripts/bench_ensemble.py), and env steps/s of a short REDQ run at the default
             G = 20; a CUDA column when torch.cuda.is_available()
@@ -66,9 +68,17 @@ def run_job(job: dict, label: str) -> dict | None:
     return result
 
 
+def floor_job(setting: Setting, seed: int, args: argparse.Namespace) -> dict:
+    return {"kind": "floor", "overrides": our_overrides(setting, seed, args), "device": args.device,
+            "updates": expected_updates(setting.hp, setting.total_steps), "env_id": ENV_ID,
+            "env_steps": setting.total_steps}
+
+
 def side_job(setting: Setting, side: str, seed: int, args: argparse.Namespace) -> dict:
     if side == "sb3":
         return sb3_job(setting, seed, args)
+    if side == "floor":
+        return floor_job(setting, seed, args)
     if side == "ours_preset":
         return {"kind": "ours", "overrides": preset_overrides(seed, args)}
     return {"kind": "ours", "overrides": our_overrides(setting, seed, args, compile_update=side == "ours_compiled")}
@@ -124,42 +134,33 @@ def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int
 
 
 # --- the floor and REDQ -----------------------------------------------------------------------
-def run_floors(settings: list[Setting], args: argparse.Namespace) -> dict[str, dict | None]:
-    floors = {}
-    for setting in settings:
-        updates = expected_updates(setting.hp, setting.total_steps)
-        job = {"kind": "floor", "overrides": our_overrides(setting, args.seed, args), "device": args.device,
-               "updates": updates, "env_id": ENV_ID, "env_steps": setting.total_steps}
-        # as noisy as the runs it divides: the median of as many fresh processes as there are pairs
-        runs = [run_job(job, f"floor {setting.name} ({i + 1}/{args.pairs}): {updates:,} updates, "
-                             f"{setting.total_steps:,} env steps") for i in range(args.pairs)]
-        runs = [r for r in runs if r]
-        floors[setting.name] = runs and {"update_s": median(r["update_s"] for r in runs),
-                                         "env_s": median(r["env_s"] for r in runs),
-                                         "optimizer": runs[0]["optimizer"], "runs": len(runs)} or None
-    return floors
-
-
-def floor_section(settings: list[Setting], floors: dict, results: dict) -> str:
+def floor_section(settings: list[Setting], results: dict, args: argparse.Namespace) -> str:
+    """Per setting, medians over the pairs; each ratio is the median of the per-pair ratios
+    (a run over the floor timed in the same pair, minutes apart at most)."""
     rows = []
     for setting in settings:
-        floor, runs = floors[setting.name], results.get(setting.name, {})
-        ours = median(r and r["wall_s"] for r in runs.get("ours", []))
-        theirs = median(r and r["wall_s"] for r in runs.get("sb3", []))
-        total = floor and floor["update_s"] + floor["env_s"]
+        runs = results[setting.name]
+        floors = runs["floor"]
+        totals = [f and f["update_s"] + f["env_s"] for f in floors]
+
+        def over_floor(side: str) -> tuple[float | None, float | None]:
+            walls = [r and r["wall_s"] for r in runs.get(side, [None] * len(floors))]
+            return median(walls), median(w and t and w / t for w, t in zip(walls, totals))
+
+        (ours, ours_ratio), (theirs, theirs_ratio) = over_floor("ours"), over_floor("sb3")
         rows.append([setting.name, f"{expected_updates(setting.hp, setting.total_steps):,}",
-                     fmt(floor and floor["update_s"], 2), f"{setting.total_steps:,}", fmt(floor and floor["env_s"], 2),
-                     fmt(total, 2), fmt(ours), fmt(ours and total and ours / total, 2),
-                     fmt(theirs), fmt(theirs and total and theirs / total, 2)])
-    optimizer = next((f["optimizer"] for f in floors.values() if f), "?")
-    runs = next((f["runs"] for f in floors.values() if f), 0)
+                     fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
+                     fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
+                     fmt(ours_ratio, 2), fmt(theirs), fmt(theirs_ratio, 2)])
+    optimizer = next((f["optimizer"] for s in settings for f in results[s.name]["floor"] if f), "?")
     headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
-               "floor (s)", "ours median wall (s)", "ours / floor", "SB3 median wall (s)", "SB3 / floor"]
+               "floor (s)", "ours wall (s)", "ours / floor", "SB3 wall (s)", "SB3 / floor"]
     return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
             f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
-            f"(gymnasium, one env), each timed in its own process (median of {runs} processes); no sampling, "
-            f"acting, logging, evaluation or target syncs. A wall time over the floor is the loop's overhead "
-            f"factor.\n\n"
+            f"(gymnasium, one env), each timed in a fresh process inside every pair, next to the runs it "
+            f"divides; no sampling, acting, logging, evaluation or target syncs. A wall time over the floor "
+            f"is the loop's overhead factor. Times are medians of {args.pairs} pairs; each ratio is the median "
+            f"of the per-pair ratios (one pair's run over the same pair's floor).\n\n"
             + table(headers, rows))
 
 
@@ -196,7 +197,9 @@ def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting],
     budgets = {"zoo": args.zoo_steps, "per_step": args.per_step_steps}
     settings = [Setting(algo, regime, budgets[regime], {**ZOO[algo], **(PER_STEP if regime == "per_step" else {})})
                 for regime in ("zoo", "per_step") if regime in args.suites for algo in args.algos]
-    sides = ["ours", *(["sb3"] if with_sb3 else []), *(["ours_compiled"] if args.compile else [])]
+    # the floor next to our run in every pair, so drift over minutes touches both alike
+    sides = ["ours", *(["floor"] if "floor" in args.suites else []), *(["sb3"] if with_sb3 else []),
+             *(["ours_compiled"] if args.compile else [])]
     plan = [(setting, list(sides)) for setting in settings]
     if "solve" in args.suites:
         dqn_zoo = next((s for s, _ in plan if s.name == "dqn zoo"), None)
@@ -207,7 +210,7 @@ def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting],
     return settings, plan
 
 
-def report(args, info, settings, results, with_sb3: bool, floors: dict | None, redq: dict | None) -> str:
+def report(args, info, settings, results, with_sb3: bool, redq: dict | None) -> str:
     seeds = [args.seed + i for i in range(args.pairs)]
     parts = [f"# rl-hydra speed benchmark\n\n`python scripts/benchmark.py {shlex.join(sys.argv[1:])}`  \n"
              f"{datetime.date.today()}; CPU {info.get('cpu')}; CUDA {info.get('cuda') or 'none'}; python "
@@ -235,8 +238,8 @@ def report(args, info, settings, results, with_sb3: bool, floors: dict | None, r
             runs = results[setting.name]
             parts.append(f"## compile=true against compile=false (ours): {setting.title}\n\n"
                          + pairs_table(runs["ours_compiled"], runs["ours"], ("compile", "eager"), seeds))
-    if floors:
-        parts.append(floor_section(settings, floors, results))
+    if "floor" in args.suites and settings:
+        parts.append(floor_section(settings, results, args))
     if redq:
         parts.append(redq_section(redq, args))
     return "\n\n".join(parts) + "\n"
@@ -274,9 +277,8 @@ def main() -> None:
     info = run_job({"kind": "probe"}, "versions") or {}
     settings, plan = build_plan(args, with_sb3)
     results = run_pairs(plan, args)
-    floors = run_floors(settings, args) if "floor" in args.suites else None
     redq = run_redq(args, ["cpu", "cuda"] if info.get("cuda") else ["cpu"]) if "redq" in args.suites else None
-    text = report(args, info, settings, results, with_sb3, floors, redq)
+    text = report(args, info, settings, results, with_sb3, redq)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

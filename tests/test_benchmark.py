@@ -97,19 +97,26 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
 
     def fake_run_job(job, label):
         calls.append(label)
+        if job["kind"] == "floor":  # a floor of 0.5 s in the first pair and 1.0 s in the second
+            pair = sum("floor" in call for call in calls)
+            return {"update_s": 0.4 * pair, "env_s": 0.1 * pair, "optimizer": "LeanAdam"}
         return {"wall_s": 2.0 if job["kind"] == "sb3" else 1.0, "steps": 100, "updates": 128,
                 "eval_return": 500.0, "solved_at_step": 2500}
 
     monkeypatch.setattr(benchmark, "run_job", fake_run_job)
     args = benchmark.build_parser().parse_args(["--pairs", "2", "--algos", "dqn", "--suites", "zoo", "solve",
-                                                "--compile"])
+                                                "floor", "--compile"])
     settings, plan = benchmark.build_plan(args, with_sb3=True)
     results = benchmark.run_pairs(plan, args)
     sides = [label.split(": ")[1].split()[0] for label in calls]
-    assert sides == ["ours", "sb3", "ours_compiled", "ours_preset", "ours_preset", "ours_compiled", "sb3", "ours"]
-    text = benchmark.report(args, {}, settings, results, True, None, None)
+    assert sides == ["ours", "floor", "sb3", "ours_compiled", "ours_preset",
+                     "ours_preset", "ours_compiled", "sb3", "floor", "ours"]
+    text = benchmark.report(args, {}, settings, results, True, None)
     assert "| median |  | 1.0 | 2.0 | 0.50 | 100 | 50 | 500.0 | 500.0 |" in text
     assert "## Time to solve" in text and "| 2,500 |" in text and "## compile=true against" in text
+    # ratios are medians of per-pair ratios (1/0.5 and 1/1.0 -> 1.5), not ratios of medians (1/0.75)
+    floor_row = next(line for line in text.splitlines() if line.startswith("| dqn zoo |"))
+    assert floor_row.endswith("| 0.75 | 1.0 | 1.50 | 2.0 | 3.00 |"), floor_row
 
 
 def test_hot_path_script_prints_every_piece_and_its_ratio():
