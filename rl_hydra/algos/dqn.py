@@ -108,15 +108,16 @@ class DQN:
 
     def randomize(self, actions: np.ndarray, random_rows: np.ndarray) -> np.ndarray:
         """`actions` with the rows in `random_rows` replaced by uniform random actions."""
-        if random_rows.any():  # most steps after exploration decays; a size-0 draw costs ~10 us
-            actions[random_rows] = self.rng.integers(self.num_actions, size=int(random_rows.sum()))
+        # count_nonzero, not .any(): ~0.4 us against ~3; and no size-0 draw (~10 us), the common case
+        if count := np.count_nonzero(random_rows):
+            actions[random_rows] = self.rng.integers(self.num_actions, size=count)
         return actions
 
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         n = obs.shape[0]
         if explore:
             random_rows = self.explore_rows(n)
-            if random_rows.all():  # skip the forward pass
+            if np.count_nonzero(random_rows) == n:  # skip the forward pass
                 return self.rng.integers(self.num_actions, size=n), state
         values = self.action_values_numpy(np.asarray(obs, dtype=np.float32))   # (n, A) or None
         if values is not None:

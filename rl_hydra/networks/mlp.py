@@ -13,7 +13,7 @@ from rl_hydra.config import ConfigError, check_int
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
 FUNCTIONS = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.ELU: F.elu, nn.GELU: F.gelu, nn.SiLU: F.silu}
-NUMPY_FUNCTIONS = {torch.relu: lambda x: np.maximum(x, 0.0, out=x), torch.tanh: lambda x: np.tanh(x, out=x)}
+NUMPY_FUNCTIONS = {torch.relu: lambda x: np.maximum(x, 0.0, out=x), torch.tanh: lambda x: np.tanh(x, out=x)}  # in place
 
 
 def activation_class(name: str) -> type[nn.Module]:
@@ -73,9 +73,10 @@ class MLP(nn.Sequential):
         if self.numpy_steps is None:
             return None
         for weight_t, bias, activation in self.numpy_steps:
-            x = x @ weight_t + bias
+            x = x @ weight_t   # a fresh array: the in-place ops below never touch the caller's input
+            x += bias
             if activation is not None:
-                x = activation(x)
+                activation(x)  # in place
         return x
 
 
