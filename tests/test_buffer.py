@@ -51,6 +51,21 @@ def test_sample_shapes_and_only_filled_rows():
     assert set(batch.rewards.tolist()) == {1.0, 2.0, 3.0}  # never an empty row
 
 
+def test_sample_batches_draws_what_repeated_sample_calls_draw():
+    one_at_a_time, gathered = ReplayBuffer(100, OBS, ACTIONS, seed=5), ReplayBuffer(100, OBS, ACTIONS, seed=5)
+    for buffer in (one_at_a_time, gathered):
+        add_rows(buffer, range(40))
+    gathered.max_gather_rows = 32  # 4 batches of 8 per gather: 10 batches take 3 gathers
+    expected = [one_at_a_time.sample(8) for _ in range(10)]
+    batches = list(gathered.sample_batches(8, 10))
+    assert len(batches) == 10
+    for got, want in zip(batches, expected):
+        for field in want._fields:
+            assert torch.equal(getattr(got, field), getattr(want, field)), field
+            assert getattr(got, field).shape[0] == 8
+    assert torch.equal(one_at_a_time.sample(3).obs, gathered.sample(3).obs)  # the streams stay in step
+
+
 def test_box_actions_are_stored_as_float_vectors():
     buffer = ReplayBuffer(5, OBS, gym.spaces.Box(-1, 1, (2,)))
     buffer.add(np.zeros((1, 2)), np.array([[0.25, -0.5]]), np.ones(1), np.zeros((1, 2)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -30,6 +30,7 @@ class ReplayBuffer:
     """Holds the last `capacity` transitions; `add` takes one row per vector env."""
 
     recurrent = False
+    max_gather_rows = 16384  # sample_batches gathers at most this many rows at once
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0):
@@ -43,8 +44,8 @@ class ReplayBuffer:
             "obs": empty(obs_shape), "actions": empty(action_shape, action_dtype), "rewards": empty(()),
             "next_obs": empty(obs_shape), "terminated": empty(()), "truncated": empty(()),
         }
-        # on CPU, numpy views of the same memory make `add` several times cheaper
-        self.host_views = ({key: column.numpy() for key, column in self.storage.items()}
+        # on CPU, numpy views of the same memory make `add` several times cheaper (in Batch's field order)
+        self.host_views = (tuple(self.storage[key].numpy() for key in Batch._fields)
                            if self.device.type == "cpu" else None)
         self.pos = 0
         self.size = 0
@@ -56,8 +57,7 @@ class ReplayBuffer:
 
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         """Store one transition per env; arguments are arrays or tensors with a leading num_envs axis."""
-        values = {"obs": obs, "actions": actions, "rewards": rewards, "next_obs": next_obs,
-                  "terminated": terminated, "truncated": truncated}
+        values = (obs, actions, rewards, next_obs, terminated, truncated)  # Batch's field order
         n = len(rewards)
         if self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
@@ -65,11 +65,10 @@ class ReplayBuffer:
             rows = torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity
         if self.host_views is not None:
             rows = rows if isinstance(rows, slice) else rows.numpy()
-            for key, value in values.items():
-                self.host_views[key][rows] = value.cpu().numpy() if torch.is_tensor(value) else value
+            for view, value in zip(self.host_views, values):
+                view[rows] = value.cpu().numpy() if torch.is_tensor(value) else value
         else:
-            for key, value in values.items():
-                column = self.storage[key]
+            for column, value in zip(self.storage.values(), values):
                 column[rows] = torch.as_tensor(value, dtype=column.dtype).to(self.device, non_blocking=True)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
@@ -78,8 +77,22 @@ class ReplayBuffer:
         idx = torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
         if self.host_views is not None:  # numpy's take is about twice as fast as tensor indexing here
             rows = idx.numpy()
-            return Batch(**{key: torch.from_numpy(view.take(rows, axis=0)) for key, view in self.host_views.items()})
-        return Batch(**{key: column[idx] for key, column in self.storage.items()})
+            return Batch(*[torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views])
+        return Batch(*[column[idx] for column in self.storage.values()])
+
+    def sample_batches(self, batch_size: int, count: int) -> Iterable[Batch]:
+        """`count` batches for one training phase, the same ones `count` calls of `sample` draw
+        (one random stream), gathered up to `max_gather_rows` rows at a time. Nothing is added
+        during a phase, and one gather of 128 batches costs about what one of a batch does."""
+        if count == 1:  # one update per phase (per env step, often): no generator, no splitting
+            return (self.sample(batch_size),)
+        return self._gathered_batches(batch_size, count)
+
+    def _gathered_batches(self, batch_size: int, count: int) -> Iterator[Batch]:
+        per_gather = max(1, self.max_gather_rows // batch_size)
+        for start in range(0, count, per_gather):
+            rows = self.sample(batch_size * min(per_gather, count - start))
+            yield from (Batch(*fields) for fields in zip(*(column.split(batch_size) for column in rows)))
 
     def state_dict(self) -> dict:
         return {"pos": self.pos, "size": self.size, "generator": self.generator.get_state(),

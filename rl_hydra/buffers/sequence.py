@@ -10,7 +10,7 @@ the chunk's first step, so training starts from it rather than from zeros.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -140,6 +140,11 @@ class SequenceBuffer:
         idx = torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
         steps = {key: column[:, idx] for key, column in self.steps.items()}
         return SequenceBatch(**steps, episode_start=self.episode_start[idx], state=tuple(s[idx] for s in self.states))
+
+    def sample_batches(self, batch_size: int, count: int) -> Iterator[SequenceBatch]:
+        """`count` batches for one training phase (see ReplayBuffer.sample_batches)."""
+        for _ in range(count):
+            yield self.sample(batch_size)
 
     def state_dict(self) -> dict:
         """Stored chunks and each env's open chunk, so that a resumed run goes on exactly."""

@@ -75,21 +75,24 @@ class Runner:
         self.actor_state: tuple[torch.Tensor, ...] | None = None  # a recurrent actor's state at self.obs, kept too
         self.stop_requested = False
         self.solved_at: dict[str, float] | None = None  # when an eval reached train.stop_at_return
+        self._next_due_step = 0  # the first step at which an eval, log row or checkpoint may fall due
 
     # --- reported by the loop ---------------------------------------------------
     def record_step(self, rewards: np.ndarray, done: np.ndarray) -> None:
         """Account for one vector step (num_envs env steps) and run whatever falls due."""
-        self.check_device_updates()
+        if self._first_bad_update is not None:
+            self.check_device_updates()
         self._episode_return += rewards
         self._episode_length += 1
-        if done.any():
+        if np.count_nonzero(done):  # ~0.4 us against .any()'s ~3, every step
             self._finished_returns += self._episode_return[done].tolist()
             self._finished_lengths += self._episode_length[done].tolist()
             self.episodes += int(done.sum())
             self._episode_return[done] = 0.0
             self._episode_length[done] = 0
         before, self.global_step = self.global_step, self.global_step + len(rewards)
-        self._on_steps(before, self.global_step)
+        if self.global_step >= self._next_due_step:
+            self._on_steps(before, self.global_step)
         if self.stop_requested:
             raise StopRequested
 
@@ -100,8 +103,8 @@ class Runner:
         agent, before = self.agent, self.global_step
         after = before + self.env.num_envs
         if after >= agent.learning_starts and crossed(before, after, agent.train_every) and len(self.buffer):
-            for _ in range(agent.gradient_steps):
-                self.record_update(agent.update(self.buffer.sample(agent.batch_size)))
+            for batch in self.buffer.sample_batches(agent.batch_size, agent.gradient_steps):
+                self.record_update(agent.update(batch))
 
     def reset_env(self) -> np.ndarray:
         """The first observation for the loop: the restored one on an exact resume, else a reset."""
@@ -178,6 +181,9 @@ class Runner:
             self.write_row(with_eval=evaluated)
         if crossed(before, after, cfg.checkpoint_every) and not self.done:  # run() saves the final one
             self.save_checkpoint("last")
+        # nothing falls due before the next multiple of an interval (or the end): record_step skips to it
+        intervals = (cfg.eval_every, cfg.log_every, cfg.checkpoint_every)
+        self._next_due_step = min(cfg.total_steps, *((after // every + 1) * every for every in intervals))
 
     def evaluate(self) -> dict[str, float]:
         if self._eval_env is None:
