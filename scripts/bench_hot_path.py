@@ -8,6 +8,8 @@
   env step  SameStepVectorEnv.step against gymnasium's SyncVectorEnv (SAME_STEP), one CartPole;
             the bare env (gym.make) is the floor
   adam      LeanAdam.step against torch.optim.Adam(fused=True).step on the zoo's 2x256 Q-network
+  sampling  one zoo training phase's 128 batches of 64 from 50k CartPole transitions:
+            ReplayBuffer.sample_batches (one gather) against 128 sample calls
   update    a whole update (loss, backward, clipping, optimizer step) of DQN and QR-DQN at batch 64
 
 Each round times every candidate once, in turn, so drifting load falls on all alike; one
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rl_hydra.algos.common import optimizer_step  # noqa: E402
 from rl_hydra.algos.dqn import DQN  # noqa: E402
 from rl_hydra.algos.qr_dqn import QRDQN  # noqa: E402
-from rl_hydra.buffers.replay import Batch  # noqa: E402
+from rl_hydra.buffers.replay import Batch, ReplayBuffer  # noqa: E402
 from rl_hydra.envs.make import SameStepVectorEnv  # noqa: E402
 from rl_hydra.networks.mlp import QNetwork  # noqa: E402
 from rl_hydra.networks.quantile import QuantileNetwork  # noqa: E402
@@ -87,6 +89,14 @@ def candidates() -> dict[str, dict[str, callable]]:
         optimizer.step()  # creates the state
         return optimizer.step
 
+    env = gym.make("CartPole-v1")
+    buffer = ReplayBuffer(100_000, env.observation_space, env.action_space)
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # 50k transitions
+        obs_rows = rng.normal(size=(1000, 4)).astype(np.float32)
+        buffer.add(obs_rows, rng.integers(2, size=1000), np.ones(1000), obs_rows, np.zeros(1000, bool),
+                   np.zeros(1000, bool))
+
     def update(algo_class, network, **kwargs):
         agent, batch = make_agent(algo_class, network, lean, **kwargs), random_batch()
 
@@ -101,6 +111,8 @@ def candidates() -> dict[str, dict[str, callable]]:
         "env step": {"SameStepVectorEnv": lambda: ours_env.step(actions),
                      "gymnasium SyncVectorEnv": lambda: gym_env.step(actions), "bare env": bare_step},
         "adam": {"LeanAdam": optimizer_steps(lean), "torch Adam(fused=True)": optimizer_steps(plain)},
+        "sampling": {"sample_batches(64, 128)": lambda: list(buffer.sample_batches(64, 128)),
+                     "128 x sample(64)": lambda: [buffer.sample(64) for _ in range(128)]},
         "update": {"DQN": update(DQN, QNetwork),
                    "QR-DQN (10 quantiles)": update(QRDQN, QuantileNetwork, num_quantiles=10)},
     }
@@ -116,7 +128,7 @@ def main() -> None:
     times = {(group, name): [] for group, fns in groups.items() for name in fns}
     for _ in range(args.rounds):
         for group, fns in groups.items():
-            calls = max(args.calls // 10, 1) if group in ("update", "adam") else args.calls
+            calls = max(args.calls // 10, 1) if group in ("update", "adam", "sampling") else args.calls
             for name, fn in fns.items():
                 per_call_us(fn, max(calls // 10, 1))  # warm up
                 times[group, name].append(per_call_us(fn, calls))

@@ -64,7 +64,8 @@ def run_job(job: dict, label: str) -> dict | None:
         print(f" failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
         return None
     result = json.loads(lines[-1][len(RESULT_MARK):])
-    print(f" {result['wall_s']:.1f} s" if "wall_s" in result else " done", file=sys.stderr)
+    seconds = result.get("wall_s", result.get("update_s", 0) + result.get("env_s", 0))  # a run or a floor
+    print(f" {seconds:.1f} s" if seconds else " done", file=sys.stderr)
     return result
 
 

@@ -125,6 +125,18 @@ def test_hot_path_script_prints_every_piece_and_its_ratio():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for piece in ("numpy forward", "torch forward", "SameStepVectorEnv", "gymnasium SyncVectorEnv",
-                  "LeanAdam", "torch Adam(fused=True)", "QR-DQN (10 quantiles)"):
+                  "LeanAdam", "torch Adam(fused=True)", "sample_batches(64, 128)", "128 x sample(64)",
+                  "QR-DQN (10 quantiles)"):
         line = next(line for line in lines if piece in line)
         assert line.rstrip().endswith("x the first") and float(line.split()[-5]) > 0
+
+
+def test_loop_timers_time_every_piece_of_a_short_run():
+    result = subprocess.run([sys.executable, "scripts/loop_timers.py", "--algo", "qr_dqn", "--steps", "1100"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
+    assert "128 updates" in result.stdout.splitlines()[0]  # one phase, at step 1024
+    assert rows["update"][2] == "128" and rows["buffer.sample"][2] == "1"  # the phase's batches in one gather
+    count = lambda piece: int(rows[piece][2].replace(",", ""))  # noqa: E731
+    assert count("act") >= 100 and count("env.step") >= 1100  # training acts from step 1000; evaluation too
