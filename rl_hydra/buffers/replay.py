@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterable, Iterator, NamedTuple
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from rl_hydra.config import check_int
@@ -40,12 +39,14 @@ class ReplayBuffer:
         obs_shape = tuple(observation_space.shape)
         action_shape, action_dtype = action_layout(action_space)
         empty = lambda shape, dtype=torch.float32: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
+        # in Batch's field order: add and sample pair columns with values by position
         self.storage = {
             "obs": empty(obs_shape), "actions": empty(action_shape, action_dtype), "rewards": empty(()),
             "next_obs": empty(obs_shape), "terminated": empty(()), "truncated": empty(()),
         }
-        # on CPU, numpy views of the same memory make `add` several times cheaper (in Batch's field order)
-        self.host_views = (tuple(self.storage[key].numpy() for key in Batch._fields)
+        assert tuple(self.storage) == Batch._fields
+        # on CPU, numpy views of the same memory make `add` several times cheaper
+        self.host_views = (tuple(column.numpy() for column in self.storage.values())
                            if self.device.type == "cpu" else None)
         self.pos = 0
         self.size = 0
