@@ -43,8 +43,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_match import (ENV_ID, PER_STEP, ZOO, Setting, expected_updates, our_overrides, preset_overrides,  # noqa: E402
-                             redq_overrides, sb3_job)
+from benchmark_match import (BUDGETS, ENV_ID, ZOO, Setting, expected_updates, our_overrides,  # noqa: E402
+                             preset_overrides, redq_overrides, sb3_job, setting_for)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "benchmark_worker.py"
@@ -196,7 +196,7 @@ def redq_section(columns: dict[str, list], args: argparse.Namespace) -> str:
 def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting], list[tuple[Setting, list[str]]]]:
     """The settings compared with SB3, and for each the sides that run in every pair."""
     budgets = {"zoo": args.zoo_steps, "per_step": args.per_step_steps}
-    settings = [Setting(algo, regime, budgets[regime], {**ZOO[algo], **(PER_STEP if regime == "per_step" else {})})
+    settings = [setting_for(algo, regime, budgets[regime])
                 for regime in ("zoo", "per_step") if regime in args.suites for algo in args.algos]
     # the floor next to our run in every pair, so drift over minutes touches both alike
     sides = ["ours", *(["floor"] if "floor" in args.suites else []), *(["sb3"] if with_sb3 else []),
@@ -205,7 +205,7 @@ def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting],
     if "solve" in args.suites:
         dqn_zoo = next((s for s, _ in plan if s.name == "dqn zoo"), None)
         if dqn_zoo is None:
-            plan.append((Setting("dqn", "zoo", args.zoo_steps, ZOO["dqn"]), ["ours_preset", *(["sb3"] if with_sb3 else [])]))
+            plan.append((setting_for("dqn", "zoo", args.zoo_steps), ["ours_preset", *(["sb3"] if with_sb3 else [])]))
         else:
             dict(plan)[dqn_zoo].append("ours_preset")
     return settings, plan
@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile", action="store_true", help="also run ours with compile=true")
     parser.add_argument("--device", default="cpu", help="device of both sides' runs (cpu or cuda)")
     parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--zoo-steps", type=int, default=50_000)
-    parser.add_argument("--per-step-steps", type=int, default=20_000)
+    parser.add_argument("--zoo-steps", type=int, default=BUDGETS["zoo"])
+    parser.add_argument("--per-step-steps", type=int, default=BUDGETS["per_step"])
     parser.add_argument("--solve-steps", type=int, default=None, help="budget of the preset run (default: its own)")
     parser.add_argument("--redq-steps", type=int, default=1000)
     parser.add_argument("--redq-learning-starts", type=int, default=256)

@@ -24,6 +24,7 @@ ZOO = {
                    exploration_final_eps=0.04, net_arch=[256, 256], n_quantiles=10, max_grad_norm=None),
 }
 PER_STEP = dict(train_freq=1, gradient_steps=1, batch_size=128)
+BUDGETS = {"zoo": 50_000, "per_step": 20_000}  # env steps of each regime's runs
 
 
 class Setting:
@@ -38,6 +39,11 @@ class Setting:
         hp = self.hp
         return (f"{self.algo}, {self.regime}: {self.total_steps:,} steps, {hp['gradient_steps']} update(s) of "
                 f"batch {hp['batch_size']} every {hp['train_freq']} step(s)")
+
+
+def setting_for(algo: str, regime: str, total_steps: int) -> Setting:
+    """`algo`'s zoo hyperparameters, with one update of batch 128 per step in the per_step regime."""
+    return Setting(algo, regime, total_steps, {**ZOO[algo], **(PER_STEP if regime == "per_step" else {})})
 
 
 def target_update_every(hp: dict) -> int:

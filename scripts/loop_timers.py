@@ -23,9 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmark_match import PER_STEP, ZOO, Setting, our_overrides  # noqa: E402
-
-BUDGETS = {"zoo": 50_000, "per_step": 20_000}
+from benchmark_match import BUDGETS, ZOO, our_overrides, setting_for  # noqa: E402
 
 
 def wrap(owner, name: str, label: str, totals: collections.Counter, calls: collections.Counter) -> None:
@@ -61,7 +59,7 @@ def main() -> None:
     from rl_hydra.loops.runner import Runner
 
     steps = args.steps or BUDGETS[args.regime]
-    setting = Setting(args.algo, args.regime, steps, {**ZOO[args.algo], **(PER_STEP if args.regime == "per_step" else {})})
+    setting = setting_for(args.algo, args.regime, steps)
     cfg = compose_train_config(*our_overrides(setting, args.seed, argparse.Namespace(device="cpu", eval_episodes=10)))
     totals, calls = collections.Counter(), collections.Counter()
     for owner, name, label in [
