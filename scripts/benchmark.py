@@ -11,9 +11,10 @@ our run and SB3's alternate, and the side that goes first alternates from pair t
             averages 500) against SB3's whole zoo run
   floor     N pure updates of the same network, batch and optimizer (N = the run's updates) plus
             M random-action CartPole steps (M = the run's steps), each timed in isolation, in
-            its own process inside each pair; our wall time over the floor of the same pair is
-            the loop's overhead (the machine's speed drifts over minutes: a floor timed apart
-            from the runs it divides would measure the drift too)
+            two processes of half the work each, one just before our run and one just after;
+            our wall time over the floor of the same pair is the loop's overhead (the machine's
+            speed drifts by tens of percent over minutes: a floor timed apart from the run it
+            divides would measure the drift too)
   redq      REDQ critic-ensemble updates/s, batched against a per-critic loop
             (scripts/bench_ensemble.py), and env steps/s of a short REDQ run at the default
             G = 20; a CUDA column when torch.cuda.is_available()
@@ -69,32 +70,57 @@ def run_job(job: dict, label: str) -> dict | None:
     return result
 
 
-def floor_job(setting: Setting, seed: int, args: argparse.Namespace) -> dict:
+def floor_job(setting: Setting, seed: int, args: argparse.Namespace, half: int) -> dict:
+    """Half of the floor (half 0: the first N // 2 updates and M // 2 env steps; half 1: the rest)."""
+    updates, steps = expected_updates(setting.hp, setting.total_steps), setting.total_steps
+    part = lambda total: total // 2 if half == 0 else total - total // 2  # noqa: E731
     return {"kind": "floor", "overrides": our_overrides(setting, seed, args), "device": args.device,
-            "updates": expected_updates(setting.hp, setting.total_steps), "env_id": ENV_ID,
-            "env_steps": setting.total_steps}
+            "updates": part(updates), "env_id": ENV_ID, "env_steps": part(steps)}
+
+
+def joined_floor(halves: list[dict | None]) -> dict | None:
+    """One floor from its two halves: their seconds added; None if either failed."""
+    if not all(halves):
+        return None
+    return {"update_s": sum(h["update_s"] for h in halves), "env_s": sum(h["env_s"] for h in halves),
+            "optimizer": halves[0]["optimizer"]}
 
 
 def side_job(setting: Setting, side: str, seed: int, args: argparse.Namespace) -> dict:
     if side == "sb3":
         return sb3_job(setting, seed, args)
-    if side == "floor":
-        return floor_job(setting, seed, args)
     if side == "ours_preset":
         return {"kind": "ours", "overrides": preset_overrides(seed, args)}
     return {"kind": "ours", "overrides": our_overrides(setting, seed, args, compile_update=side == "ours_compiled")}
 
 
+def pair_order(sides: list[str], pair: int) -> list[str]:
+    """The runs of one pair: the sides in plan order in even pairs and in reverse order in odd
+    ones (each goes first equally often), with the floor's two halves just before and just
+    after our run, so that the floor is timed around the run it divides."""
+    order = [side for side in (sides if pair % 2 == 0 else sides[::-1]) if side != "floor"]
+    if "floor" in sides:
+        at = order.index("ours")
+        order[at:at + 1] = ["floor", "ours", "floor"]
+    return order
+
+
 def run_pairs(plan: list[tuple[Setting, list[str]]], args: argparse.Namespace) -> dict[str, dict[str, list]]:
-    """results[setting name][side][pair]. Within a setting the sides run in plan order in
-    even pairs and in reverse order in odd ones, so each side goes first equally often."""
+    """results[setting name][side][pair]; a pair's floor is its two halves joined."""
     results = {setting.name: {side: [] for side in sides} for setting, sides in plan}
     for pair in range(args.pairs):
         seed = args.seed + pair
         for setting, sides in plan:
-            for side in (sides if pair % 2 == 0 else sides[::-1]):
+            halves = []
+            for side in pair_order(sides, pair):
                 label = f"pair {pair + 1}/{args.pairs}, seed {seed}: {side} {setting.name}"
-                results[setting.name][side].append(run_job(side_job(setting, side, seed, args), label))
+                if side == "floor":
+                    label += f" ({len(halves) + 1}/2)"
+                    halves.append(run_job(floor_job(setting, seed, args, len(halves)), label))
+                else:
+                    results[setting.name][side].append(run_job(side_job(setting, side, seed, args), label))
+            if "floor" in sides:
+                results[setting.name]["floor"].append(joined_floor(halves))
     return results
 
 
@@ -158,8 +184,8 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
                "floor (s)", "ours wall (s)", "ours / floor", "SB3 wall (s)", "SB3 / floor"]
     return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
             f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
-            f"(gymnasium, one env), each timed in a fresh process inside every pair, next to the runs it "
-            f"divides; no sampling, acting, logging, evaluation or target syncs. A wall time over the floor "
+            f"(gymnasium, one env), each timed in isolation in every pair: half of both in a fresh process "
+            f"just before our run and the other half in one just after it; no sampling, acting, logging, evaluation or target syncs. A wall time over the floor "
             f"is the loop's overhead factor. Times are medians of {args.pairs} pairs; each ratio is the median "
             f"of the per-pair ratios (one pair's run over the same pair's floor).\n\n"
             + table(headers, rows))
@@ -198,7 +224,7 @@ def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting],
     budgets = {"zoo": args.zoo_steps, "per_step": args.per_step_steps}
     settings = [setting_for(algo, regime, budgets[regime])
                 for regime in ("zoo", "per_step") if regime in args.suites for algo in args.algos]
-    # the floor next to our run in every pair, so drift over minutes touches both alike
+    # the floor in every pair, timed around our run (pair_order), so drift touches both alike
     sides = ["ours", *(["floor"] if "floor" in args.suites else []), *(["sb3"] if with_sb3 else []),
              *(["ours_compiled"] if args.compile else [])]
     plan = [(setting, list(sides)) for setting in settings]

@@ -93,13 +93,14 @@ def test_both_sides_run():
 def test_sides_alternate_and_every_table_is_written(monkeypatch):
     import benchmark
 
-    calls = []
+    calls, floor_jobs = [], []
 
     def fake_run_job(job, label):
         calls.append(label)
-        if job["kind"] == "floor":  # a floor of 0.5 s in the first pair and 1.0 s in the second
-            pair = sum("floor" in call for call in calls)
-            return {"update_s": 0.4 * pair, "env_s": 0.1 * pair, "optimizer": "LeanAdam"}
+        if job["kind"] == "floor":  # halves of a floor of 0.5 s in the first pair and 1.0 s in the second
+            floor_jobs.append(job)
+            pair = (len(floor_jobs) + 1) // 2
+            return {"update_s": 0.2 * pair, "env_s": 0.05 * pair, "optimizer": "LeanAdam"}
         return {"wall_s": 2.0 if job["kind"] == "sb3" else 1.0, "steps": 100, "updates": 128,
                 "eval_return": 500.0, "solved_at_step": 2500}
 
@@ -109,8 +110,11 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
     settings, plan = benchmark.build_plan(args, with_sb3=True)
     results = benchmark.run_pairs(plan, args)
     sides = [label.split(": ")[1].split()[0] for label in calls]
-    assert sides == ["ours", "floor", "sb3", "ours_compiled", "ours_preset",
-                     "ours_preset", "ours_compiled", "sb3", "floor", "ours"]
+    # the floor's halves just before and just after our run; the other sides reverse from pair to pair
+    assert sides == ["floor", "ours", "floor", "sb3", "ours_compiled", "ours_preset",
+                     "ours_preset", "ours_compiled", "sb3", "floor", "ours", "floor"]
+    assert [job["updates"] for job in floor_jobs] == [12_288, 12_288] * 2  # the run's 24,576, halved
+    assert [job["env_steps"] for job in floor_jobs] == [25_000, 25_000] * 2
     text = benchmark.report(args, {}, settings, results, True, None)
     assert "| median |  | 1.0 | 2.0 | 0.50 | 100 | 50 | 500.0 | 500.0 |" in text
     assert "## Time to solve" in text and "| 2,500 |" in text and "## compile=true against" in text
