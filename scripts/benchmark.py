@@ -179,6 +179,15 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
                      fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
                      fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
                      fmt(ours_ratio, 2), fmt(theirs), fmt(theirs_ratio, 2)])
+    inside = []
+    for setting in settings:
+        runs = results[setting.name]
+        ours = [r if r and "update_s" in r else None for r in runs["ours"]]
+        env_s = [f and f["env_s"] for f in runs["floor"]]
+        inside.append([setting.name, fmt(median(r and r["wall_s"] for r in ours)),
+                       fmt(median(r and r["update_s"] for r in ours), 2),
+                       fmt(median(r and r["wall_s"] - r["update_s"] for r in ours), 2),
+                       fmt(median(r and e and r["wall_s"] / (r["update_s"] + e) for r, e in zip(ours, env_s)), 2)])
     optimizer = next((f["optimizer"] for s in settings for f in results[s.name]["floor"] if f), "?")
     headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
                "floor (s)", "ours wall (s)", "ours / floor", "SB3 wall (s)", "SB3 / floor"]
@@ -188,7 +197,14 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
             f"just before our run and the other half in one just after it; no sampling, acting, logging, evaluation or target syncs. A wall time over the floor "
             f"is the loop's overhead factor. Times are medians of {args.pairs} pairs; each ratio is the median "
             f"of the per-pair ratios (one pair's run over the same pair's floor).\n\n"
-            + table(headers, rows))
+            + table(headers, rows)
+            + "\n\nInside our run: the seconds its own updates took (a timer around each), timed at the "
+            "same moments as the rest of the run, so free of the drift between processes; the rest is "
+            "everything else (acting, env steps, sampling, bookkeeping, setup, evaluation, checkpoints). "
+            "The last column divides the wall time by the run's own updates plus the pair's M pure env "
+            "steps.\n\n"
+            + table(["setting", "ours wall (s)", "its updates (s)", "the rest (s)",
+                     "ours / (its updates + M pure env steps)"], inside))
 
 
 def run_redq(args: argparse.Namespace, devices: list[str]) -> dict[str, list]:

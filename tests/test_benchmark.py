@@ -78,6 +78,7 @@ def test_our_side_the_floor_and_redq_run_without_sb3(tmp_path):
     assert "SB3 wall" not in result.stdout.split("## The floor")[0]
     floor_row = next(line for line in result.stdout.splitlines() if line.startswith("| dqn zoo |"))
     assert "| 128 |" in floor_row and "| 1,100 |" in floor_row  # one phase of 128 updates at step 1024
+    assert "| ours / (its updates + M pure env steps) |" in result.stdout
     assert "batched / looped" in result.stdout and "REDQ run, env steps/s" in result.stdout
 
 
@@ -101,8 +102,10 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
             floor_jobs.append(job)
             pair = (len(floor_jobs) + 1) // 2
             return {"update_s": 0.2 * pair, "env_s": 0.05 * pair, "optimizer": "LeanAdam"}
-        return {"wall_s": 2.0 if job["kind"] == "sb3" else 1.0, "steps": 100, "updates": 128,
-                "eval_return": 500.0, "solved_at_step": 2500}
+        if job["kind"] == "sb3":
+            return {"wall_s": 2.0, "steps": 100, "updates": 128, "eval_return": 500.0}
+        return {"wall_s": 1.0, "update_s": 0.8, "steps": 100, "updates": 128, "eval_return": 500.0,
+                "solved_at_step": 2500}
 
     monkeypatch.setattr(benchmark, "run_job", fake_run_job)
     args = benchmark.build_parser().parse_args(["--pairs", "2", "--algos", "dqn", "--suites", "zoo", "solve",
@@ -121,6 +124,9 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
     # ratios are medians of per-pair ratios (1/0.5 and 1/1.0 -> 1.5), not ratios of medians (1/0.75)
     floor_row = next(line for line in text.splitlines() if line.startswith("| dqn zoo |"))
     assert floor_row.endswith("| 0.75 | 1.0 | 1.50 | 2.0 | 3.00 |"), floor_row
+    # inside the run: 1.0 s over its own 0.8 s of updates plus the pair's 0.1 or 0.2 s of env steps
+    inside_row = [line for line in text.splitlines() if line.startswith("| dqn zoo |")][1]
+    assert inside_row == "| dqn zoo | 1.0 | 0.80 | 0.20 | 1.06 |", inside_row
 
 
 def test_hot_path_script_prints_every_piece_and_its_ratio():
