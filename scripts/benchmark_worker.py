@@ -10,6 +10,7 @@ ensemble (scripts/bench_ensemble.py's batched-versus-looped comparison).
 
 from __future__ import annotations
 
+import collections
 import json
 import platform
 import sys
@@ -28,25 +29,17 @@ def run_ours(job: dict) -> dict:
     """A whole run: build, train, the final greedy evaluation and checkpoints, as train.py does.
     Also the seconds spent inside the agent's updates (a timer around each, ~0.2 us a call):
     the run's own updates, timed at the same moments as the run, whatever the machine's drift."""
+    from loop_timers import wrap  # scripts/ is this script's directory, first on sys.path
     from rl_hydra import training
     from rl_hydra.api import compose_train_config
 
     cfg = compose_train_config(*job["overrides"])
-    in_updates = [0.0]
+    totals, calls = collections.Counter(), collections.Counter()
     build_components = training.build_components
 
     def build_timed(*args, **kwargs):
         agent, env, buffer = build_components(*args, **kwargs)
-        update = agent.update
-
-        def timed_update(batch):
-            start = time.perf_counter()
-            try:
-                return update(batch)
-            finally:
-                in_updates[0] += time.perf_counter() - start
-
-        agent.update = timed_update
+        wrap(agent, "update", "update", totals, calls)
         return agent, env, buffer
 
     training.build_components = build_timed  # run() looks it up in its module
@@ -55,7 +48,7 @@ def run_ours(job: dict) -> dict:
         summary = training.run(cfg, run_dir)
         wall = time.perf_counter() - start
     return {"wall_s": wall, "steps": summary["global_step"], "updates": summary["updates"],
-            "update_s": in_updates[0], "eval_return": summary["eval_return_mean"],
+            "update_s": totals["update"], "eval_return": summary["eval_return_mean"],
             "solved_at_step": summary.get("solved_at_step")}
 
 
