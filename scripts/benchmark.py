@@ -163,8 +163,9 @@ def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int
 # --- the floor and REDQ -----------------------------------------------------------------------
 def floor_section(settings: list[Setting], results: dict, args: argparse.Namespace) -> str:
     """Per setting, medians over the pairs; each ratio is the median of the per-pair ratios
-    (a run over the floor timed in the same pair, minutes apart at most)."""
-    rows = []
+    (a run over the floor timed around it in the same pair). Also the split of our run into its
+    own updates (timed inside the run) and the rest."""
+    rows, inside = [], []
     for setting in settings:
         runs = results[setting.name]
         floors = runs["floor"]
@@ -179,24 +180,21 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
                      fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
                      fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
                      fmt(ours_ratio, 2), fmt(theirs), fmt(theirs_ratio, 2)])
-    inside = []
-    for setting in settings:
-        runs = results[setting.name]
-        ours = [r if r and "update_s" in r else None for r in runs["ours"]]
-        env_s = [f and f["env_s"] for f in runs["floor"]]
-        inside.append([setting.name, fmt(median(r and r["wall_s"] for r in ours)),
-                       fmt(median(r and r["update_s"] for r in ours), 2),
-                       fmt(median(r and r["wall_s"] - r["update_s"] for r in ours), 2),
-                       fmt(median(r and e and r["wall_s"] / (r["update_s"] + e) for r, e in zip(ours, env_s)), 2)])
+        timed = [r if r and "update_s" in r else None for r in runs["ours"]]
+        inside.append([setting.name, fmt(ours), fmt(median(r and r["update_s"] for r in timed), 2),
+                       fmt(median(r and r["wall_s"] - r["update_s"] for r in timed), 2),
+                       fmt(median(r and f and r["wall_s"] / (r["update_s"] + f["env_s"])
+                                  for r, f in zip(timed, floors)), 2)])
     optimizer = next((f["optimizer"] for s in settings for f in results[s.name]["floor"] if f), "?")
     headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
                "floor (s)", "ours wall (s)", "ours / floor", "SB3 wall (s)", "SB3 / floor"]
     return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
             f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
-            f"(gymnasium, one env), each timed in isolation in every pair: half of both in a fresh process "
-            f"just before our run and the other half in one just after it; no sampling, acting, logging, evaluation or target syncs. A wall time over the floor "
-            f"is the loop's overhead factor. Times are medians of {args.pairs} pairs; each ratio is the median "
-            f"of the per-pair ratios (one pair's run over the same pair's floor).\n\n"
+            f"(gymnasium, one env), each timed in isolation in every pair: half of both in a fresh "
+            f"process just before our run and the other half in one just after it; no sampling, acting, "
+            f"logging, evaluation or target syncs. A wall time over the floor is the loop's overhead "
+            f"factor. Times are medians of {args.pairs} pairs; each ratio is the median of the per-pair "
+            f"ratios (one pair's run over the same pair's floor).\n\n"
             + table(headers, rows)
             + "\n\nInside our run: the seconds its own updates took (a timer around each), timed at the "
             "same moments as the rest of the run, so free of the drift between processes; the rest is "
