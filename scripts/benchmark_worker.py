@@ -4,8 +4,9 @@
 
 The job is a JSON object; the result is printed as one JSON line after RESULT_MARK.
 Kinds: probe (versions), ours (a run through rl_hydra.training.run), sb3 (the same run
-with Stable-Baselines3 / sb3-contrib), floor (pure updates and pure env steps) and
-ensemble (scripts/bench_ensemble.py's batched-versus-looped comparison).
+with Stable-Baselines3 / sb3-contrib), floor (pure updates and pure env steps), update_gap
+(pure updates in a fresh process or after a run: scripts/update_gap.py) and ensemble
+(scripts/bench_ensemble.py's batched-versus-looped comparison).
 """
 
 from __future__ import annotations
@@ -25,21 +26,23 @@ sys.path.insert(0, str(ROOT))
 RESULT_MARK = "BENCHMARK_RESULT "
 
 
-def run_ours(job: dict) -> dict:
-    """A whole run: build, train, the final greedy evaluation and checkpoints, as train.py does.
-    Also the seconds spent inside the agent's updates (a timer around each, ~0.2 us a call):
-    the run's own updates, timed at the same moments as the run, whatever the machine's drift."""
+def timed_run(overrides: list[str]) -> tuple[object, dict]:
+    """A whole run (build, train, the final greedy evaluation and checkpoints, as train.py does)
+    and its agent. The result has the seconds spent inside the agent's updates too (a timer
+    around each, ~0.2 us a call): the run's own updates, timed at the same moments as the run,
+    whatever the machine's drift."""
     from loop_timers import wrap  # scripts/ is this script's directory, first on sys.path
     from rl_hydra import training
     from rl_hydra.api import compose_train_config
 
-    cfg = compose_train_config(*job["overrides"])
-    totals, calls = collections.Counter(), collections.Counter()
+    cfg = compose_train_config(*overrides)
+    totals, calls, built = collections.Counter(), collections.Counter(), []
     build_components = training.build_components
 
     def build_timed(*args, **kwargs):
         agent, env, buffer = build_components(*args, **kwargs)
         wrap(agent, "update", "update", totals, calls)
+        built.append(agent)
         return agent, env, buffer
 
     training.build_components = build_timed  # run() looks it up in its module
@@ -47,9 +50,13 @@ def run_ours(job: dict) -> dict:
         start = time.perf_counter()
         summary = training.run(cfg, run_dir)
         wall = time.perf_counter() - start
-    return {"wall_s": wall, "steps": summary["global_step"], "updates": summary["updates"],
-            "update_s": totals["update"], "eval_return": summary["eval_return_mean"],
-            "solved_at_step": summary.get("solved_at_step")}
+    return built[0], {"wall_s": wall, "steps": summary["global_step"], "updates": summary["updates"],
+                      "update_s": totals["update"], "eval_return": summary["eval_return_mean"],
+                      "solved_at_step": summary.get("solved_at_step")}
+
+
+def run_ours(job: dict) -> dict:
+    return timed_run(job["overrides"])[1]
 
 
 def run_sb3(job: dict) -> dict:
@@ -75,27 +82,17 @@ def run_sb3(job: dict) -> dict:
             "eval_return": sum(returns) / len(returns)}
 
 
-def run_floor(job: dict) -> dict:
-    """`updates` pure updates of the run's own network, loss and optimizer on one fixed batch
-    (no sampling, acting, logging or target syncs), then `env_steps` random-action env steps."""
-    import gymnasium as gym
-
+def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device) -> float:
+    """`updates` pure updates of the agent's network, loss and optimizer on one fixed batch
+    (no sampling, acting, logging or target syncs)."""
     from rl_hydra.algos.common import optimizer_step
-    from rl_hydra.api import compose_train_config
     from rl_hydra.buffers.replay import Batch
-    from rl_hydra.training import build_components, seed_everything
 
-    cfg = compose_train_config(*job["overrides"])
-    seed_everything(cfg.seed)
-    device = torch.device(job["device"])
-    agent, env, _ = build_components(cfg, device)
-    obs_dim, batch_size = env.single_observation_space.shape[0], agent.batch_size
-    env.close()
-    batch = Batch(obs=torch.randn(batch_size, obs_dim, device=device),
-                  actions=torch.randint(agent.num_actions, (batch_size,), device=device),
-                  rewards=torch.ones(batch_size, device=device),
-                  next_obs=torch.randn(batch_size, obs_dim, device=device),
-                  terminated=torch.zeros(batch_size, device=device), truncated=torch.zeros(batch_size, device=device))
+    size = agent.batch_size
+    batch = Batch(obs=torch.randn(size, obs_dim, device=device),
+                  actions=torch.randint(agent.num_actions, (size,), device=device),
+                  rewards=torch.ones(size, device=device), next_obs=torch.randn(size, obs_dim, device=device),
+                  terminated=torch.zeros(size, device=device), truncated=torch.zeros(size, device=device))
 
     def sync() -> None:
         if device.type == "cuda":
@@ -103,15 +100,35 @@ def run_floor(job: dict) -> dict:
 
     sync()
     start = time.perf_counter()
-    for _ in range(job["updates"]):
+    for _ in range(updates):
         loss, _ = agent.loss(batch)
         optimizer_step(agent.optimizer, loss, agent.params, agent.max_grad_norm)
     sync()
-    update_s = time.perf_counter() - start
+    return time.perf_counter() - start
 
+
+def built_agent(overrides: list[str], device: torch.device):
+    """The agent of a run's config, seeded as the run seeds it, and its observation size."""
+    from rl_hydra.api import compose_train_config
+    from rl_hydra.training import build_components, seed_everything
+
+    cfg = compose_train_config(*overrides)
+    seed_everything(cfg.seed)
+    agent, env, _ = build_components(cfg, device)
+    env.close()
+    return agent, env.single_observation_space.shape[0], cfg.seed
+
+
+def run_floor(job: dict) -> dict:
+    """`updates` pure updates (pure_update_seconds), then `env_steps` random-action env steps."""
+    import gymnasium as gym
+
+    device = torch.device(job["device"])
+    agent, obs_dim, seed = built_agent(job["overrides"], device)
+    update_s = pure_update_seconds(agent, obs_dim, job["updates"], device)
     env = gym.make(job["env_id"])
-    env.reset(seed=cfg.seed)
-    env.action_space.seed(cfg.seed)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
     start = time.perf_counter()
     for _ in range(job["env_steps"]):
         _, _, terminated, truncated, _ = env.step(env.action_space.sample())
@@ -122,6 +139,19 @@ def run_floor(job: dict) -> dict:
     return {"update_s": update_s, "env_s": env_s,
             "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__name__}"
                          f"(fused={optimizer.param_groups[0].get('fused')})"}
+
+
+def run_update_gap(job: dict) -> dict:
+    """`updates` pure updates, in a process that has only built the agent (`after_loop` false)
+    or with the agent of a whole run just made in this process (scripts/update_gap.py)."""
+    device, result = torch.device(job["device"]), {}
+    if job["after_loop"]:
+        agent, run = timed_run(job["overrides"])
+        obs_dim, result = agent.observation_dim, {"run_update_us": 1e6 * run["update_s"] / run["updates"]}
+    else:
+        agent, obs_dim, _ = built_agent(job["overrides"], device)
+    seconds = pure_update_seconds(agent, obs_dim, job["updates"], device)
+    return {**result, "pure_update_us": 1e6 * seconds / job["updates"]}
 
 
 def run_ensemble(job: dict) -> dict:
@@ -149,7 +179,8 @@ def probe(job: dict) -> dict:
     return {**versions, "cpu": cpu, "cuda": cuda}
 
 
-JOBS = {"ours": run_ours, "sb3": run_sb3, "floor": run_floor, "ensemble": run_ensemble, "probe": probe}
+JOBS = {"ours": run_ours, "sb3": run_sb3, "floor": run_floor, "update_gap": run_update_gap,
+        "ensemble": run_ensemble, "probe": probe}
 
 
 if __name__ == "__main__":

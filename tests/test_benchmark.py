@@ -150,3 +150,17 @@ def test_loop_timers_time_every_piece_of_a_short_run():
     assert rows["update"][2] == "128" and rows["buffer.sample"][2] == "1"  # the phase's batches in one gather
     count = lambda piece: int(rows[piece][2].replace(",", ""))  # noqa: E731
     assert count("act") >= 100 and count("env.step") >= 1100  # training acts from step 1000; evaluation too
+
+
+def test_update_gap_times_updates_fresh_and_after_a_run():
+    result = subprocess.run([sys.executable, "scripts/update_gap.py", "--steps", "1010", "--updates", "5",
+                             "--pairs", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "failed" not in result.stderr, result.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [row[0].strip() for row in rows] == ["1", "2", "median"]
+    for row in rows[:2]:  # fresh, the run's own and after the run: microseconds of an update, and two ratios
+        assert all(float(cell.replace(",", "")) > 0 for cell in row[1:])
+    # the fresh process goes first in even pairs, the one that runs the loop in odd ones
+    order = [line.split(": ")[1].split(" ...")[0] for line in result.stderr.splitlines() if "pair " in line]
+    assert order == ["fresh", "after the loop", "after the loop", "fresh"]
