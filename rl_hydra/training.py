@@ -38,6 +38,15 @@ def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
         raise ConfigError(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
 
 
+def configure_torch(cfg: DictConfig) -> None:
+    """Process-wide torch settings of a run: its CPU threads, and whether denormal numbers
+    are flushed to zero. Without flushing, Adam's moving averages of weights whose gradient
+    is (nearly) always zero, e.g. behind dead ReLUs, decay into the denormal range, and every
+    update then pays for the slow arithmetic on them (a tenth of a run, docs/benchmark.md)."""
+    torch.set_num_threads(cfg.torch_threads)
+    torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -133,7 +142,7 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
     """
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
-    torch.set_num_threads(cfg.torch_threads)
+    configure_torch(cfg)
     seed_everything(cfg.seed)
     run_directory = RunDirectory(run_dir)
     checkpoint = run_directory.load_checkpoint("last") if resume else None

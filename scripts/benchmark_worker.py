@@ -110,9 +110,10 @@ def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device)
 def built_agent(overrides: list[str], device: torch.device):
     """The agent of a run's config, seeded as the run seeds it, and its observation size."""
     from rl_hydra.api import compose_train_config
-    from rl_hydra.training import build_components, seed_everything
+    from rl_hydra.training import build_components, configure_torch, seed_everything
 
     cfg = compose_train_config(*overrides)
+    configure_torch(cfg)  # as the run does: its threads, and flushing denormals
     seed_everything(cfg.seed)
     agent, env, _ = build_components(cfg, device)
     env.close()

@@ -95,6 +95,7 @@ BAD_INPUTS = [
     (["env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
+    (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: True, False"),
     (["+algo.gamme=0.9"], "cannot build algo (rl_hydra.algos.dqn.DQN): DQN.__init__() got an unexpected keyword argument 'gamme'"),
 ]
 if not torch.cuda.is_available():
@@ -107,6 +108,16 @@ def test_bad_input_raises_one_line_config_error_before_training(tmp_path, args, 
         run_training(tmp_path, *args, "train.progress=false")
     assert message in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "checkpoints").exists()  # nothing trained
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_flush_denormal_decides_whether_cpu_math_treats_denormals_as_zero(tmp_path, flush):
+    denormal = torch.tensor([1e-40])  # below float32's smallest normal number, 1.2e-38
+    try:
+        run_training(tmp_path, *TINY, f"flush_denormal={str(flush).lower()}")
+        assert ((denormal * 1.0).item() == 0.0) == flush
+    finally:
+        torch.set_flush_denormal(False)  # torch's default, for the tests that run after this one
 
 
 @pytest.mark.parametrize("args, message", [
