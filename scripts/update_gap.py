@@ -49,7 +49,8 @@ def main() -> None:
         fresh, after = results["fresh"], results["after the loop"]
         if not (fresh and after):
             continue
-        ratios.append((after["run_update_us"] / fresh["pure_update_us"], after["pure_update_us"] / fresh["pure_update_us"]))
+        ratios.append((after["run_update_us"] / fresh["pure_update_us"],
+                       after["pure_update_us"] / fresh["pure_update_us"]))
         rows.append([str(pair + 1), fmt(fresh["pure_update_us"], 0), fmt(after["run_update_us"], 0),
                      fmt(after["pure_update_us"], 0), fmt(ratios[-1][0], 3), fmt(ratios[-1][1], 3)])
     if not rows:
