@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, NamedTuple
 import gymnasium as gym
 import torch
 
+from rl_hydra.buffers import host_memory
 from rl_hydra.config import check_int
 
 
@@ -38,12 +39,12 @@ class ReplayBuffer:
         self.num_envs = num_envs
         obs_shape = tuple(observation_space.shape)
         action_shape, action_dtype = action_layout(action_space)
-        empty = lambda shape, dtype=torch.float32: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
-        # in Batch's field order: add and sample pair columns with values by position
-        self.storage = {
-            "obs": empty(obs_shape), "actions": empty(action_shape, action_dtype), "rewards": empty(()),
-            "next_obs": empty(obs_shape), "terminated": empty(()), "truncated": empty(()),
-        }
+        rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
+        # in Batch's field order: add and sample pair columns with values by position; on the CPU in huge pages
+        self.storage = host_memory.zeros({
+            "obs": rows(obs_shape), "actions": rows(action_shape, action_dtype), "rewards": rows(()),
+            "next_obs": rows(obs_shape), "terminated": rows(()), "truncated": rows(()),
+        }, self.device)
         assert tuple(self.storage) == Batch._fields
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())

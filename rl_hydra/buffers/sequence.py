@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_hydra.buffers import host_memory
 from rl_hydra.buffers.replay import action_layout
 from rl_hydra.config import ConfigError, check_int
 
@@ -49,11 +50,15 @@ class SequenceBuffer:
         obs_shape = tuple(observation_space.shape)
         action_shape, action_dtype = action_layout(action_space)
 
-        # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly
-        steps = lambda t, shape=(), dtype=torch.float32: torch.zeros((t, capacity, *shape), dtype=dtype, device=self.device)
-        self.steps = {"obs": steps(length + 1, obs_shape), "actions": steps(length, action_shape, action_dtype),
-                      "rewards": steps(length), "terminated": steps(length), "mask": steps(length)}
-        self.episode_start = torch.zeros(capacity, dtype=torch.bool, device=self.device)
+        # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
+        steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
+        stored = host_memory.zeros({
+            "obs": steps(length + 1, obs_shape), "actions": steps(length, action_shape, action_dtype),
+            "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
+            "episode_start": ((capacity,), torch.bool),
+        }, self.device)
+        self.episode_start = stored.pop("episode_start")
+        self.steps = stored
         self.states: list[torch.Tensor] = []   # (capacity, ...) per state tensor; shapes known at the first add
         self.pos = 0
         self.size = 0
@@ -129,7 +134,8 @@ class SequenceBuffer:
         self.open_length[i], self.open_episode_start[i] = keep, False
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
-        self.states = [torch.zeros((self.capacity, *s.shape[1:]), dtype=s.dtype, device=self.device) for s in state]
+        layout = {str(k): ((self.capacity, *s.shape[1:]), s.dtype) for k, s in enumerate(state)}
+        self.states = list(host_memory.zeros(layout, self.device).values())
         self.open_states = [torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype,
                                         device=self.device) for s in state]
 
