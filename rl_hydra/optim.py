@@ -7,6 +7,8 @@ from typing import Callable, Iterable
 import torch
 from torch.optim import optimizer as torch_optimizer
 
+from rl_hydra import host_memory
+
 FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # the kernel behind torch.optim.Adam(fused=True)
 
 
@@ -60,6 +62,20 @@ class LeanAdam(torch.optim.Adam):
             adam_step = adam_step.__wrapped__
         return torch.optim.Optimizer.profile_hook_step(adam_step)(self, closure)
 
+    @staticmethod
+    def _init_state(params: list[torch.Tensor], states: list[dict]) -> None:
+        """The state torch's fused Adam creates, its moments (contiguous, as the parameters
+        are) side by side in one region of huge pages on the CPU (rl_hydra.host_memory)."""
+        missing = [(p, state) for p, state in zip(params, states) if not state]
+        new = [p for p, _ in missing]
+        if all(p.is_contiguous() for p in new):
+            moments = host_memory.zeros_like(new * 2)
+        else:
+            moments = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in new * 2]
+        for i, (p, state) in enumerate(missing):
+            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            state["exp_avg"], state["exp_avg_sq"] = moments[i], moments[len(new) + i]
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
         group = self.param_groups[0]
@@ -67,11 +83,8 @@ class LeanAdam(torch.optim.Adam):
         if closure is not None or len(self.param_groups) != 1 or not params or not self._fast_path_ok(group, params):
             return self._torch_step(closure)
         states = [self.state[p] for p in params]
-        for p, state in zip(params, states):
-            if not state:  # as torch's fused Adam creates it
-                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        if not all(states):
+            self._init_state(params, states)
         steps = [state["step"] for state in states]
         beta1, beta2 = group["betas"]
         torch._foreach_add_(steps, 1)

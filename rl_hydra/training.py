@@ -15,7 +15,9 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
+from torch import nn
 
+from rl_hydra import host_memory
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
@@ -54,9 +56,12 @@ def seed_everything(seed: int) -> None:
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device):
-    return build(cfg.algo, "algo", observation_space=observation_space, action_space=action_space,
-                 network=build(cfg.network, "network"), device=device,
-                 total_steps=cfg.train.total_steps, seed=cfg.seed)
+    agent = build(cfg.algo, "algo", observation_space=observation_space, action_space=action_space,
+                  network=build(cfg.network, "network"), device=device,
+                  total_steps=cfg.train.total_steps, seed=cfg.seed)
+    # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
+    host_memory.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
+    return agent
 
 
 def build_components(cfg: DictConfig, device: torch.device):

@@ -1,13 +1,8 @@
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
-import pytest
 import torch
 
-from rl_hydra.buffers import host_memory
 from rl_hydra.buffers.replay import ReplayBuffer
-from rl_hydra.buffers.sequence import SequenceBuffer
 from tests.conftest import run_training
 
 OBS = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
@@ -92,39 +87,6 @@ def test_state_dict_round_trip_continues_identically():
     add_rows(buffer, [20])
     add_rows(restored, [20])
     assert torch.equal(restored.storage["obs"], buffer.storage["obs"])
-
-
-def mapping_of(address: int) -> dict[str, str | int]:
-    """The /proc/self/smaps entry (start, end, VmFlags) of the mapping that holds `address`."""
-    entry: dict[str, str | int] = {}
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        first = line.split()[0]
-        if "-" in first and ":" not in first:  # a mapping's header line: start-end perms ...
-            start, end = (int(part, 16) for part in first.split("-"))
-            entry = {"start": start, "end": end} if start <= address < end else {}
-        elif entry and line.startswith("VmFlags:"):
-            return {**entry, "VmFlags": line.split(":", 1)[1]}
-    raise AssertionError(f"no mapping holds {address:#x}")
-
-
-@pytest.mark.skipif(not (host_memory.can_use_huge_pages(torch.device("cpu")) and Path("/proc/self/smaps").is_file()),
-                    reason="transparent huge pages are a Linux feature")
-def test_cpu_storage_lies_in_one_mapping_advised_for_huge_pages():
-    buffer = ReplayBuffer(100_000, OBS, ACTIONS)
-    addresses = [column.data_ptr() for column in buffer.storage.values()]
-    assert addresses[0] % host_memory.HUGE_PAGE == 0
-    mapping = mapping_of(addresses[0])
-    assert "hg" in mapping["VmFlags"].split()  # madvise(MADV_HUGEPAGE) took
-    assert all(mapping["start"] <= address < mapping["end"] for address in addresses)
-    add_rows(buffer, [1, 2])
-    assert buffer.sample(64).rewards.sum() > 0  # the mapping is ordinary, writable memory
-    sequences = SequenceBuffer(50, 4, 2, OBS, ACTIONS)
-    assert "hg" in mapping_of(sequences.steps["obs"].data_ptr())["VmFlags"].split()
-
-
-def test_storage_off_the_cpu_is_plain_zeros():
-    columns = host_memory.zeros({"obs": ((5, 2), torch.float32), "actions": ((5,), torch.int64)}, torch.device("meta"))
-    assert columns["obs"].device.type == "meta" and columns["actions"].dtype == torch.int64
 
 
 def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator, NamedTuple
 import gymnasium as gym
 import torch
 
-from rl_hydra.buffers import host_memory
+from rl_hydra import host_memory
 from rl_hydra.config import check_int
 
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra.buffers import host_memory
+from rl_hydra import host_memory
 from rl_hydra.buffers.replay import action_layout
 from rl_hydra.config import ConfigError, check_int
 
