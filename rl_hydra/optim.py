@@ -43,7 +43,7 @@ class LeanAdam(torch.optim.Adam):
     # (compile=true compiles losses only), so it keeps the plain functions underneath.
     add_param_group = undecorated(torch.optim.Optimizer.add_param_group)
     state_dict = undecorated(torch.optim.Optimizer.state_dict)
-    load_state_dict = undecorated(torch.optim.Optimizer.load_state_dict)
+    _torch_load_state_dict = undecorated(torch.optim.Optimizer.load_state_dict)
     zero_grad = undecorated(torch.optim.Optimizer.zero_grad)
 
     def _fast_path_ok(self, group: dict, params: list[torch.Tensor]) -> bool:
@@ -75,6 +75,18 @@ class LeanAdam(torch.optim.Adam):
         for i, (p, state) in enumerate(missing):
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             state["exp_avg"], state["exp_avg_sq"] = moments[i], moments[len(new) + i]
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's, then the loaded moments copied into one region, where `_init_state` puts
+        fresh ones (a resumed run keeps its Adam moments in huge pages too)."""
+        self._torch_load_state_dict(state_dict)
+        moments = [(state, key) for state in self.state.values() for key in ("exp_avg", "exp_avg_sq")
+                   if key in state]
+        if moments and all(state[key].is_contiguous() for state, key in moments):
+            slots = host_memory.zeros_like([state[key] for state, key in moments])
+            for (state, key), slot in zip(moments, slots):
+                state[key] = slot.copy_(state[key])
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):

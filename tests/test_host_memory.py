@@ -76,6 +76,12 @@ def test_relocated_weights_keep_values_objects_and_the_numpy_forward():
         assert np.allclose(net.forward_numpy(obs), net(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
     moments = [optimizer.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
     assert in_one_huge_page_mapping(moments)
+    checkpoint = io.BytesIO()
+    torch.save(optimizer.state_dict(), checkpoint)
+    resumed = LeanAdam(params, lr=0.1)  # a resumed run's optimizer keeps its moments there too
+    resumed.load_state_dict(torch.load(io.BytesIO(checkpoint.getvalue())))
+    loaded = [resumed.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
+    assert in_one_huge_page_mapping(loaded) and all(torch.equal(a, b) for a, b in zip(loaded, moments))
     # each tensor owns a storage of its own bytes: a checkpoint holds no more than before
     saved = io.BytesIO()
     torch.save({"net": net.state_dict(), "optimizer": optimizer.state_dict()}, saved)
