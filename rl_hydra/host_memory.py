@@ -54,10 +54,19 @@ def zeros(layout: Layout, device: torch.device) -> dict[str, torch.Tensor]:
             for name, (shape, dtype) in layout.items()}
 
 
+def zeros_list(specs: list[tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> list[torch.Tensor]:
+    """`zeros` for a list of (shape, dtype), in the list's order."""
+    return list(zeros({str(i): spec for i, spec in enumerate(specs)}, device).values())
+
+
 def zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Zeros shaped like each of `tensors` (contiguous, on their device), in one region."""
-    layout = {str(i): (tuple(t.shape), t.dtype) for i, t in enumerate(tensors)}
-    return list(zeros(layout, tensors[0].device).values()) if tensors else []
+    """Zeros like each of `tensors`, on their device: the contiguous ones side by side in one
+    region, any other with its own strides (torch.zeros_like)."""
+    contiguous = [t for t in tensors if t.is_contiguous()]
+    slots = iter(zeros_list([(tuple(t.shape), t.dtype) for t in contiguous], contiguous[0].device)
+                 if contiguous else [])
+    return [next(slots) if t.is_contiguous() else torch.zeros_like(t, memory_format=torch.preserve_format)
+            for t in tensors]
 
 
 def relocate(modules: Iterable[nn.Module]) -> None:

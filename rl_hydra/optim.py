@@ -68,10 +68,7 @@ class LeanAdam(torch.optim.Adam):
         are) side by side in one region of huge pages on the CPU (rl_hydra.host_memory)."""
         missing = [(p, state) for p, state in zip(params, states) if not state]
         new = [p for p, _ in missing]
-        if all(p.is_contiguous() for p in new):
-            moments = host_memory.zeros_like(new * 2)
-        else:
-            moments = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in new * 2]
+        moments = host_memory.zeros_like(new * 2)
         for i, (p, state) in enumerate(missing):
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             state["exp_avg"], state["exp_avg_sq"] = moments[i], moments[len(new) + i]
@@ -83,10 +80,9 @@ class LeanAdam(torch.optim.Adam):
         self._torch_load_state_dict(state_dict)
         moments = [(state, key) for state in self.state.values() for key in ("exp_avg", "exp_avg_sq")
                    if key in state]
-        if moments and all(state[key].is_contiguous() for state, key in moments):
-            slots = host_memory.zeros_like([state[key] for state, key in moments])
-            for (state, key), slot in zip(moments, slots):
-                state[key] = slot.copy_(state[key])
+        slots = host_memory.zeros_like([state[key] for state, key in moments])
+        for (state, key), slot in zip(moments, slots):
+            state[key] = slot.copy_(state[key])
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):

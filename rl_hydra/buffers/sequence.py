@@ -134,8 +134,7 @@ class SequenceBuffer:
         self.open_length[i], self.open_episode_start[i] = keep, False
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
-        layout = {str(k): ((self.capacity, *s.shape[1:]), s.dtype) for k, s in enumerate(state)}
-        self.states = list(host_memory.zeros(layout, self.device).values())
+        self.states = host_memory.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
         self.open_states = [torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype,
                                         device=self.device) for s in state]
 
