@@ -161,6 +161,11 @@ def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int
 
 
 # --- the floor and REDQ -----------------------------------------------------------------------
+def per_pair(runs: list, floors: list) -> str:
+    """Each pair's run over its own floor, in pair order ("-" where either is missing)."""
+    return ", ".join(fmt(r and f and r["wall_s"] / f, 2) for r, f in zip(runs, floors))
+
+
 def floor_section(settings: list[Setting], results: dict, args: argparse.Namespace) -> str:
     """Per setting, medians over the pairs; each ratio is the median of the per-pair ratios
     (a run over the floor timed around it in the same pair). Also the split of our run into its
@@ -179,7 +184,7 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
         rows.append([setting.name, f"{expected_updates(setting.hp, setting.total_steps):,}",
                      fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
                      fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
-                     fmt(ours_ratio, 2), fmt(theirs), fmt(theirs_ratio, 2)])
+                     fmt(ours_ratio, 2), per_pair(runs["ours"], totals), fmt(theirs), fmt(theirs_ratio, 2)])
         timed = [r if r and "update_s" in r else None for r in runs["ours"]]
         inside.append([setting.name, fmt(ours), fmt(median(r and r["update_s"] for r in timed), 2),
                        fmt(median(r and r["wall_s"] - r["update_s"] for r in timed), 2),
@@ -187,7 +192,7 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
                                   for r, f in zip(timed, floors)), 2)])
     optimizer = next((f["optimizer"] for s in settings for f in results[s.name]["floor"] if f), "?")
     headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
-               "floor (s)", "ours wall (s)", "ours / floor", "SB3 wall (s)", "SB3 / floor"]
+               "floor (s)", "ours wall (s)", "ours / floor", "ours / floor per pair", "SB3 wall (s)", "SB3 / floor"]
     return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
             f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
             f"(gymnasium, one env), each timed in isolation in every pair: half of both in a fresh "
