@@ -161,11 +161,6 @@ def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int
 
 
 # --- the floor and REDQ -----------------------------------------------------------------------
-def per_pair(runs: list, floors: list) -> str:
-    """Each pair's run over its own floor, in pair order ("-" where either is missing)."""
-    return ", ".join(fmt(r and f and r["wall_s"] / f, 2) for r, f in zip(runs, floors))
-
-
 def floor_section(settings: list[Setting], results: dict, args: argparse.Namespace) -> str:
     """Per setting, medians over the pairs; each ratio is the median of the per-pair ratios
     (a run over the floor timed around it in the same pair). Also the split of our run into its
@@ -176,15 +171,17 @@ def floor_section(settings: list[Setting], results: dict, args: argparse.Namespa
         floors = runs["floor"]
         totals = [f and f["update_s"] + f["env_s"] for f in floors]
 
-        def over_floor(side: str) -> tuple[float | None, float | None]:
+        def over_floor(side: str) -> tuple[float | None, list[float | None]]:
+            """The median wall time, and each pair's run over its own floor (None where either is missing)."""
             walls = [r and r["wall_s"] for r in runs.get(side, [None] * len(floors))]
-            return median(walls), median(w and t and w / t for w, t in zip(walls, totals))
+            return median(walls), [w and t and w / t for w, t in zip(walls, totals)]
 
-        (ours, ours_ratio), (theirs, theirs_ratio) = over_floor("ours"), over_floor("sb3")
+        (ours, ours_ratios), (theirs, theirs_ratios) = over_floor("ours"), over_floor("sb3")
         rows.append([setting.name, f"{expected_updates(setting.hp, setting.total_steps):,}",
                      fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
                      fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
-                     fmt(ours_ratio, 2), per_pair(runs["ours"], totals), fmt(theirs), fmt(theirs_ratio, 2)])
+                     fmt(median(ours_ratios), 2), ", ".join(fmt(ratio, 2) for ratio in ours_ratios),
+                     fmt(theirs), fmt(median(theirs_ratios), 2)])
         timed = [r if r and "update_s" in r else None for r in runs["ours"]]
         inside.append([setting.name, fmt(ours), fmt(median(r and r["update_s"] for r in timed), 2),
                        fmt(median(r and r["wall_s"] - r["update_s"] for r in timed), 2),
