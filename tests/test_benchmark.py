@@ -1,4 +1,4 @@
-"""scripts/benchmark.py: the hyperparameter matching by hand, and tiny smoke runs of the script
+"""scripts/benchmarks/benchmark.py: the hyperparameter matching by hand, and tiny smoke runs of the script
 (our side and the floor always; the SB3 side when stable-baselines3 is installed)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT, compose_config
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 from benchmark_match import PER_STEP, ZOO, Setting, expected_updates, our_overrides, sb3_job, target_update_every  # noqa: E402
 
 ARGS = argparse.Namespace(device="cpu", eval_episodes=10)
@@ -60,13 +60,14 @@ def test_our_config_carries_sb3s_hyperparameters(algo):
 
 
 def run_benchmark(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), *TINY, *args],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *TINY, *args],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "failed" not in result.stderr, result.stderr[-3000:]
     return result
 
 
+@pytest.mark.slow  # ~15 s: four settings end to end
 def test_our_side_the_floor_and_redq_run_without_sb3(tmp_path):
     out = tmp_path / "bench.md"
     result = run_benchmark("--only", "ours", "--algos", "dqn", "--suites", "zoo", "floor", "redq",
@@ -130,7 +131,7 @@ def test_sides_alternate_and_every_table_is_written(monkeypatch):
 
 
 def test_hot_path_script_prints_every_piece_and_its_ratio():
-    result = subprocess.run([sys.executable, "scripts/bench_hot_path.py", "--rounds", "1", "--calls", "10"],
+    result = subprocess.run([sys.executable, "scripts/benchmarks/bench_hot_path.py", "--rounds", "1", "--calls", "10"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -142,7 +143,7 @@ def test_hot_path_script_prints_every_piece_and_its_ratio():
 
 
 def test_loop_timers_time_every_piece_of_a_short_run():
-    result = subprocess.run([sys.executable, "scripts/loop_timers.py", "--algo", "qr_dqn", "--steps", "1100"],
+    result = subprocess.run([sys.executable, "scripts/benchmarks/loop_timers.py", "--algo", "qr_dqn", "--steps", "1100"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
@@ -150,17 +151,3 @@ def test_loop_timers_time_every_piece_of_a_short_run():
     assert rows["update"][2] == "128" and rows["buffer.sample"][2] == "1"  # the phase's batches in one gather
     count = lambda piece: int(rows[piece][2].replace(",", ""))  # noqa: E731
     assert count("act") >= 100 and count("env.step") >= 1100  # training acts from step 1000; evaluation too
-
-
-def test_update_gap_times_updates_fresh_and_after_a_run():
-    result = subprocess.run([sys.executable, "scripts/update_gap.py", "--steps", "1010", "--updates", "5",
-                             "--pairs", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "failed" not in result.stderr, result.stderr[-3000:]
-    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| ")][1:]
-    assert [row[0].strip() for row in rows] == ["1", "2", "median"]
-    for row in rows[:2]:  # fresh, the run's own and after the run: microseconds of an update, and two ratios
-        assert all(float(cell.replace(",", "")) > 0 for cell in row[1:])
-    # the fresh process goes first in even pairs, the one that runs the loop in odd ones
-    order = [line.split(": ")[1].split(" ...")[0] for line in result.stderr.splitlines() if "pair " in line]
-    assert order == ["fresh", "after the loop", "after the loop", "fresh"]

@@ -1,6 +1,6 @@
 """Speed of rl-hydra against Stable-Baselines3 and against this machine's floor (issue #8).
 
-Every measurement runs in its own fresh Python process (scripts/benchmark_worker.py) with
+Every measurement runs in its own fresh Python process (scripts/benchmarks/benchmark_worker.py) with
 one torch thread, so neither side warms caches for the other. Within each pair (one seed)
 our run and SB3's alternate, and the side that goes first alternates from pair to pair.
 
@@ -16,7 +16,7 @@ our run and SB3's alternate, and the side that goes first alternates from pair t
             speed drifts by tens of percent over minutes: a floor timed apart from the run it
             divides would measure the drift too)
   redq      REDQ critic-ensemble updates/s, batched against a per-critic loop
-            (scripts/bench_ensemble.py), and env steps/s of a short REDQ run at the default
+            (scripts/benchmarks/bench_ensemble.py), and env steps/s of a short REDQ run at the default
             G = 20; a CUDA column when torch.cuda.is_available()
 
 Both sides get the same seeds and hyperparameters; the final evaluation is greedy, on the
@@ -24,10 +24,10 @@ same number of episodes, from the same initial states. Wall time is the whole ru
 training, the final evaluation (and on our side its metrics and checkpoints).
 
     pip install -e ".[bench]"                         # pins stable-baselines3 and sb3-contrib
-    python scripts/benchmark.py --out docs/benchmark_results.md     # all suites, 5 pairs
-    python scripts/benchmark.py --suites zoo floor --algos dqn --pairs 3
-    python scripts/benchmark.py --only ours           # without SB3 (also what happens if it is missing)
-    python scripts/benchmark.py --compile             # adds our runs with compile=true (ours only)
+    python scripts/benchmarks/benchmark.py --out docs/benchmark_results.md     # all suites, 5 pairs
+    python scripts/benchmarks/benchmark.py --suites zoo floor --algos dqn --pairs 3
+    python scripts/benchmarks/benchmark.py --only ours           # without SB3 (also what happens if it is missing)
+    python scripts/benchmarks/benchmark.py --compile             # adds our runs with compile=true (ours only)
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_match import (BUDGETS, ENV_ID, ZOO, Setting, expected_updates, our_overrides,  # noqa: E402
                              preset_overrides, redq_overrides, sb3_job, setting_for)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "benchmark_worker.py"
 RESULT_MARK = "BENCHMARK_RESULT "
 SUITES = ("zoo", "per_step", "solve", "floor", "redq")
@@ -228,7 +228,7 @@ def redq_section(columns: dict[str, list], args: argparse.Namespace) -> str:
     rows = [[label, *(fmt(values[i], digits) for values in columns.values())]
             for i, (label, digits) in enumerate(labels[: len(next(iter(columns.values())))])]
     return (f"## REDQ\n\nCritic-ensemble updates (N = 10 critics of 2x256, batch 256, Pendulum sizes: "
-            f"scripts/bench_ensemble.py, median of {args.ensemble_repeats} x {args.ensemble_iters}) and a "
+            f"scripts/benchmarks/bench_ensemble.py, median of {args.ensemble_repeats} x {args.ensemble_iters}) and a "
             f"{args.redq_steps:,}-step REDQ run on Pendulum-v1 with conf/algo/redq.yaml as it is (G = 20 "
             f"critic updates per env step), learning from step {args.redq_learning_starts}; its steps/s "
             f"include those random warm-up steps and the final evaluation.\n\n"
@@ -255,7 +255,7 @@ def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting],
 
 def report(args, info, settings, results, with_sb3: bool, redq: dict | None) -> str:
     seeds = [args.seed + i for i in range(args.pairs)]
-    parts = [f"# rl-hydra speed benchmark\n\n`python scripts/benchmark.py {shlex.join(sys.argv[1:])}`  \n"
+    parts = [f"# rl-hydra speed benchmark\n\n`python scripts/benchmarks/benchmark.py {shlex.join(sys.argv[1:])}`  \n"
              f"{datetime.date.today()}; CPU {info.get('cpu')}; CUDA {info.get('cuda') or 'none'}; python "
              f"{info.get('python')}, torch {info.get('torch')}, gymnasium {info.get('gymnasium')}, "
              f"stable-baselines3 {info.get('stable_baselines3')}, sb3-contrib {info.get('sb3_contrib')}; "

@@ -1,12 +1,11 @@
-"""One measurement of scripts/benchmark.py, run in a fresh process with one torch thread.
+"""One measurement of scripts/benchmarks/benchmark.py, run in a fresh process with one torch thread.
 
-    python scripts/benchmark_worker.py '{"kind": "ours", "overrides": ["algo=dqn", ...]}'
+    python scripts/benchmarks/benchmark_worker.py '{"kind": "ours", "overrides": ["algo=dqn", ...]}'
 
 The job is a JSON object; the result is printed as one JSON line after RESULT_MARK.
 Kinds: probe (versions), ours (a run through rl_hydra.training.run), sb3 (the same run
-with Stable-Baselines3 / sb3-contrib), floor (pure updates and pure env steps), update_gap
-(pure updates in a fresh process or after a run: scripts/update_gap.py) and ensemble
-(scripts/bench_ensemble.py's batched-versus-looped comparison).
+with Stable-Baselines3 / sb3-contrib), floor (pure updates and pure env steps) and ensemble
+(scripts/benchmarks/bench_ensemble.py's batched-versus-looped comparison).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 RESULT_MARK = "BENCHMARK_RESULT "
 
@@ -31,7 +30,7 @@ def timed_run(overrides: list[str]) -> tuple[object, dict]:
     and its agent. The result has the seconds spent inside the agent's updates too (a timer
     around each, ~0.2 us a call): the run's own updates, timed at the same moments as the run,
     whatever the machine's drift."""
-    from loop_timers import wrap  # scripts/ is this script's directory, first on sys.path
+    from loop_timers import wrap  # scripts/benchmarks/ is this script's directory, first on sys.path
     from rl_hydra import training
     from rl_hydra.api import compose_train_config
 
@@ -142,21 +141,8 @@ def run_floor(job: dict) -> dict:
                          f"(fused={optimizer.param_groups[0].get('fused')})"}
 
 
-def run_update_gap(job: dict) -> dict:
-    """`updates` pure updates, in a process that has only built the agent (`after_loop` false)
-    or with the agent of a whole run just made in this process (scripts/update_gap.py)."""
-    device, result = torch.device(job["device"]), {}
-    if job["after_loop"]:
-        agent, run = timed_run(job["overrides"])
-        obs_dim, result = agent.observation_dim, {"run_update_us": 1e6 * run["update_s"] / run["updates"]}
-    else:
-        agent, obs_dim, _ = built_agent(job["overrides"], device)
-    seconds = pure_update_seconds(agent, obs_dim, job["updates"], device)
-    return {**result, "pure_update_us": 1e6 * seconds / job["updates"]}
-
-
 def run_ensemble(job: dict) -> dict:
-    import bench_ensemble  # scripts/ is this script's directory, first on sys.path
+    import bench_ensemble  # scripts/benchmarks/ is this script's directory, first on sys.path
 
     return bench_ensemble.compare(bench_ensemble.build_parser().parse_args(job["args"]))
 
@@ -180,8 +166,7 @@ def probe(job: dict) -> dict:
     return {**versions, "cpu": cpu, "cuda": cuda}
 
 
-JOBS = {"ours": run_ours, "sb3": run_sb3, "floor": run_floor, "update_gap": run_update_gap,
-        "ensemble": run_ensemble, "probe": probe}
+JOBS = {"ours": run_ours, "sb3": run_sb3, "floor": run_floor, "ensemble": run_ensemble, "probe": probe}
 
 
 if __name__ == "__main__":

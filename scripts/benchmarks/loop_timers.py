@@ -1,9 +1,9 @@
 """Where a training run's wall time goes: a timer around each piece of the loop.
 
-    python scripts/loop_timers.py --algo dqn --regime zoo          # 50k steps, the zoo preset
-    python scripts/loop_timers.py --algo qr_dqn --regime per_step  # 20k steps, 1 update per step
+    python scripts/benchmarks/loop_timers.py --algo dqn --regime zoo          # 50k steps, the zoo preset
+    python scripts/benchmarks/loop_timers.py --algo qr_dqn --regime per_step  # 20k steps, 1 update per step
 
-Runs one benchmark setting (scripts/benchmark_match.py, as `scripts/benchmark.py` does) through
+Runs one benchmark setting (scripts/benchmarks/benchmark_match.py, as `scripts/benchmarks/benchmark.py` does) through
 `rl_hydra.training.run` with every piece wrapped in a timer, and prints each piece's total
 seconds, calls and microseconds per call. The timers cost about 1 us a call, so the wall time
 here is a few hundred ms over a plain run's. Pieces nest: `run_due_updates` holds `update`,
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmark_match import BUDGETS, ZOO, our_overrides, setting_for  # noqa: E402
 
 

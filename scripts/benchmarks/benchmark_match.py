@@ -1,4 +1,4 @@
-"""How scripts/benchmark.py gives our runs and SB3's the same hyperparameters.
+"""How scripts/benchmarks/benchmark.py gives our runs and SB3's the same hyperparameters.
 
 Settings are written in SB3's own names (as in rl-baselines3-zoo's hyperparams/*.yml);
 `our_overrides` translates them to train.py overrides and `sb3_job` to SB3 keyword

@@ -1,7 +1,7 @@
 """Per-call cost of the pieces of the training loop's hot path, each next to the plain code it replaces.
 
-    python scripts/bench_hot_path.py                 # 9 interleaved rounds, medians in microseconds
-    python scripts/bench_hot_path.py --rounds 3 --calls 200
+    python scripts/benchmarks/bench_hot_path.py                 # 9 interleaved rounds, medians in microseconds
+    python scripts/benchmarks/bench_hot_path.py --rounds 3 --calls 200
 
   act       DQN's epsilon-greedy act at batch 1 (epsilon 0.04): the numpy forward on the CPU
             weights against the torch forward it replaces
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rl_hydra.algos.common import optimizer_step  # noqa: E402
 from rl_hydra.algos.dqn import DQN  # noqa: E402
 from rl_hydra.algos.qr_dqn import QRDQN  # noqa: E402

@@ -7,8 +7,8 @@ nn.Linear stacks and calls them one after another.
 Each of --repeats rounds times --iters updates of both variants, one after the other;
 the script prints the median updates/s of each and the median of the per-round ratios.
 
-    python scripts/bench_ensemble.py                    # CPU, N=10, batch 256, 2x256
-    python scripts/bench_ensemble.py --device cuda
+    python scripts/benchmarks/bench_ensemble.py                    # CPU, N=10, batch 256, 2x256
+    python scripts/benchmarks/bench_ensemble.py --device cuda
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rl_hydra.networks.actor_critic import CriticEnsemble  # noqa: E402
 from rl_hydra.networks.mlp import mlp  # noqa: E402
 

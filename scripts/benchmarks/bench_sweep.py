@@ -1,8 +1,8 @@
 """Wall time of one sweep with Hydra's basic launcher (jobs one after another) against
 the joblib launcher (N jobs at once), alternating the two so both see the same load.
 
-    python scripts/bench_sweep.py                          # 4 DQN runs of 5,000 steps, 3 repeats
-    python scripts/bench_sweep.py --repeats 5 --n-jobs 2 train.total_steps=10000
+    python scripts/benchmarks/bench_sweep.py                          # 4 DQN runs of 5,000 steps, 3 repeats
+    python scripts/benchmarks/bench_sweep.py --repeats 5 --n-jobs 2 train.total_steps=10000
 
 Each sweep is `python train.py -m seed=0,1,2,3 <overrides>` into a fresh directory (a
 re-used one would skip its finished runs); every job trains with one torch thread
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OVERRIDES = ["algo=dqn", "env=cartpole", "train.total_steps=5000", "train.progress=false"]
 
 
