@@ -73,8 +73,7 @@ def relocate(modules: Iterable[nn.Module]) -> None:
     """Move the parameters of `modules` that live on the CPU into one region, values unchanged.
 
     The Parameter objects stay the same (optimizers built on them still hold them); each module's
-    own `_apply` runs, so modules that keep derived views (an LSTM's flat weights, our MLP's
-    numpy steps) renew them.
+    own `_apply` runs, so modules that keep derived views (an LSTM's flat weights) renew them.
     """
     modules = list(modules)
     params = list({id(p): p for module in modules for p in module.parameters()

@@ -24,9 +24,8 @@ def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
 class LeanAdam(torch.optim.Adam):
     """torch.optim.Adam(fused=True) with a step that goes straight to the fused kernel.
 
-    torch's own step spends ~150 us per call on bookkeeping (the hook and profiler wrapper,
-    grouping tensors by device, option checks), about a tenth of a 2x256 Q-network update at
-    batch 64 on a CPU. In the common case, one param group of same-device, same-dtype dense
+    torch's own step spends much of a small network's update on bookkeeping (the hook and
+    profiler wrapper, grouping tensors by device, option checks; figures in docs/benchmark.md). In the common case, one param group of same-device, same-dtype dense
     tensors that all have gradients, plain Adam options and no step hooks, this step creates
     the state as torch does and makes the very calls torch's fused path makes, so parameters
     and state come out identical (tests/test_lean_paths.py). The state_dict is torch's
@@ -39,7 +38,7 @@ class LeanAdam(torch.optim.Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **kwargs)
 
     # torch wraps these (and its step) in a lazy torch._dynamo.disable whose first call imports
-    # torch._dynamo, ~2.5 s of every training process. The optimizer is never traced
+    # torch._dynamo, seconds of every training process. The optimizer is never traced
     # (compile=true compiles losses only), so it keeps the plain functions underneath.
     add_param_group = undecorated(torch.optim.Optimizer.add_param_group)
     state_dict = undecorated(torch.optim.Optimizer.state_dict)
@@ -102,4 +101,4 @@ class LeanAdam(torch.optim.Adam):
                    maximize=False, grad_scale=None, found_inf=None)
         return None
 
-    step.hooked = True  # keeps torch from wrapping it in its hook wrapper (~40 us a call): hooks take _torch_step
+    step.hooked = True  # keeps torch from wrapping it in its hook wrapper (a cost on every call): hooks take _torch_step

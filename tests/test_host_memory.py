@@ -15,6 +15,7 @@ from rl_hydra import host_memory
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.networks.mlp import QNetwork
+from rl_hydra.networks.numpy_mirror import numpy_forward
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.optim import LeanAdam
 from rl_hydra.training import build_agent
@@ -60,7 +61,7 @@ def test_replay_storage_lies_in_one_mapping_advised_for_huge_pages():
 
 
 @linux_huge_pages
-def test_relocated_weights_keep_values_objects_and_the_numpy_forward():
+def test_relocated_weights_keep_values_objects_and_the_numpy_mirror():
     torch.manual_seed(0)
     net = QNetwork(4, 2, [32, 32])
     params = list(net.parameters())
@@ -70,10 +71,10 @@ def test_relocated_weights_keep_values_objects_and_the_numpy_forward():
     assert in_one_huge_page_mapping(params)
     optimizer = LeanAdam(params, lr=0.1)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    for _ in range(2):  # the numpy views were made anew: optimizer steps still show through
+    for _ in range(2):  # the mirror's numpy views follow the new storage: optimizer steps show through
         net(torch.from_numpy(obs)).sum().backward()
         optimizer.step()
-        assert np.allclose(net.forward_numpy(obs), net(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
+        assert np.allclose(numpy_forward(net, obs), net(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
     moments = [optimizer.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
     assert in_one_huge_page_mapping(moments)
     checkpoint = io.BytesIO()

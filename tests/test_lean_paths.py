@@ -1,11 +1,10 @@
 """The hot-path shortcuts give the numbers of the plain code they replace: LeanAdam against
-torch.optim.Adam, MLP's gathered steps and numpy forward against torch, SameStepVectorEnv
-against gymnasium's SyncVectorEnv."""
+torch.optim.Adam, SameStepVectorEnv against gymnasium's SyncVectorEnv (the numpy acting
+mirror: tests/test_acting.py)."""
 
 from __future__ import annotations
 
 import copy
-import functools
 import io
 import subprocess
 import sys
@@ -19,11 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.envs.make import SameStepVectorEnv
-from rl_hydra.networks.mlp import MLP, QNetwork, mlp
-from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.optim import LeanAdam
 from tests.conftest import TINY
 
@@ -112,42 +107,6 @@ def test_lean_adam_skips_a_parameter_without_gradient_like_torch():
     assert all(torch.equal(p, b) for p, b in zip(frozen.parameters(), before))
 
 
-def sequential_twin(net: MLP) -> nn.Sequential:
-    return nn.Sequential(*[copy.deepcopy(layer) for layer in net])
-
-
-def test_mlp_forward_equals_the_plain_sequential_and_keeps_its_state_dict_keys():
-    torch.manual_seed(0)
-    net = mlp(4, 3, [32, 16], "elu")
-    plain = sequential_twin(net)
-    x = torch.randn(8, 4)
-    assert torch.equal(net(x), plain(x))
-    assert list(net.state_dict()) == list(plain.state_dict())
-
-
-def test_mlp_steps_follow_deepcopy_load_state_dict_and_dtype_moves():
-    torch.manual_seed(0)
-    net = mlp(4, 2, [16], "relu")
-    twin = copy.deepcopy(net)
-    with torch.no_grad():
-        twin[0].weight.add_(1.0)  # the copy's steps must point at the copy's own parameters
-    x = torch.randn(5, 4)
-    assert not torch.equal(net(x), twin(x))
-    assert torch.equal(twin(x), sequential_twin(twin)(x))
-
-    other = mlp(4, 2, [16], "relu")
-    other.load_state_dict(twin.state_dict(), assign=True)  # assign replaces the Parameter objects
-    assert torch.equal(other(x), twin(x))
-
-    as_double = other.double()
-    assert as_double(x.double()).dtype == torch.float64
-
-
-def test_mlp_refuses_a_layer_it_cannot_gather():
-    with pytest.raises(ValueError, match=r"MLP layer 1 \(Dropout\) must be a Linear"):
-        MLP(nn.Linear(2, 2), nn.Dropout())
-
-
 @pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2)])
 def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env_id, num_envs):
     ours = SameStepVectorEnv([lambda: gym.make(env_id)] * num_envs)
@@ -170,42 +129,6 @@ def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env
         earlier.append((mine[0], mine[0].copy()))
     assert ends > 0
     assert all(np.array_equal(obs, kept) for obs, kept in earlier)  # each step returned a fresh array
-
-
-@pytest.mark.parametrize("activation", ["relu", "tanh"])
-def test_numpy_forward_of_q_and_quantile_networks_matches_torch_and_follows_updates(activation):
-    torch.manual_seed(0)
-    q_net, quantile_net = QNetwork(4, 3, [32, 32], activation), QuantileNetwork(4, 3, 5, [32], activation)
-    obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
-    for net in (q_net, quantile_net):
-        optimizer = LeanAdam(net.parameters(), lr=0.1)
-        for _ in range(2):  # the numpy views share the weights' memory: optimizer steps show through
-            expected = net(torch.from_numpy(obs)).detach().numpy()
-            assert np.allclose(net.forward_numpy(obs), expected, atol=1e-5)
-            net(torch.from_numpy(obs)).sum().backward()
-            optimizer.step()
-        twin = copy.deepcopy(net)
-        with torch.no_grad():
-            next(twin.parameters()).add_(1.0)
-        assert np.allclose(net.forward_numpy(obs), net(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
-        assert np.allclose(twin.forward_numpy(obs), twin(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
-
-
-def test_numpy_forward_is_none_where_numpy_has_no_such_activation():
-    assert QNetwork(4, 2, [8], "gelu").forward_numpy(np.zeros((1, 4), np.float32)) is None
-
-
-@pytest.mark.parametrize("algo_class, network", [(DQN, QNetwork), (QRDQN, QuantileNetwork)])
-def test_greedy_actions_through_numpy_equal_the_torch_argmax(algo_class, network):
-    env = gym.make("CartPole-v1")
-    agent = algo_class(env.observation_space, env.action_space, functools.partial(network, hidden_sizes=[32]),
-                       functools.partial(LeanAdam, lr=1e-3), total_steps=100)
-    obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
-    assert agent.action_values_numpy(obs) is not None
-    actions, _ = agent.act(obs, explore=False)
-    with torch.no_grad():
-        expected = agent.action_values(torch.from_numpy(obs)).argmax(dim=1).numpy()
-    assert np.array_equal(actions, expected)
 
 
 def test_a_training_process_without_compile_never_imports_torch_dynamo(tmp_path):

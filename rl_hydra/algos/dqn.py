@@ -1,7 +1,7 @@
 """DQN (Mnih et al. 2015): epsilon-greedy Q-learning from replay with a target network.
 
-Subclasses (QR-DQN, IQN) replace `action_values` and `loss`; everything else,
-exploration, target syncs, optimisation and checkpoints, is shared from here.
+Subclasses (QR-DQN, IQN) replace `make_network`, `action_values` and `loss`; everything
+else, exploration, target syncs, optimisation and checkpoints, is shared from here.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from torch import nn
 from rl_hydra.algos.common import (LinearSchedule, flat_dim, make_optimizer, observation_tensor, optimizer_step,
                                    require_discrete, update_target)
 from rl_hydra.buffers.replay import Batch
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss
+from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
 
 
 class DQN:
@@ -72,15 +73,10 @@ class DQN:
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation_dim, self.num_actions)
 
+    @mirrored_by(lambda self, obs: numpy_forward(self.q_net, obs))
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs)
-
-    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        """action_values through the network's numpy forward, or None where it has none
-        (a network without one; an MLP whose weights are not float32 on the CPU returns None)."""
-        forward_numpy = getattr(self.q_net, "forward_numpy", None)
-        return None if forward_numpy is None else forward_numpy(obs)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
@@ -108,7 +104,7 @@ class DQN:
 
     def randomize(self, actions: np.ndarray, random_rows: np.ndarray) -> np.ndarray:
         """`actions` with the rows in `random_rows` replaced by uniform random actions."""
-        # count_nonzero, not .any(): ~0.4 us against ~3; and no size-0 draw (~10 us), the common case
+        # no size-0 draw: most steps explore on no row
         if count := np.count_nonzero(random_rows):
             actions[random_rows] = self.rng.integers(self.num_actions, size=count)
         return actions
@@ -119,7 +115,8 @@ class DQN:
             random_rows = self.explore_rows(n)
             if np.count_nonzero(random_rows) == n:  # skip the forward pass
                 return self.rng.integers(self.num_actions, size=n), state
-        values = self.action_values_numpy(np.asarray(obs, dtype=np.float32))   # (n, A) or None
+        # the numpy mirror of action_values where one exists (networks/numpy_mirror.py), else torch
+        values = call_mirror(self, "action_values", np.asarray(obs, dtype=np.float32))   # (n, A) or None
         if values is not None:
             actions = values.argmax(axis=1)
         else:

@@ -19,6 +19,7 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss
+from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
 def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -52,14 +53,15 @@ class QRDQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation_dim, self.num_actions, self.num_quantiles)
 
+    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        quantiles = numpy_forward(self.q_net, obs)                                       # (B, A, N) or None
+        # sum / N: ndarray.mean runs Python-level code on every call
+        return None if quantiles is None else quantiles.sum(axis=2) / self.num_quantiles  # (B, A)
+
+    @mirrored_by(action_values_numpy)
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs).mean(dim=2)
-
-    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        quantiles = super().action_values_numpy(obs)                                    # (B, A, N) or None
-        # sum then scale: ndarray.mean goes through Python-level code, a few us per step
-        return None if quantiles is None else quantiles.sum(axis=2) / self.num_quantiles  # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():

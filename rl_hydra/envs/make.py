@@ -30,7 +30,7 @@ class SameStepVectorEnv(SyncVectorEnv):
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
         self._lean = isinstance(self.single_observation_space, gym.spaces.Box)
-        # a Python int passes Discrete.contains (which CartPole asserts) ~5 us faster than a numpy one
+        # a Python int passes Discrete.contains (which CartPole asserts) faster than a numpy one
         self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
 
     def step(self, actions):
@@ -82,7 +82,7 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
 
 def final_observations(next_obs, done, info: dict[str, Any]):
     """next_obs with the rows of finished episodes replaced by their real last observation."""
-    if not np.count_nonzero(done):  # ~0.4 us against .any()'s ~3, every step
+    if not np.count_nonzero(done):  # cheaper than .any() on a small array, and this runs every step
         return next_obs
     real = next_obs.copy()
     for i in done.nonzero()[0]:

@@ -84,7 +84,7 @@ class Runner:
             self.check_device_updates()
         self._episode_return += rewards
         self._episode_length += 1
-        if np.count_nonzero(done):  # ~0.4 us against .any()'s ~3, every step
+        if np.count_nonzero(done):  # cheaper than .any() on a small array, and this runs every step
             self._finished_returns += self._episode_return[done].tolist()
             self._finished_lengths += self._episode_length[done].tolist()
             self.episodes += int(done.sum())

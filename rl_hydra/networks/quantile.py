@@ -11,25 +11,29 @@ from torch import nn
 
 from rl_hydra.config import ConfigError, check_int
 from rl_hydra.networks.mlp import activation_class, mlp
+from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
 class QuantileNetwork(nn.Module):
     """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles)."""
 
     def __init__(self, observation_dim: int, num_actions: int, num_quantiles: int,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu"):
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
+                 layer_norm: bool = False, dropout: float = 0.0):
         super().__init__()
         self.num_actions = num_actions
         self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
-        self.net = mlp(observation_dim, num_actions * num_quantiles, hidden_sizes, activation)
+        self.net = mlp(observation_dim, num_actions * num_quantiles, hidden_sizes, activation,
+                       layer_norm=layer_norm, dropout=dropout)
 
+    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        out = numpy_forward(self.net, obs)                                          # (B, A * N) or None
+        return None if out is None else out.reshape(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
+
+    @mirrored_by(forward_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, obs_dim)
         return self.net(obs).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
-
-    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        out = self.net.forward_numpy(obs)
-        return None if out is None else out.reshape(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
 
 
 def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
