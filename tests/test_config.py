@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from rl_hydra.config import ConfigError
 from rl_hydra.training import build_components
-from tests.conftest import CONF_DIR, compose_config
+from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
@@ -17,7 +17,7 @@ ACTION_KIND = {"dqn": "discrete", "qr_dqn": "discrete", "iqn": "discrete", "drqn
 
 
 def env_action_kind(env: str) -> str:
-    space = gym.make(OmegaConf.load(CONF_DIR / "env" / f"{env}.yaml").id).action_space
+    space = gym.make(compose_config(f"env={env}").env.id).action_space   # composed: an alias file has no id
     return "discrete" if isinstance(space, gym.spaces.Discrete) else "continuous"
 
 
@@ -49,10 +49,33 @@ def test_algo_env_pair_builds_or_fails_clearly(algo, env):
             build_components(cfg, torch.device("cpu"))
 
 
+REPLAY, SEQUENCE = "rl_hydra.buffers.replay.ReplayBuffer", "rl_hydra.buffers.sequence.SequenceBuffer"
+
+
+def test_each_algorithm_picks_its_buffer():
+    """algo/<algo>.yaml's defaults list picks the buffer: the sequence buffer for DRQN only."""
+    for algo in ALGOS:
+        assert compose_config(f"algo={algo}").buffer._target_ == (SEQUENCE if algo == "drqn" else REPLAY), algo
+
+
 def test_command_line_network_and_buffer_choices_win_over_the_algorithm_defaults():
-    cfg = compose_config("algo=dqn", "buffer=replay", "network.hidden_sizes=[8]")
-    assert cfg.buffer._target_ == "rl_hydra.buffers.replay.ReplayBuffer"
+    cfg = compose_config("algo=dqn", "buffer=sequence", "network=drqn", "network.lstm_size=8")
+    assert cfg.buffer._target_ == SEQUENCE and cfg.network.lstm_size == 8
+    cfg = compose_config("algo=drqn", "buffer=replay", "network.lstm_size=8")
+    assert cfg.buffer._target_ == REPLAY and cfg.network.lstm_size == 8
+    cfg = compose_config("algo=dqn", "network.hidden_sizes=[8]")
     assert list(cfg.network.hidden_sizes) == [8]
+
+
+def test_a_sweep_over_algorithms_gives_each_job_its_algorithm_s_network_and_buffer(tmp_path):
+    result = run_cli("-m", "algo=dqn,drqn", *TINY, "algo.learning_starts=100", f"hydra.sweep.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = {cfg.algo._target_.rsplit(".", 1)[1]: cfg
+            for cfg in map(OmegaConf.load, sorted(tmp_path.glob("*/.hydra/config.yaml")))}
+    assert sorted(jobs) == ["DQN", "DRQN"], jobs.keys()
+    assert jobs["DQN"].buffer._target_ == REPLAY and jobs["DRQN"].buffer._target_ == SEQUENCE
+    assert jobs["DQN"].network._target_.endswith(".QNetwork")
+    assert jobs["DRQN"].network._target_.endswith(".RecurrentQNetwork")
 
 
 def test_every_group_option_composes():
