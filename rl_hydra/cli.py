@@ -1,17 +1,14 @@
 """Command-line entry: `python train.py ...` and the `rl-hydra-train` console script.
 
-One-line errors and exit codes live here: 2 for a config that cannot work,
-1 for a run that failed, 130 for a run stopped by Ctrl-C/SIGTERM (it keeps a
-checkpoint and says how to resume).
+Both ways in (a Hydra run or sweep, and `resume=<run_dir>`) end in `rl_hydra.launch.launch`;
+this module turns its RunFailed into one `error:` line on stderr and the exit code.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import traceback
 from pathlib import Path
-from typing import Any
 
 import hydra
 import yaml
@@ -19,20 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.config import CONF_DIR
+from rl_hydra.launch import EXIT_CONFIG, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
+from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger("rl_hydra")
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
 GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search")
-EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
-
-
-class RunFailed(Exception):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
 
 
 def fail(message: str, code: int):
@@ -59,43 +49,6 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                 fail(f"{key}={choice} is not a config option; choose one of: {', '.join(options)}", EXIT_CONFIG)
 
 
-def execute(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """Train into run_dir, or skip it if it already holds a finished run, or continue an
-    interrupted one found there (a re-launched sweep). Errors become RunFailed.
-
-    Torch is imported here, in the job, so that the process launching a parallel sweep
-    stays light (its workers import what they train with)."""
-    from rl_hydra.loops.runner import StopRequested, TrainingDiverged
-    from rl_hydra.training import run
-
-    directory = RunDirectory(run_dir)
-    summary = directory.read_summary()
-    finished = summary and summary.get("status") == "completed" and (
-        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
-    if finished:
-        log.info("%s already holds a finished run (step %d); not training again", run_dir, summary["global_step"])
-        return summary
-    resume = resume or (directory.checkpoints / "last.pt").is_file()
-    try:
-        return run(cfg, run_dir, resume=resume)
-    except (ConfigError, RunError) as error:
-        if not resume:
-            directory.write_summary({"status": "failed", "reason": str(error)})
-        raise RunFailed(str(error), EXIT_CONFIG) from None
-    except TrainingDiverged as error:
-        raise RunFailed(f"training diverged: {error}", EXIT_FAILED) from None
-    except StopRequested:
-        raise RunFailed(f"stopped; the last checkpoint is in {run_dir}/checkpoints/last.pt; "
-                        f"resume with: python train.py resume={run_dir}", EXIT_INTERRUPTED) from None
-    except Exception as error:  # an env that raised, or a bug: recorded like any failure, traceback kept
-        reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
-        directory.path.mkdir(parents=True, exist_ok=True)
-        (directory.path / "traceback.txt").write_text(traceback.format_exc())
-        directory.write_summary({"status": "failed", "reason": reason})
-        raise RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})",
-                        EXIT_FAILED) from None
-
-
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     """Train and return the final eval return (what a sweeper optimises).
@@ -110,7 +63,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
         cfg.train.progress = False
     try:
-        summary = execute(cfg, Path(hydra_cfg.runtime.output_dir))
+        summary = launch(cfg, Path(hydra_cfg.runtime.output_dir))
     except RunFailed as error:
         if multirun and error.code != EXIT_INTERRUPTED:
             log.error("%s", error)
@@ -122,7 +75,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
 def resume_main(run_dir: str, overrides: list[str]) -> None:
     """`train.py resume=<run_dir> [key=value ...]`: continue a run in place with its saved config."""
     directory = RunDirectory(run_dir)
-    config_file = directory.path / ".hydra" / "config.yaml"
+    config_file = directory.hydra / "config.yaml"
     if not config_file.is_file():
         fail(f"resume={run_dir} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
     cfg = OmegaConf.load(config_file)
@@ -137,23 +90,16 @@ def resume_main(run_dir: str, overrides: list[str]) -> None:
         OmegaConf.update(cfg, key, yaml.safe_load(value))
     if overrides:
         config_file.write_text(OmegaConf.to_yaml(cfg))
-        with open(directory.path / ".hydra" / "overrides.yaml", "a") as f:
+        with open(directory.hydra / "overrides.yaml", "a") as f:
             f.write(yaml.safe_dump(overrides))
-    _log_to_run_dir(directory.path)
+    console = logging.StreamHandler(sys.stdout)  # as Hydra's job logging does; launch adds train.log
+    console.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger().addHandler(console)
+    logging.getLogger().setLevel(logging.INFO)
     try:
-        execute(cfg, directory.path, resume=True)
+        launch(cfg, directory.path, resume=True)
     except RunFailed as error:
         fail(str(error), error.code)
-
-
-def _log_to_run_dir(path: Path) -> None:
-    """What Hydra's job logging does for a normal run: console + append to train.log."""
-    formatter = logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(path / "train.log")):
-        handler.setFormatter(formatter)
-        root.addHandler(handler)
 
 
 def main() -> None:

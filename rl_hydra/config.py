@@ -7,9 +7,12 @@ what is allowed; the CLI prints that line and exits with status 2.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Iterable
 
 from omegaconf import DictConfig
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
 
 
 class ConfigError(ValueError):

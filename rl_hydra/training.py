@@ -8,7 +8,7 @@ import random
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -19,10 +19,11 @@ from torch import nn
 
 from rl_hydra import host_memory
 from rl_hydra.algos.common import compile_pure_methods
-from rl_hydra.config import ConfigError, resolve_device, validate_run_config
+from rl_hydra.config import CONF_DIR, ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
-from rl_hydra.loops import off_policy
+from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
+from rl_hydra.protocols import Agent
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 log = logging.getLogger(__name__)
@@ -40,13 +41,36 @@ def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
         raise ConfigError(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
 
 
-def configure_torch(cfg: DictConfig) -> None:
-    """Process-wide torch settings of a run: its CPU threads, and whether denormal numbers
-    are flushed to zero. Without flushing, Adam's moving averages of weights whose gradient
-    is (nearly) always zero, e.g. behind dead ReLUs, decay into the denormal range, and every
-    update then pays for the slow arithmetic on them (a tenth of a run, docs/benchmark.md)."""
-    torch.set_num_threads(cfg.torch_threads)
-    torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
+@contextlib.contextmanager
+def process_settings(cfg: DictConfig) -> Iterator[None]:
+    """A run's process-wide settings, undone when it ends, also on error: its torch CPU threads,
+    whether denormal numbers are flushed to zero, and the seeds of Python's, numpy's and torch's
+    global generators.
+
+    Flushing: Adam's moving averages of weights whose gradient is (nearly) always zero, e.g.
+    behind dead ReLUs, decay into the denormal range, and every update then pays for the slow
+    arithmetic on them (docs/benchmark.md)."""
+    threads, flushing = torch.get_num_threads(), flushes_denormals()
+    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+           torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+    try:
+        torch.set_num_threads(cfg.torch_threads)
+        torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
+        seed_everything(cfg.seed)
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(flushing)
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+        if rng[3] is not None:
+            torch.cuda.set_rng_state_all(rng[3])
+
+
+def flushes_denormals() -> bool:
+    """Whether CPU float math flushes denormals now (torch has a setter, no getter)."""
+    return float(torch.tensor(1e-39, dtype=torch.float32) * 1.0) == 0.0
 
 
 def seed_everything(seed: int) -> None:
@@ -55,7 +79,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device):
+def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
     agent = build(cfg.algo, "algo", observation_space=observation_space, action_space=action_space,
                   network=build(cfg.network, "network"), device=device,
                   total_steps=cfg.train.total_steps, seed=cfg.seed)
@@ -70,7 +94,7 @@ def build_components(cfg: DictConfig, device: torch.device):
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     agent = build_agent(cfg, **spaces, device=device)
     buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed)
-    if bool(getattr(agent, "recurrent", False)) != bool(getattr(buffer, "recurrent", False)):
+    if bool(agent.recurrent) != bool(getattr(buffer, "recurrent", False)):
         needs = "a sequence buffer (buffer=sequence)" if agent.recurrent else "a transition buffer (buffer=replay)"
         raise ConfigError(f"algo={agent.name} needs {needs}; {buffer.__class__.__name__} "
                           f"(buffer._target_={cfg.buffer._target_}) does not fit")
@@ -83,7 +107,7 @@ def compiles(agent_or_class) -> bool:
     return bool(getattr(agent_or_class, "compiled_methods", ())) and not getattr(agent_or_class, "recurrent", False)
 
 
-def compile_agent(agent) -> None:
+def compile_agent(agent: Agent) -> None:
     """`compile=true`: torch.compile the agent's pure loss functions (see compile_pure_methods)."""
     if not compiles(agent):
         raise ConfigError(f"compile=true is not supported by algo={agent.name}; "
@@ -96,8 +120,6 @@ def algos_that_compile() -> list[str]:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from rl_hydra.cli import CONF_DIR
-
     names = []
     for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
         try:
@@ -109,16 +131,13 @@ def algos_that_compile() -> list[str]:
     return names
 
 
-def pick_loop(agent):
+def pick_loop(agent: Agent) -> Callable[[Runner], None]:
     """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
-    if agent.recurrent:
-        from rl_hydra.loops import recurrent
-        return recurrent.train
-    return off_policy.train
+    return recurrent.loop if agent.recurrent else off_policy.loop
 
 
 @contextlib.contextmanager
-def stop_at_step_boundary(runner: Runner):
+def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
     """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -143,25 +162,28 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
     With `resume`, continue from `run_dir/checkpoints/last.pt`. Raises ConfigError
     before any step runs when the config cannot work, TrainingDiverged when a loss
     goes non-finite, StopRequested after Ctrl-C/SIGTERM; in the last two cases the
-    run directory keeps a good checkpoint and its metrics.
+    run directory keeps a good checkpoint and its metrics. The caller's process
+    settings (threads, denormals, global RNGs) are as they were when it returns.
     """
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
-    configure_torch(cfg)
-    seed_everything(cfg.seed)
-    run_directory = RunDirectory(run_dir)
-    checkpoint = run_directory.load_checkpoint("last") if resume else None
+    with process_settings(cfg):
+        return _run(cfg, RunDirectory(run_dir), device, resume)
+
+
+def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool) -> dict[str, Any]:
+    checkpoint = run_dir.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
-    runner = Runner(cfg, agent, env, buffer, run_dir)
+    runner = Runner(cfg, agent, env, buffer, run_dir.path)
     if checkpoint is not None:
         try:
             runner.load_state_dict(checkpoint)
         except (KeyError, RuntimeError, ValueError) as error:
-            raise RunError(f"checkpoint {run_directory.checkpoints / 'last.pt'} does not fit this config "
+            raise RunError(f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config "
                            f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
-        log.info("resuming %s at step %d", run_dir, runner.global_step)
+        log.info("resuming %s at step %d", run_dir.path, runner.global_step)
     loop = pick_loop(agent)
     try:
         with stop_at_step_boundary(runner):
@@ -170,15 +192,15 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
         runner.save_checkpoint("last")
         summary = runner.summary("completed")
     except TrainingDiverged as error:
-        run_directory.write_summary(runner.summary("failed", reason=str(error)))
+        run_dir.write_summary(runner.summary("failed", reason=str(error)))
         raise
     except StopRequested:
         runner.save_checkpoint("last")
-        run_directory.write_summary(runner.summary("interrupted", reason="stopped by signal"))
+        run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
         raise
     finally:
         runner.close()
-    run_directory.write_summary(summary)
+    run_dir.write_summary(summary)
     log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s)", summary["eval_return_mean"],
              summary["global_step"], summary["wall_time_s"], summary["steps_per_second"])
     return summary

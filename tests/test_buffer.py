@@ -95,13 +95,13 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
     import rl_hydra.loops.off_policy as off_policy
 
     captured = {}
-    original = off_policy.train
+    original = off_policy.loop
 
     def spy(runner):
         original(runner)
         captured["buffer"] = runner.buffer
 
-    monkeypatch.setattr(off_policy, "train", spy)
+    monkeypatch.setattr(off_policy, "loop", spy)
     run_training(tmp_path, "env.max_episode_steps=5", "algo.learning_starts=100000",
                  "train.total_steps=60", "train.eval_every=60", "train.eval_episodes=1",
                  "train.progress=false", "checkpoint.save_buffer=false")

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+import rl_hydra.loops.monitor as monitor_module
 import rl_hydra.loops.runner as runner_module
 from rl_hydra.loops.runner import Runner, TrainingDiverged
 from rl_hydra.training import build_components, pick_loop
@@ -105,8 +106,10 @@ def test_whole_cuda_run_completes_with_checkpoints(tmp_path):
 
 def diverging_update(tmp_path, monkeypatch, on_device: bool) -> tuple[int, int]:
     """(step, update) named by the error of a run whose loss blows up within a few updates."""
-    if on_device:
-        monkeypatch.setattr(runner_module, "is_on_host", lambda value: not torch.is_tensor(value))
+    if on_device:  # every metric treated as living on an accelerator: the deferred check runs on the CPU
+        monkeypatch.setattr(monitor_module, "is_on_host", lambda value: not torch.is_tensor(value))
+        monkeypatch.setattr(runner_module, "UpdateMonitor",
+                            lambda agent_on_cpu, hint: monitor_module.UpdateMonitor(False, hint))
     with pytest.raises(TrainingDiverged, match="non-finite") as error:
         run_training(tmp_path, *TINY, "algo.learning_starts=150", "algo.train_every=4", "algo.gradient_steps=4",
                      "algo.optimizer.lr=1e30", "algo.max_grad_norm=null", "algo.loss=mse", "train.total_steps=3000")

@@ -180,7 +180,7 @@ def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
 
 
 def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
-    cfg = compose_config("algo=drqn", "env=cartpole_novel", "algo.burn_in=2", "device=cpu")
+    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=2", "device=cpu")
     agent, env, _ = build_components(cfg, torch.device("cpu"))
     env.close()
     buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
@@ -231,11 +231,19 @@ def test_scale_observation_multiplies_each_component_and_its_bounds():
         ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 1.0, 1.0])
 
 
-def test_cartpole_novel_env_config_masks_velocities():
-    env = make_env(compose_config("env=cartpole_novel").env, seed=3, num_envs=2)
+def test_cartpole_no_velocity_env_config_masks_velocities():
+    env = make_env(compose_config("env=cartpole_no_velocity").env, seed=3, num_envs=2)
     obs, *_ = env.step(np.array([0, 1]))
     assert (obs[:, [1, 3]] == 0).all() and (obs[:, [0, 2]] != 0).all()
     env.close()
+
+
+@pytest.mark.parametrize("algo", ["drqn", "dqn"])
+def test_old_env_name_cartpole_novel_composes_like_cartpole_no_velocity(algo):
+    old, new = (compose_config(f"algo={algo}", f"env={env}") for env in ("cartpole_novel", "cartpole_no_velocity"))
+    for part in ("env", "algo", "train", "buffer", "network"):   # train: the DRQN preset applies under both names
+        assert old[part] == new[part], part
+    assert old == new
 
 
 # --- configs that cannot work -------------------------------------------------------------------
@@ -272,19 +280,19 @@ def test_the_loop_is_picked_from_the_agent_not_its_name():
     cfg = compose_config("algo=drqn", "device=cpu")
     agent, env, _ = build_components(cfg, torch.device("cpu"))
     env.close()
-    assert pick_loop(agent) is recurrent.train
+    assert pick_loop(agent) is recurrent.loop
     agent.recurrent = False
-    assert pick_loop(agent) is not recurrent.train
+    assert pick_loop(agent) is not recurrent.loop
 
 
 def test_collected_chunks_start_from_the_actor_state(tmp_path):
     # no updates (learning_starts > total_steps), so the network that acted is the one we replay
-    cfg = compose_config("algo=drqn", "env=cartpole_novel", *TINY, "algo.learning_starts=100000",
+    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "algo.learning_starts=100000",
                          "buffer.sequence_length=6", "buffer.stride=3", "algo.burn_in=0", "train.total_steps=200")
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
     runner = Runner(cfg, agent, env, buffer, tmp_path)
     runner.start()
-    recurrent.train(runner)
+    recurrent.loop(runner)
     runner.close()
     checked = 0
     for i in range(len(buffer) - 1):
@@ -301,7 +309,7 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     assert checked > 10 and buffer.episode_start[: len(buffer)].sum() > 3
 
 
-@pytest.mark.parametrize("env", ["cartpole_novel", "cartpole"])
+@pytest.mark.parametrize("env", ["cartpole_no_velocity", "cartpole"])
 def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env):
     summary = run_training(tmp_path, "algo=drqn", f"env={env}", *TINY, "algo.learning_starts=100",
                            "algo.train_every=50", "algo.gradient_steps=2", "algo.burn_in=2", "algo.batch_size=4")
@@ -314,18 +322,18 @@ def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env):
 
 def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch):
     # stopped mid-episode at step 307: the actor's state and the open chunks must carry over
-    cfg = compose_config("algo=drqn", "env=cartpole_novel", *TINY, "train.total_steps=500", "train.eval_every=250",
+    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "train.total_steps=500", "train.eval_every=250",
                          "train.checkpoint_every=100", "algo.learning_starts=60", "algo.train_every=20",
                          "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2")
     uninterrupted = run(cfg, tmp_path / "a")
-    original = Runner._on_steps
+    original = Runner._on_due
 
-    def stop_at_307(self, before, after):
-        original(self, before, after)
-        self.stop_requested = self.stop_requested or after >= 307
+    def stop_at_307(self, due):
+        original(self, due)
+        self.stop_requested = self.stop_requested or self.global_step >= 307
 
     with monkeypatch.context() as patch:
-        patch.setattr(Runner, "_on_steps", stop_at_307)
+        patch.setattr(Runner, "_on_due", stop_at_307)
         with pytest.raises(StopRequested):
             run(cfg, tmp_path / "b")
     saved = RunDirectory(tmp_path / "b").load_checkpoint("last")
@@ -342,7 +350,7 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
 
 def test_drqn_learns_cartpole_without_velocities(tmp_path):
     """A short run with a generous bar: a constant action scores about 9, random play about 20."""
-    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_novel", "train.total_steps=8000",
+    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", "train.total_steps=8000",
                            "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
                            "device=cpu", "checkpoint.save_buffer=false")
     assert summary["best_eval_return_mean"] >= 50, summary

@@ -40,14 +40,14 @@ def assert_same(a, b, path="state"):
 
 def stop_at(monkeypatch, step: int):
     """Make the run receive a stop request once it reaches `step` (as SIGTERM would)."""
-    original = Runner._on_steps
+    original = Runner._on_due
 
-    def on_steps(self, before, after):
-        original(self, before, after)
-        if after >= step:
+    def on_due(self, due):
+        original(self, due)
+        if self.global_step >= step:
             self.stop_requested = True
 
-    monkeypatch.setattr(Runner, "_on_steps", on_steps)
+    monkeypatch.setattr(Runner, "_on_due", on_due)
 
 
 def metric_rows(run_dir):
@@ -68,7 +68,7 @@ def test_resume_restores_exactly_the_saved_state(tmp_path, monkeypatch, algo):
     torch.manual_seed(12345)  # disturb the global stream: resume must restore it
     restored = Runner(cfg, agent, env, buffer, tmp_path)
     restored.load_state_dict(saved)
-    restored.obs = restored.reset_env()
+    restored.rollout.start()
     assert_same(saved, restored.state_dict(with_buffer=True))
 
 
@@ -150,12 +150,12 @@ def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_relaunch_into_a_finished_run_does_not_train_again(tmp_path):
-    from rl_hydra.cli import execute
+    from rl_hydra.launch import launch
 
     cfg = compose_config(*FAST)
-    first = execute(cfg, tmp_path)
+    first = launch(cfg, tmp_path)
     mtime = (tmp_path / "metrics.csv").stat().st_mtime_ns
-    assert execute(cfg, tmp_path) == first
+    assert launch(cfg, tmp_path) == first
     assert (tmp_path / "metrics.csv").stat().st_mtime_ns == mtime
 
 

@@ -11,7 +11,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rl_hydra.cli import RunFailed, check_group_choices, execute
+from rl_hydra.cli import check_group_choices
+from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.training import run
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
@@ -83,7 +84,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
 def test_an_unexpected_exception_becomes_a_recorded_one_line_failure(tmp_path):
     cfg = compose_config(*TINY, f"env.wrappers={CRASHING_ENV}")
     with pytest.raises(RunFailed) as error:
-        execute(cfg, tmp_path)
+        launch(cfg, tmp_path)
     assert error.value.code == 1  # a single run exits 1 with this line; a multirun job logs it
     assert str(error.value) == ("run failed: RuntimeError: env crashed on purpose after 120 steps "
                                 f"(traceback in {tmp_path}/traceback.txt)")
@@ -99,14 +100,14 @@ def interrupt_at(run_dir, step: int, monkeypatch) -> None:
         shutil.rmtree(run_dir / name)
     for name in ("summary.json", "metrics.csv"):
         (run_dir / name).unlink()
-    on_steps = Runner._on_steps
+    on_due = Runner._on_due
 
-    def stop_once_reached(self, before, after):
-        on_steps(self, before, after)
-        self.stop_requested = after >= step
+    def stop_once_reached(self, due):
+        on_due(self, due)
+        self.stop_requested = self.global_step >= step
 
     with monkeypatch.context() as patch:
-        patch.setattr(Runner, "_on_steps", stop_once_reached)
+        patch.setattr(Runner, "_on_due", stop_once_reached)
         with pytest.raises(StopRequested):
             run(cfg, run_dir)
 

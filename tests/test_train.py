@@ -5,10 +5,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from rl_hydra.config import ConfigError
+from rl_hydra.loops.runner import TrainingDiverged
 from tests.conftest import ROOT, TINY, run_cli, run_training
 
 SUMMARY_KEYS = {"status", "algo", "env", "seed", "global_step", "eval_return_mean", "eval_return_std",
@@ -110,14 +112,53 @@ def test_bad_input_raises_one_line_config_error_before_training(tmp_path, args, 
     assert not (tmp_path / "checkpoints").exists()  # nothing trained
 
 
+def settings_seen_by_the_loop(monkeypatch) -> dict:
+    """Records the process settings the training loop runs under."""
+    import rl_hydra.loops.off_policy as off_policy
+    from rl_hydra.training import flushes_denormals
+
+    seen, loop = {}, off_policy.loop
+
+    def spy(runner):
+        seen.update(threads=torch.get_num_threads(), flush=flushes_denormals())
+        loop(runner)
+
+    monkeypatch.setattr(off_policy, "loop", spy)
+    return seen
+
+
 @pytest.mark.parametrize("flush", [True, False])
-def test_flush_denormal_decides_whether_cpu_math_treats_denormals_as_zero(tmp_path, flush):
-    denormal = torch.tensor([1e-40])  # below float32's smallest normal number, 1.2e-38
-    try:
-        run_training(tmp_path, *TINY, f"flush_denormal={str(flush).lower()}")
-        assert ((denormal * 1.0).item() == 0.0) == flush
-    finally:
-        torch.set_flush_denormal(False)  # torch's default, for the tests that run after this one
+def test_flush_denormal_decides_whether_cpu_math_treats_denormals_as_zero(tmp_path, monkeypatch, flush):
+    seen = settings_seen_by_the_loop(monkeypatch)
+    run_training(tmp_path, *TINY, f"flush_denormal={str(flush).lower()}")
+    assert seen["flush"] == flush
+
+
+def process_state():
+    import random
+
+    from rl_hydra.training import flushes_denormals
+
+    return (torch.get_num_threads(), flushes_denormals(), random.getstate(), np.random.get_state()[1].tolist(),
+            torch.get_rng_state().tolist())
+
+
+@pytest.mark.parametrize("outcome", ["completed", "diverged"])
+def test_a_run_leaves_the_callers_threads_denormals_and_rngs_as_they_were(tmp_path, monkeypatch, outcome):
+    torch.set_num_threads(2)
+    torch.manual_seed(7)
+    before = process_state()
+    seen = settings_seen_by_the_loop(monkeypatch)
+    args = [*TINY, "torch_threads=1", "flush_denormal=true", "seed=3"]
+    if outcome == "diverged":
+        args += ["algo.learning_starts=150", "algo.train_every=4", "algo.gradient_steps=4", "algo.optimizer.lr=1e30",
+                 "algo.max_grad_norm=null", "algo.loss=mse", "train.total_steps=3000"]
+        with pytest.raises(TrainingDiverged):
+            run_training(tmp_path, *args)
+    else:
+        run_training(tmp_path, *args)
+    assert process_state() == before                          # the caller's settings, back as they were
+    assert seen["threads"] == 1 and seen["flush"]            # the run's own while it ran
 
 
 @pytest.mark.parametrize("args, message", [
@@ -142,14 +183,14 @@ def test_dqn_learns_cartpole_quickly(tmp_path):
 
 
 def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
-    from rl_hydra.cli import execute
+    from rl_hydra.launch import launch
     from tests.conftest import compose_config
 
     cfg = compose_config(*TINY, "train.total_steps=3000", "train.eval_every=100", "train.stop_at_return=1.0")
-    summary = execute(cfg, tmp_path)
+    summary = launch(cfg, tmp_path)
     assert summary["solved_at_step"] == 100 and summary["global_step"] == 100
     assert summary["status"] == "completed" and summary["eval_return_mean"] >= 1.0
-    assert execute(cfg, tmp_path) == summary  # a solved run counts as finished
+    assert launch(cfg, tmp_path) == summary  # a solved run counts as finished
     unreachable = run_training(tmp_path / "b", *TINY, "train.stop_at_return=1e9")
     assert unreachable["solved_at_step"] is None and unreachable["global_step"] == 300
 

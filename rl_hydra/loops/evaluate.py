@@ -1,10 +1,21 @@
-"""Greedy evaluation rollouts, shared by both training loops and the run tools."""
+"""Greedy evaluation: rollouts shared by the loops and the run tools, and the in-training
+Evaluator (its own env, seeds that never repeat, the best return, the early stop)."""
 
 from __future__ import annotations
+
+import logging
+import math
+from typing import Any
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
+
+from rl_hydra.envs import make_env
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training envs
 
 
 @torch.no_grad()
@@ -26,3 +37,46 @@ def evaluate(agent, env: VectorEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:
         lengths += running
         running &= ~(terminated | truncated)
     return returns, lengths
+
+
+class Evaluator:
+    """`train.eval_episodes` greedy episodes on a separate env, each round on new seeds.
+
+    Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
+    round first reached `train.stop_at_return`."""
+
+    def __init__(self, env_cfg, seed: int, episodes: int, stop_at_return: float | None):
+        self.env_cfg, self.seed, self.episodes, self.stop_at_return = env_cfg, seed, episodes, stop_at_return
+        self.env = None
+        self.rounds = 0
+        self.best_return = -math.inf
+        self.last: dict[str, float] | None = None
+        self.solved_at: dict[str, float] | None = None  # {"step", "elapsed_s"} of the first round at the target
+
+    def run(self, agent, step: int, elapsed: float) -> bool:
+        """Evaluate `agent`; returns whether this round set a new best."""
+        if self.env is None:
+            self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
+        returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes)
+        self.rounds += 1
+        mean = float(returns.mean())
+        self.last = {"eval/return_mean": mean, "eval/return_std": float(returns.std()),
+                     "eval/length_mean": float(lengths.mean())}
+        log.info("step %d: eval return %.1f +- %.1f over %d episodes", step, mean, returns.std(), len(returns))
+        if self.stop_at_return is not None and self.solved_at is None and mean >= self.stop_at_return:
+            self.solved_at = {"step": step, "elapsed_s": round(elapsed, 3)}
+            log.info("step %d: eval return reached train.stop_at_return=%s; stopping", step, self.stop_at_return)
+        improved = mean > self.best_return
+        self.best_return = max(self.best_return, mean)
+        return improved
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"eval_rounds": self.rounds, "best_eval_return": self.best_return, "solved_at": self.solved_at}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rounds, self.best_return = state["eval_rounds"], state["best_eval_return"]
+        self.solved_at = state.get("solved_at")
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()

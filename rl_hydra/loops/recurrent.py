@@ -9,7 +9,6 @@ Runner evaluates (a greedy recurrent rollout), logs and checkpoints on schedule.
 from __future__ import annotations
 
 from rl_hydra.config import ConfigError
-from rl_hydra.envs.make import final_observations
 from rl_hydra.loops.runner import Runner
 
 
@@ -24,25 +23,24 @@ def check_sequences(agent, buffer) -> None:
                           f"{length - stride}; otherwise some steps only ever fall in a burn-in and are never learned")
 
 
-def train(runner: Runner) -> None:
-    agent, env, buffer = runner.agent, runner.env, runner.buffer
+def loop(runner: Runner) -> None:
+    agent, buffer, rollout = runner.agent, runner.buffer, runner.rollout
+    action_space = rollout.env.action_space
     check_sequences(agent, buffer)
-    obs = runner.reset_env()
-    if runner.actor_state is None:  # fresh episodes: no state, and no chunk, carries over
-        state = agent.initial_state(env.num_envs)
+    rollout.start()
+    if rollout.actor_state is None:  # fresh episodes: no state, and no chunk, carries over
+        rollout.actor_state = agent.initial_state(rollout.env.num_envs)
         buffer.start_episodes()
     else:  # an exact resume continues the very episodes, with the actor's state
-        state = tuple(s.to(agent.device) for s in runner.actor_state)
+        rollout.actor_state = tuple(s.to(agent.device) for s in rollout.actor_state)
     while not runner.done:
         warming_up = runner.global_step < agent.learning_starts
-        actions, next_state = agent.act(obs, state, explore=not warming_up)
+        state = rollout.actor_state
+        actions, next_state = agent.act(rollout.obs, state, explore=not warming_up)
         if warming_up:  # random actions, while the state still follows the observations
-            actions = env.action_space.sample()
-        next_obs, rewards, terminated, truncated, info = env.step(actions)
-        done = terminated | truncated
-        # a truncated episode bootstraps from its real last observation, not the reset one
-        buffer.add(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, state)
-        obs = runner.obs = next_obs
-        state = runner.actor_state = agent.reset_state(next_state, done)
+            actions = action_space.sample()
+        step = rollout.step(actions)
+        buffer.add(step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated, state)
+        rollout.actor_state = agent.reset_state(next_state, step.done)
         runner.run_due_updates()
-        runner.record_step(rewards, done)
+        runner.record_step()

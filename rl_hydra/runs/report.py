@@ -97,7 +97,7 @@ def report(results: list[dict[str, Any]], cfg) -> str:
 
 
 def main(argv: list[str] | None = None, defaults: Path | None = None) -> int:
-    from rl_hydra.cli import CONF_DIR
+    from rl_hydra.config import CONF_DIR
 
     try:
         cfg = parse_args(sys.argv[1:] if argv is None else argv, defaults or CONF_DIR / "evaluate.yaml")

@@ -41,6 +41,17 @@ class RunDirectory:
         self.metrics_csv = self.path / "metrics.csv"
         self.summary_json = self.path / "summary.json"
         self.tensorboard = self.path / "tb"
+        self.hydra = self.path / ".hydra"   # config.yaml, overrides.yaml, hydra.yaml
+
+    def config_choice(self, group: str) -> str | None:
+        """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml."""
+        import yaml
+
+        path = self.hydra / "hydra.yaml"
+        if not path.is_file():
+            return None
+        choices = ((yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("runtime", {}) or {}).get("choices")
+        return (choices or {}).get(group)
 
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch

@@ -55,7 +55,8 @@ def main() -> None:
     from rl_hydra.api import compose_train_config
     from rl_hydra.buffers.replay import ReplayBuffer
     from rl_hydra.envs import make
-    from rl_hydra.loops import off_policy
+    from rl_hydra.loops import off_policy, rollout
+    from rl_hydra.loops.evaluate import Evaluator
     from rl_hydra.loops.runner import Runner
 
     steps = args.steps or BUDGETS[args.regime]
@@ -63,13 +64,13 @@ def main() -> None:
     cfg = compose_train_config(*our_overrides(setting, args.seed, argparse.Namespace(device="cpu", eval_episodes=10)))
     totals, calls = collections.Counter(), collections.Counter()
     for owner, name, label in [
-            (training, "build_components", "build"), (off_policy, "train", "loop"),
+            (training, "build_components", "build"), (off_policy, "loop", "loop"),
             (Runner, "start", "runner.start"), (Runner, "run_due_updates", "run_due_updates"),
             (Runner, "record_update", "record_update"), (Runner, "record_step", "record_step"),
-            (Runner, "evaluate", "evaluate"), (Runner, "write_row", "write_row"),
+            (Evaluator, "run", "evaluate"), (Runner, "write_row", "write_row"),
             (Runner, "save_checkpoint", "save_checkpoint"), (DQN, "act", "act"), (DQN, "update", "update"),
             (ReplayBuffer, "add", "buffer.add"), (ReplayBuffer, "sample", "buffer.sample"),
-            (make.SameStepVectorEnv, "step", "env.step"), (off_policy, "final_observations", "final_observations")]:
+            (make.SameStepVectorEnv, "step", "env.step"), (rollout, "final_observations", "final_observations")]:
         wrap(owner, name, label, totals, calls)
 
     with tempfile.TemporaryDirectory() as run_dir:

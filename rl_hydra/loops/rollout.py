@@ -1,0 +1,75 @@
+"""The training env as the loops see it: its current observations, the actor's recurrent
+state at them, and the episodes under way. A checkpoint captures all three."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rl_hydra.envs.make import final_observations
+from rl_hydra.envs.state import capture_env_state, restore_env_state
+from rl_hydra.loops.monitor import EpisodeStats
+
+
+class Step(NamedTuple):
+    """One vector step, as the buffer stores it: `next_obs` holds the real last observation of an
+    episode that ended (truncated ones bootstrap from it), not the first of the next one."""
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    done: np.ndarray
+
+
+class Rollout:
+    """The loop acts on `obs` (and, for a recurrent actor, `actor_state`, which the loop keeps
+    current); `step` moves the env and the episode statistics on."""
+
+    def __init__(self, env):
+        self.env = env
+        self.episodes = EpisodeStats(env.num_envs)
+        self.obs: np.ndarray | None = None
+        self.actor_state: tuple[torch.Tensor, ...] | None = None  # None: fresh episodes, the actor starts anew
+        self._restored = False
+
+    def start(self) -> np.ndarray:
+        """The first observations: the restored ones after an exact resume, else a reset."""
+        if not self._restored:
+            self.obs = self.env.reset()[0]
+            self.actor_state = None
+            self.episodes.restart()
+        self._restored = False
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> Step:
+        obs = self.obs
+        next_obs, rewards, terminated, truncated, info = self.env.step(actions)
+        done = terminated | truncated
+        self.episodes.record(rewards, done)
+        self.obs = next_obs
+        return Step(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, done)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The env's state, observations, episode counters and actor state, where the env can be
+        captured exactly (classic control); None otherwise (a resume then starts fresh episodes)."""
+        env_state = capture_env_state(self.env) if self.obs is not None else None
+        if env_state is None:
+            return None
+        state = {"state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
+                 "episode_return": torch.from_numpy(self.episodes.episode_return.copy()),
+                 "episode_length": torch.from_numpy(self.episodes.episode_length.copy())}
+        if self.actor_state is not None:
+            state["actor_state"] = [s.clone() for s in self.actor_state]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        restore_env_state(self.env, state["state"])
+        self.obs = state["obs"].numpy().copy()
+        self.episodes.episode_return[:] = state["episode_return"].numpy()
+        self.episodes.episode_length[:] = state["episode_length"].numpy()
+        self.actor_state = tuple(state["actor_state"]) if "actor_state" in state else None
+        self._restored = True

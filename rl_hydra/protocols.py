@@ -1,0 +1,134 @@
+"""The contract between an algorithm, a replay buffer and the training loops.
+
+The loops (rl_hydra/loops/) own the env, the buffer, when to update, evaluation, logging and
+checkpoints; an agent owns its networks, optimizers and math. This page is everything the
+loops, the Runner and the run tools read from either side, so an algorithm's author reads
+it instead of the loop code. `tests/test_protocols.py` checks every shipped agent and buffer
+against it. How to add one: docs/extending.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterable, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """An off-policy agent. Built by `instantiate(cfg.algo, observation_space=..., action_space=...,
+    network=<the network group's factory>, device=..., total_steps=..., seed=...)`; the constructor
+    checks what only it can check (action space kind, key ranges) and raises ConfigError."""
+
+    name: ClassVar[str]
+    """The algorithm's short name, used in messages ("algo=dqn needs a discrete action space")
+    and in summary.json when the run's config choice is unknown."""
+
+    recurrent: ClassVar[bool]
+    """True: the recurrent loop runs it (it carries a state through acting, and gets a
+    SequenceBuffer); False: the off-policy loop (and a transition buffer)."""
+
+    metric_names: ClassVar[tuple[str, ...]]
+    """The keys of every dict `update` returns; they become the `train/<name>` columns of
+    metrics.csv, fixed when the run starts."""
+
+    compiled_methods: ClassVar[tuple[str, ...]]
+    """Names of pure tensor methods that `compile=true` wraps in torch.compile (random draws made
+    by the caller and passed in); empty: the agent does not support compile=true."""
+
+    device: torch.device
+    """Where its networks live; a CPU agent's update metrics are checked for NaN at once."""
+
+    learning_starts: int
+    """Env steps of uniformly random actions before the first update."""
+
+    train_every: int
+    """Env steps between training phases (a vector step of n envs counts n)."""
+
+    gradient_steps: int
+    """Updates per training phase, each on a freshly sampled batch."""
+
+    batch_size: int
+    """Transitions (or sequences, for a recurrent agent) per sampled batch."""
+
+    updates: int
+    """Updates made so far; restored on resume. Divergence errors and summary.json name it."""
+
+    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        """Actions (num_envs, ...) for a batch of observations (num_envs, ...).
+
+        `explore=True` while training (epsilon-greedy, a sampled policy, ...; the agent keeps its own
+        exploration schedule and RNG), `explore=False` for greedy evaluation and predict, where it
+        must be deterministic for a given input. `state` is a recurrent agent's state (None at an
+        episode's start); feed-forward agents return it unchanged."""
+
+    def update(self, batch: Any) -> dict[str, Any]:
+        """One gradient step on a batch from the buffer's `sample_batches`; owns its schedules and
+        target syncs. Returns `metric_names` -> float or 0-d tensor (tensors are read lazily: a NaN
+        or inf in any of them stops the run with TrainingDiverged)."""
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: weights, target networks, optimizers, counters,
+        RNG states. Tensors and plain data only (checkpoints load with weights_only=True)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+
+
+@runtime_checkable
+class RecurrentAgent(Agent, Protocol):
+    """An agent with `recurrent = True`: the recurrent loop threads its state through acting."""
+
+    burn_in: int
+    """Leading steps of each sampled sequence that only refresh the stored state (no loss)."""
+
+    def initial_state(self, num_envs: int) -> tuple[torch.Tensor, ...]:
+        """The state at an episode's start, for `num_envs` envs."""
+
+    def reset_state(self, state: tuple[torch.Tensor, ...], episode_start: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """`state` with the rows of envs whose episode just ended set back to the initial state."""
+
+
+@runtime_checkable
+class Buffer(Protocol):
+    """A replay buffer. Built by `instantiate(cfg.buffer, observation_space=..., action_space=...,
+    num_envs=..., device=..., seed=...)`; stores what the env produced and samples batches on the
+    agent's device."""
+
+    recurrent: ClassVar[bool]
+    """True for a sequence buffer (recurrent agents), False for a transition buffer; it must equal
+    the agent's `recurrent` (checked when the run is built)."""
+
+    def __len__(self) -> int:
+        """How many samples (transitions or sequences) can be drawn now; 0 skips a training phase."""
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, truncated: np.ndarray, *args: Any) -> None:
+        """Store one vector step: rows of (num_envs, ...). `next_obs` is the real last observation
+        of an episode that ended. A sequence buffer also takes the actor's state before the step."""
+
+    def sample_batches(self, batch_size: int, count: int) -> Iterable[Any]:
+        """`count` batches of `batch_size` for one training phase, drawn as `count` calls of a single
+        sample would draw them (same RNG stream), possibly gathered in one go."""
+
+    def state_dict(self) -> dict:
+        """The stored data and RNG state (tensors and plain data), saved with checkpoint.save_buffer."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+
+
+@runtime_checkable
+class SequenceBuffer(Buffer, Protocol):
+    """What the recurrent loop reads beyond `Buffer`."""
+
+    sequence_length: int
+    """Steps per stored chunk."""
+
+    stride: int
+    """Steps between the starts of consecutive chunks of one env."""
+
+    def start_episodes(self) -> None:
+        """Every env starts a fresh episode: no chunk carries over (a run's start, or a resume
+        that could not restore the env)."""
