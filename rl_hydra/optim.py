@@ -25,11 +25,12 @@ class LeanAdam(torch.optim.Adam):
     """torch.optim.Adam(fused=True) with a step that goes straight to the fused kernel.
 
     torch's own step spends much of a small network's update on bookkeeping (the hook and
-    profiler wrapper, grouping tensors by device, option checks; figures in docs/benchmark.md). In the common case, one param group of same-device, same-dtype dense
-    tensors that all have gradients, plain Adam options and no step hooks, this step creates
-    the state as torch does and makes the very calls torch's fused path makes, so parameters
-    and state come out identical (tests/test_lean_paths.py). The state_dict is torch's
-    (checkpoints load into either class); every other case goes through torch's own step.
+    profiler wrapper, grouping tensors by device, option checks; figures in docs/benchmark.md).
+    In the common case, one param group of same-device, same-dtype dense tensors that all have
+    gradients, plain Adam options and no step hooks, this step creates the state as torch does
+    and makes the very calls torch's fused path makes, so parameters and state come out identical
+    (tests/test_lean_paths.py). The state_dict is torch's (checkpoints load into either class);
+    every other case goes through torch's own step.
     """
 
     def __init__(self, params: Iterable[torch.nn.Parameter] | Iterable[dict], lr: float | torch.Tensor = 1e-3,
@@ -101,4 +102,4 @@ class LeanAdam(torch.optim.Adam):
                    maximize=False, grad_scale=None, found_inf=None)
         return None
 
-    step.hooked = True  # keeps torch from wrapping it in its hook wrapper (a cost on every call): hooks take _torch_step
+    step.hooked = True  # keeps torch from wrapping it in its (costly) hook wrapper: hooks take _torch_step

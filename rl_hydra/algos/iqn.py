@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import distribution_metrics, quantile_targets, taken
+from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, quantile_targets
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss
@@ -66,9 +66,9 @@ class IQN(DQN):
         with torch.no_grad():
             selector = self.q_net if self.double_q else self.target_net
             next_actions = self.action_values(batch.next_obs, selector, next_taus).argmax(dim=1)  # (B,)
-            next_quantiles = taken(self.target_net(batch.next_obs, tau_primes), next_actions)   # (B, N')
+            next_quantiles = gather_actions(self.target_net(batch.next_obs, tau_primes), next_actions)  # (B, N')
             targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N')
-        quantiles = taken(self.q_net(batch.obs, taus), batch.actions)                      # (B, N)
+        quantiles = gather_actions(self.q_net(batch.obs, taus), batch.actions)                     # (B, N)
         loss = quantile_huber_loss(quantiles, targets, taus, self.kappa)
         return loss, distribution_metrics(quantiles, targets)
 

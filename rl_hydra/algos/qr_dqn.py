@@ -34,7 +34,7 @@ def quantile_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_quant
     return rewards[:, None] + gamma * (1.0 - terminated[:, None]) * next_quantiles   # (B, N')
 
 
-def taken(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """The rows of the chosen actions: values (B, A, T), actions (B,) -> (B, T)."""
     rows = torch.arange(values.shape[0], device=values.device)   # (B,)
     return values[rows, actions]                                 # (B, T)
@@ -68,9 +68,9 @@ class QRDQN(DQN):
             next_target = self.target_net(batch.next_obs)                                # (B, A, N)
             selector = self.q_net(batch.next_obs) if self.double_q else next_target      # (B, A, N)
             next_actions = selector.mean(dim=2).argmax(dim=1)                            # (B,)
-            next_quantiles = taken(next_target, next_actions)                            # (B, N)
+            next_quantiles = gather_actions(next_target, next_actions)                   # (B, N)
             targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N)
-        quantiles = taken(self.q_net(batch.obs), batch.actions)                          # (B, N)
+        quantiles = gather_actions(self.q_net(batch.obs), batch.actions)                 # (B, N)
         loss = quantile_huber_loss(quantiles, targets, self.taus, self.kappa)
         return loss, distribution_metrics(quantiles, targets)
 

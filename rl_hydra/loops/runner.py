@@ -156,7 +156,8 @@ class Runner:
     def summary(self, status: str, reason: str | None = None) -> dict[str, Any]:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         summary = {
-            "status": status, "algo": self.run_dir.config_choice("algo") or self.agent.name, "env": self.cfg.env.id, "seed": self.cfg.seed,
+            "status": status, "algo": self.run_dir.config_choice("algo") or self.agent.name,
+            "env": self.cfg.env.id, "seed": self.cfg.seed,
             "global_step": self.global_step, "updates": self.agent.updates,
             "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
