@@ -54,16 +54,10 @@ class SameStepVectorEnv(SyncVectorEnv):
         return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
 
 
-def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
-             render_mode: str | None = None) -> SyncVectorEnv:
-    """A seeded SyncVectorEnv of `num_envs` copies (default `env.num_envs`).
-
-    Autoreset is SAME_STEP: when an episode ends, `step` already returns the
-    first observation of the next one, and the real final observation is in
-    `info["final_obs"]`, so a truncated transition can bootstrap from it.
-    """
+def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable[[], gym.Env]:
+    """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with
+    `env.max_episode_steps`, then each of `env.wrappers` in order."""
     check_env_id(env_cfg.id)
-    num_envs = num_envs or env_cfg.num_envs
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
     wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
 
@@ -74,7 +68,19 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
             env = wrap(env)
         return env
 
-    env = SameStepVectorEnv([factory] * num_envs)
+    return factory
+
+
+def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
+             render_mode: str | None = None) -> SyncVectorEnv:
+    """A seeded SyncVectorEnv of `num_envs` copies (default `env.num_envs`).
+
+    Autoreset is SAME_STEP: when an episode ends, `step` already returns the
+    first observation of the next one, and the real final observation is in
+    `info["final_obs"]`, so a truncated transition can bootstrap from it.
+    """
+    num_envs = num_envs or env_cfg.num_envs
+    env = SameStepVectorEnv([env_factory(env_cfg, render_mode)] * num_envs)
     env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
     return env

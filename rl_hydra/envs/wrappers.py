@@ -1,4 +1,9 @@
-"""Observation wrappers that env configs list under `wrappers:` (each a `_partial_` factory)."""
+"""Observation wrappers that env configs list under `wrappers:` (each a `_partial_` factory).
+
+They follow gymnasium's conventions: each records its constructor arguments
+(`RecordConstructorArgs`), so an env's spec can recreate it, and declares the observation
+space its observations lie in (`gymnasium.utils.env_checker.check_env` passes).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import numpy as np
 from rl_hydra.config import ConfigError, check_int
 
 
-class MaskObservation(gym.ObservationWrapper):
+class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Zero the observation components at `indices`, making the task partially observed.
 
     The components stay in the observation (always 0), so a network built for the
@@ -18,7 +23,8 @@ class MaskObservation(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, indices: Sequence[int]):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, indices=list(indices))
+        gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"MaskObservation needs a 1-d Box observation space; the env has {space}")
@@ -35,7 +41,7 @@ class MaskObservation(gym.ObservationWrapper):
         return masked
 
 
-class ScaleObservation(gym.ObservationWrapper):
+class ScaleObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Multiply each observation component by a fixed factor (e.g. 1 / its typical range).
 
     A linear rescale keeps every bit of information; it only saves the network from
@@ -44,7 +50,8 @@ class ScaleObservation(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, scale: Sequence[float]):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, scale=list(scale))
+        gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or space.shape != (len(scale),):
             raise ConfigError(f"ScaleObservation needs {len(scale)} factors for a Box of that length; "
