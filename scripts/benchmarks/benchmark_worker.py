@@ -106,35 +106,37 @@ def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device)
     return time.perf_counter() - start
 
 
-def built_agent(overrides: list[str], device: torch.device):
-    """The agent of a run's config, seeded as the run seeds it, and its observation size."""
-    from rl_hydra.api import compose_train_config
-    from rl_hydra.training import build_components, configure_torch, seed_everything
+def built_agent(cfg, device: torch.device):
+    """The agent of a run's config and its observation size (call it inside process_settings,
+    as the run builds it: seeded, with its threads and denormal mode)."""
+    from rl_hydra.training import build_components
 
-    cfg = compose_train_config(*overrides)
-    configure_torch(cfg)  # as the run does: its threads, and flushing denormals
-    seed_everything(cfg.seed)
     agent, env, _ = build_components(cfg, device)
     env.close()
-    return agent, env.single_observation_space.shape[0], cfg.seed
+    return agent, env.single_observation_space.shape[0]
 
 
 def run_floor(job: dict) -> dict:
     """`updates` pure updates (pure_update_seconds), then `env_steps` random-action env steps."""
     import gymnasium as gym
 
+    from rl_hydra.api import compose_train_config
+    from rl_hydra.training import process_settings
+
     device = torch.device(job["device"])
-    agent, obs_dim, seed = built_agent(job["overrides"], device)
-    update_s = pure_update_seconds(agent, obs_dim, job["updates"], device)
-    env = gym.make(job["env_id"])
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
-    start = time.perf_counter()
-    for _ in range(job["env_steps"]):
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            env.reset()
-    env_s = time.perf_counter() - start
+    cfg = compose_train_config(*job["overrides"])
+    with process_settings(cfg):
+        agent, obs_dim = built_agent(cfg, device)
+        update_s = pure_update_seconds(agent, obs_dim, job["updates"], device)
+        env = gym.make(job["env_id"])
+        env.reset(seed=cfg.seed)
+        env.action_space.seed(cfg.seed)
+        start = time.perf_counter()
+        for _ in range(job["env_steps"]):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        env_s = time.perf_counter() - start
     optimizer = agent.optimizer
     return {"update_s": update_s, "env_s": env_s,
             "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__name__}"
