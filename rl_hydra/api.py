@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra.config import CONF_DIR
@@ -23,7 +22,6 @@ def _compose(overrides) -> tuple[DictConfig, DictConfig]:
     the group choices and the overrides)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)   # resolves ${hydra:...} in hydra.run.dir as a CLI run would
         hydra_cfg = OmegaConf.create({"run": {"dir": cfg.hydra.run.dir},
                                       "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},
                                       "overrides": {"task": list(overrides)}})

@@ -83,6 +83,7 @@ def test_our_side_the_floor_and_redq_run_without_sb3(tmp_path):
     assert "batched / looped" in result.stdout and "REDQ run, env steps/s" in result.stdout
 
 
+@pytest.mark.slow  # needs the bench extra, which CI installs for the slow tests
 def test_both_sides_run():
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("sb3_contrib")
