@@ -11,7 +11,7 @@ import torch
 
 from rl_hydra.config import ConfigError
 from rl_hydra.loops.runner import TrainingDiverged
-from tests.conftest import ROOT, TINY, run_cli, run_training
+from tests.conftest import ROOT, TINY, compose_config, run_cli, run_training
 
 SUMMARY_KEYS = {"status", "algo", "env", "seed", "global_step", "eval_return_mean", "eval_return_std",
                 "best_eval_return_mean", "wall_time_s", "steps_per_second"}
@@ -199,3 +199,15 @@ def test_the_launching_process_does_not_import_torch():
     # a parallel sweep's parent only composes configs; its workers import torch themselves
     code = "import sys, rl_hydra, rl_hydra.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["algo.max_grad_norm=null"], "try a lower algo.optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
+    ([], "try a lower algo.optimizer.lr or lower algo.max_grad_norm (now 10.0)"),
+    (["algo=redq", "env=pendulum"], "try a lower algo.actor_optimizer.lr / algo.critic_optimizer.lr / "
+                                    "algo.alpha_optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
+])
+def test_the_divergence_hint_is_true_for_the_config_at_hand(args, hint):
+    from rl_hydra.loops.runner import divergence_hint
+
+    assert divergence_hint(compose_config(*args)) == hint
