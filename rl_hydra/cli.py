@@ -26,7 +26,9 @@ GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search")
 
 
 def fail(message: str, code: int):
-    print(f"error: {message}", file=sys.stderr)
+    """Exit with `code` after one line on stderr: `error: ...`, or for a run stopped on request
+    (Ctrl-C, SIGTERM), which is not an error, the message alone."""
+    print(message if code == EXIT_INTERRUPTED else f"error: {message}", file=sys.stderr)
     sys.exit(code)
 
 

@@ -29,7 +29,10 @@ def _is_number(value: Any) -> bool:
 
 
 def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return `value` if it is an int in [minimum, maximum], else raise ConfigError."""
+    """Return `value` as an int if it is one in [minimum, maximum], else raise ConfigError. A
+    float with an integral value (`1e5`, as Hydra reads `train.total_steps=1e5`) counts as one."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if not _is_int(value):
         raise ConfigError(f"{key}={value!r} is not an integer; {_bounds(minimum, maximum, 'an integer')}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
@@ -78,19 +81,20 @@ def resolve_device(name: Any) -> "torch.device":
 
 
 def validate_run_config(cfg: DictConfig) -> None:
-    """Check the run-level keys of conf/train.yaml (the groups check themselves)."""
-    check_int("seed", cfg.seed, minimum=0)
-    check_int("torch_threads", cfg.torch_threads, minimum=1)
+    """Check the run-level keys of conf/train.yaml (the groups check themselves); integer keys
+    given as integral floats (`1e5`) are written back as ints."""
+    cfg.seed = check_int("seed", cfg.seed, minimum=0)
+    cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1)
     check_choice("compile", cfg.get("compile", False), (True, False))
     check_choice("flush_denormal", cfg.get("flush_denormal", True), (True, False))
     resolve_device(cfg.device)
-    check_int("train.total_steps", cfg.train.total_steps, minimum=1)
+    cfg.train.total_steps = check_int("train.total_steps", cfg.train.total_steps, minimum=1)
     for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):
-        check_int(f"train.{key}", cfg.train[key], minimum=1)
+        cfg.train[key] = check_int(f"train.{key}", cfg.train[key], minimum=1)
     if cfg.train.get("stop_at_return") is not None:
         check_float("train.stop_at_return", cfg.train.stop_at_return)
-    check_int("env.num_envs", cfg.env.num_envs, minimum=1)
+    cfg.env.num_envs = check_int("env.num_envs", cfg.env.num_envs, minimum=1)
     if cfg.env.get("max_episode_steps") is not None:
-        check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
+        cfg.env.max_episode_steps = check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
     if not isinstance(cfg.env.id, str) or not cfg.env.id:
         raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")

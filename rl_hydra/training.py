@@ -131,6 +131,22 @@ def algos_that_compile() -> list[str]:
     return names
 
 
+def first_update_step(agent: Agent) -> int:
+    """The env step of the first update: the first multiple of `train_every` at or after
+    `learning_starts` (a vector step of n envs may reach it up to n - 1 steps later)."""
+    return -(-max(agent.learning_starts, 1) // agent.train_every) * agent.train_every
+
+
+def warn_if_no_update(agent: Agent, total_steps: int) -> None:
+    """A run that will never update says so before it starts (a warning, not an error: a run
+    that only collects experience or tests the loop is legitimate)."""
+    first = first_update_step(agent)
+    if first > total_steps:
+        log.warning("this run makes no update: with algo.learning_starts=%d and algo.train_every=%d the first "
+                    "update falls at step %d, after train.total_steps=%d; lower algo.learning_starts or raise "
+                    "train.total_steps", agent.learning_starts, agent.train_every, first, total_steps)
+
+
 def pick_loop(agent: Agent) -> Callable[[Runner], None]:
     """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
     return recurrent.loop if agent.recurrent else off_policy.loop
@@ -176,6 +192,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
+    warn_if_no_update(agent, cfg.train.total_steps)
     runner = Runner(cfg, agent, env, buffer, run_dir.path)
     if checkpoint is not None:
         try:

@@ -172,6 +172,7 @@ def test_sigterm_checkpoints_then_resume_completes(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130
     assert f"resume with: python train.py resume={tmp_path}" in stderr
+    assert "error:" not in stderr  # a requested stop is not an error
     stopped_at = RunDirectory(tmp_path).load_checkpoint("last")["runner"]["global_step"]
     assert 0 < stopped_at < 200000
     result = run_cli(f"resume={tmp_path}", f"train.total_steps={stopped_at + 1000}")

@@ -211,3 +211,35 @@ def test_the_divergence_hint_is_true_for_the_config_at_hand(args, hint):
     from rl_hydra.loops.runner import divergence_hint
 
     assert divergence_hint(compose_config(*args)) == hint
+
+
+def test_integer_keys_accept_integral_floats_and_refuse_fractions(tmp_path):
+    summary = run_training(tmp_path / "a", *TINY, "train.total_steps=3e2", "network.hidden_sizes=[16.0]",
+                           "algo.batch_size=3.2e1")
+    assert summary["global_step"] == 300 and isinstance(summary["global_step"], int)
+    with pytest.raises(ConfigError, match=r"train.total_steps=1.5 is not an integer"):
+        run_training(tmp_path / "b", *TINY, "train.total_steps=1.5")
+
+
+def test_a_run_that_would_never_update_says_so_before_it_starts(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="rl_hydra"):
+        summary = run_training(tmp_path, *TINY, "algo.learning_starts=1000")
+    assert summary["updates"] == 0
+    warning = next(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "algo.learning_starts=1000" in warning and "train.total_steps=300" in warning
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rl_hydra"):
+        run_training(tmp_path / "b", *TINY, "algo.learning_starts=100", "algo.train_every=10")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_run_files_are_readable_as_the_umask_allows(tmp_path):
+    import os
+
+    previous = os.umask(0o022)
+    try:
+        run_training(tmp_path, *TINY)
+    finally:
+        os.umask(previous)
+    for name in ("summary.json", "checkpoints/last.pt", "checkpoints/best.pt", "metrics.csv"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name

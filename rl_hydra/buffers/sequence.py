@@ -40,7 +40,7 @@ class SequenceBuffer:
                  action_space: gym.Space, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0):
         self.capacity = check_int("buffer.capacity", capacity, minimum=1)
         self.sequence_length = length = check_int("buffer.sequence_length", sequence_length, minimum=1)
-        check_int("buffer.stride", stride, minimum=1)
+        stride = check_int("buffer.stride", stride, minimum=1)
         if stride > length:
             raise ConfigError(f"buffer.stride={stride} is out of range; expected an integer >= 1 and "
                               f"<= buffer.sequence_length={length} (chunks may overlap, not leave gaps)")

@@ -92,8 +92,8 @@ class CriticEnsemble(nn.Module):
                  activation: str = "relu"):
         super().__init__()
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
-        for i, size in enumerate(hidden_sizes):
-            check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
+        hidden_sizes = [check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
+                        for i, size in enumerate(hidden_sizes)]
         sizes = [input_dim, *hidden_sizes, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()

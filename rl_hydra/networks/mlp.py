@@ -30,7 +30,7 @@ def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activatio
         raise ConfigError("network.dropout=1.0 would drop every unit; expected a number >= 0.0 and < 1.0")
     layers: list[nn.Module] = []
     for i, size in enumerate(hidden_sizes):
-        check_int(f"network.hidden_sizes[{i}]", size, minimum=1)
+        size = check_int(f"network.hidden_sizes[{i}]", size, minimum=1)
         layers.append(nn.Linear(in_dim, size))
         if dropout > 0:
             layers.append(nn.Dropout(dropout))

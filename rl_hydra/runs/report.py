@@ -28,8 +28,8 @@ def parse_args(argv: list[str], defaults: Path):
         raise ConfigError(f"{str(error).splitlines()[0]}; allowed keys: {allowed}") from None
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise ConfigError("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
-    check_int("episodes", cfg.episodes, minimum=1)
-    check_int("seed", cfg.seed, minimum=0)
+    cfg.episodes = check_int("episodes", cfg.episodes, minimum=1)
+    cfg.seed = check_int("seed", cfg.seed, minimum=0)
     check_choice("checkpoint", cfg.checkpoint, CHECKPOINTS)
     return cfg
 

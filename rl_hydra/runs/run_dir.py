@@ -19,11 +19,14 @@ class RunError(RuntimeError):
 def atomic_write_bytes(path: Path, write) -> None:
     """Write through a temp file in the same directory, then rename over `path`.
 
-    A crash or kill mid-write leaves the previous file intact.
+    A crash or kill mid-write leaves the previous file intact. The file gets the mode any new
+    file gets under the process's umask (mkstemp alone would make it 0600, unreadable to others
+    on a shared cluster).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -32,6 +35,13 @@ def atomic_write_bytes(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask (the only way to read it is to set it, so it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class RunDirectory:
