@@ -142,3 +142,17 @@ def test_console_script_works_outside_the_checkout(tmp_path):
     result = subprocess.run(["rl-hydra-train", "--cfg", "job", "algo=dqn"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120, env={**os.environ})
     assert result.returncode == 0 and "_target_: rl_hydra.algos.dqn.DQN" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("rl-hydra-eval") is None, reason="package not installed")
+def test_installed_train_and_eval_commands_work_from_an_empty_directory(tmp_path):
+    run = subprocess.run(["rl-hydra-train", *TINY, "hydra.run.dir=run"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ})
+    assert run.returncode == 0, run.stderr
+    result = subprocess.run(["rl-hydra-eval", "run_dir=run", "episodes=2"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, env={**os.environ})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "run" / "eval" / "best.json").is_file()
+    bad = subprocess.run(["rl-hydra-eval", "run_dir=run", "episode=2"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env={**os.environ})
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")
