@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import CONF_DIR
-from rl_hydra.launch import EXIT_CONFIG, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
+from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger("rl_hydra")
@@ -68,7 +68,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
         summary = launch(cfg, Path(hydra_cfg.runtime.output_dir))
     except RunFailed as error:
         if multirun and error.code != EXIT_INTERRUPTED:
-            log.error("%s", error)
+            log.error("%s", error)   # to the job's train.log
+            print(f"error: {hydra_cfg.runtime.output_dir}: {error}", file=sys.stderr)
             return None
         fail(str(error), error.code)
     return summary["eval_return_mean"]
@@ -112,3 +113,7 @@ def main() -> None:
         return
     check_group_choices(argv)
     hydra_main()
+    from rl_hydra import sweep_report
+
+    if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
+        sys.exit(EXIT_FAILED)

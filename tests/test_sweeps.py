@@ -33,10 +33,14 @@ def short_names(*constant_keys: str) -> str:
     return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
 
 
-def sweep(sweep_dir, *args: str, timeout: float = 300) -> str:
-    """Run `train.py -m` with tiny budgets; returns its console output."""
+def sweep(sweep_dir, *args: str, timeout: float = 300, failed: int = 0) -> str:
+    """Run `train.py -m` with tiny budgets, expecting `failed` jobs to fail; returns its console output."""
     result = run_cli("-m", *args, *TINY, f"hydra.sweep.dir={sweep_dir}", timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == (1 if failed else 0), result.stderr[-3000:]
+    closing = [line for line in result.stderr.splitlines() if " jobs failed " in line]
+    assert len(closing) == (1 if failed else 0), result.stderr[-3000:]
+    if failed:
+        assert closing[0].startswith(f"error: {failed} of "), closing
     return result.stdout + result.stderr
 
 
@@ -63,7 +67,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
 
     output = sweep(tmp_path, "algo.optimizer.lr=1e-3,1e9", f"env.wrappers=[],{CRASHING_ENV}",
                    "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
-                   short_names("algo.max_grad_norm", "algo.loss"))
+                   short_names("algo.max_grad_norm", "algo.loss"), failed=3)
     runs = summaries(tmp_path)
     healthy = [name for name, s in runs.items() if s["status"] == "completed"]
     assert healthy == ["algo.optimizer.lr=0.001,env.wrappers=[]"], output[-3000:]
@@ -73,6 +77,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
     assert crashed == {"status": "failed", "reason": "RuntimeError: env crashed on purpose after 120 steps"}
     assert "training diverged: non-finite loss" in output
     assert "run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in" in output
+    assert sum(line.startswith(f"error: {tmp_path}/") for line in output.splitlines()) == 3  # each job's own line
 
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
     with open(tmp_path / "eval" / "results.csv", newline="") as f:
@@ -171,7 +176,7 @@ def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
                    "algo.exploration.fraction=0.1", "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
                    f"hydra.sweeper.storage={storage}",
                    short_names("hparams_search", "algo.gamma", "algo.batch_size", "algo.exploration.fraction",
-                               "algo.max_grad_norm", "algo.loss"))
+                               "algo.max_grad_norm", "algo.loss"), failed=1)
     runs = summaries(tmp_path / "sweep")
     assert {name: s["status"] for name, s in runs.items()} == {
         "algo.optimizer.lr=0.001": "completed", "algo.optimizer.lr=1000000000.0": "failed"}
