@@ -32,12 +32,16 @@ def _compose(overrides) -> tuple[DictConfig, DictConfig]:
 
 def train(*overrides: str, run_dir: str | Path | None = None, checkpoint: str = "best") -> Run:
     """Train with CLI-style overrides into a new run directory (where `python train.py` would put
-    it: `hydra.run.dir`) or `run_dir`, and load it back.
+    it: `hydra.run.dir`) or `run_dir`, and load it back (`Run.run_dir` says where). Prints the
+    run directory when it starts and when it ends.
 
     >>> run = train("algo=iqn", "env=cartpole", "train.total_steps=5000")
     >>> run.predict([0.0, 0.0, 0.0, 0.0])
     """
     cfg, hydra_cfg = _compose(overrides)
     run_dir = Path(run_dir if run_dir is not None else hydra_cfg.run.dir)
-    launch(cfg, run_dir, overrides=list(overrides), hydra_cfg=hydra_cfg)
+    print(f"rl-hydra: training into {run_dir}")
+    summary = launch(cfg, run_dir, overrides=list(overrides), hydra_cfg=hydra_cfg)
+    print(f"rl-hydra: {summary['status']} at step {summary['global_step']}, eval return "
+          f"{summary['eval_return_mean']}; run directory: {run_dir}")
     return load_run(run_dir, checkpoint=checkpoint)

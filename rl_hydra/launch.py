@@ -44,6 +44,7 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
     if not (directory.hydra / "config.yaml").is_file():
         write_run_config(directory, cfg, overrides or [], hydra_cfg)
     with log_to_file(directory.path / "train.log"):
+        log.info("run directory: %s", directory.path)
         return _train_or_skip(cfg, directory, resume)
 
 

@@ -218,6 +218,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
     finally:
         runner.close()
     run_dir.write_summary(summary)
-    log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s)", summary["eval_return_mean"],
-             summary["global_step"], summary["wall_time_s"], summary["steps_per_second"])
+    log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s); run directory: %s",
+             summary["eval_return_mean"], summary["global_step"], summary["wall_time_s"],
+             summary["steps_per_second"], run_dir.path)
     return summary

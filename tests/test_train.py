@@ -243,3 +243,21 @@ def test_run_files_are_readable_as_the_umask_allows(tmp_path):
         os.umask(previous)
     for name in ("summary.json", "checkpoints/last.pt", "checkpoints/best.pt", "metrics.csv"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_help_mentions_resume_and_evaluation():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "resume=<run dir>" in result.stdout and "scripts/evaluate.py run_dir=" in result.stdout
+
+
+def test_the_run_directory_is_named_at_the_start_and_at_the_end(tmp_path, capsys):
+    from rl_hydra import train
+
+    run = train(*TINY, run_dir=tmp_path / "run")
+    assert run.run_dir == run.path == tmp_path / "run"
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"rl-hydra: training into {tmp_path / 'run'}" and out[-1].endswith(f"run directory: {run.path}")
+    result = run_cli(*TINY, f"hydra.run.dir={tmp_path / 'cli'}")
+    lines = [line for line in result.stdout.splitlines() if "run directory: " in line]
+    assert len(lines) == 2 and lines[0].endswith(f"run directory: {tmp_path / 'cli'}") and "finished:" in lines[1]

@@ -47,6 +47,11 @@ class Run:
         self.step = state["runner"]["global_step"]
 
     @property
+    def run_dir(self) -> Path:
+        """The run directory (the same as `path`)."""
+        return self.path
+
+    @property
     def summary(self) -> dict[str, Any] | None:
         return self.directory.read_summary()
 
