@@ -82,6 +82,12 @@ def log_to_file(path: Path) -> Iterator[None]:
         handler.close()
 
 
+def identity(cfg: DictConfig, directory: RunDirectory) -> dict[str, Any]:
+    from rl_hydra.loops.runner import run_identity
+
+    return run_identity(cfg, directory, OmegaConf.select(cfg, "algo._target_", default="?").rsplit(".", 1)[-1])
+
+
 def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool) -> dict[str, Any]:
     """Train, or skip a directory that holds a finished run, or continue an interrupted one found
     there (a re-launched sweep). Torch is imported here, in the job, so that the process
@@ -101,7 +107,7 @@ def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool) -> di
         return run(cfg, run_dir, resume=resume)
     except (ConfigError, RunError) as error:
         if not resume:
-            directory.write_summary({"status": "failed", "reason": str(error)})
+            directory.write_summary({"status": "failed", "reason": str(error), **identity(cfg, directory)})
         raise RunFailed(str(error), EXIT_CONFIG) from None
     except TrainingDiverged as error:
         raise RunFailed(f"training diverged: {error}", EXIT_FAILED) from None
@@ -112,6 +118,6 @@ def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool) -> di
         reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
         directory.path.mkdir(parents=True, exist_ok=True)
         (directory.path / "traceback.txt").write_text(traceback.format_exc())
-        directory.write_summary({"status": "failed", "reason": reason})
+        directory.write_summary({"status": "failed", "reason": reason, **identity(cfg, directory)})
         raise RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})",
                         EXIT_FAILED) from None

@@ -74,7 +74,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
     assert runs[healthy[0]]["global_step"] == 300
     assert "non-finite loss" in runs["algo.optimizer.lr=1000000000.0,env.wrappers=[]"]["reason"]
     crashed = runs[next(name for name in runs if name.startswith("algo.optimizer.lr=0.001,env.wrappers=[{"))]
-    assert crashed == {"status": "failed", "reason": "RuntimeError: env crashed on purpose after 120 steps"}
+    assert (crashed["status"], crashed["reason"]) == ("failed", "RuntimeError: env crashed on purpose after 120 steps")
     assert "training diverged: non-finite loss" in output
     assert "run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in" in output
     assert sum(line.startswith(f"error: {tmp_path}/") for line in output.splitlines()) == 3  # each job's own line

@@ -11,10 +11,8 @@ import torch
 
 from rl_hydra.config import ConfigError
 from rl_hydra.loops.runner import TrainingDiverged
+from rl_hydra.runs.run_dir import SUMMARY_KEYS
 from tests.conftest import ROOT, TINY, compose_config, run_cli, run_training
-
-SUMMARY_KEYS = {"status", "algo", "env", "seed", "global_step", "eval_return_mean", "eval_return_std",
-                "best_eval_return_mean", "wall_time_s", "steps_per_second"}
 
 
 def read_metrics(path):
@@ -25,7 +23,7 @@ def read_metrics(path):
 def test_in_process_run_leaves_a_complete_run_directory(tmp_path):
     summary = run_training(tmp_path, *TINY, "algo.learning_starts=100", "algo.train_every=50",
                            "algo.gradient_steps=2")
-    assert SUMMARY_KEYS <= set(summary) and summary["status"] == "completed"
+    assert list(summary) == list(SUMMARY_KEYS) and summary["status"] == "completed"
     assert summary == json.loads((tmp_path / "summary.json").read_text())
     assert summary["global_step"] == 300 and summary["updates"] == 5 * 2
     rows = read_metrics(tmp_path / "metrics.csv")
@@ -261,3 +259,19 @@ def test_the_run_directory_is_named_at_the_start_and_at_the_end(tmp_path, capsys
     result = run_cli(*TINY, f"hydra.run.dir={tmp_path / 'cli'}")
     lines = [line for line in result.stdout.splitlines() if "run directory: " in line]
     assert len(lines) == 2 and lines[0].endswith(f"run directory: {tmp_path / 'cli'}") and "finished:" in lines[1]
+
+
+def test_every_summary_has_every_key_whatever_the_outcome(tmp_path):
+    """One schema for a completed and a refused run, through the CLI (which knows the env option)."""
+    run_cli(*TINY, "env=cartpole_no_velocity", f"hydra.run.dir={tmp_path / 'ok'}")
+    run_cli(*TINY, "algo.gamma=2", f"hydra.run.dir={tmp_path / 'refused'}")
+    outcomes = {}
+    for name in ("ok", "refused"):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert list(summary) == list(SUMMARY_KEYS), name
+        outcomes[name] = summary
+    ok, refused = outcomes["ok"], outcomes["refused"]
+    assert (ok["env"], ok["env_id"], ok["algo"], ok["reason"]) == ("cartpole_no_velocity", "CartPole-v1", "dqn", None)
+    assert ok["stop_at_return"] is None and ok["solved_at_step"] is None
+    assert refused["status"] == "failed" and "algo.gamma=2" in refused["reason"]
+    assert refused["global_step"] is None and refused["env"] == "cartpole" and refused["algo"] == "dqn"

@@ -154,27 +154,30 @@ class Runner:
         return path
 
     def summary(self, status: str, reason: str | None = None) -> dict[str, Any]:
+        """summary.json's figures (its schema: runs/run_dir.py SUMMARY_KEYS)."""
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
-        summary = {
-            "status": status, "algo": self.run_dir.config_choice("algo") or self.agent.name,
-            "env": self.cfg.env.id, "seed": self.cfg.seed,
+        solved = evaluator.solved_at or {}
+        return {
+            "status": status, "reason": reason, **run_identity(self.cfg, self.run_dir, self.agent.name),
             "global_step": self.global_step, "updates": self.agent.updates,
             "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
+            "stop_at_return": evaluator.stop_at_return, "solved_at_step": solved.get("step"),
+            "solved_at_s": solved.get("elapsed_s"),
             "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
-        if evaluator.stop_at_return is not None:
-            summary["stop_at_return"] = evaluator.stop_at_return
-            summary["solved_at_step"] = evaluator.solved_at and evaluator.solved_at["step"]
-            summary["solved_at_s"] = evaluator.solved_at and evaluator.solved_at["elapsed_s"]
-        if reason:
-            summary["reason"] = reason
-        return summary
 
     def close(self) -> None:
         self.reporter.close()
         self.env.close()
         self.evaluator.close()
+
+
+def run_identity(cfg: DictConfig, run_dir: RunDirectory, algo_name: str | None = None) -> dict[str, Any]:
+    """What a run is: the algo and env options it chose (from .hydra/hydra.yaml; without it, the
+    agent's name and the env id), the env id and the seed."""
+    return {"algo": run_dir.config_choice("algo") or algo_name, "env": run_dir.config_choice("env") or cfg.env.id,
+            "env_id": cfg.env.id, "seed": cfg.seed}
 
 
 def divergence_hint(cfg: DictConfig) -> str:

@@ -61,7 +61,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
         summary = _summary(run_dir)
         try:
             if summary.get("status") == "failed":
-                raise RunError(summary.get("reason", "failed"))
+                raise RunError(summary.get("reason") or "failed")
             result = evaluate_one(run_dir, cfg)
             results.append({**base, "status": "ok", "return_mean": result["return_mean"],
                             "return_std": result["return_std"], "step": result["step"]})

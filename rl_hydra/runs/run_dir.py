@@ -37,6 +37,12 @@ def atomic_write_bytes(path: Path, write) -> None:
         raise
 
 
+# summary.json: every key always present, null where it does not apply (docs/runs.md)
+SUMMARY_KEYS = ("status", "reason", "algo", "env", "env_id", "seed", "global_step", "updates",
+                "eval_return_mean", "eval_return_std", "best_eval_return_mean", "stop_at_return",
+                "solved_at_step", "solved_at_s", "wall_time_s", "steps_per_second")
+
+
 def current_umask() -> int:
     """The process's umask (the only way to read it is to set it, so it is set back at once)."""
     mask = os.umask(0)
@@ -84,7 +90,11 @@ class RunDirectory:
                            f"{str(error).splitlines()[0] if str(error) else 'corrupt'})") from error
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+        """Write summary.json with every key of SUMMARY_KEYS (null where `summary` has none)."""
+        unknown = set(summary) - set(SUMMARY_KEYS)
+        if unknown:
+            raise ValueError(f"summary keys {sorted(unknown)} are not in SUMMARY_KEYS")
+        text = json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n"
         atomic_write_bytes(self.summary_json, lambda f: f.write(text.encode()))
 
     def read_summary(self) -> dict[str, Any] | None:
