@@ -81,7 +81,7 @@ def test_evaluate_script_on_one_run_writes_json(dqn_run, capsys):
     assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=3", "checkpoint=last"]) == 0
     result = json.loads((dqn_run.path / "eval" / "last.json").read_text())
     assert len(result["returns"]) == 3 and result["step"] == 300
-    assert "| . | 0 | 300 |" in capsys.readouterr().out
+    assert f"| {dqn_run.path.name} | 0 | 300 |" in capsys.readouterr().out  # named by its directory, not "."
 
 
 def test_evaluate_script_bad_arguments_exit_2(tmp_path, capsys):
@@ -156,3 +156,16 @@ def test_installed_train_and_eval_commands_work_from_an_empty_directory(tmp_path
     bad = subprocess.run(["rl-hydra-eval", "run_dir=run", "episode=2"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env={**os.environ})
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_evaluating_a_run_names_it_and_says_where_it_wrote(tmp_path, capsys):
+    from rl_hydra import train
+
+    run = train(*TINY, run_dir=tmp_path / "my_run")
+    capsys.readouterr()
+    for time in ("first", "again"):
+        assert evaluate_main([f"run_dir={run.path}", "episodes=2"]) == 0
+        out = capsys.readouterr().out
+        assert "| my_run | 0 |" in out, out
+        wrote = f"wrote {run.path / 'eval' / 'best.json'}"
+        assert wrote in out and (("replacing the earlier result" in out) == (time == "again")), out

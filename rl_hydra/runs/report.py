@@ -39,7 +39,9 @@ def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
     out = run_dir / "eval" / f"{cfg.checkpoint}.json"
+    replaced = out.is_file()
     atomic_write_bytes(out, lambda f: f.write((json.dumps(result, indent=2) + "\n").encode()))
+    result.update(eval_file=str(out), replaced=replaced)
     if cfg.video:
         from rl_hydra.runs.video import record_gif
 
@@ -56,7 +58,9 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
         raise RunError(f"run_dir={root} holds no run (no .hydra/config.yaml under it)")
     results = []
     for run_dir in runs:
-        base = {"run": run_dir.relative_to(root).as_posix() or ".", "configuration": configuration_of(run_dir),
+        # a single run is named by its directory, a sweep's runs by their path inside the sweep
+        name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name
+        base = {"run": name, "configuration": configuration_of(run_dir),
                 "seed": OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("seed")}
         summary = _summary(run_dir)
         try:
@@ -64,7 +68,8 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
                 raise RunError(summary.get("reason") or "failed")
             result = evaluate_one(run_dir, cfg)
             results.append({**base, "status": "ok", "return_mean": result["return_mean"],
-                            "return_std": result["return_std"], "step": result["step"]})
+                            "return_std": result["return_std"], "step": result["step"],
+                            "eval_file": result["eval_file"], "replaced": result["replaced"]})
         except (RunError, ConfigError) as error:
             if len(runs) == 1:
                 raise
@@ -84,6 +89,13 @@ def report(results: list[dict[str, Any]], cfg) -> str:
         value = f"{r['return_mean']:.1f} +- {r['return_std']:.1f}" if r["status"] == "ok" else f"failed: {r['reason']}"
         lines.append(f"| {r['run']} | {r['seed']} | {r.get('step', '-')} | {value} |")
     text = "\n".join(lines)
+    written = [r for r in results if r["status"] == "ok"]
+    replaced = sum(r["replaced"] for r in written)
+    if len(written) == 1:
+        text += f"\n\nwrote {written[0]['eval_file']}" + (" (replacing the earlier result)" if replaced else "")
+    elif written:
+        text += (f"\n\nwrote eval/{cfg.checkpoint}.json in {len(written)} run directories"
+                 + (f" ({replaced} replacing earlier results)" if replaced else ""))
     if len(results) > 1:
         rows = aggregate(results)
         out = root / "eval"
