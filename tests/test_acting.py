@@ -147,3 +147,13 @@ def test_mlp_layer_norm_and_dropout_are_placed_as_droq_places_them():
         mlp(4, 2, [8], dropout=1.0)
     with pytest.raises(ConfigError, match=r"network.layer_norm='yes'"):
         mlp(4, 2, [8], layer_norm="yes")
+
+
+def test_an_empty_hidden_sizes_is_a_linear_network_and_the_log_says_so(caplog):
+    env = gym.make("CartPole-v1")
+    with caplog.at_level("INFO", logger="rl_hydra"):
+        agent = DQN(env.observation_space, env.action_space, functools.partial(QNetwork, hidden_sizes=[]),
+                    functools.partial(LeanAdam, lr=1e-3), total_steps=100)
+    assert [type(layer) for layer in agent.q_net.net] == [nn.Linear]
+    assert "network.hidden_sizes=[]: a linear network (no hidden layer)" in caplog.text
+    assert_acts_like_its_action_values(agent)

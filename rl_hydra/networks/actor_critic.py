@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rl_hydra.config import check_int
-from rl_hydra.networks.mlp import activation_class, mlp
+from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -44,6 +44,7 @@ class SquashedGaussianActor(nn.Module):
         low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)
         high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32)
         self.action_dim = int(low.numel())
+        note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
         self.body = mlp(observation_dim, None, hidden_sizes, activation)
         self.head = nn.Linear(hidden_sizes[-1] if hidden_sizes else observation_dim, 2 * self.action_dim)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
@@ -94,6 +95,7 @@ class CriticEnsemble(nn.Module):
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         hidden_sizes = [check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
                         for i, size in enumerate(hidden_sizes)]
+        note_if_linear(hidden_sizes, "network.critic.hidden_sizes")
         sizes = [input_dim, *hidden_sizes, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()

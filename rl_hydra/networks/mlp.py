@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import torch
@@ -9,6 +10,8 @@ from torch import nn
 
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
+
+log = logging.getLogger(__name__)
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -43,12 +46,20 @@ def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activatio
     return nn.Sequential(*layers)
 
 
+def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes") -> None:
+    """An empty hidden_sizes is allowed on purpose (a linear function of the observation, a
+    common baseline) and said in the log, since it is also an easy slip."""
+    if len(hidden_sizes) == 0:
+        log.info("%s=[]: a linear network (no hidden layer)", key)
+
+
 class QNetwork(nn.Module):
     """Q(s, .): observation (B, obs_dim) -> action values (B, num_actions)."""
 
     def __init__(self, observation_dim: int, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0):
         super().__init__()
+        note_if_linear(hidden_sizes)
         self.net = mlp(observation_dim, num_actions, hidden_sizes, activation, layer_norm=layer_norm, dropout=dropout)
 
     @mirrored_by(lambda self, obs: numpy_forward(self.net, obs))

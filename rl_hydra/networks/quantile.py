@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_int
-from rl_hydra.networks.mlp import activation_class, mlp
+from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
@@ -23,6 +23,7 @@ class QuantileNetwork(nn.Module):
         super().__init__()
         self.num_actions = num_actions
         self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        note_if_linear(hidden_sizes)
         self.net = mlp(observation_dim, num_actions * num_quantiles, hidden_sizes, activation,
                        layer_norm=layer_norm, dropout=dropout)
 
