@@ -328,3 +328,20 @@ def test_learns_cartpole_quickly(tmp_path, algo):
     summary = run_training(tmp_path, *QUICK[algo], *QUICK_CARTPOLE)
     # a greedy untrained policy balances ~10 steps and a random one ~22; seeds 0-2 reach 130-220 here
     assert summary["eval_return_mean"] >= 100, summary
+
+
+def test_iqn_greedy_actions_are_deterministic_for_the_same_input():
+    from rl_hydra.optim import LeanAdam
+
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(0)
+    agent = IQN(env.observation_space, env.action_space, functools.partial(ImplicitQuantileNetwork, hidden_sizes=[8],
+                head_hidden_sizes=[8]), functools.partial(LeanAdam, lr=1e-3), total_steps=100, num_quantile_samples=4)
+    obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    first = agent.act(obs, explore=False)[0]
+    assert all(np.array_equal(agent.act(obs, explore=False)[0], first) for _ in range(5))
+    # the greedy values are the mean over the K midpoint fractions
+    taus = midpoint_taus(4)[None].expand(256, -1)
+    with torch.no_grad():
+        expected = agent.action_values(torch.from_numpy(obs), taus=taus).argmax(dim=1).numpy()
+    assert np.array_equal(first, expected)

@@ -2,21 +2,23 @@
 
 Instead of N fixed fractions, IQN samples tau ~ U(0, 1) and the network maps (s, tau)
 to the tau-quantile of Z(s, a). Each update draws N fractions for the online quantiles,
-N' for the target samples and K for choosing the greedy next action; acting takes the
-mean over K sampled quantiles. The loss is the same quantile Huber loss as QR-DQN,
+N' for the target samples and K for choosing the greedy next action; exploring actions
+take the mean over K sampled quantiles, greedy ones (evaluation) over K evenly spaced ones. The loss is the same quantile Huber loss as QR-DQN,
 with per-sample fractions. Exploration, target syncs, the optimiser step and
 checkpoints are DQN's.
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
+from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, quantile_targets
+from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss
@@ -37,6 +39,7 @@ class IQN(DQN):
         # its own stream, so sampling fractions neither disturbs nor depends on other torch draws
         self.tau_generator = torch.Generator(device=self.device)
         self.tau_generator.manual_seed(seed)
+        self.greedy_taus = midpoint_taus(self.num_quantile_samples, self.device)[None]   # (1, K)
 
     def sample_taus(self, batch_size: int, num_samples: int) -> torch.Tensor:
         """tau ~ U(0, 1) for each row: (batch_size, num_samples)."""
@@ -44,6 +47,17 @@ class IQN(DQN):
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation_dim, self.num_actions)
+
+    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        """Exploring actions average K sampled fractions, as the paper acts. Greedy actions
+        (evaluation, predict) average K evenly spaced ones, the midpoints of K equal bins:
+        the same mean over tau ~ U(0, 1), but the same action for the same observation."""
+        if explore:
+            return super().act(obs, state, explore=True)
+        with torch.no_grad():
+            obs_t = observation_tensor(obs, self.device)                          # (B, obs_dim)
+            taus = self.greedy_taus.expand(obs_t.shape[0], -1)                     # (B, K)
+            return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy(), state
 
     def action_values(self, obs: torch.Tensor, net: nn.Module | None = None,
                       taus: torch.Tensor | None = None) -> torch.Tensor:
