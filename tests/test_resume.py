@@ -181,3 +181,19 @@ def test_sigterm_checkpoints_then_resume_completes(tmp_path):
     assert summary["status"] == "completed" and summary["global_step"] == stopped_at + 1000
     steps = [int(r["step"]) for r in metric_rows(tmp_path)]
     assert steps == sorted(set(steps)), "no duplicated step rows"
+
+
+def test_a_resumed_runs_tensorboard_data_reads_back_whole(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = compose_config(*FAST)
+    with monkeypatch.context() as patch:
+        stop_at(patch, 300)
+        with pytest.raises(StopRequested):
+            run(cfg, tmp_path)
+    run(cfg, tmp_path, resume=True)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    csv_steps = [int(row["step"]) for row in metric_rows(tmp_path)]
+    assert [e.step for e in events.Scalars("time/elapsed_s")] == csv_steps
+    assert [e.step for e in events.Scalars("eval/return_mean")] == [200, 400, 600]

@@ -24,7 +24,9 @@ class MetricsLogger:
         self.tb = None
         if tensorboard_dir is not None:
             from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
-            self.tb = SummaryWriter(str(tensorboard_dir), purge_step=resume_from_step)
+            # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
+            purge = None if resume_from_step is None else resume_from_step + 1
+            self.tb = SummaryWriter(str(tensorboard_dir), purge_step=purge)
 
     def _truncate_after(self, step: int) -> None:
         """Drop rows logged after `step` (they belong to progress a resume replays)."""
