@@ -152,6 +152,16 @@ def pick_loop(agent: Agent) -> Callable[[Runner], None]:
     return recurrent.loop if agent.recurrent else off_policy.loop
 
 
+def log_through_progress_bar(progress: bool):
+    """While the progress bar is shown, console log lines are written above it (tqdm.write)
+    instead of onto its line; the handlers are put back afterwards."""
+    if not progress:
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
+
+
 @contextlib.contextmanager
 def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
     """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
@@ -203,7 +213,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
         log.info("resuming %s at step %d", run_dir.path, runner.global_step)
     loop = pick_loop(agent)
     try:
-        with stop_at_step_boundary(runner):
+        with stop_at_step_boundary(runner), log_through_progress_bar(runner.reporter.show_progress):
             runner.start()
             loop(runner)
         runner.save_checkpoint("last")

@@ -275,3 +275,27 @@ def test_every_summary_has_every_key_whatever_the_outcome(tmp_path):
     assert ok["stop_at_return"] is None and ok["solved_at_step"] is None
     assert refused["status"] == "failed" and "algo.gamma=2" in refused["reason"]
     assert refused["global_step"] is None and refused["env"] == "cartpole" and refused["algo"] == "dqn"
+
+
+def test_console_logging_goes_through_the_progress_bar_while_it_is_shown(tmp_path, monkeypatch):
+    import logging
+    import sys
+
+    import rl_hydra.loops.off_policy as off_policy
+
+    console = logging.StreamHandler(sys.stderr)
+    root = logging.getLogger()
+    root.addHandler(console)
+    seen, loop = {}, off_policy.loop
+
+    def spy(runner):
+        seen["handlers"] = [type(h).__name__ for h in root.handlers]
+        loop(runner)
+
+    monkeypatch.setattr(off_policy, "loop", spy)
+    try:
+        run_training(tmp_path, *TINY, "train.progress=true")
+        assert console in root.handlers  # put back after the run
+    finally:
+        root.removeHandler(console)
+    assert "_TqdmLoggingHandler" in seen["handlers"] and "StreamHandler" not in seen["handlers"]
