@@ -169,3 +169,18 @@ def test_evaluating_a_run_names_it_and_says_where_it_wrote(tmp_path, capsys):
         assert "| my_run | 0 |" in out, out
         wrote = f"wrote {run.path / 'eval' / 'best.json'}"
         assert wrote in out and (("replacing the earlier result" in out) == (time == "again")), out
+
+
+@pytest.mark.filterwarnings("error")
+def test_learning_curves_draw_every_configuration_without_touching_matplotlibs_backend(tmp_path):
+    import matplotlib
+
+    from rl_hydra.runs.aggregate import plot_learning_curves
+
+    backend = matplotlib.get_backend()
+    steps = np.arange(1000, 10001, 1000)
+    curves = {f"config={i}": [(steps, steps / 100.0 + i), (steps, steps / 90.0 + i)] for i in range(8)}
+    curves["one_evaluation"] = [(np.array([5000]), np.array([10.0])), (np.array([5000]), np.array([20.0]))]
+    plot_learning_curves(curves, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert matplotlib.get_backend() == backend

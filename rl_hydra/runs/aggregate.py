@@ -100,29 +100,34 @@ def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: Path) -> None:
-    """Mean evaluation return per configuration with a 95% bootstrap band across seeds."""
-    import matplotlib
+    """Mean evaluation return per configuration with a 95% bootstrap band across seeds.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on a bare matplotlib Figure (no pyplot, no backend switch: nothing process-wide
+    changes). A configuration evaluated at one step only is a point with an error bar; the
+    legend sits under the plot, so that many configurations do not cover the curves."""
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for configuration, runs in sorted(curves.items()):
-        runs = [(s, r) for s, r in runs if len(s)]
-        if not runs:
-            continue
+    drawn = {name: [(s, r) for s, r in runs if len(s)] for name, runs in sorted(curves.items())}
+    drawn = {name: runs for name, runs in drawn.items() if runs}
+    fig = Figure(figsize=(7, 4.5 + 0.22 * len(drawn)))
+    ax = fig.subplots()
+    for configuration, runs in drawn.items():
         steps = np.unique(np.concatenate([s for s, _ in runs]))
         # each seed's curve on the common step grid (carried forward where a seed logged less)
         grid = np.stack([np.interp(steps, s, r) for s, r in runs])          # (seeds, steps)
         mean = grid.mean(axis=0)
         bands = np.array([bootstrap_ci(column, np.mean, samples=500) for column in grid.T])
-        ax.plot(steps, mean, label=f"{configuration} (n={len(runs)})")
-        ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.2)
+        label = f"{configuration} (n={len(runs)})"
+        if len(steps) == 1:
+            ax.errorbar(steps, mean, yerr=[mean - bands[:, 0], bands[:, 1] - mean], fmt="o", capsize=4, label=label)
+        else:
+            line, = ax.plot(steps, mean, label=label)
+            ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.2, color=line.get_color())
+    ax.set_title("Evaluation return: mean over seeds, band = 95% bootstrap CI of the mean", fontsize=10)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    if drawn:
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
