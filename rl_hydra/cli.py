@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra import sweep_report
 from rl_hydra.config import CONF_DIR
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory
@@ -65,11 +66,12 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
         cfg.train.progress = False
     try:
-        summary = launch(cfg, Path(hydra_cfg.runtime.output_dir))
+        summary = launch(cfg, Path(hydra_cfg.runtime.output_dir), keep_refused=multirun)
     except RunFailed as error:
         if multirun and error.code != EXIT_INTERRUPTED:
             log.error("%s", error)   # to the job's train.log
             print(f"error: {hydra_cfg.runtime.output_dir}: {error}", file=sys.stderr)
+            sweep_report.record_failure(hydra_cfg.sweep.dir, hydra_cfg.runtime.output_dir)
             return None
         fail(str(error), error.code)
     return summary["eval_return_mean"]
@@ -113,7 +115,5 @@ def main() -> None:
         return
     check_group_choices(argv)
     hydra_main()
-    from rl_hydra import sweep_report
-
     if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)

@@ -35,17 +35,84 @@ class RunFailed(Exception):
 
 
 def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overrides: Sequence[str] | None = None,
-           hydra_cfg: DictConfig | None = None) -> dict[str, Any]:
+           hydra_cfg: DictConfig | None = None, keep_refused: bool = False) -> dict[str, Any]:
     """Train `cfg` into `run_dir` and return its summary; raises RunFailed.
 
     `overrides` and `hydra_cfg` are written to .hydra/ when the directory has no config yet
-    (Hydra's own runs already have it)."""
+    (Hydra's own runs already have it). A config refused before the first step leaves nothing
+    behind, unless `keep_refused` (a sweep's job: its failed summary.json lists it in the
+    sweep's report)."""
     directory = RunDirectory(run_dir)
     if not (directory.hydra / "config.yaml").is_file():
         write_run_config(directory, cfg, overrides or [], hydra_cfg)
-    with log_to_file(directory.path / "train.log"):
-        log.info("run directory: %s", directory.path)
-        return _train_or_skip(cfg, directory, resume)
+    if resume:   # resume=<dir> may change existing keys: what it runs becomes the run's config
+        record_run_config(directory, cfg)
+    else:
+        check_same_run(directory, cfg)
+    try:
+        with log_to_file(directory.path / "train.log"):
+            log.info("run directory: %s", directory.path)
+            return _train_or_skip(cfg, directory, resume, keep_refused)
+    except RunFailed as error:
+        if error.code == EXIT_CONFIG and not resume and not keep_refused:
+            remove_refused_run(directory)
+        raise
+
+
+# the run's own record of the config it trains with: Hydra rewrites .hydra/config.yaml at every launch
+RUN_CONFIG = "run_config.yaml"
+IGNORED_DIFFERENCES = ("train.progress",)   # a sweep turns the progress bar off; it changes no result
+
+
+def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
+    """A directory that already holds a run may only be launched into again with the same config
+    (a re-launched sweep); a different one is refused, naming the keys that differ."""
+    recorded = directory.hydra / RUN_CONFIG
+    if recorded.is_file() and (directory.summary_json.is_file() or directory.checkpoints.is_dir()):
+        before, now = _flat(OmegaConf.load(recorded)), _flat(cfg)
+        differ = sorted(k for k in before.keys() | now.keys()
+                        if before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
+        if differ:
+            shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
+            more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+            raise RunFailed(f"{directory.path} already holds a run with another config ({shown}{more}); "
+                            f"launch into a new directory, or continue that run with "
+                            f"python train.py resume={directory.path} [key=value ...]", EXIT_CONFIG)
+    record_run_config(directory, cfg)
+
+
+def record_run_config(directory: RunDirectory, cfg: DictConfig) -> None:
+    directory.hydra.mkdir(parents=True, exist_ok=True)
+    (directory.hydra / RUN_CONFIG).write_text(OmegaConf.to_yaml(cfg))
+
+
+def _flat(cfg: DictConfig) -> dict[str, Any]:
+    """{"algo.gamma": 0.99, ...} of the leaves of a config (lists as whole values)."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return flat
+
+
+def remove_refused_run(directory: RunDirectory) -> None:
+    """Remove what a refused launch wrote (.hydra/, train.log, its summary), and the directory
+    itself if that leaves it empty; never anything else that was there."""
+    import shutil
+
+    if directory.checkpoints.exists() or directory.metrics_csv.exists():
+        return
+    shutil.rmtree(directory.hydra, ignore_errors=True)
+    for name in ("train.log", "summary.json"):
+        (directory.path / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.path.rmdir()
 
 
 def write_run_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
@@ -88,7 +155,7 @@ def identity(cfg: DictConfig, directory: RunDirectory) -> dict[str, Any]:
     return run_identity(cfg, directory, OmegaConf.select(cfg, "algo._target_", default="?").rsplit(".", 1)[-1])
 
 
-def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool) -> dict[str, Any]:
+def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool, keep_refused: bool) -> dict[str, Any]:
     """Train, or skip a directory that holds a finished run, or continue an interrupted one found
     there (a re-launched sweep). Torch is imported here, in the job, so that the process
     launching a parallel sweep stays light."""
@@ -106,7 +173,7 @@ def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool) -> di
     try:
         return run(cfg, run_dir, resume=resume)
     except (ConfigError, RunError) as error:
-        if not resume:
+        if not resume and keep_refused:
             directory.write_summary({"status": "failed", "reason": str(error), **identity(cfg, directory)})
         raise RunFailed(str(error), EXIT_CONFIG) from None
     except TrainingDiverged as error:

@@ -206,3 +206,13 @@ def test_ray_launcher_runs_two_jobs_on_a_local_ray_instance(tmp_path):
           "+hydra.launcher.ray.init.include_dashboard=false", short_names(), timeout=600)
     runs = summaries(tmp_path)
     assert sorted(runs) == ["seed=0", "seed=1"] and all(s["status"] == "completed" for s in runs.values())
+
+
+def test_a_relaunch_with_a_changed_config_refuses_those_jobs_and_fails(tmp_path):
+    sweep(tmp_path, "seed=0,1", short_names())
+    before = summaries(tmp_path)
+    # algo.gamma left out of the job names: the same job directories, with another config
+    output = sweep(tmp_path, "seed=0,1", "algo.gamma=0.9", short_names("algo.gamma"), failed=2)
+    refusals = [line for line in output.splitlines() if line.startswith("error:") and "0.99 -> 0.9" in line]
+    assert "error: 2 of 2 jobs failed" in output and len(refusals) == 2  # one line per refused job
+    assert summaries(tmp_path) == before  # the finished runs are untouched

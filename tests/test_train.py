@@ -262,19 +262,41 @@ def test_the_run_directory_is_named_at_the_start_and_at_the_end(tmp_path, capsys
 
 
 def test_every_summary_has_every_key_whatever_the_outcome(tmp_path):
-    """One schema for a completed and a refused run, through the CLI (which knows the env option)."""
+    """One schema for a completed run and for a refused sweep job (the CLI knows the env option)."""
     run_cli(*TINY, "env=cartpole_no_velocity", f"hydra.run.dir={tmp_path / 'ok'}")
-    run_cli(*TINY, "algo.gamma=2", f"hydra.run.dir={tmp_path / 'refused'}")
-    outcomes = {}
-    for name in ("ok", "refused"):
-        summary = json.loads((tmp_path / name / "summary.json").read_text())
-        assert list(summary) == list(SUMMARY_KEYS), name
-        outcomes[name] = summary
-    ok, refused = outcomes["ok"], outcomes["refused"]
+    run_cli("-m", *TINY, "algo.gamma=0.9,2", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    ok = json.loads((tmp_path / "ok" / "summary.json").read_text())
+    refused = json.loads(next((tmp_path / "sweep").glob("algo.gamma=2,*/summary.json")).read_text())
+    assert list(ok) == list(refused) == list(SUMMARY_KEYS)
     assert (ok["env"], ok["env_id"], ok["algo"], ok["reason"]) == ("cartpole_no_velocity", "CartPole-v1", "dqn", None)
     assert ok["stop_at_return"] is None and ok["solved_at_step"] is None
     assert refused["status"] == "failed" and "algo.gamma=2" in refused["reason"]
     assert refused["global_step"] is None and refused["env"] == "cartpole" and refused["algo"] == "dqn"
+
+
+def test_a_refused_single_run_leaves_nothing_behind(tmp_path):
+    result = run_cli(*TINY, "algo.gamma=2", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and not (tmp_path / "run").exists()
+    from rl_hydra import train
+    from rl_hydra.launch import RunFailed
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    with pytest.raises(RunFailed):
+        train(*TINY, "algo.gamma=2", run_dir=tmp_path / "mine")
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]  # only what it wrote goes
+
+
+def test_relaunching_into_a_run_with_another_config_is_refused_naming_the_keys(tmp_path):
+    first = run_cli(*TINY, f"hydra.run.dir={tmp_path}")
+    assert first.returncode == 0, first.stderr
+    again = run_cli(*TINY, f"hydra.run.dir={tmp_path}")
+    assert again.returncode == 0 and "already holds a finished run" in again.stdout
+    other = run_cli(*TINY, "seed=1", "algo.gamma=0.9", f"hydra.run.dir={tmp_path}")
+    errors = [line for line in other.stderr.splitlines() if line.startswith("error:")]
+    assert other.returncode == 2 and len(errors) == 1, other.stderr
+    assert "algo.gamma: 0.99 -> 0.9" in errors[0] and "seed: 0 -> 1" in errors[0] and "resume=" in errors[0]
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"  # the run is untouched
 
 
 def test_console_logging_goes_through_the_progress_bar_while_it_is_shown(tmp_path, monkeypatch):
