@@ -52,6 +52,43 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                 fail(f"{key}={choice} is not a config option; choose one of: {', '.join(options)}", EXIT_CONFIG)
 
 
+def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Reject `key=value` arguments whose key the composed config lacks, in one line with the
+    closest keys (Hydra's own report is six lines and exits 1). New keys need `+key=value`."""
+    import difflib
+
+    from hydra import compose, initialize_config_dir
+
+    pairs = [arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith("-")]
+    keys = [key for key, _ in pairs if not key.startswith(("+", "~", "hydra.", "hydra/")) and key not in GROUPS
+            and "@" not in key]
+    if not keys:
+        return
+    # the groups as chosen (the first option of a sweep list), so that their keys are there
+    groups = [f"{key}={value.split(',')[0]}" for key, value in pairs if key.lstrip("+~") in GROUPS
+              and not key.startswith("~") and "(" not in value]
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=groups)
+    except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
+        return
+    known = _dotted_keys(OmegaConf.to_container(cfg, resolve=False))
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            fail(f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "
+                 f"python train.py --cfg job shows every key)", EXIT_CONFIG)
+
+
+def _dotted_keys(node, prefix: str = "") -> set[str]:
+    keys = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            keys |= {f"{prefix}{key}"} | _dotted_keys(value, f"{prefix}{key}.")
+    return keys
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     """Train and return the final eval return (what a sweeper optimises).
@@ -114,6 +151,7 @@ def main() -> None:
         resume_main(resume[-1].split("=", 1)[1], [arg for arg in argv if not arg.startswith("resume=")])
         return
     check_group_choices(argv)
+    check_override_keys(argv)
     hydra_main()
     if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)

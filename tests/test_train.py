@@ -321,3 +321,15 @@ def test_console_logging_goes_through_the_progress_bar_while_it_is_shown(tmp_pat
     finally:
         root.removeHandler(console)
     assert "_TqdmLoggingHandler" in seen["handlers"] and "StreamHandler" not in seen["handlers"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["algo.gama=0.9"], "error: algo.gama is not a key of the config; did you mean algo.gamma?"),
+    (["algo=iqn", "algo.num_tau_sample=8"], "did you mean algo.num_tau_samples?"),
+    (["-m", "algo=dqn,iqn", "train.total_step=10"], "did you mean train.total_steps?"),
+])
+def test_a_misspelled_key_gets_one_line_with_the_closest_key_and_exit_2(tmp_path, args, message):
+    result = run_cli(*args, f"hydra.run.dir={tmp_path}", f"hydra.sweep.dir={tmp_path}")
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(errors) == 1 and message in errors[0], result.stderr
+    assert "+" in errors[0]  # how to add a new key instead
