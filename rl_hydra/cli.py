@@ -14,7 +14,7 @@ import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rl_hydra import sweep_report
 from rl_hydra.config import CONF_DIR
@@ -72,9 +72,12 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             cfg = compose(config_name="train", overrides=groups)
     except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
         return
-    known = _dotted_keys(OmegaConf.to_container(cfg, resolve=False))
+    container = OmegaConf.to_container(cfg, resolve=False)
+    known = _dotted_keys(container)
     for key in keys:
-        if key not in known:
+        parent = key.rsplit(".", 1)[0]
+        indexes_a_list = isinstance(OmegaConf.select(cfg, parent, default=None), ListConfig)  # hidden_sizes.0=64
+        if key not in known and not indexes_a_list:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}? " if close else ""
             fail(f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "

@@ -334,3 +334,9 @@ def test_a_misspelled_key_gets_one_line_with_the_closest_key_and_exit_2(tmp_path
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(errors) == 1 and message in errors[0], result.stderr
     assert "+" in errors[0]  # how to add a new key instead
+
+
+def test_key_checks_let_list_indexes_and_new_keys_through():
+    result = run_cli("--cfg", "job", "network.hidden_sizes.0=32", "+algo.new_key=1")
+    assert result.returncode == 0, result.stderr
+    assert "- 32" in result.stdout and "new_key: 1" in result.stdout
