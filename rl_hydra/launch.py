@@ -65,10 +65,11 @@ IGNORED_DIFFERENCES = ("train.progress",)   # a sweep turns the progress bar off
 
 
 def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
-    """A directory that already holds a run may only be launched into again with the same config
-    (a re-launched sweep); a different one is refused, naming the keys that differ."""
+    """A directory that already holds a run's output may only be launched into again with the same
+    config (a re-launched sweep); a different one is refused, naming the keys that differ. A job
+    refused before its first step left no output, so a corrected config simply runs there."""
     recorded = directory.hydra / RUN_CONFIG
-    if recorded.is_file() and (directory.summary_json.is_file() or directory.checkpoints.is_dir()):
+    if recorded.is_file() and (directory.checkpoints.is_dir() or directory.metrics_csv.is_file()):
         before, now = _flat(OmegaConf.load(recorded)), _flat(cfg)
         differ = sorted(k for k in before.keys() | now.keys()
                         if before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
