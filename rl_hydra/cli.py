@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rl_hydra import sweep_report
-from rl_hydra.config import CONF_DIR
+from rl_hydra.config import CONF_DIR, flat_config
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -72,8 +72,8 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             cfg = compose(config_name="train", overrides=groups)
     except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
         return
-    container = OmegaConf.to_container(cfg, resolve=False)
-    known = _dotted_keys(container)
+    # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
+    known = {".".join(key.split(".")[:n]) for key in flat_config(cfg) for n in range(1, key.count(".") + 2)}
     for key in keys:
         parent = key.rsplit(".", 1)[0]
         indexes_a_list = isinstance(OmegaConf.select(cfg, parent, default=None), ListConfig)  # hidden_sizes.0=64
@@ -82,14 +82,6 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             hint = f"did you mean {close[0]}? " if close else ""
             fail(f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "
                  f"python train.py --cfg job shows every key)", EXIT_CONFIG)
-
-
-def _dotted_keys(node, prefix: str = "") -> set[str]:
-    keys = set()
-    if isinstance(node, dict):
-        for key, value in node.items():
-            keys |= {f"{prefix}{key}"} | _dotted_keys(value, f"{prefix}{key}.")
-    return keys
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")

@@ -19,6 +19,24 @@ class ConfigError(ValueError):
     """A config value that cannot work; the message is one user-facing line."""
 
 
+def flat_config(cfg: Any) -> dict[str, Any]:
+    """{"algo.gamma": 0.99, ...}: the leaves of a config by dotted key (lists and empty dicts as
+    whole values), interpolations left as written."""
+    from omegaconf import OmegaConf
+
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg, "")
+    return flat
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

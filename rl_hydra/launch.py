@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, flat_config
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 log = logging.getLogger("rl_hydra")
@@ -70,7 +70,7 @@ def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
     refused before its first step left no output, so a corrected config simply runs there."""
     recorded = directory.hydra / RUN_CONFIG
     if recorded.is_file() and (directory.checkpoints.is_dir() or directory.metrics_csv.is_file()):
-        before, now = _flat(OmegaConf.load(recorded)), _flat(cfg)
+        before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
         differ = sorted(k for k in before.keys() | now.keys()
                         if before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
         if differ:
@@ -85,21 +85,6 @@ def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
 def record_run_config(directory: RunDirectory, cfg: DictConfig) -> None:
     directory.hydra.mkdir(parents=True, exist_ok=True)
     (directory.hydra / RUN_CONFIG).write_text(OmegaConf.to_yaml(cfg))
-
-
-def _flat(cfg: DictConfig) -> dict[str, Any]:
-    """{"algo.gamma": 0.99, ...} of the leaves of a config (lists as whole values)."""
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        else:
-            flat[prefix[:-1]] = node
-
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
-    return flat
 
 
 def remove_refused_run(directory: RunDirectory) -> None:
@@ -150,10 +135,9 @@ def log_to_file(path: Path) -> Iterator[None]:
         handler.close()
 
 
-def identity(cfg: DictConfig, directory: RunDirectory) -> dict[str, Any]:
-    from rl_hydra.loops.runner import run_identity
-
-    return run_identity(cfg, directory, OmegaConf.select(cfg, "algo._target_", default="?").rsplit(".", 1)[-1])
+def _target_name(cfg: DictConfig) -> str:
+    """The algo's class name, what summary.json names when the run's config choice is unknown."""
+    return OmegaConf.select(cfg, "algo._target_", default="?").rsplit(".", 1)[-1]
 
 
 def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool, keep_refused: bool) -> dict[str, Any]:
@@ -175,7 +159,8 @@ def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool, keep_
         return run(cfg, run_dir, resume=resume)
     except (ConfigError, RunError) as error:
         if not resume and keep_refused:
-            directory.write_summary({"status": "failed", "reason": str(error), **identity(cfg, directory)})
+            directory.write_summary({"status": "failed", "reason": str(error),
+                                     **directory.identity(cfg, _target_name(cfg))})
         raise RunFailed(str(error), EXIT_CONFIG) from None
     except TrainingDiverged as error:
         raise RunFailed(f"training diverged: {error}", EXIT_FAILED) from None
@@ -186,6 +171,6 @@ def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool, keep_
         reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
         directory.path.mkdir(parents=True, exist_ok=True)
         (directory.path / "traceback.txt").write_text(traceback.format_exc())
-        directory.write_summary({"status": "failed", "reason": reason, **identity(cfg, directory)})
+        directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, _target_name(cfg))})
         raise RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})",
                         EXIT_FAILED) from None

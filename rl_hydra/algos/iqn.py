@@ -3,9 +3,9 @@
 Instead of N fixed fractions, IQN samples tau ~ U(0, 1) and the network maps (s, tau)
 to the tau-quantile of Z(s, a). Each update draws N fractions for the online quantiles,
 N' for the target samples and K for choosing the greedy next action; exploring actions
-take the mean over K sampled quantiles, greedy ones (evaluation) over K evenly spaced ones. The loss is the same quantile Huber loss as QR-DQN,
-with per-sample fractions. Exploration, target syncs, the optimiser step and
-checkpoints are DQN's.
+take the mean over K sampled quantiles, greedy ones (evaluation) over K evenly spaced ones.
+The loss is the same quantile Huber loss as QR-DQN, with per-sample fractions. Exploration,
+target syncs, the optimiser step and checkpoints are DQN's.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class Runner:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         solved = evaluator.solved_at or {}
         return {
-            "status": status, "reason": reason, **run_identity(self.cfg, self.run_dir, self.agent.name),
+            "status": status, "reason": reason, **self.run_dir.identity(self.cfg, self.agent.name),
             "global_step": self.global_step, "updates": self.agent.updates,
             "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
@@ -171,13 +171,6 @@ class Runner:
         self.reporter.close()
         self.env.close()
         self.evaluator.close()
-
-
-def run_identity(cfg: DictConfig, run_dir: RunDirectory, algo_name: str | None = None) -> dict[str, Any]:
-    """What a run is: the algo and env options it chose (from .hydra/hydra.yaml; without it, the
-    agent's name and the env id), the env id and the seed."""
-    return {"algo": run_dir.config_choice("algo") or algo_name, "env": run_dir.config_choice("env") or cfg.env.id,
-            "env_id": cfg.env.id, "seed": cfg.seed}
 
 
 def divergence_hint(cfg: DictConfig) -> str:

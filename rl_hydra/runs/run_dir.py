@@ -69,6 +69,12 @@ class RunDirectory:
         choices = ((yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("runtime", {}) or {}).get("choices")
         return (choices or {}).get(group)
 
+    def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
+        """What a run is, for summary.json: the algo and env options it chose (without
+        .hydra/hydra.yaml, `algo_name` and the env id), the env id and the seed."""
+        return {"algo": self.config_choice("algo") or algo_name, "env": self.config_choice("env") or cfg.env.id,
+                "env_id": cfg.env.id, "seed": cfg.seed}
+
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
 
