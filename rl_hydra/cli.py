@@ -54,7 +54,8 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
 
 def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Reject `key=value` arguments whose key the composed config lacks, in one line with the
-    closest keys (Hydra's own report is six lines and exits 1). New keys need `+key=value`."""
+    closest keys (Hydra's own report is six lines and exits 1), and a required key (`???`, such
+    as env=gym's env.id) that is not given. New keys need `+key=value`."""
     import difflib
 
     from hydra import compose, initialize_config_dir
@@ -62,8 +63,6 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     pairs = [arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith("-")]
     keys = [key for key, _ in pairs if not key.startswith(("+", "~", "hydra.", "hydra/")) and key not in GROUPS
             and "@" not in key]
-    if not keys:
-        return
     # the groups as chosen (the first option of a sweep list), so that their keys are there
     groups = [f"{key}={value.split(',')[0]}" for key, value in pairs if key.lstrip("+~") in GROUPS
               and not key.startswith("~") and "(" not in value]
@@ -72,6 +71,10 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             cfg = compose(config_name="train", overrides=groups)
     except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
         return
+    for key in sorted(OmegaConf.missing_keys(cfg) - {key.lstrip("+") for key, _ in pairs}):
+        fail(f"{key} is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"
+             if key == "env.id" else f"{key} is required here (it is ??? in the chosen groups); give {key}=...",
+             EXIT_CONFIG)
     # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
     known = {".".join(key.split(".")[:n]) for key in flat_config(cfg) for n in range(1, key.count(".") + 2)}
     for key in keys:

@@ -6,11 +6,13 @@ what is allowed; the CLI prints that line and exits with status 2.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
 
@@ -19,11 +21,60 @@ class ConfigError(ValueError):
     """A config value that cannot work; the message is one user-facing line."""
 
 
+# --- env groups, presets and run names ---------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def group_env_id(choice: str) -> str | None:
+    """The `id` an env group's file sets (following its defaults list), or None (env=gym: `???`)."""
+    path = CONF_DIR / "env" / f"{choice}.yaml"
+    if not path.is_file():
+        return None
+    node = OmegaConf.load(path)
+    if "id" in node:
+        return None if OmegaConf.is_missing(node, "id") else node.id
+    parents = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+    return group_env_id(parents[0]) if parents else None
+
+
+def env_groups_for(env_id: str) -> list[str]:
+    """The env groups (conf/env/*.yaml) that run `env_id`, for messages."""
+    return sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml") if group_env_id(p.stem) == env_id)
+
+
+def env_label(env_id: str) -> str:
+    """A file-name-safe name for an env id: `ALE/Pong-v5` -> `ALE-Pong-v5`, `pkg.mod:Corridor-v0` -> `Corridor-v0`."""
+    return re.sub(r"[^\w.-]+", "-", str(env_id).split(":")[-1]).strip("-") or "env"
+
+
+def run_env_name(choice: str, env_id: str) -> str:
+    """The env part of a run directory's name: the env group's name while it runs the id it was
+    written for (`cartpole`), else the id actually run (`env=gym env.id=MountainCar-v0` -> `MountainCar-v0`)."""
+    return choice if group_env_id(choice) == env_id else env_label(env_id)
+
+
+def register_resolvers() -> None:
+    """`${rl_hydra.env_name:<env choice>,<env.id>}`, used by hydra.run.dir in conf/train.yaml."""
+    if not OmegaConf.has_resolver("rl_hydra.env_name"):
+        OmegaConf.register_new_resolver("rl_hydra.env_name", run_env_name)
+
+
+register_resolvers()
+
+
+def check_preset(cfg: DictConfig) -> None:
+    """A tuned preset (conf/algo_env/) runs only on the env id it was tuned for."""
+    preset = cfg.get("preset")
+    if not preset or preset.get("env_id") in (None, cfg.env.id):
+        return
+    groups = [g for g in env_groups_for(cfg.env.id) if g != "cartpole_novel"]
+    own = f"env={groups[0]} (with its own preset, if any), " if groups else ""
+    raise ConfigError(f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
+                      f"choose {own}env=gym env.id={cfg.env.id} (the algorithm's defaults), "
+                      f"or ~algo_env to drop the preset")
+
+
 def flat_config(cfg: Any) -> dict[str, Any]:
     """{"algo.gamma": 0.99, ...}: the leaves of a config by dotted key (lists and empty dicts as
     whole values), interpolations left as written."""
-    from omegaconf import OmegaConf
-
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -116,3 +167,4 @@ def validate_run_config(cfg: DictConfig) -> None:
         cfg.env.max_episode_steps = check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
     if not isinstance(cfg.env.id, str) or not cfg.env.id:
         raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")
+    check_preset(cfg)

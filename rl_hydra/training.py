@@ -212,22 +212,25 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
                            f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
         log.info("resuming %s at step %d", run_dir.path, runner.global_step)
     loop = pick_loop(agent)
+    status = "failed"   # unless the loop ends or is stopped; the loggers end with summary.json's status
     try:
         with stop_at_step_boundary(runner), log_through_progress_bar(runner.reporter.show_progress):
             runner.start()
             loop(runner)
         runner.save_checkpoint("last")
         summary = runner.summary("completed")
+        run_dir.write_summary(summary)
+        status = "completed"
     except TrainingDiverged as error:
         run_dir.write_summary(runner.summary("failed", reason=str(error)))
         raise
     except StopRequested:
         runner.save_checkpoint("last")
         run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
+        status = "interrupted"
         raise
     finally:
-        runner.close()
-    run_dir.write_summary(summary)
+        runner.close(status)
     log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s); run directory: %s",
              summary["eval_return_mean"], summary["global_step"], summary["wall_time_s"],
              summary["steps_per_second"], run_dir.path)

@@ -25,6 +25,11 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose(config_name="train", overrides=list(overrides))
 
 
+def env_overrides(group: str) -> list[str]:
+    """`env=<group>`, with an id for env=gym (whose env.id is required)."""
+    return [f"env={group}", *(["env.id=MountainCar-v0"] if group == "gym" else [])]
+
+
 def run_training(run_dir: Path, *overrides: str) -> dict:
     """Train in-process through rl_hydra.training.run, the code path train.py takes."""
     from rl_hydra.training import run

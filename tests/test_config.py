@@ -7,17 +7,17 @@ from omegaconf import OmegaConf
 
 from rl_hydra.config import ConfigError
 from rl_hydra.training import build_components
-from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
+from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 # which action space each algorithm handles; a new algorithm must be added here
 ACTION_KIND = {"dqn": "discrete", "qr_dqn": "discrete", "iqn": "discrete", "drqn": "discrete",
-               "redq": "continuous"}
+               "redq": "continuous", "sac": "continuous"}
 
 
 def env_action_kind(env: str) -> str:
-    space = gym.make(compose_config(f"env={env}").env.id).action_space   # composed: an alias file has no id
+    space = gym.make(compose_config(*env_overrides(env)).env.id).action_space   # composed: an alias file has no id
     return "discrete" if isinstance(space, gym.spaces.Discrete) else "continuous"
 
 
@@ -38,7 +38,7 @@ def test_composed_config_names_a_target_for_algo_network_and_buffer(algo):
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("algo", ALGOS)
 def test_algo_env_pair_builds_or_fails_clearly(algo, env):
-    cfg = compose_config(f"algo={algo}", f"env={env}", "device=cpu")
+    cfg = compose_config(f"algo={algo}", *env_overrides(env), "device=cpu")
     if ACTION_KIND[algo] == env_action_kind(env):
         agent, vec_env, buffer = build_components(cfg, torch.device("cpu"))
         actions, _ = agent.act(vec_env.reset()[0], explore=False)

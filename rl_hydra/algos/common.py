@@ -17,7 +17,8 @@ def require_discrete(action_space: gym.Space, algo: str) -> int:
     """Number of actions of a Discrete space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ConfigError(f"algo={algo} needs a discrete action space but the env has {action_space}; "
-                          f"use a discrete env (cartpole, acrobot) or a continuous-action algo (redq)")
+                          "use a discrete env (cartpole, acrobot, mountain_car, lunar_lander) "
+                          "or a continuous-action algo (sac, redq)")
     return int(action_space.n)
 
 
@@ -25,7 +26,8 @@ def require_box(action_space: gym.Space, algo: str) -> int:
     """Action dimension of a 1-d Box space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise ConfigError(f"algo={algo} needs a continuous (Box) action space but the env has {action_space}; "
-                          f"use a continuous env (pendulum) or a discrete-action algo (dqn, qr_dqn, iqn, drqn)")
+                          "use a continuous env (pendulum, mountain_car_continuous, hopper, ...) "
+                          "or a discrete-action algo (dqn, qr_dqn, iqn, drqn)")
     return int(action_space.shape[0])
 
 

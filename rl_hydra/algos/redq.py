@@ -3,7 +3,8 @@
 SAC with an ensemble of N critics and many updates per env step. Each critic update
 regresses all N critics onto one target built from the min over a fresh random subset
 of M target critics; the actor ascends the mean over all N critics. The temperature
-alpha is learned toward a target entropy (default -action_dim).
+alpha is learned toward a target entropy (default -action_dim). SAC itself is the case
+N = M = 2, G = 1 with the actor on the min of both critics (algos/sac.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def redq_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q_subset: 
     return rewards + gamma * (1.0 - terminated) * next_value                    # (B,)
 
 
+def actor_q_value(q_values: torch.Tensor, reduction: str) -> torch.Tensor:
+    """What the actor ascends: the mean over the critics (REDQ) or their min (SAC's clipped double Q)."""
+    # q_values: (B, N)
+    return q_values.mean(dim=1) if reduction == "mean" else q_values.min(dim=1).values   # (B,)
+
+
 def ensemble_mse(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Sum over critics of each critic's mean squared error to the shared target."""
     # q_values: (B, N); targets: (B,)
@@ -60,7 +67,7 @@ class REDQ:
                  batch_size: int = 256, learning_starts: int = 5000, train_every: int = 1,
                  gradient_steps: int = 20, policy_delay: int = 20, initial_alpha: float = 1.0,
                  learn_alpha: bool = True, target_entropy: float | str = "auto",
-                 max_grad_norm: float | None = None):
+                 max_grad_norm: float | None = None, actor_q: str = "mean"):
         del total_steps  # REDQ has no schedule over the run
         self.device = torch.device(device)
         self.action_dim = require_box(action_space, self.name)
@@ -78,6 +85,7 @@ class REDQ:
         self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
         self.policy_delay = check_int("algo.policy_delay", policy_delay, minimum=1)
         self.learn_alpha = check_choice("algo.learn_alpha", learn_alpha, (True, False))
+        self.actor_q = check_choice("algo.actor_q", actor_q, ("mean", "min"))
         initial_alpha = check_float("algo.initial_alpha", initial_alpha, 0.0, exclusive_min=True)
         self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
                                else check_float("algo.target_entropy", target_entropy))
@@ -150,10 +158,11 @@ class REDQ:
 
     def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor,
                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """E[alpha * log pi(a | s) - mean_i Q_i(s, a)] with a = tanh(mean + std * noise), and log pi (B,)."""
+        """E[alpha * log pi(a | s) - Q(s, a)] with a = tanh(mean + std * noise) and Q the mean (or min)
+        over the critics, and log pi (B,)."""
         actions, log_prob = self.actor.sample(obs, noise=noise)                               # (B, A), (B,)
-        q_mean = self.critic(obs, actions, frozen=True).mean(dim=1)                           # (B,)
-        return (alpha * log_prob - q_mean).mean(), log_prob
+        q_value = actor_q_value(self.critic(obs, actions, frozen=True), self.actor_q)         # (B,)
+        return (alpha * log_prob - q_value).mean(), log_prob
 
     def standard_normal(self, batch_size: int) -> torch.Tensor:
         """Noise for `batch_size` reparameterised actions: (B, A) from the agent's generator."""

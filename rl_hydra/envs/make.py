@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -14,12 +16,51 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.config import ConfigError
 
 
-def check_env_id(env_id: str) -> None:
-    if env_id in gym.registry:
+# the module each install extra provides, and the extra that provides each module gymnasium may miss
+EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "minatar": "minatar"}
+
+
+def install_hint(extra: str) -> str:
+    return f'pip install -e ".[{extra}]"'
+
+
+def check_extra(env_cfg: DictConfig) -> None:
+    """The env group's install extra (`env.extra`) is installed, or one line names the pip command."""
+    extra = env_cfg.get("extra")
+    if extra is None:
         return
-    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    module = EXTRA_MODULES.get(extra)
+    if module is None:
+        raise ConfigError(f"env.extra={extra!r} is not known; choose one of: {', '.join(EXTRA_MODULES)}")
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"env.id={env_cfg.id} needs the {extra} extra ({module} is not installed): "
+                          f"{install_hint(extra)}")
+
+
+def check_env_id(env_id: str) -> None:
+    """A registered id, or gymnasium's `module:EnvId` form whose module registers EnvId on import."""
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id={env_id!r}: cannot import its module {module!r} ({error})") from None
+    if name in gym.registry:
+        return
+    close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
     hint = f"did you mean: {', '.join(close)}?" if close else "e.g. CartPole-v1, Acrobot-v1, Pendulum-v1"
-    raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium environment; {hint}")
+    where = f" by module {env_id.split(':')[0]!r}" if ":" in env_id else ""
+    raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium environment{where}; {hint}")
+
+
+def missing_dependency(env_id: str, error: Exception) -> str:
+    """One line for an env whose package is missing (env=gym has no `extra` to check ahead)."""
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    for extra, module in EXTRA_MODULES.items():
+        if module.lower() in message.lower():
+            return f"env.id={env_id} needs the {extra} extra ({message}): {install_hint(extra)}"
+    return f"env.id={env_id} cannot be made: {message}"
 
 
 class SameStepVectorEnv(SyncVectorEnv):
@@ -57,13 +98,17 @@ class SameStepVectorEnv(SyncVectorEnv):
 def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable[[], gym.Env]:
     """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with
     `env.max_episode_steps`, then each of `env.wrappers` in order."""
+    check_extra(env_cfg)
     check_env_id(env_cfg.id)
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
     wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
 
     def factory() -> gym.Env:
-        env = gym.make(env_cfg.id, render_mode=render_mode,
-                       max_episode_steps=env_cfg.get("max_episode_steps"), **kwargs)
+        try:
+            env = gym.make(env_cfg.id, render_mode=render_mode,
+                           max_episode_steps=env_cfg.get("max_episode_steps"), **kwargs)
+        except gym.error.DependencyNotInstalled as error:
+            raise ConfigError(missing_dependency(env_cfg.id, error)) from None
         for wrap in wrappers:
             env = wrap(env)
         return env

@@ -1,33 +1,46 @@
-"""Where a run's numbers go while it trains: metrics.csv and TensorBoard rows, and the progress bar."""
+"""Where a run's numbers go while it trains: the chosen loggers (metrics.csv first, then
+TensorBoard, MLflow, W&B, ...: rl_hydra/loggers/) and the progress bar."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from typing import Any
+from typing import Any, Mapping
 
+from omegaconf import DictConfig
 from tqdm import tqdm
 
-from rl_hydra.runs.metrics import MetricsLogger
+from rl_hydra.loggers import Logger
 from rl_hydra.runs.run_dir import RunDirectory
+
+log = logging.getLogger(__name__)
 
 
 class Reporter:
-    """One metrics row per logged step (columns fixed at the start) and a progress bar that shows
-    steps, steps/s since the previous row and the latest evaluation return."""
+    """One row per logged step (columns fixed at the start) to every logger, and a progress bar
+    that shows steps, steps/s since the previous row and the latest evaluation return.
 
-    def __init__(self, run_dir: RunDirectory, metric_names, total_steps: int, progress: bool):
-        self.run_dir, self.total_steps, self.show_progress = run_dir, total_steps, progress
+    `loggers` ({name: logger}, "csv" first) get the same rows. metrics.csv is the run's record: its
+    errors stop the run. Any other logger that raises is warned about once and dropped, and the
+    run goes on."""
+
+    def __init__(self, run_dir: RunDirectory, metric_names, total_steps: int, progress: bool,
+                 loggers: Mapping[str, Logger], cfg: DictConfig):
+        self.run_dir, self.total_steps, self.show_progress, self.cfg = run_dir, total_steps, progress, cfg
         self.columns = ["time/elapsed_s", "time/sps", "rollout/return_mean", "rollout/length_mean",
                         "rollout/episodes", *(f"train/{m}" for m in metric_names),
                         "eval/return_mean", "eval/return_std", "eval/length_mean"]
-        self.metrics: MetricsLogger | None = None
+        self.csv, *others = loggers.values()
+        self.others = dict(zip(list(loggers)[1:], others))
         self.progress = None
 
     def start(self, step: int) -> None:
-        """Open the files; a resumed run (step > 0) drops rows logged after its checkpoint."""
+        """Open the loggers; a resumed run (step > 0) drops rows logged after its checkpoint."""
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        self.metrics = MetricsLogger(self.run_dir.metrics_csv, self.columns, self.run_dir.tensorboard,
-                                     resume_from_step=step or None)
+        self.csv.start(self.run_dir, self.cfg, step, self.columns)
+        for name in list(self.others):
+            self._call(name, "start", self.run_dir, self.cfg, step, self.columns)
         self.progress = tqdm(total=self.total_steps, initial=step, unit="step", dynamic_ncols=True,
                              disable=not self.show_progress, mininterval=0.5)
         self._row_time, self._row_step = time.perf_counter(), step
@@ -37,14 +50,33 @@ class Reporter:
         now = time.perf_counter()
         sps = (step - self._row_step) / max(now - self._row_time, 1e-9)
         self._row_time, self._row_step = now, step
-        self.metrics.log(step, {"time/sps": round(sps, 1), **row})
+        row = {"time/sps": round(sps, 1), **row}
+        self.csv.log(step, row)
+        for name in list(self.others):
+            self._call(name, "log", step, row)
         self.progress.update(step - self.progress.n)
         postfix = {"sps": f"{sps:.0f}"}
         if eval_return is not None:
             postfix["eval"] = f"{eval_return:.1f}"
         self.progress.set_postfix(postfix, refresh=False)
 
-    def close(self) -> None:
-        if self.metrics is not None:
-            self.metrics.close()
-            self.progress.close()
+    def close(self, status: str = "completed") -> None:
+        """End every logger with the run's status (summary.json's: completed, failed, interrupted)."""
+        if self.progress is None:   # never started
+            return
+        for name in list(self.others):
+            self._call(name, "finish", status)
+        self.csv.finish(status)
+        self.progress.close()
+
+    def _call(self, name: str, method: str, *args: Any) -> None:
+        logger = self.others[name]
+        try:
+            getattr(logger, method)(*args)
+        except Exception as error:  # noqa: BLE001 - disk full, server unreachable, ...: the run goes on
+            log.warning("logger=%s failed (%s: %s); the run goes on without it, metrics.csv keeps every row",
+                        name, type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+            del self.others[name]
+            if method != "finish":
+                with contextlib.suppress(Exception):   # let it release what it holds
+                    logger.finish("failed")

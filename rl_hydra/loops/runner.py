@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
 from rl_hydra.loops.monitor import TrainingDiverged, UpdateMonitor
 from rl_hydra.loops.reporting import Reporter
@@ -44,7 +45,8 @@ class Runner:
         self.monitor = UpdateMonitor(torch.device(getattr(agent, "device", "cpu")).type == "cpu",
                                      divergence_hint(cfg))
         self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
-        self.reporter = Reporter(self.run_dir, agent.metric_names, train.total_steps, train.progress)
+        self.reporter = Reporter(self.run_dir, agent.metric_names, train.total_steps, train.progress,
+                                 build_loggers(cfg.get("logger")), cfg)
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         self.stop_requested = False
@@ -167,8 +169,9 @@ class Runner:
             "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
 
-    def close(self) -> None:
-        self.reporter.close()
+    def close(self, status: str = "completed") -> None:
+        """`status`: the run's, as summary.json has it (completed, failed, interrupted)."""
+        self.reporter.close(status)
         self.env.close()
         self.evaluator.close()
 

@@ -1,16 +1,15 @@
-"""metrics.csv (one row per logged step, fixed columns) mirrored to TensorBoard."""
+"""metrics.csv: one row per logged step, fixed columns; a resumed run drops the rows logged after
+its checkpoint."""
 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 
-class MetricsLogger:
-    def __init__(self, csv_path: Path, columns: Iterable[str], tensorboard_dir: Path | None = None,
-                 resume_from_step: int | None = None):
+class MetricsCSV:
+    def __init__(self, csv_path: Path, columns: Iterable[str], resume_from_step: int | None = None):
         self.columns = ["step", *columns]
         self.csv_path = csv_path
         if resume_from_step is not None and csv_path.is_file():
@@ -21,12 +20,6 @@ class MetricsLogger:
         if new_file:
             self.writer.writeheader()
             self.file.flush()
-        self.tb = None
-        if tensorboard_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
-            # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
-            purge = None if resume_from_step is None else resume_from_step + 1
-            self.tb = SummaryWriter(str(tensorboard_dir), purge_step=purge)
 
     def _truncate_after(self, step: int) -> None:
         """Drop rows logged after `step` (they belong to progress a resume replays)."""
@@ -38,18 +31,12 @@ class MetricsLogger:
             writer.writeheader()
             writer.writerows(kept)
 
-    def log(self, step: int, values: dict[str, float]) -> None:
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
         self.writer.writerow({"step": step, **{k: _fmt(v) for k, v in values.items()}})
         self.file.flush()
-        if self.tb is not None:
-            for key, value in values.items():
-                if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                    self.tb.add_scalar(key, value, step)
 
     def close(self) -> None:
         self.file.close()
-        if self.tb is not None:
-            self.tb.close()
 
 
 def _fmt(value) -> str:

@@ -1,0 +1,27 @@
+"""metrics.csv: the run's own record of every row, which resume, evaluate and sweep reports read."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from omegaconf import DictConfig
+
+from rl_hydra.runs.metrics import MetricsCSV
+from rl_hydra.runs.run_dir import RunDirectory
+
+
+class CSVLogger:
+    """Always on: the Reporter adds it when the `logger` list leaves it out."""
+
+    def __init__(self) -> None:
+        self.file: MetricsCSV | None = None
+
+    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+        self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step or None)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self.file.log(step, metrics)
+
+    def finish(self, status: str) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -1,0 +1,176 @@
+"""MLflow: one MLflow run per run directory, named after it, nested in one parent run per sweep.
+
+The store is `logger.mlflow.tracking_uri`, else $MLFLOW_TRACKING_URI, else the local sqlite file
+outputs/mlflow.db with the artifacts beside it in outputs/mlartifacts/ (docs/tracking.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.config import ConfigError, flat_config
+from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
+from rl_hydra.runs.run_dir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE = "sqlite:///outputs/mlflow.db"
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}   # summary.json's -> MLflow's
+RUN_DIR_TAG = "rl_hydra.run_dir"
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """`uri`, else $MLFLOW_TRACKING_URI, else DEFAULT_STORE; a relative sqlite path made absolute,
+    so that a run resumed from another directory finds its store."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).resolve())
+    return uri
+
+
+def sqlite_file(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:////") else None
+
+
+class MLflowLogger:
+    """Params: the flattened composed config. Metrics: every row, as it is logged. At the end:
+    summary.json, .hydra/ and checkpoints/best.pt as artifacts, and the status summary.json has
+    (completed, failed, interrupted -> FINISHED, FAILED, KILLED). A later session of the same run
+    directory (resume, re-launched sweep) continues the run recorded in its tracking.json."""
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str = "rl-hydra"):
+        require("mlflow", "mlflow")
+        self.tracking_uri, self.experiment = resolve_tracking_uri(tracking_uri), experiment
+        self.client = None
+        self.run_id: str | None = None
+        self.run_dir: RunDirectory | None = None
+
+    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+        self.run_dir = run_dir
+        sweep = sweep_of(run_dir.path)
+        parent = recall(sweep, "mlflow") if sweep is not None else {}
+        tags = {"mlflow.parentRunId": parent["run_id"]} if parent.get("tracking_uri") == self.tracking_uri else {}
+        self.run_id = self.open_run(run_dir.path, run_dir.path.name, tags)
+        self._log_params(flat_config(OmegaConf.to_container(cfg, resolve=True)))
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step)
+                                                    for key, value in numbers(metrics).items()])
+
+    def finish(self, status: str) -> None:
+        if self.run_id is None:
+            return
+        try:
+            self._log_artifacts()
+        finally:
+            self.client.set_terminated(self.run_id, STATUS.get(status, "FAILED"))
+
+    def open_run(self, directory: Path, name: str, tags: dict[str, str]) -> str:
+        """The run that `directory` recorded in this store, running again, or a new one recorded there."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        if sqlite_file(self.tracking_uri) is not None:
+            sqlite_file(self.tracking_uri).parent.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(self.tracking_uri)
+        record = recall(directory, "mlflow")
+        if record.get("tracking_uri") == self.tracking_uri:
+            try:
+                self.client.update_run(record["run_id"], status="RUNNING")
+                return record["run_id"]
+            except MlflowException:   # deleted from the store since: a new run
+                pass
+        run = self.client.create_run(self._experiment_id(), run_name=name,
+                                     tags={RUN_DIR_TAG: str(directory.resolve()), **tags})
+        remember(directory, "mlflow", tracking_uri=self.tracking_uri, run_id=run.info.run_id)
+        return run.info.run_id
+
+    def _experiment_id(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(self.experiment)
+        if found is None:
+            database = sqlite_file(self.tracking_uri)
+            location = (database.parent / "mlartifacts" / self.experiment).as_uri() if database else None
+            try:
+                return self.client.create_experiment(self.experiment, artifact_location=location)
+            except MlflowException:   # a parallel job created it first
+                found = self.client.get_experiment_by_name(self.experiment)
+                if found is None:
+                    raise
+        return found.experiment_id
+
+    def _log_params(self, params: dict[str, Any]) -> None:
+        """The params the run lacks: a continued run keeps its first values (MLflow params never
+        change); its .hydra/ artifact has the config it ends with."""
+        from mlflow.entities import Param
+
+        have = self.client.get_run(self.run_id).data.params
+        new = [Param(key, str(value)) for key, value in params.items() if key not in have]
+        for i in range(0, len(new), 100):   # at most 100 params a batch
+            self.client.log_batch(self.run_id, params=new[i:i + 100])
+
+    def _log_artifacts(self) -> None:
+        run_dir = self.run_dir
+        if run_dir.summary_json.is_file():
+            self.client.log_artifact(self.run_id, str(run_dir.summary_json))
+        if run_dir.hydra.is_dir():
+            self.client.log_artifacts(self.run_id, str(run_dir.hydra), ".hydra")
+        best = run_dir.checkpoints / "best.pt"
+        if best.is_file():
+            self.client.log_artifact(self.run_id, str(best), "checkpoints")
+
+
+class MLflowSweep(Callback):
+    """A sweep whose jobs log to MLflow gets one parent run, named after the sweep directory. This
+    Hydra callback opens it in the process that launches the sweep and records it in
+    <sweep dir>/tracking.json, where every job finds it, in whatever process its launcher runs it;
+    at the end the parent gets FAILED if a job failed, KILLED if one was interrupted, else FINISHED."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
+        if logger is None:
+            return
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            overrides = " ".join(OmegaConf.select(config, "hydra.overrides.task", default=[]))
+            logger.open_run(sweep_dir, str(sweep_dir), {"rl_hydra.overrides": overrides})
+        except Exception as error:  # noqa: BLE001 - the jobs still train and log, without a parent
+            log.warning("MLflow: no parent run for sweep %s (%s: %s)", sweep_dir, type(error).__name__, error)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
+        record = recall(sweep_dir, "mlflow") if logger is not None else {}
+        if record.get("tracking_uri") != getattr(logger, "tracking_uri", None):
+            return
+        statuses = {json.loads(p.read_text()).get("status") for p in sweep_dir.glob("*/summary.json")}
+        status = "FAILED" if "failed" in statuses else "KILLED" if "interrupted" in statuses else "FINISHED"
+        try:
+            from mlflow import MlflowClient
+
+            MlflowClient(logger.tracking_uri).set_terminated(record["run_id"], status)
+        except Exception as error:  # noqa: BLE001
+            log.warning("MLflow: sweep %s's parent run not ended (%s: %s)", sweep_dir, type(error).__name__, error)
+
+
+def _sweep_logger(config: DictConfig) -> MLflowLogger | None:
+    """The sweep's MLflow logger, when its jobs have one and mlflow is installed (if not, each
+    job's run stops with the line that says so)."""
+    node = OmegaConf.select(config, "logger.mlflow")
+    if node is None:
+        return None
+    try:
+        return MLflowLogger(node.get("tracking_uri"), node.get("experiment", "rl-hydra"))
+    except ConfigError:
+        return None

@@ -1,0 +1,29 @@
+"""TensorBoard events in <run>/tb/ (`tensorboard --logdir outputs`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from omegaconf import DictConfig
+
+from rl_hydra.loggers.base import numbers
+from rl_hydra.runs.run_dir import RunDirectory
+
+
+class TensorBoardLogger:
+    def __init__(self) -> None:
+        self.writer = None
+
+    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
+
+        # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
+        self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step else None)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        for key, value in numbers(metrics).items():
+            self.writer.add_scalar(key, value, step)
+
+    def finish(self, status: str) -> None:
+        if self.writer is not None:
+            self.writer.close()

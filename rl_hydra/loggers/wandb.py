@@ -1,0 +1,81 @@
+"""Weights & Biases: one W&B run per run directory, offline unless `logger.wandb.mode=online`.
+
+An offline run lands in <run>/wandb/offline-run-<time>-<id>/; `wandb sync <that dir>` uploads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.config import check_choice
+from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
+from rl_hydra.runs.run_dir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+MODES = ("offline", "online", "disabled")
+
+
+class WandbLogger:
+    """Name: the run directory's; group: the sweep's directory; config: the composed config;
+    history: every row; summary: the last values and summary.json's figures. The run finishes with
+    exit code 0 when summary.json says completed, else 1. A later session of the same run
+    directory continues the W&B run id recorded in its tracking.json."""
+
+    def __init__(self, project: str = "rl-hydra", entity: str | None = None, mode: str = "offline",
+                 tags: Sequence[str] | None = None):
+        require("wandb", "wandb")
+        self.mode = check_choice("logger.wandb.mode", mode, MODES)
+        self.project, self.entity, self.tags = project, entity, list(tags or [])
+        self.run = None
+        self.run_dir: RunDirectory | None = None
+        self._saved: tuple[dict[str, str], Any] | None = None
+
+    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+        import wandb
+
+        # wandb.init sets WANDB_* variables and an excepthook for the process: finish puts them back
+        self._saved = ({k: v for k, v in os.environ.items() if k.startswith("WANDB")}, sys.excepthook)
+        self.run_dir = run_dir
+        record = recall(run_dir.path, "wandb")
+        sweep = sweep_of(run_dir.path)
+        group = record.get("group") if record else (str(sweep) if sweep is not None else None)
+        self.run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=run_dir.path,
+                              id=record.get("id"), resume="allow" if record else None, name=run_dir.path.name,
+                              group=group, tags=self.tags, config=OmegaConf.to_container(cfg, resolve=True),
+                              reinit="create_new", settings=wandb.Settings(console="off", silent=True))
+        remember(run_dir.path, "wandb", id=self.run.id, group=group)
+        if self.mode == "offline":
+            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id, Path(self.run.dir).parent)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self.run.log(numbers(metrics), step=step)
+
+    def finish(self, status: str) -> None:
+        try:
+            if self.run is not None:
+                summary = self.run_dir.read_summary() or {}
+                self.run.summary.update(summary if summary.get("status") == status else {"status": status})
+                self.run.finish(exit_code=0 if status == "completed" else 1)
+        finally:
+            self._restore()
+
+    def _restore(self) -> None:
+        if self._saved is None:
+            return
+        environ, excepthook = self._saved
+        self._saved = None
+        if "WANDB_SERVICE" not in environ:   # the service this run started
+            import wandb
+
+            wandb.teardown()
+        for key in [k for k in os.environ if k.startswith("WANDB") and k not in environ]:
+            del os.environ[key]
+        os.environ.update(environ)
+        sys.excepthook = excepthook
