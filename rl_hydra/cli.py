@@ -153,3 +153,7 @@ def main() -> None:
     hydra_main()
     if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":   # python -m rl_hydra.cli, as train.py
+    main()

@@ -1,0 +1,11 @@
+"""Run a benchmark suite (conf/suite/<name>.yaml) over several seeds and write its table.
+
+    python scripts/suite.py discrete [--seeds 5] [--jobs 2] [--out DIR] [--rows dqn_acrobot ...]
+
+Installed, the same command is `rl-hydra-suite`. See rl_hydra/suite.py and docs/suite.md.
+"""
+
+from rl_hydra.suite import main
+
+if __name__ == "__main__":
+    main()

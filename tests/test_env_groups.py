@@ -1,0 +1,112 @@
+"""Env groups, the presets that follow the env they were tuned for, and run directory names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from rl_hydra.api import _compose
+from rl_hydra.config import ConfigError, check_preset, env_label, group_env_id, run_env_name
+from rl_hydra.envs import make
+from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
+
+PRESETS = sorted(p.stem for p in (CONF_DIR / "algo_env").glob("*.yaml"))
+ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
+
+
+def split_preset(name: str) -> tuple[str, str]:
+    """dqn_lunar_lander -> (dqn, lunar_lander): the longest algo option the name starts with."""
+    algo = max((a for a in ALGOS if name.startswith(a + "_")), key=len)
+    return algo, name[len(algo) + 1:]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_names_itself_and_the_env_id_of_its_group(preset):
+    algo, env = split_preset(preset)
+    cfg = compose_config(f"algo={algo}", f"env={env}")
+    assert cfg.preset.env_id == cfg.env.id == group_env_id(env)
+    # an alias file (cartpole_novel) applies the preset it stands for
+    assert cfg.preset.name in (preset, preset.replace("cartpole_novel", "cartpole_no_velocity"))
+
+
+def test_a_preset_is_refused_on_another_env_id_with_the_ways_out(tmp_path):
+    cfg = compose_config("algo=dqn", "env=cartpole", "env.id=Acrobot-v1")
+    with pytest.raises(ConfigError, match=r"algo_env=dqn_cartpole is tuned for env.id=CartPole-v1, not Acrobot-v1; "
+                                          r"choose env=acrobot .*env=gym env.id=Acrobot-v1 .*~algo_env"):
+        check_preset(cfg)
+    result = run_cli("algo=dqn", "env=cartpole", "env.id=Acrobot-v1", *TINY, f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: algo_env=dqn_cartpole is tuned for")
+    assert not (tmp_path / "run").exists()   # a refused run leaves no directory behind
+
+
+def test_dropping_the_preset_or_choosing_env_gym_runs_the_algorithm_defaults():
+    base = OmegaConf.load(CONF_DIR / "algo" / "base" / "dqn.yaml")
+    for overrides in (["env=cartpole", "env.id=Acrobot-v1", "~algo_env"], ["env=gym", "env.id=Acrobot-v1"]):
+        cfg = compose_config("algo=dqn", *overrides)
+        check_preset(cfg)
+        assert cfg.preset is None
+        assert cfg.algo.train_every == base.train_every and cfg.algo.optimizer.lr == base.optimizer.lr
+
+
+def test_the_defaults_are_not_cartpole_s_tuning():
+    tuned = compose_config("algo=dqn", "env=cartpole").algo
+    untuned = compose_config("algo=dqn", "env=gym", "env.id=CartPole-v1").algo
+    assert (tuned.train_every, tuned.gradient_steps) == (256, 128)
+    assert (untuned.train_every, untuned.gradient_steps) == (4, 4)
+
+
+def test_run_directories_are_named_after_the_env_actually_run():
+    assert run_env_name("cartpole", "CartPole-v1") == "cartpole"
+    assert run_env_name("cartpole_novel", "CartPole-v1") == "cartpole_novel"   # via its defaults list
+    assert run_env_name("cartpole", "Acrobot-v1") == "Acrobot-v1"
+    assert run_env_name("gym", "MountainCar-v0") == "MountainCar-v0"
+    assert env_label("ALE/Pong-v5") == "ALE-Pong-v5"
+    assert env_label("tests.plugin_env:PluginCorridor-v0") == "PluginCorridor-v0"
+    _, hydra_cfg = _compose(["algo=dqn", "env=gym", "env.id=MountainCar-v0"])
+    assert hydra_cfg.run.dir.endswith("_dqn_MountainCar-v0")
+    _, hydra_cfg = _compose(["algo=iqn", "env=acrobot"])
+    assert hydra_cfg.run.dir.endswith("_iqn_acrobot")
+
+
+def test_env_gym_without_an_id_is_one_line():
+    result = run_cli("env=gym", *TINY)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: env.id is required here (it is ??? in the chosen groups); "
+                                     "e.g. env=gym env.id=MountainCar-v0")
+
+
+def test_a_plugin_env_in_module_colon_id_form_trains_from_the_command_line(tmp_path):
+    result = run_cli("env=gym", "env.id=tests.plugin_env:PluginCorridor-v0", *TINY, "algo.learning_starts=100",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["env_id"] == "tests.plugin_env:PluginCorridor-v0"
+
+
+@pytest.mark.parametrize("env_id, message", [
+    ("no_such_module:Corridor-v0", "cannot import its module 'no_such_module'"),
+    ("tests.plugin_env:Nowhere-v0", "is not a registered gymnasium environment by module 'tests.plugin_env'"),
+    ("Acrobot-v2", "did you mean: Acrobot-v1"),
+])
+def test_bad_env_ids_are_one_line(env_id, message):
+    with pytest.raises(ConfigError, match=message):
+        make.check_env_id(env_id)
+
+
+def test_a_missing_extra_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(make.EXTRA_MODULES, "box2d", "no_such_box2d_module")
+    with pytest.raises(ConfigError, match=r'^env.id=LunarLander-v3 needs the box2d extra \(no_such_box2d_module is '
+                                          r'not installed\): pip install -e "\.\[box2d\]"$'):
+        make.env_factory(compose_config("env=lunar_lander").env)
+    with pytest.raises(ConfigError, match="env.extra='nope' is not known"):
+        make.check_extra(OmegaConf.create({"id": "CartPole-v1", "extra": "nope"}))
+
+
+def test_gymnasium_s_own_missing_dependency_error_is_turned_into_the_extra():
+    error = make.gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install swig`")
+    assert make.missing_dependency("LunarLander-v3", error) == (
+        'env.id=LunarLander-v3 needs the box2d extra (Box2D is not installed, run `pip install swig`): '
+        'pip install -e ".[box2d]"')
