@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.config import ConfigError
 
 
-# the module each install extra provides, and the extra that provides each module gymnasium may miss
-EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "minatar": "minatar"}
+# the module that each env extra of pyproject.toml installs (what `env.extra` may name)
+EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco"}
 
 
 def install_hint(extra: str) -> str:
