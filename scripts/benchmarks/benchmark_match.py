@@ -46,7 +46,7 @@ def setting_for(algo: str, regime: str, total_steps: int) -> Setting:
     return Setting(algo, regime, total_steps, {**ZOO[algo], **(PER_STEP if regime == "per_step" else {})})
 
 
-def target_update_every(hp: dict) -> int:
+def target_update_every(hp: dict, exact: bool = True) -> int:
     """SB3 syncs the target every `target_update_interval` *env steps*; ours counts *updates*.
 
     SB3's parameters only change inside a training phase (`gradient_steps` updates every
@@ -55,12 +55,20 @@ def target_update_every(hp: dict) -> int:
     used in a phase is the online net at the end of the previous one: ours is a sync every
     `gradient_steps` updates. With train_freq < interval (it must divide it) SB3 syncs every
     interval / train_freq phases, i.e. every that many * gradient_steps updates.
+
+    exact=False also accepts an interval that train_freq does not divide: SB3 then syncs after
+    alternately floor and ceil(interval / train_freq) phases, on average every
+    interval / train_freq * gradient_steps updates, which is returned when it is a whole number
+    (ours syncs at exactly that interval; the nearest one to SB3's).
     """
     interval, train_freq = hp["target_update_interval"], hp["train_freq"]
     if train_freq >= interval:
         return hp["gradient_steps"]
     if interval % train_freq:
-        raise ValueError(f"target_update_interval={interval} is not a multiple of train_freq={train_freq}")
+        mean = interval * hp["gradient_steps"] / train_freq
+        if exact or mean != int(mean):
+            raise ValueError(f"target_update_interval={interval} is not a multiple of train_freq={train_freq}")
+        return int(mean)
     return interval // train_freq * hp["gradient_steps"]
 
 
@@ -98,13 +106,15 @@ def our_overrides(setting: Setting, seed: int, args: argparse.Namespace, compile
     return overrides
 
 
-def sb3_job(setting: Setting, seed: int, args: argparse.Namespace) -> dict:
+def sb3_job(setting: Setting, seed: int, args: argparse.Namespace, env_id: str = ENV_ID) -> dict:
+    """benchmark_worker's job for SB3's run of `setting` (algo dqn, qr_dqn or sac) on `env_id`."""
     hp = dict(setting.hp)
     policy_kwargs = {"net_arch": hp.pop("net_arch")}
     if "n_quantiles" in hp:
         policy_kwargs["n_quantiles"] = hp.pop("n_quantiles")
-    kwargs = {**hp, "tau": 1.0, "exploration_initial_eps": 1.0, "policy_kwargs": policy_kwargs}
-    return {"kind": "sb3", "algo": setting.algo, "env_id": ENV_ID, "kwargs": kwargs, "seed": seed,
+    dqn_family = {"tau": 1.0, "exploration_initial_eps": 1.0} if setting.algo in ("dqn", "qr_dqn") else {}
+    kwargs = {**hp, **dqn_family, "policy_kwargs": policy_kwargs}
+    return {"kind": "sb3", "algo": setting.algo, "env_id": env_id, "kwargs": kwargs, "seed": seed,
             "device": args.device, "total_steps": setting.total_steps, "eval_episodes": args.eval_episodes,
             "eval_seed": seed + EVAL_SEED_OFFSET}
 

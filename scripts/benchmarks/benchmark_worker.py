@@ -58,27 +58,39 @@ def run_ours(job: dict) -> dict:
     return timed_run(job["overrides"])[1]
 
 
+def linear_schedule(spec: str):
+    """The zoo's `lin_<lr>`: from lr at the start to 0 at the end (of SB3's progress_remaining)."""
+    initial = float(spec.removeprefix("lin_"))
+    return lambda progress_remaining: progress_remaining * initial
+
+
 def run_sb3(job: dict) -> dict:
-    """Build, learn and evaluate greedily on `eval_episodes` envs seeded like ours."""
+    """Build, learn and evaluate greedily on `eval_episodes` envs seeded like ours. wall_s is
+    all three; build_s, learn_s and eval_s each part."""
     import gymnasium as gym
     from sb3_contrib import QRDQN
-    from stable_baselines3 import DQN
+    from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    algo_class = {"dqn": DQN, "qr_dqn": QRDQN}[job["algo"]]
+    algo_class = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC}[job["algo"]]
+    kwargs = dict(job["kwargs"])
+    if isinstance(kwargs.get("learning_rate"), str):
+        kwargs["learning_rate"] = linear_schedule(kwargs["learning_rate"])
     start = time.perf_counter()
-    model = algo_class("MlpPolicy", job["env_id"], seed=job["seed"], device=job["device"], verbose=0,
-                       **job["kwargs"])
+    model = algo_class("MlpPolicy", job["env_id"], seed=job["seed"], device=job["device"], verbose=0, **kwargs)
+    built = time.perf_counter()
     model.learn(total_timesteps=job["total_steps"])
+    learned = time.perf_counter()
     eval_env = DummyVecEnv([lambda: Monitor(gym.make(job["env_id"]))] * job["eval_episodes"])
     eval_env.seed(job["eval_seed"])  # env i starts from eval_seed + i, as our evaluation does
     returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=job["eval_episodes"], deterministic=True,
                                  return_episode_rewards=True)
-    wall = time.perf_counter() - start
-    return {"wall_s": wall, "steps": model.num_timesteps, "updates": model._n_updates,
-            "eval_return": sum(returns) / len(returns)}
+    end = time.perf_counter()
+    return {"wall_s": end - start, "build_s": built - start, "learn_s": learned - built, "eval_s": end - learned,
+            "steps": model.num_timesteps, "updates": model._n_updates,
+            "eval_return": sum(returns) / len(returns), "eval_returns": [float(r) for r in returns]}
 
 
 def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device) -> float:
