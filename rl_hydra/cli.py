@@ -23,7 +23,7 @@ from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger("rl_hydra")
 
-GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search")
+GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")
 
 
 def fail(message: str, code: int):
@@ -47,8 +47,8 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         if key not in GROUPS or "(" in value or value in ("null", ""):
             continue
         options = sorted(p.stem for p in (conf_dir / key).glob("*.yaml"))
-        for choice in value.split(","):
-            if choice not in options:
+        for choice in value.strip("[]").split(","):   # a sweep list, or a list option (logger=[csv,mlflow])
+            if choice and choice not in options:
                 fail(f"{key}={choice} is not a config option; choose one of: {', '.join(options)}", EXIT_CONFIG)
 
 
@@ -64,8 +64,8 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     keys = [key for key, _ in pairs if not key.startswith(("+", "~", "hydra.", "hydra/")) and key not in GROUPS
             and "@" not in key]
     # the groups as chosen (the first option of a sweep list), so that their keys are there
-    groups = [f"{key}={value.split(',')[0]}" for key, value in pairs if key.lstrip("+~") in GROUPS
-              and not key.startswith("~") and "(" not in value]
+    groups = [f"{key}={value if value.startswith('[') else value.split(',')[0]}" for key, value in pairs
+              if key.lstrip("+~") in GROUPS and not key.startswith("~") and "(" not in value]
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             cfg = compose(config_name="train", overrides=groups)

@@ -244,12 +244,13 @@ def test_cartpole_presets_apply_and_stay_overridable():
         assert cfg.buffer._target_ == "rl_hydra.buffers.replay.ReplayBuffer"
         assert cfg.train.total_steps <= 50000
     assert compose_config("algo=qr_dqn").algo.num_quantiles != 200          # the CartPole preset
-    assert compose_config("algo=qr_dqn", "env=acrobot").algo.num_quantiles == 200  # the paper's default
+    untuned = ("env=gym", "env.id=Acrobot-v1")                               # no preset: the algorithm's own
+    assert compose_config("algo=qr_dqn", *untuned).algo.num_quantiles == 200  # the paper's default
     assert compose_config("algo=qr_dqn", "algo.num_quantiles=7").algo.num_quantiles == 7
     assert compose_config("algo=iqn", "algo.num_quantile_samples=3").algo.num_quantile_samples == 3
-    acrobot_iqn = compose_config("algo=iqn", "env=acrobot").algo
+    acrobot_iqn = compose_config("algo=iqn", *untuned).algo
     assert (acrobot_iqn.num_tau_samples, acrobot_iqn.num_tau_prime_samples, acrobot_iqn.num_quantile_samples) == (64, 64, 32)
-    assert compose_config("algo=iqn", "env=acrobot").network.embedding_dim == 64
+    assert compose_config("algo=iqn", *untuned).network.embedding_dim == 64
 
 
 @pytest.mark.parametrize("overrides, key", [

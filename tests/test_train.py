@@ -92,7 +92,7 @@ BAD_INPUTS = [
     (["algo.gamma=1.5"], "algo.gamma=1.5 is out of range"),
     (["algo.batch_size=0"], "algo.batch_size=0 is out of range"),
     (["env.num_envs=0"], "env.num_envs=0 is out of range"),
-    (["env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
+    (["env=gym", "env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
     (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: True, False"),

@@ -21,12 +21,14 @@ def build_loggers(node: DictConfig | None) -> dict[str, Logger]:
     resumed from an older directory) gets CSV and TensorBoard."""
     if node is None:
         return {"csv": CSVLogger(), "tensorboard": TensorBoardLogger()}
-    loggers: dict[str, Logger] = {"csv": CSVLogger()}
-    for name, spec in node.items():
-        try:
-            loggers[name] = instantiate(spec)
-        except InstantiationException as error:
-            if isinstance(error.__cause__, ConfigError):
-                raise error.__cause__ from None
-            raise ConfigError(f"cannot build logger={name} ({spec.get('_target_')}): {error.__cause__ or error}") from None
-    return loggers
+    loggers = {name: _build(name, spec) for name, spec in node.items()}
+    return {"csv": loggers.pop("csv", None) or CSVLogger(), **loggers}
+
+
+def _build(name: str, spec: DictConfig) -> Logger:
+    try:
+        return instantiate(spec)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ConfigError):
+            raise error.__cause__ from None
+        raise ConfigError(f"cannot build logger={name} ({spec.get('_target_')}): {error.__cause__ or error}") from None

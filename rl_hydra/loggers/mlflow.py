@@ -81,8 +81,9 @@ class MLflowLogger:
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
-        if sqlite_file(self.tracking_uri) is not None:
-            sqlite_file(self.tracking_uri).parent.mkdir(parents=True, exist_ok=True)
+        database = sqlite_file(self.tracking_uri)
+        if database is not None:
+            database.parent.mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(self.tracking_uri)
         record = recall(directory, "mlflow")
         if record.get("tracking_uri") == self.tracking_uri:

@@ -42,6 +42,8 @@ class WandbLogger:
 
         # wandb.init sets WANDB_* variables and an excepthook for the process: finish puts them back
         self._saved = ({k: v for k, v in os.environ.items() if k.startswith("WANDB")}, sys.excepthook)
+        if self.mode == "offline":   # wandb's process-wide setup (its analytics too) takes the mode from here
+            os.environ["WANDB_MODE"] = "offline"
         self.run_dir = run_dir
         record = recall(run_dir.path, "wandb")
         sweep = sweep_of(run_dir.path)
