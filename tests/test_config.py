@@ -38,7 +38,8 @@ def test_composed_config_names_a_target_for_algo_network_and_buffer(algo):
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("algo", ALGOS)
 def test_algo_env_pair_builds_or_fails_clearly(algo, env):
-    cfg = compose_config(f"algo={algo}", *env_overrides(env), "device=cpu")
+    # a small buffer: the MuJoCo presets' million transitions would only cost allocation time here
+    cfg = compose_config(f"algo={algo}", *env_overrides(env), "device=cpu", "buffer.capacity=1000")
     if ACTION_KIND[algo] == env_action_kind(env):
         agent, vec_env, buffer = build_components(cfg, torch.device("cpu"))
         actions, _ = agent.act(vec_env.reset()[0], explore=False)
