@@ -9,35 +9,45 @@ TD_LOSSES = ("huber", "mse")
 
 
 def q_learning_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_q_target: torch.Tensor,
-                       gamma: float, next_q_online: torch.Tensor | None = None) -> torch.Tensor:
-    """One-step Q-learning targets r + gamma * (1 - terminated) * Q_target(s', a*).
+                       discounts: torch.Tensor | float, next_q_online: torch.Tensor | None = None) -> torch.Tensor:
+    """Q-learning targets r + discount * (1 - terminated) * Q_target(s', a*).
 
-    a* = argmax_a Q_target(s', a), or argmax_a Q_online(s', a) when `next_q_online`
-    is given (double Q-learning: select with the online net, evaluate with the target).
+    `rewards` may be n-step sums, with `discounts` gamma^k for the k rewards summed (gamma
+    for one-step returns). a* = argmax_a Q_target(s', a), or argmax_a Q_online(s', a) when
+    `next_q_online` is given (double Q-learning: select with the online net, evaluate with the target).
     """
-    # rewards, terminated: (B,); next_q_target, next_q_online: (B, A)
+    # rewards, terminated, discounts: (B,); next_q_target, next_q_online: (B, A)
     selector = next_q_target if next_q_online is None else next_q_online
     next_actions = selector.argmax(dim=1, keepdim=True)                 # (B, 1)
     next_values = next_q_target.gather(1, next_actions).squeeze(1)      # (B,)
-    return rewards + gamma * (1.0 - terminated) * next_values           # (B,)
+    return rewards + discounts * (1.0 - terminated) * next_values       # (B,)
 
 
-def td_loss(q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber") -> torch.Tensor:
-    """Mean TD loss between Q(s, a) (B,) and fixed targets (B,); Huber uses delta = 1."""
+def td_loss(q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber",
+            reduction: str = "mean") -> torch.Tensor:
+    """TD loss between Q(s, a) (B,) and fixed targets (B,); Huber uses delta = 1.
+    reduction="mean": the batch mean (); "none": per sample (B,)."""
     if kind == "huber":
-        return F.smooth_l1_loss(q_values, targets)
+        return F.smooth_l1_loss(q_values, targets, reduction=reduction)
     if kind == "mse":
-        return F.mse_loss(q_values, targets)
+        return F.mse_loss(q_values, targets, reduction=reduction)
     raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
 
 
+def weighted_mean(per_sample: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The batch loss under importance weights (B,): mean_b w_b * loss_b (prioritized replay's
+    correction; uniform replay's weights are all 1)."""
+    return (weights * per_sample).mean()
+
+
 def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor, taus: torch.Tensor,
-                        kappa: float = 1.0) -> torch.Tensor:
+                        kappa: float = 1.0, reduction: str = "mean") -> torch.Tensor:
     """Quantile regression Huber loss of QR-DQN (Dabney et al. 2018) and IQN.
 
     For u_ij = target_j - quantile_i: sum over i of the mean over j of
     |tau_i - 1{u_ij < 0}| * Huber_kappa(u_ij) / kappa, averaged over the batch.
     `target_quantiles` are treated as fixed samples (no gradient flows into them).
+    reduction="mean": the batch mean (); "none": each sample's sum_i mean_j (B,).
     """
     if kappa <= 0:
         raise ValueError(f"kappa={kappa!r} must be > 0")
@@ -46,6 +56,8 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
     huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)    # (B, N, N')
     taus = taus.expand_as(quantiles)[:, :, None]                                   # (B, N, 1)
     weight = torch.where(u < 0, 1.0 - taus, taus)                                  # |tau - 1{u < 0}| (B, N, N')
+    if reduction == "none":
+        return (weight * huber).sum(dim=(1, 2)) / (kappa * u.shape[2])             # (B,)
     # the sum over (b, i, j) divided by B * N' is the batch mean of sum_i mean_j; fewer ops, same value
     return (weight * huber).sum() / (kappa * u.shape[0] * u.shape[2])              # ()
 

@@ -55,6 +55,19 @@ class Agent(Protocol):
     updates: int
     """Updates made so far; restored on resume. Divergence errors and summary.json name it."""
 
+    gamma: float
+    """The discount; a transition buffer gets it to build n-step returns and each batch's discounts."""
+
+    n_step: int
+    """Rewards summed before bootstrapping (1: one-step returns). A transition buffer builds them
+    (Batch.rewards, next_obs, discounts); a recurrent agent sums them over its own sequences. An
+    agent that cannot learn from n-step returns refuses n_step > 1 in its constructor."""
+
+    per_sample_priorities: ClassVar[bool]
+    """True: `update` also returns "priorities", each sample's new replay priority (B,) (its own
+    per-sample loss: |TD error| for DQN), and weights its loss by `Batch.weights`; only such an
+    agent may train from a prioritized buffer (checked when the run is built)."""
+
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...).
 
@@ -66,7 +79,8 @@ class Agent(Protocol):
     def update(self, batch: Any) -> dict[str, Any]:
         """One gradient step on a batch from the buffer's `sample_batches`; owns its schedules and
         target syncs. Returns `metric_names` -> float or 0-d tensor (tensors are read lazily: a NaN
-        or inf in any of them stops the run with TrainingDiverged)."""
+        or inf in any of them stops the run with TrainingDiverged), plus "priorities" when
+        `per_sample_priorities` (the loop hands them to a prioritized buffer; not a metric)."""
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, target networks, optimizers, counters,
@@ -93,8 +107,11 @@ class RecurrentAgent(Agent, Protocol):
 @runtime_checkable
 class Buffer(Protocol):
     """A replay buffer. Built by `instantiate(cfg.buffer, observation_space=..., action_space=...,
-    num_envs=..., device=..., seed=...)`; stores what the env produced and samples batches on the
-    agent's device."""
+    num_envs=..., device=..., seed=...)`, a transition buffer also with the agent's `n_step=...,
+    gamma=...`; stores what the env produced and samples batches on the agent's device. A
+    transition buffer's batches are `rl_hydra.buffers.replay.Batch`es: n-step rewards, the
+    observation to bootstrap from, the discount gamma^k actually used, importance weights and the
+    rows drawn."""
 
     recurrent: ClassVar[bool]
     """True for a sequence buffer (recurrent agents), False for a transition buffer; it must equal
@@ -132,3 +149,12 @@ class SequenceBuffer(Buffer, Protocol):
     def start_episodes(self) -> None:
         """Every env starts a fresh episode: no chunk carries over (a run's start, or a resume
         that could not restore the env)."""
+
+
+@runtime_checkable
+class PrioritizedBuffer(Buffer, Protocol):
+    """A buffer that draws samples by priority (buffer=prioritized). The loop hands it each update's
+    "priorities" before it draws the next batch, so its `sample_batches` draws lazily."""
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """New priorities (B,) for the rows `indices` (B,) of a batch it sampled (`Batch.indices`)."""

@@ -93,12 +93,38 @@ def build_components(cfg: DictConfig, device: torch.device):
     env = make_env(cfg.env, seed=cfg.seed)
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     agent = build_agent(cfg, **spaces, device=device)
-    buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed)
-    if bool(agent.recurrent) != bool(getattr(buffer, "recurrent", False)):
+    buffer_class = buffer_class_of(cfg)
+    if bool(agent.recurrent) != bool(getattr(buffer_class, "recurrent", False)):
         needs = "a sequence buffer (buffer=sequence)" if agent.recurrent else "a transition buffer (buffer=replay)"
-        raise ConfigError(f"algo={agent.name} needs {needs}; {buffer.__class__.__name__} "
+        raise ConfigError(f"algo={agent.name} needs {needs}; {buffer_class.__name__} "
                           f"(buffer._target_={cfg.buffer._target_}) does not fit")
+    if hasattr(buffer_class, "update_priorities") and not getattr(agent, "per_sample_priorities", False):
+        raise ConfigError(f"buffer={cfg_choice(cfg, 'buffer')} needs an algo whose update returns per-sample "
+                          f"priorities; algo={agent.name} does not (use buffer=replay, or algo=dqn, qr_dqn, iqn, c51)")
+    # a transition buffer builds the agent's n-step returns; a recurrent agent sums them over its sequences
+    returns = {} if agent.recurrent else {"n_step": agent.n_step, "gamma": agent.gamma}
+    buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed, **returns)
     return agent, env, buffer
+
+
+def buffer_class_of(cfg: DictConfig) -> type:
+    from hydra.utils import get_class
+
+    try:
+        return get_class(cfg.buffer._target_)
+    except Exception as error:  # noqa: BLE001 - any import failure: one line naming the key
+        raise ConfigError(f"buffer._target_={cfg.buffer._target_!r} cannot be imported ({error})") from None
+
+
+def cfg_choice(cfg: DictConfig, group: str) -> str:
+    """The group's option name as chosen (`prioritized`), else its _target_'s class name."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get(group)
+        if choice:
+            return str(choice)
+    return str(cfg[group]._target_).rsplit(".", 1)[-1]
 
 
 def compiles(agent_or_class) -> bool:

@@ -200,6 +200,8 @@ def test_update_returns_the_named_metrics_and_moves_the_parameters(algo):
     agent = make_agent(algo, batch_size=16)
     before = [p.detach().clone() for p in agent.q_net.parameters()]
     metrics = agent.update(filled_buffer().sample(agent.batch_size))
+    priorities = metrics.pop("priorities")  # each sample's quantile loss, for a prioritized buffer
+    assert priorities.shape == (16,) and not priorities.requires_grad and bool((priorities >= 0).all())
     assert tuple(metrics) == agent.metric_names
     assert set(agent.metric_names) == {"loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon"}
     scalars = [v for v in metrics.values() if torch.is_tensor(v)]  # epsilon is a plain float

@@ -29,7 +29,8 @@ def random_batch(n=8) -> Batch:
     g = torch.Generator().manual_seed(0)
     return Batch(obs=torch.randn(n, 3, generator=g), actions=torch.randint(2, (n,), generator=g),
                  rewards=torch.ones(n), next_obs=torch.randn(n, 3, generator=g),
-                 terminated=torch.zeros(n), truncated=torch.zeros(n))
+                 terminated=torch.zeros(n), truncated=torch.zeros(n), discounts=torch.full((n,), 0.99),
+                 weights=torch.ones(n), indices=torch.arange(n))
 
 
 def test_update_returns_named_metrics_and_moves_online_params_only():
@@ -37,7 +38,8 @@ def test_update_returns_named_metrics_and_moves_online_params_only():
     before = [p.clone() for p in agent.q_net.parameters()]
     target_before = [p.clone() for p in agent.target_net.parameters()]
     metrics = agent.update(random_batch())
-    assert set(metrics) == set(DQN.metric_names)
+    priorities = metrics.pop("priorities")   # per-sample |TD error|, for a prioritized buffer
+    assert set(metrics) == set(DQN.metric_names) and priorities.shape == (8,) and bool((priorities >= 0).all())
     assert all(math.isfinite(float(v)) for v in metrics.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.q_net.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(target_before, agent.target_net.parameters()))

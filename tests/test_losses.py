@@ -7,7 +7,7 @@ def test_q_learning_targets_by_hand():
     rewards = torch.tensor([1.0, 0.5])
     terminated = torch.tensor([0.0, 1.0])
     next_q_target = torch.tensor([[2.0, 3.0], [10.0, -1.0]])
-    targets = q_learning_targets(rewards, terminated, next_q_target, gamma=0.9)
+    targets = q_learning_targets(rewards, terminated, next_q_target, discounts=0.9)
     # row 0: 1 + 0.9 * max(2, 3) = 3.7; row 1 is terminal: 0.5
     torch.testing.assert_close(targets, torch.tensor([3.7, 0.5]))
 

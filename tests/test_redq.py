@@ -40,7 +40,8 @@ def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
                  actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
                  rewards=torch.randn(batch_size, generator=g), next_obs=torch.randn(batch_size, 3, generator=g),
                  terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
-                 truncated=torch.zeros(batch_size))
+                 truncated=torch.zeros(batch_size), discounts=torch.full((batch_size,), 0.99),
+                 weights=torch.ones(batch_size), indices=torch.arange(batch_size))
 
 
 # --- pure functions -------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """DQN (Mnih et al. 2015): epsilon-greedy Q-learning from replay with a target network.
 
-Subclasses (QR-DQN, IQN) replace `make_network`, `action_values` and `loss`; everything
-else, exploration, target syncs, optimisation and checkpoints, is shared from here.
+Subclasses (QR-DQN, IQN, C51) replace `make_network`, `action_values` and `loss`; everything
+else, exploration, target syncs, optimisation and checkpoints, is shared from here. The Rainbow
+parts plug in from outside: n-step returns and prioritized replay come with the batch
+(`discounts`, `weights`; `loss` hands back per-sample priorities), dueling and noisy layers are
+network options; with noisy layers the noise explores and epsilon-greedy is off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
 from typing import Any, Callable, ClassVar
 
 import gymnasium as gym
@@ -19,8 +24,11 @@ from rl_hydra.algos.common import (LinearSchedule, flat_dim, make_optimizer, obs
                                    require_discrete, update_target)
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_choice, check_float, check_int
-from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss
+from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
+from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
+
+log = logging.getLogger(__name__)
 
 
 class DQN:
@@ -28,17 +36,19 @@ class DQN:
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
+    per_sample_priorities: ClassVar[bool] = True              # update returns "priorities" (prioritized replay)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 gamma: float = 0.99, batch_size: int = 64, learning_starts: int = 1000,
+                 gamma: float = 0.99, n_step: int = 1, batch_size: int = 64, learning_starts: int = 1000,
                  train_every: int = 4, gradient_steps: int = 1, target_update_every: int = 1000,
                  tau: float = 1.0, double_q: bool = False, loss: str = "huber",
                  max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None,
                  final_lr_fraction: float = 1.0):
         self.device = torch.device(device)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
+        self.n_step = check_int("algo.n_step", n_step, minimum=1)   # the buffer builds the n-step returns
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
         self.train_every = check_int("algo.train_every", train_every, minimum=1)
@@ -61,6 +71,10 @@ class DQN:
         self.observation_dim = flat_dim(observation_space)
         self.num_actions = require_discrete(action_space, self.name)
         self.q_net = self.make_network(network).to(self.device)
+        self.noisy = has_noisy_layers(self.q_net)
+        if self.noisy:
+            log.info("network.noisy=true: the noisy layers explore; epsilon-greedy is off")
+            self.epsilon_schedule = LinearSchedule(0.0, 0.0, 1.0)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.params = list(self.q_net.parameters())
         self.optimizer = make_optimizer(optimizer, self.params, "algo.optimizer", self.device)
@@ -78,17 +92,18 @@ class DQN:
         """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs)
 
-    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(the importance-weighted batch loss (), each sample's new priority (B,), metrics)."""
         with torch.no_grad():
             next_q_target = self.target_net(batch.next_obs)                           # (B, A)
             next_q_online = self.q_net(batch.next_obs) if self.double_q else None      # (B, A)
             targets = q_learning_targets(batch.rewards, batch.terminated, next_q_target,
-                                         self.gamma, next_q_online)                   # (B,)
+                                         batch.discounts, next_q_online)              # (B,)
         q_taken = self.q_net(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)   # (B,)
-        loss = td_loss(q_taken, targets, self.loss_kind)
-        td_error = (targets - q_taken).detach().abs()                                 # (B,)
-        return loss, {"q_value_mean": q_taken.detach().mean(), "target_mean": targets.mean(),
-                      "td_error_mean": td_error.mean()}
+        loss = weighted_mean(td_loss(q_taken, targets, self.loss_kind, reduction="none"), batch.weights)
+        td_error = (targets - q_taken).detach().abs()                                 # (B,) the priority
+        return loss, td_error, {"q_value_mean": q_taken.detach().mean(), "target_mean": targets.mean(),
+                                "td_error_mean": td_error.mean()}
 
     # --- the agent protocol -------------------------------------------------------
     @property
@@ -110,33 +125,41 @@ class DQN:
         return actions
 
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+        if not explore:
+            with noise_disabled(self.q_net) if self.noisy else contextlib.nullcontext():  # deterministic
+                return self.greedy_actions(obs, explore=False), state
         n = obs.shape[0]
-        if explore:
-            random_rows = self.explore_rows(n)
-            if np.count_nonzero(random_rows) == n:  # skip the forward pass
-                return self.rng.integers(self.num_actions, size=n), state
+        random_rows = self.explore_rows(n)
+        if np.count_nonzero(random_rows) == n:  # skip the forward pass
+            return self.rng.integers(self.num_actions, size=n), state
+        if self.noisy:
+            resample_noise(self.q_net)   # fresh noise for every acting step, as Fortunato et al. act
+        return self.randomize(self.greedy_actions(obs, explore=True), random_rows), state
+
+    def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
         # the numpy mirror of action_values where one exists (networks/numpy_mirror.py), else torch
         values = call_mirror(self, "action_values", np.asarray(obs, dtype=np.float32))   # (n, A) or None
         if values is not None:
-            actions = values.argmax(axis=1)
-        else:
-            with torch.no_grad():
-                actions = self.action_values(observation_tensor(obs, self.device)).argmax(dim=1).cpu().numpy()
-        if explore:
-            actions = self.randomize(actions, random_rows)
-        return actions, state
+            return values.argmax(axis=1)
+        with torch.no_grad():
+            return self.action_values(observation_tensor(obs, self.device)).argmax(dim=1).cpu().numpy()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         if self.lr_factor.start != self.lr_factor.end:
             factor = self.lr_factor(self.explore_steps)
             for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base_lr * factor
-        loss, metrics = self.loss(batch)
+        if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
+            resample_noise(self.q_net)
+            resample_noise(self.target_net)
+        loss, priorities, metrics = self.loss(batch)
         optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
-        return {"loss": loss.detach(), **metrics, "epsilon": self.epsilon}  # a float: no tensor to build
+        # epsilon: a float, no tensor to build; priorities: read by a prioritized buffer, not a metric
+        return {"loss": loss.detach(), **metrics, "epsilon": self.epsilon, "priorities": priorities}
 
     def state_dict(self) -> dict:
         return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),

@@ -42,6 +42,7 @@ def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
 class DRQN(DQN):
     recurrent: ClassVar[bool] = True
     name: ClassVar[str] = "drqn"
+    per_sample_priorities: ClassVar[bool] = False  # its sequence buffer is uniform
 
     def __init__(self, *args: Any, burn_in: int = 0, n_step: int = 1, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -10,7 +10,7 @@ target syncs, the optimiser step and checkpoints are DQN's.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
-from rl_hydra.losses import quantile_huber_loss
+from rl_hydra.losses import quantile_huber_loss, weighted_mean
 
 
 class IQN(DQN):
@@ -48,16 +48,16 @@ class IQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation_dim, self.num_actions)
 
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Exploring actions average K sampled fractions, as the paper acts. Greedy actions
         (evaluation, predict) average K evenly spaced ones, the midpoints of K equal bins:
         the same mean over tau ~ U(0, 1), but the same action for the same observation."""
         if explore:
-            return super().act(obs, state, explore=True)
+            return super().greedy_actions(obs, explore=True)
         with torch.no_grad():
             obs_t = observation_tensor(obs, self.device)                          # (B, obs_dim)
             taus = self.greedy_taus.expand(obs_t.shape[0], -1)                     # (B, K)
-            return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy(), state
+            return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy()
 
     def action_values(self, obs: torch.Tensor, net: nn.Module | None = None,
                       taus: torch.Tensor | None = None) -> torch.Tensor:
@@ -67,7 +67,7 @@ class IQN(DQN):
         net = self.q_net if net is None else net
         return net(obs, taus).mean(dim=2)                                   # (B, A)
 
-    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # every fraction is drawn here, so that quantile_loss is a pure function (compile=true)
         batch_size = batch.rewards.shape[0]
         next_taus = self.sample_taus(batch_size, self.num_quantile_samples)               # (B, K)
@@ -76,15 +76,15 @@ class IQN(DQN):
         return self.quantile_loss(batch, next_taus, tau_primes, taus)
 
     def quantile_loss(self, batch: Batch, next_taus: torch.Tensor, tau_primes: torch.Tensor,
-                      taus: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                      taus: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             selector = self.q_net if self.double_q else self.target_net
             next_actions = self.action_values(batch.next_obs, selector, next_taus).argmax(dim=1)  # (B,)
             next_quantiles = gather_actions(self.target_net(batch.next_obs, tau_primes), next_actions)  # (B, N')
-            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N')
+            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, batch.discounts)  # (B, N')
         quantiles = gather_actions(self.q_net(batch.obs, taus), batch.actions)                     # (B, N)
-        loss = quantile_huber_loss(quantiles, targets, taus, self.kappa)
-        return loss, distribution_metrics(quantiles, targets)
+        per_sample = quantile_huber_loss(quantiles, targets, taus, self.kappa, reduction="none")   # (B,)
+        return weighted_mean(per_sample, batch.weights), per_sample.detach(), distribution_metrics(quantiles, targets)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "tau_generator": self.tau_generator.get_state()}

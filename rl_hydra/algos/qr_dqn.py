@@ -18,7 +18,7 @@ from torch import nn
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
-from rl_hydra.losses import quantile_huber_loss
+from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
@@ -28,10 +28,11 @@ def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> tor
 
 
 def quantile_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor,
-                     gamma: float) -> torch.Tensor:
-    """The distributional Bellman target r + gamma * (1 - terminated) * z for each next-state sample z."""
-    # rewards, terminated: (B,); next_quantiles: (B, N')
-    return rewards[:, None] + gamma * (1.0 - terminated[:, None]) * next_quantiles   # (B, N')
+                     discounts: torch.Tensor) -> torch.Tensor:
+    """The distributional Bellman target r + discount * (1 - terminated) * z for each next-state
+    sample z (`rewards` may be n-step sums and `discounts` gamma^k)."""
+    # rewards, terminated, discounts: (B,); next_quantiles: (B, N')
+    return rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * next_quantiles   # (B, N')
 
 
 def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -63,16 +64,16 @@ class QRDQN(DQN):
         """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs).mean(dim=2)
 
-    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             next_target = self.target_net(batch.next_obs)                                # (B, A, N)
             selector = self.q_net(batch.next_obs) if self.double_q else next_target      # (B, A, N)
             next_actions = selector.mean(dim=2).argmax(dim=1)                            # (B,)
             next_quantiles = gather_actions(next_target, next_actions)                   # (B, N)
-            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, self.gamma)  # (B, N)
+            targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, batch.discounts)  # (B, N)
         quantiles = gather_actions(self.q_net(batch.obs), batch.actions)                 # (B, N)
-        loss = quantile_huber_loss(quantiles, targets, self.taus, self.kappa)
-        return loss, distribution_metrics(quantiles, targets)
+        per_sample = quantile_huber_loss(quantiles, targets, self.taus, self.kappa, reduction="none")  # (B,)
+        return weighted_mean(per_sample, batch.weights), per_sample.detach(), distribution_metrics(quantiles, targets)
 
 
 def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,23 +1,52 @@
-"""Uniform replay of single transitions in preallocated tensors (a ring buffer)."""
+"""Uniform replay of single transitions in preallocated tensors (a ring buffer), with n-step returns.
+
+Rows are stored as the env produced them, one per env and step. With `n_step` > 1 each sampled
+row becomes an n-step transition at sample time (`n_step_returns`): the discounted sum of the
+next rewards of the same env, stopped where its episode ended, the observation to bootstrap
+from and the discount gamma^k for the k rewards actually summed.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Iterator, NamedTuple
 
 import gymnasium as gym
 import torch
 
 from rl_hydra import host_memory
-from rl_hydra.config import check_int
+from rl_hydra.config import check_float, check_int
+
+log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
     obs: torch.Tensor          # (B, *obs_shape) float32
     actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
-    rewards: torch.Tensor      # (B,) float32
-    next_obs: torch.Tensor     # (B, *obs_shape) real next observation, also at truncation
-    terminated: torch.Tensor   # (B,) float32, 1 where the episode ended in a terminal state
+    rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
+    next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
+    terminated: torch.Tensor   # (B,) float32, 1 where the episode ended in a terminal state (no bootstrap)
     truncated: torch.Tensor    # (B,) float32, 1 where a time limit cut the episode
+    discounts: torch.Tensor    # (B,) float32 gamma^k: the bootstrap value's discount after the k rewards summed
+    weights: torch.Tensor      # (B,) float32 importance weights of the samples (1 under uniform replay)
+    indices: torch.Tensor      # (B,) int64 the rows sampled (a prioritized buffer updates their priorities)
+
+
+STORED = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")  # columns, in Batch's order
+
+
+def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discounted sum of up to n rewards of one env, stopped after the step where its episode ended.
+
+    Returns (the sums (B,), k: how many rewards each one summed (B,), 1..n). Step i counts
+    when no earlier step of the n ended its episode; the caller bootstraps from step k - 1.
+    """
+    # rewards, ended: (B, n); ended is bool (terminated or truncated at that step)
+    batch, n = rewards.shape
+    still_running = (~ended[:, :-1]).to(rewards.dtype).cumprod(dim=1)                 # (B, n - 1)
+    counted = torch.cat([rewards.new_ones(batch, 1), still_running], dim=1)          # (B, n)
+    powers = gamma ** torch.arange(n, device=rewards.device, dtype=rewards.dtype)    # (n,)
+    return (counted * powers * rewards).sum(dim=1), counted.sum(dim=1).long()        # (B,), (B,)
 
 
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -27,25 +56,37 @@ def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype
 
 
 class ReplayBuffer:
-    """Holds the last `capacity` transitions; `add` takes one row per vector env."""
+    """Holds the last `capacity` transitions; `add` takes one row per vector env.
+
+    `n_step` and `gamma` are the agent's (`algo.n_step`, `algo.gamma`): the return horizon its
+    batches are built for. A row is drawn only once its next n - 1 steps are stored.
+    """
 
     recurrent = False
     max_gather_rows = 16384  # sample_batches gathers at most this many rows at once
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
-                 num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0):
+                 num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
+                 n_step: int = 1, gamma: float = 0.99):
         self.capacity = check_int("buffer.capacity", capacity, minimum=1)
-        self.device = torch.device(device)
+        self.n_step = check_int("algo.n_step", n_step, minimum=1)
+        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.num_envs = num_envs
+        if self.n_step > 1 and self.capacity % num_envs:
+            # a step of an env is num_envs rows after the one before only if the ring holds whole vector steps
+            self.capacity += num_envs - self.capacity % num_envs
+            log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
+                     self.capacity, num_envs)
+        self.device = torch.device(device)
         obs_shape = tuple(observation_space.shape)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
-        # in Batch's field order: add and sample pair columns with values by position; on the CPU in huge pages
+        # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
         self.storage = host_memory.zeros({
             "obs": rows(obs_shape), "actions": rows(action_shape, action_dtype), "rewards": rows(()),
             "next_obs": rows(obs_shape), "terminated": rows(()), "truncated": rows(()),
         }, self.device)
-        assert tuple(self.storage) == Batch._fields
+        assert tuple(self.storage) == STORED
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())
                            if self.device.type == "cpu" else None)
@@ -53,13 +94,20 @@ class ReplayBuffer:
         self.size = 0
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
+        self._constants: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __len__(self) -> int:
-        return self.size
+        """Rows that can be drawn: all stored ones but the last n - 1 vector steps' (their returns are not complete)."""
+        return max(0, self.size - (self.n_step - 1) * self.num_envs)
+
+    @property
+    def oldest(self) -> int:
+        """The row of the oldest stored transition."""
+        return self.pos if self.size == self.capacity else 0
 
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         """Store one transition per env; arguments are arrays or tensors with a leading num_envs axis."""
-        values = (obs, actions, rewards, next_obs, terminated, truncated)  # Batch's field order
+        values = (obs, actions, rewards, next_obs, terminated, truncated)  # STORED's order
         n = len(rewards)
         if self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
@@ -75,12 +123,48 @@ class ReplayBuffer:
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
+    def sample_indices(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Rows to draw (batch_size,) and their importance weights (None: all 1): uniform here."""
+        if self.n_step == 1:
+            return torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator), None
+        offsets = torch.randint(len(self), (batch_size,), device=self.device, generator=self.generator)
+        return (self.oldest + offsets) % self.capacity, None
+
     def sample(self, batch_size: int) -> Batch:
-        idx = torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
-        if self.host_views is not None:  # numpy's take is about twice as fast as tensor indexing here
-            rows = idx.numpy()
-            return Batch(*[torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views])
-        return Batch(*[column[idx] for column in self.storage.values()])
+        return self.batch_at(*self.sample_indices(batch_size))
+
+    def batch_at(self, idx: torch.Tensor, weights: torch.Tensor | None = None) -> Batch:
+        """The transitions starting at rows `idx` (B,), as a Batch with `weights` (B,) (None: all 1)."""
+        batch_size = idx.shape[0]
+        discounts, ones = self.constants(batch_size)
+        weights = ones if weights is None else weights
+        if self.n_step == 1:
+            if self.host_views is not None:  # numpy's take is about twice as fast as tensor indexing here
+                rows = idx.numpy()
+                columns = [torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views]
+            else:
+                columns = [column[idx] for column in self.storage.values()]
+            return Batch(*columns, discounts=discounts, weights=weights, indices=idx)
+        return self.n_step_batch(idx, weights)
+
+    def n_step_batch(self, idx: torch.Tensor, weights: torch.Tensor) -> Batch:
+        store = self.storage
+        steps = torch.arange(self.n_step, device=self.device) * self.num_envs   # (n,) the same env's next rows
+        rows = (idx[:, None] + steps) % self.capacity                            # (B, n)
+        ended = (store["terminated"][rows] + store["truncated"][rows]) > 0       # (B, n)
+        returns, k = n_step_returns(store["rewards"][rows], ended, self.gamma)   # (B,), (B,)
+        last = rows.gather(1, (k - 1)[:, None]).squeeze(1)                       # (B,) the step to bootstrap from
+        return Batch(obs=store["obs"][idx], actions=store["actions"][idx], rewards=returns,
+                     next_obs=store["next_obs"][last], terminated=store["terminated"][last],
+                     truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
+                     weights=weights, indices=idx)
+
+    def constants(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(gamma, 1) columns of a batch, made once per batch size: the one-step discounts and uniform weights."""
+        if batch_size not in self._constants:
+            self._constants[batch_size] = (torch.full((batch_size,), self.gamma, device=self.device),
+                                           torch.ones(batch_size, device=self.device))
+        return self._constants[batch_size]
 
     def sample_batches(self, batch_size: int, count: int) -> Iterable[Batch]:
         """`count` batches for one training phase, the same ones `count` calls of `sample` draw

@@ -42,6 +42,7 @@ class Runner:
         self.run_dir = RunDirectory(run_dir)
         self.schedule = Schedule(train.total_steps, train.eval_every, train.log_every, train.checkpoint_every)
         self.rollout = Rollout(env)
+        self.prioritized = hasattr(buffer, "update_priorities")
         self.monitor = UpdateMonitor(torch.device(getattr(agent, "device", "cpu")).type == "cpu",
                                      divergence_hint(cfg))
         self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
@@ -71,10 +72,14 @@ class Runner:
     def run_due_updates(self) -> None:
         """The training phase, when the vector step being taken falls due for one:
         `agent.gradient_steps` updates on freshly sampled batches."""
-        agent = self.agent
-        if self.schedule.updates_due(agent, self.env.num_envs) and len(self.buffer):
-            for batch in self.buffer.sample_batches(agent.batch_size, agent.gradient_steps):
-                self.record_update(agent.update(batch))
+        agent, buffer = self.agent, self.buffer
+        if self.schedule.updates_due(agent, self.env.num_envs) and len(buffer):
+            for batch in buffer.sample_batches(agent.batch_size, agent.gradient_steps):
+                metrics = agent.update(batch)
+                priorities = metrics.pop("priorities", None)
+                if self.prioritized:  # before the next batch is drawn
+                    buffer.update_priorities(batch.indices, priorities)
+                self.record_update(metrics)
 
     def record_update(self, metrics: dict[str, Any]) -> None:
         """Keep an update's metrics; a NaN or infinite one stops the run (TrainingDiverged)."""
