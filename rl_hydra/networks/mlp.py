@@ -1,14 +1,18 @@
-"""Multi-layer perceptrons and the plain Q-network built from them."""
+"""Multi-layer perceptrons and the Q-network built from them, with the Rainbow options:
+a dueling head (networks/dueling.py) and noisy layers (networks/noisy.py)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.networks.dueling import DuelingHead
+from rl_hydra.networks.noisy import NoisyLinear
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 log = logging.getLogger(__name__)
@@ -23,9 +27,11 @@ def activation_class(name: str) -> type[nn.Module]:
 
 
 def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activation: str = "relu",
-        *, layer_norm: bool = False, dropout: float = 0.0) -> nn.Sequential:
+        *, layer_norm: bool = False, dropout: float = 0.0,
+        linear: Callable[[int, int], nn.Module] = nn.Linear) -> nn.Sequential:
     """Hidden layers of `hidden_sizes`, each Linear -> [Dropout] -> [LayerNorm] -> activation
-    (the order of DroQ's critics, Hiraoka et al. 2022), then a final Linear to `out_dim` if given."""
+    (the order of DroQ's critics, Hiraoka et al. 2022), then a final Linear to `out_dim` if given.
+    `linear(in, out)` builds each Linear layer (e.g. a NoisyLinear)."""
     act = activation_class(activation)
     check_choice("network.layer_norm", layer_norm, (True, False))
     dropout = check_float("network.dropout", dropout, 0.0, 1.0)
@@ -34,7 +40,7 @@ def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activatio
     layers: list[nn.Module] = []
     for i, size in enumerate(hidden_sizes):
         size = check_int(f"network.hidden_sizes[{i}]", size, minimum=1)
-        layers.append(nn.Linear(in_dim, size))
+        layers.append(linear(in_dim, size))
         if dropout > 0:
             layers.append(nn.Dropout(dropout))
         if layer_norm:
@@ -42,7 +48,7 @@ def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activatio
         layers.append(act())
         in_dim = size
     if out_dim is not None:
-        layers.append(nn.Linear(in_dim, out_dim))
+        layers.append(linear(in_dim, out_dim))
     return nn.Sequential(*layers)
 
 
@@ -53,15 +59,61 @@ def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes
         log.info("%s=[]: a linear network (no hidden layer)", key)
 
 
+def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5) -> Callable[[int, int], nn.Module]:
+    """What builds a network's Linear layers: nn.Linear, or NoisyLinear with sigma0 = `noisy_sigma0`."""
+    check_choice("network.noisy", noisy, (True, False))
+    sigma0 = check_float("network.noisy_sigma0", noisy_sigma0, 0.0)
+    return functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
+
+
+def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hidden_sizes: Sequence[int],
+                     activation: str = "relu", *, layer_norm: bool = False, dropout: float = 0.0,
+                     dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
+                     hidden_key: str = "network.hidden_sizes") -> nn.Sequential:
+    """An MLP (..., in_dim) -> (..., num_actions * K) for K = `outputs_per_action` values per
+    action (1, quantiles, atoms), action-major; `hidden_key` names `hidden_sizes` in messages.
+
+    dueling (Wang et al. 2016): the last hidden layer is duplicated into two streams, as the
+    paper's streams each have their own fully connected layer: a shared trunk of
+    hidden_sizes[:-1], then a value stream Linear(h) -> act -> Linear(K) and an advantage stream
+    Linear(h) -> act -> Linear(A * K), combined as Q = V + A - mean_a A for each of the K.
+    noisy (Fortunato et al. 2018): every Linear is a NoisyLinear(sigma0=noisy_sigma0).
+    Neither: exactly `mlp(in_dim, num_actions * K, hidden_sizes)`.
+    """
+    check_choice("network.dueling", dueling, (True, False))
+    hidden_sizes = [check_int(f"{hidden_key}[{i}]", size, minimum=1) for i, size in enumerate(hidden_sizes)]
+    options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0))
+    if not dueling:
+        return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)
+    if not hidden_sizes:
+        raise ConfigError(f"{hidden_key}=[] but network.dueling=true needs at least one hidden layer "
+                          f"(each stream gets its own copy of the last one), e.g. [256]")
+    *trunk_sizes, stream_size = hidden_sizes
+    trunk = mlp(in_dim, None, trunk_sizes, activation, **options)
+    features = trunk_sizes[-1] if trunk_sizes else in_dim
+    value = mlp(features, outputs_per_action, [stream_size], activation, **options)
+    advantage = mlp(features, num_actions * outputs_per_action, [stream_size], activation, **options)
+    return nn.Sequential(*trunk, DuelingHead(value, advantage, num_actions, outputs_per_action))
+
+
 class QNetwork(nn.Module):
-    """Q(s, .): observation (B, obs_dim) -> action values (B, num_actions)."""
+    """Q(s, .): observation (B, obs_dim) -> action values (B, num_actions).
+
+    `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
+    have their own copy of the last hidden layer, Q = V + A - mean_a A (so it needs at least one
+    hidden layer). `noisy`: every Linear is a NoisyLinear (factorised noise, sigma0 = `noisy_sigma0`).
+    See `action_value_mlp`.
+    """
 
     def __init__(self, observation_dim: int, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
-                 activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0):
+                 activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0,
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
         super().__init__()
+        self.net = action_value_mlp(observation_dim, num_actions, 1, hidden_sizes, activation,
+                                    layer_norm=layer_norm, dropout=dropout,
+                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
-        self.net = mlp(observation_dim, num_actions, hidden_sizes, activation, layer_norm=layer_norm, dropout=dropout)
 
     @mirrored_by(lambda self, obs: numpy_forward(self.net, obs))
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
+        return self.net(obs)                                                   # (B, A)

@@ -10,22 +10,29 @@ import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_int
-from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
+from rl_hydra.networks.mlp import action_value_mlp, activation_class, linear_layer, mlp, note_if_linear
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
 class QuantileNetwork(nn.Module):
-    """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles)."""
+    """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles).
+
+    `dueling`: a shared trunk of hidden_sizes[:-1], then value (N outputs) and advantage (A * N)
+    streams that each have their own copy of the last hidden layer, combined per quantile.
+    `noisy`: every Linear is a NoisyLinear. See `networks.mlp.action_value_mlp`.
+    """
 
     def __init__(self, observation_dim: int, num_actions: int, num_quantiles: int,
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
-                 layer_norm: bool = False, dropout: float = 0.0):
+                 layer_norm: bool = False, dropout: float = 0.0,
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
         super().__init__()
         self.num_actions = num_actions
         self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        self.net = action_value_mlp(observation_dim, num_actions, num_quantiles, hidden_sizes, activation,
+                                    layer_norm=layer_norm, dropout=dropout,
+                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
-        self.net = mlp(observation_dim, num_actions * num_quantiles, hidden_sizes, activation,
-                       layer_norm=layer_norm, dropout=dropout)
 
     def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
         out = numpy_forward(self.net, obs)                                          # (B, A * N) or None
@@ -50,20 +57,29 @@ class ImplicitQuantileNetwork(nn.Module):
     phi(tau): activation(Linear(cos(pi * i * tau))) to the same width; their elementwise
     product goes through the head MLP to one value per action. forward(obs (B, obs_dim),
     taus (B, T)) -> (B, num_actions, T).
+
+    `dueling`: the streams sit in the head, on the product features: a shared head trunk of
+    head_hidden_sizes[:-1], then value (1 output) and advantage (A) streams that each have their
+    own copy of the last head layer, combined per tau (so head_hidden_sizes must not be empty).
+    `noisy`: every Linear of psi and the head is a NoisyLinear; phi stays a plain Linear (it
+    embeds the sampled tau, a fixed feature map rather than part of the value function).
     """
 
     def __init__(self, observation_dim: int, num_actions: int, embedding_dim: int = 64,
                  hidden_sizes: Sequence[int] = (256,), head_hidden_sizes: Sequence[int] = (256,),
-                 activation: str = "relu"):
+                 activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
         super().__init__()
         self.embedding_dim = check_int("network.embedding_dim", embedding_dim, minimum=1)
         if len(hidden_sizes) < 1:
             raise ConfigError(f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
                               f"layer for the state features psi(s), e.g. [256]")
         feature_dim = hidden_sizes[-1]
-        self.psi = mlp(observation_dim, None, hidden_sizes, activation)                # (B, obs) -> (B, D)
+        linear = linear_layer(noisy, noisy_sigma0)
+        self.psi = mlp(observation_dim, None, hidden_sizes, activation, linear=linear)  # (B, obs) -> (B, D)
         self.phi = nn.Sequential(nn.Linear(embedding_dim, feature_dim), activation_class(activation)())
-        self.head = mlp(feature_dim, num_actions, head_hidden_sizes, activation)       # (.., D) -> (.., A)
+        self.head = action_value_mlp(feature_dim, num_actions, 1, head_hidden_sizes, activation,
+                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0,
+                                     hidden_key="network.head_hidden_sizes")            # (.., D) -> (.., A)
 
     def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
         # obs: (B, obs_dim); taus: (B, T)

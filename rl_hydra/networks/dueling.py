@@ -1,0 +1,51 @@
+"""The dueling head (Wang et al. 2016, "Dueling Network Architectures for Deep RL", eq. 9):
+
+    Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a'),
+
+from a value stream and an advantage stream over the same features. Subtracting the mean
+makes the split identifiable (the mean over actions of Q is V).
+
+For a distributional output with K values per action (quantiles, taus, atom logits) the
+combination is made for each of the K separately, as Rainbow (Hessel et al. 2018) does on
+the atom logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
+
+
+class DuelingHead(nn.Module):
+    """features (..., F) -> Q (..., num_actions * K), laid out as a plain output layer's would be
+    (action-major), so that it can stand in for one.
+
+    `value`: (..., F) -> (..., K); `advantage`: (..., F) -> (..., num_actions * K).
+    """
+
+    def __init__(self, value: nn.Module, advantage: nn.Module, num_actions: int, outputs_per_action: int = 1):
+        super().__init__()
+        self.value, self.advantage = value, advantage
+        self.num_actions, self.outputs_per_action = num_actions, outputs_per_action
+
+    def forward_numpy(self, features: np.ndarray) -> np.ndarray | None:
+        value = numpy_forward(self.value, features)                             # (..., K) or None
+        advantage = numpy_forward(self.advantage, features)                     # (..., A * K) or None
+        if value is None or advantage is None:
+            return None
+        A, K = self.num_actions, self.outputs_per_action
+        value = value.reshape(*value.shape[:-1], 1, K)                          # (..., 1, K)
+        advantage = advantage.reshape(*advantage.shape[:-1], A, K)              # (..., A, K)
+        q = value + advantage - advantage.mean(axis=-2, keepdims=True)          # (..., A, K)
+        return q.reshape(*q.shape[:-2], A * K)                                  # (..., A * K)
+
+    @mirrored_by(forward_numpy)
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        A, K = self.num_actions, self.outputs_per_action
+        value = self.value(features).unflatten(-1, (1, K))                      # (..., 1, K)
+        advantage = self.advantage(features).unflatten(-1, (A, K))              # (..., A, K)
+        q = value + advantage - advantage.mean(dim=-2, keepdim=True)            # (..., A, K)
+        return q.flatten(-2)                                                    # (..., A * K)
