@@ -2,7 +2,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.buffers.replay import ReplayBuffer, n_step_returns
 from tests.conftest import run_training
 
 OBS = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
@@ -115,3 +115,87 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
     cut_rows = truncated.nonzero().squeeze(1)
     cut_rows = cut_rows[cut_rows + 1 < n]
     assert not torch.allclose(s["obs"][cut_rows + 1], s["next_obs"][cut_rows])
+
+
+# --- n-step returns -------------------------------------------------------------------
+
+def test_n_step_returns_by_hand():
+    rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
+    ended = torch.tensor([[False, False, False],   # all three summed
+                          [False, True, False],    # the episode ends at the 2nd step
+                          [True, True, False],     # ... at the 1st
+                          [False, False, True]])   # at the 3rd: all three summed still
+    returns, k = n_step_returns(rewards, ended, gamma=0.5)
+    torch.testing.assert_close(returns, torch.tensor([1 + 1 + 1.0, 1 + 1.0, 1.0, 3.0]))
+    assert k.tolist() == [3, 2, 1, 3]
+
+
+def fill_two_envs(buffer, steps=13):
+    """Two envs with their own episodes: env 0 terminates every 4th step, env 1 is truncated
+    every 5th step. Returns each env's transitions as stored, in order."""
+    streams = {0: [], 1: []}
+    for t in range(steps):
+        obs = np.array([[t, 0.0], [t, 1.0]], dtype=np.float32)
+        rewards = np.array([t + 1.0, 10.0 * (t + 1)], dtype=np.float32)
+        terminated, truncated = np.array([t % 4 == 3, False]), np.array([False, t % 5 == 4])
+        buffer.add(obs, np.array([t % 3, (t + 1) % 3]), rewards, obs + 0.5, terminated, truncated)
+        for env in (0, 1):
+            streams[env].append((obs[env], rewards[env], obs[env] + 0.5, terminated[env], truncated[env]))
+    return streams
+
+
+def brute_force_n_step(stream, t, n, gamma):
+    """(return, bootstrap obs, terminated, truncated, discount) of the n-step transition from step t."""
+    total = 0.0
+    for k in range(n):
+        _, reward, next_obs, terminated, truncated = stream[t + k]
+        total += gamma**k * reward
+        if terminated or truncated:
+            break
+    return total, next_obs, float(terminated), float(truncated), gamma ** (k + 1)
+
+
+def test_n_step_batches_match_a_brute_force_reading_of_each_envs_stream():
+    n, gamma, steps = 3, 0.9, 13
+    buffer = ReplayBuffer(100, OBS, ACTIONS, num_envs=2, seed=0, n_step=n, gamma=gamma)
+    streams = fill_two_envs(buffer, steps)
+    assert len(buffer) == 2 * (steps - (n - 1))   # the last n - 1 steps wait for their future
+    batch = buffer.sample(500)
+    drawn_steps = set()
+    for i in range(500):
+        row = int(batch.indices[i])
+        t, env = divmod(row, 2)
+        drawn_steps.add(t)
+        want = brute_force_n_step(streams[env], t, n, gamma)
+        torch.testing.assert_close(batch.obs[i], torch.from_numpy(streams[env][t][0]))
+        torch.testing.assert_close(batch.rewards[i], torch.tensor(want[0], dtype=torch.float32))
+        torch.testing.assert_close(batch.next_obs[i], torch.from_numpy(want[1]))
+        assert (float(batch.terminated[i]), float(batch.truncated[i])) == want[2:4]
+        torch.testing.assert_close(batch.discounts[i], torch.tensor(want[4], dtype=torch.float32))
+    assert drawn_steps == set(range(steps - (n - 1)))
+    assert torch.equal(batch.weights, torch.ones(500))
+
+
+def test_n_step_batches_after_the_ring_wraps_skip_rows_without_their_future():
+    n, gamma = 3, 0.5
+    buffer = ReplayBuffer(9, OBS, ACTIONS, num_envs=2, seed=1, n_step=n, gamma=gamma)
+    assert buffer.capacity == 10    # rounded up to whole vector steps
+    streams = fill_two_envs(buffer, steps=13)   # steps 8..12 are kept
+    assert len(buffer) == 10 - 2 * (n - 1)
+    batch = buffer.sample(300)
+    for i in range(300):
+        row = int(batch.indices[i])
+        env, slot = row % 2, row // 2
+        t = next(t for t in range(8, 13) if t % 5 == slot)   # vector step t sits in slot t % 5
+        assert t <= 12 - (n - 1)
+        want = brute_force_n_step(streams[env], t, n, gamma)
+        torch.testing.assert_close(batch.rewards[i], torch.tensor(want[0], dtype=torch.float32))
+        torch.testing.assert_close(batch.next_obs[i], torch.from_numpy(want[1]))
+
+
+def test_one_step_batches_discount_by_gamma():
+    buffer = ReplayBuffer(10, OBS, ACTIONS, gamma=0.97)
+    add_rows(buffer, [1, 2, 3])
+    batch = buffer.sample(4)
+    assert torch.equal(batch.discounts, torch.full((4,), 0.97)) and torch.equal(batch.weights, torch.ones(4))
+    assert torch.equal(batch.rewards, buffer.storage["rewards"][batch.indices])
