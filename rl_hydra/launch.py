@@ -67,12 +67,18 @@ IGNORED_DIFFERENCES = ("train.progress",)   # a sweep turns the progress bar off
 def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
     """A directory that already holds a run's output may only be launched into again with the same
     config (a re-launched sweep); a different one is refused, naming the keys that differ. A job
-    refused before its first step left no output, so a corrected config simply runs there."""
+    refused before its first step left no output, so a corrected config simply runs there. Keys
+    the recorded config lacks were added to rl_hydra's configs since the run began: they do not
+    count as a difference (a sweep re-launched after an upgrade still finds its runs), and the
+    log names them."""
     recorded = directory.hydra / RUN_CONFIG
     if recorded.is_file() and (directory.checkpoints.is_dir() or directory.metrics_csv.is_file()):
         before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
+        added = sorted(now.keys() - before.keys())
+        if added:
+            log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
         differ = sorted(k for k in before.keys() | now.keys()
-                        if before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
+                        if k in before and before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
         if differ:
             shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
             more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""

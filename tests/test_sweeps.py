@@ -216,3 +216,17 @@ def test_a_relaunch_with_a_changed_config_refuses_those_jobs_and_fails(tmp_path)
     refusals = [line for line in output.splitlines() if line.startswith("error:") and "0.99 -> 0.9" in line]
     assert "error: 2 of 2 jobs failed" in output and len(refusals) == 2  # one line per refused job
     assert summaries(tmp_path) == before  # the finished runs are untouched
+
+
+def test_a_relaunch_after_an_upgrade_that_added_config_keys_finds_its_finished_runs(tmp_path):
+    import yaml
+
+    sweep(tmp_path, "seed=0", short_names())
+    before = summaries(tmp_path)
+    recorded = next(tmp_path.glob("*/.hydra/run_config.yaml"))
+    old = yaml.safe_load(recorded.read_text())
+    del old["algo"]["n_step"]   # as written by a version before algo.n_step existed
+    recorded.write_text(yaml.safe_dump(old))
+    output = sweep(tmp_path, "seed=0", short_names())
+    assert "keys added since this run began (not in its recorded config): algo.n_step" in output
+    assert summaries(tmp_path) == before  # found finished, not trained again
