@@ -1,0 +1,114 @@
+"""Prioritized experience replay, the proportional variant (Schaul et al. 2016, arXiv:1511.05952).
+
+Row i is drawn with probability P(i) = p_i / sum_k p_k, where p_i = (|delta_i| + epsilon)^alpha and
+delta_i is the row's loss in its latest update (|TD error| for DQN, the per-sample loss of the
+distributional agents), which the loop hands back through `update_priorities`. A row not drawn
+yet has the largest priority seen so far (1 at first), so new transitions are drawn soon after
+they arrive. The bias this puts into the updates is corrected by importance weights
+w_i = (N * P(i))^-beta, N the rows that can be drawn, which the agent's loss multiplies per
+sample (Batch.weights).
+
+Choices made here, where the paper leaves room:
+- A batch is stratified: [0, total) is cut into batch_size equal segments and one point is
+  drawn uniformly in each (the paper's Appendix B.2.1), so a batch covers the whole distribution.
+- The weights are divided by the largest weight *of the batch*, not of the whole buffer (the
+  paper's max_i w_i, which would need a min-tree): they stay in (0, 1] and only scale updates down.
+- beta grows linearly from `beta` to `beta_final` over `beta_steps` sample calls (one per update)
+  and stays there; the buffer cannot know the run's length, so `beta_steps` is set in the config
+  (conf/buffer/prioritized.yaml) as a number of updates. None keeps beta constant.
+- With n-step returns a row may only be drawn once the next n - 1 steps of its env are stored:
+  rows have priority 0 until then and the largest priority when they become drawable. A row that
+  the ring overwrites gets priority 0 (n > 1) or the largest priority (n = 1) with its new data.
+
+The priorities live in a float64 sum tree on the CPU (sum_tree.py), also for a CUDA buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_hydra.buffers.replay import Batch, ReplayBuffer
+from rl_hydra.buffers.sum_tree import SumTree
+from rl_hydra.config import check_float, check_int
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """ReplayBuffer that draws rows by priority; `update_priorities` takes each update's new ones."""
+
+    def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
+                 num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
+                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.6, beta: float = 0.4,
+                 beta_final: float = 1.0, beta_steps: int | None = 100_000, epsilon: float = 1e-6):
+        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma)
+        self.alpha = check_float("buffer.alpha", alpha, 0.0)  # 0: uniform over the drawable rows
+        self.beta = check_float("buffer.beta", beta, 0.0, 1.0)
+        self.beta_final = check_float("buffer.beta_final", beta_final, 0.0, 1.0)
+        self.beta_steps = None if beta_steps is None else check_int("buffer.beta_steps", beta_steps, minimum=1)
+        self.epsilon = check_float("buffer.epsilon", epsilon, 0.0, exclusive_min=True)
+        self.tree = SumTree(self.capacity)  # self.capacity: the base may have rounded it up
+        self.max_priority = 1.0             # the largest p_i so far: a new row's priority
+        self.sample_calls = 0               # beta's annealing step
+        self.priority_rng = np.random.default_rng(seed)  # on the CPU, with the tree
+
+    @property
+    def current_beta(self) -> float:
+        if self.beta_steps is None:
+            return self.beta
+        return self.beta + min(1.0, self.sample_calls / self.beta_steps) * (self.beta_final - self.beta)
+
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        start, n = self.pos, len(rewards)
+        super().add(obs, actions, rewards, next_obs, terminated, truncated)
+        new_rows = (start + np.arange(n)) % self.capacity                      # (n,) maybe overwriting old rows
+        if self.n_step == 1:
+            self.tree.update(new_rows, np.full(n, self.max_priority))
+            return
+        rows, priorities = [new_rows], [np.zeros(n)]                           # not drawable yet
+        if len(self):  # the rows of n - 1 vector steps back now have their n-step future stored
+            rows.append((new_rows - (self.n_step - 1) * self.num_envs) % self.capacity)
+            priorities.append(np.full(n, self.max_priority))
+        self.tree.update(np.concatenate(rows), np.concatenate(priorities))
+
+    def sample_indices(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows (B,) drawn with probability P(i), one in each of B equal segments of the priority
+        mass, and their importance weights (B,) (N * P(i))^-beta divided by the batch's largest."""
+        total = self.tree.total
+        if not total > 0:
+            raise RuntimeError(f"nothing to sample: the priorities sum to {total} ({len(self)} rows drawable; "
+                               "nan or inf: a loss that diverged)")
+        u = self.priority_rng.random(batch_size)                                         # (B,) in [0, 1)
+        rows = self.tree.find_prefix_sums((np.arange(batch_size) + u) * (total / batch_size))  # (B,)
+        p = self.tree[rows]                                                              # (B,) p_i, all > 0
+        # (N P(i))^-beta / max_j (N P(j))^-beta over the batch: N and the total cancel out
+        weights = (p.min() / p) ** self.current_beta                                     # (B,) in (0, 1]
+        self.sample_calls += 1
+        return (torch.from_numpy(rows).to(self.device),
+                torch.from_numpy(weights.astype(np.float32)).to(self.device))
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """p_i = (|priority_i| + epsilon)^alpha for the rows `indices` (B,), tensors on any device."""
+        delta = priorities.detach().cpu().numpy()                                                 # (B,)
+        p = (np.abs(delta, dtype=np.float64) + self.epsilon) ** self.alpha                         # (B,)
+        self.tree.update(indices.cpu().numpy(), p)
+        self.max_priority = max(self.max_priority, float(p.max()))
+
+    def sample_batches(self, batch_size: int, count: int) -> Iterator[Batch]:
+        """`count` batches, each drawn only when the loop asks for the next one: after the priorities
+        of the batch before were updated (the base class's gathering up front would miss them)."""
+        return (self.sample(batch_size) for _ in range(count))
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(),
+                "priorities": torch.from_numpy(self.tree.state_dict()["leaves"]),
+                "max_priority": self.max_priority, "sample_calls": self.sample_calls,
+                "priority_rng": self.priority_rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.tree.load_state_dict({"leaves": state["priorities"].numpy()})
+        self.max_priority, self.sample_calls = float(state["max_priority"]), int(state["sample_calls"])
+        self.priority_rng.bit_generator.state = state["priority_rng"]

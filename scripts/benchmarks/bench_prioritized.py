@@ -1,0 +1,124 @@
+"""Per-update cost of prioritized replay (buffer=prioritized) against uniform replay (buffer=replay).
+
+    python scripts/benchmarks/bench_prioritized.py                  # 7 interleaved rounds, medians in microseconds
+    python scripts/benchmarks/bench_prioritized.py --rounds 3 --calls 500 --capacity 50000
+
+  sampling  what one update costs the buffer: PrioritizedReplayBuffer.sample (sum-tree descent,
+            importance weights) + update_priorities, against ReplayBuffer.sample; batches of 32
+            and 64 from `--capacity` stored rows (full buffers, random priorities), with
+            CartPole's observations (4 floats) and larger ones (84 floats)
+  update    a whole DQN update step on CartPole (the dqn_cartpole preset's network): sample,
+            agent.update and, prioritized, update_priorities, against sample and agent.update
+
+Each round times every candidate once, in turn, so drifting load falls on all alike; one torch
+thread, as in the runs. Figures are medians over rounds of the microseconds per call, in CPU
+time (process_time: what the calls cost, also on a machine busy with other work) and in wall
+time, and the ratios of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from rl_hydra.api import compose_train_config  # noqa: E402
+from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer  # noqa: E402
+from rl_hydra.buffers.replay import ReplayBuffer  # noqa: E402
+from rl_hydra.training import build_agent  # noqa: E402
+
+CHUNK = 1000  # rows per add while filling
+
+
+def filled(buffer_class, capacity: int, obs_dim: int, **kwargs):
+    """A full buffer of random transitions; a prioritized one also gets random priorities."""
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+    buffer = buffer_class(capacity, obs_space, gym.spaces.Discrete(2), num_envs=1, seed=0, **kwargs)
+    rng = np.random.default_rng(0)
+    for _ in range(0, capacity, CHUNK):
+        obs = rng.normal(size=(CHUNK, obs_dim)).astype(np.float32)
+        buffer.add(obs, rng.integers(2, size=CHUNK), rng.normal(size=CHUNK).astype(np.float32), obs,
+                   rng.random(CHUNK) < 0.01, np.zeros(CHUNK, bool))
+    if hasattr(buffer, "update_priorities"):
+        rows = torch.arange(capacity)
+        buffer.update_priorities(rows, torch.from_numpy(rng.exponential(size=capacity)))
+    return buffer
+
+
+def per_call_us(fn, calls: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call; CPU time leaves out the time this process waited for a core."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - wall) / calls * 1e6, (time.process_time() - cpu) / calls * 1e6
+
+
+def sampling_candidates(capacity: int, obs_dim: int, batch_size: int) -> dict:
+    uniform, prioritized = filled(ReplayBuffer, capacity, obs_dim), filled(PrioritizedReplayBuffer, capacity, obs_dim)
+    new_priorities = torch.rand(batch_size)  # what an update hands back (B,)
+
+    def prioritized_sample():
+        batch = prioritized.sample(batch_size)
+        prioritized.update_priorities(batch.indices, new_priorities)
+
+    return {"uniform": lambda: uniform.sample(batch_size), "prioritized": prioritized_sample}
+
+
+def update_candidates(capacity: int, batch_size: int) -> dict:
+    cfg = compose_train_config("algo=dqn", "env=cartpole", f"algo.batch_size={batch_size}", "device=cpu")
+    env = gym.make("CartPole-v1")
+    agents = [build_agent(cfg, env.observation_space, env.action_space, torch.device("cpu")) for _ in range(2)]
+    uniform, prioritized = filled(ReplayBuffer, capacity, 4), filled(PrioritizedReplayBuffer, capacity, 4)
+
+    def uniform_step():
+        agents[0].update(uniform.sample(batch_size))
+
+    def prioritized_step():
+        batch = prioritized.sample(batch_size)
+        prioritized.update_priorities(batch.indices, agents[1].update(batch)["priorities"])
+
+    return {"uniform": uniform_step, "prioritized": prioritized_step}
+
+
+def timed(name: str, candidates: dict, rounds: int, calls: int) -> None:
+    for fn in candidates.values():  # warm up
+        per_call_us(fn, max(1, calls // 10))
+    times = {key: [] for key in candidates}
+    for _ in range(rounds):
+        for key, fn in candidates.items():
+            times[key].append(per_call_us(fn, calls))
+    line = f"{name:<30}"
+    for clock, column in (("cpu", 1), ("wall", 0)):
+        uniform, prioritized = (statistics.median(t[column] for t in times[key]) for key in ("uniform", "prioritized"))
+        line += f"  {clock}: uniform {uniform:7.1f} prioritized {prioritized:7.1f} ratio {prioritized / uniform:5.2f}x"
+    print(line, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--capacity", type=int, default=100_000, help="rows stored (a full buffer)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=1000, help="calls per candidate and round")
+    parser.add_argument("--update-calls", type=int, default=300, help="calls per round of the whole update")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"{args.capacity} rows, {args.rounds} rounds, median microseconds per call; torch {torch.__version__}, "
+          f"numpy {np.__version__}, 1 torch thread")
+    for obs_dim in (4, 84):
+        for batch_size in (32, 64):
+            timed(f"sampling, obs ({obs_dim},), batch {batch_size}", sampling_candidates(args.capacity, obs_dim, batch_size),
+                  args.rounds, args.calls)
+    for batch_size in (32, 64):
+        timed(f"DQN update step, batch {batch_size}", update_candidates(args.capacity, batch_size),
+              args.rounds, args.update_calls)
+
+
+if __name__ == "__main__":
+    main()
