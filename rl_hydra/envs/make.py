@@ -14,31 +14,66 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError
+from rl_hydra.envs.learning import LearningSignal, learning_signal
 
 
-# the module that each env extra of pyproject.toml installs (what `env.extra` may name)
-EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco"}
+# the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
+EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": ("ale_py", "cv2"), "minatar": "minatar"}
 
 
 def install_hint(extra: str) -> str:
     return f'pip install -e ".[{extra}]"'
 
 
+def require_extra(extra: str, env_id: str) -> None:
+    """The extra's modules are installed, or one line names the pip command."""
+    modules = EXTRA_MODULES.get(extra)
+    if modules is None:
+        raise ConfigError(f"env.extra={extra!r} is not known; choose one of: {', '.join(EXTRA_MODULES)}")
+    for module in (modules,) if isinstance(modules, str) else modules:
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"env.id={env_id} needs the {extra} extra ({module} is not installed): "
+                              f"{install_hint(extra)}")
+
+
 def check_extra(env_cfg: DictConfig) -> None:
     """The env group's install extra (`env.extra`) is installed, or one line names the pip command."""
-    extra = env_cfg.get("extra")
-    if extra is None:
+    if env_cfg.get("extra") is not None:
+        require_extra(env_cfg.extra, env_cfg.id)
+
+
+def _register_ale() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+def _register_minatar() -> None:
+    import minatar.gym
+
+    minatar.gym.register_envs()
+
+
+# id namespaces whose package registers its ids only when imported or asked: namespace -> (extra, register)
+NAMESPACES = {"ALE": ("atari", _register_ale), "MinAtar": ("minatar", _register_minatar)}
+
+
+def register_namespace(env_id: str) -> None:
+    """Ids such as ALE/Pong-v5 or MinAtar/Breakout-v1 register themselves: the namespace's package
+    is loaded and registers its ids (or one line names the extra to install)."""
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+    if namespace not in NAMESPACES:
         return
-    module = EXTRA_MODULES.get(extra)
-    if module is None:
-        raise ConfigError(f"env.extra={extra!r} is not known; choose one of: {', '.join(EXTRA_MODULES)}")
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(f"env.id={env_cfg.id} needs the {extra} extra ({module} is not installed): "
-                          f"{install_hint(extra)}")
+    extra, register = NAMESPACES[namespace]
+    require_extra(extra, env_id)
+    if not any(name.startswith(namespace + "/") for name in gym.registry):
+        register()
 
 
 def check_env_id(env_id: str) -> None:
-    """A registered id, or gymnasium's `module:EnvId` form whose module registers EnvId on import."""
+    """A registered id (ALE/... and MinAtar/... register themselves), or gymnasium's `module:EnvId`
+    form whose module registers EnvId on import."""
+    register_namespace(env_id)
     name = env_id
     if ":" in env_id:
         module, name = env_id.split(":", 1)
@@ -57,8 +92,8 @@ def check_env_id(env_id: str) -> None:
 def missing_dependency(env_id: str, error: Exception) -> str:
     """One line for an env whose package is missing (env=gym has no `extra` to check ahead)."""
     message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    for extra, module in EXTRA_MODULES.items():
-        if module.lower() in message.lower():
+    for extra, modules in EXTRA_MODULES.items():
+        if any(module.lower() in message.lower() for module in ((modules,) if isinstance(modules, str) else modules)):
             return f"env.id={env_id} needs the {extra} extra ({message}): {install_hint(extra)}"
     return f"env.id={env_id} cannot be made: {message}"
 
@@ -67,6 +102,8 @@ class SameStepVectorEnv(SyncVectorEnv):
     """SyncVectorEnv with SAME_STEP autoreset whose step, for Box observations, skips the
     generic space utilities (iterate, concatenate, deepcopy) that cost more than a
     CartPole step itself; it returns what SyncVectorEnv.step returns (tested against it)."""
+
+    learning: LearningSignal | None = None   # what the loops store, where it differs from the env's step
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -109,8 +146,12 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
                            max_episode_steps=env_cfg.get("max_episode_steps"), **kwargs)
         except gym.error.DependencyNotInstalled as error:
             raise ConfigError(missing_dependency(env_cfg.id, error)) from None
-        for wrap in wrappers:
-            env = wrap(env)
+        for k, wrap in enumerate(wrappers):
+            try:
+                env = wrap(env)
+            except (ValueError, TypeError) as error:  # a wrapper library's own check of its arguments
+                raise ConfigError(f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: "
+                                  f"{str(error).splitlines()[0]}") from None
         return env
 
     return factory
@@ -123,11 +164,13 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
     Autoreset is SAME_STEP: when an episode ends, `step` already returns the
     first observation of the next one, and the real final observation is in
     `info["final_obs"]`, so a truncated transition can bootstrap from it.
+    `env.learning` is the group's learning-only transform (envs/learning.py), or None.
     """
     num_envs = num_envs or env_cfg.num_envs
     env = SameStepVectorEnv([env_factory(env_cfg, render_mode)] * num_envs)
-    env.reset(seed=[seed + i for i in range(num_envs)])
+    _, info = env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
+    env.learning = learning_signal(env_cfg, num_envs, info)
     return env
 
 

@@ -3,8 +3,9 @@
 Classic-control envs keep their whole dynamic state in a few plain attributes
 (`state`, `steps_beyond_terminated`, `last_u`, the RNG) plus the TimeLimit
 counter, so a resumed run can continue the very episodes it stopped in. Other
-envs (Box2D, MuJoCo, Atari) hold state in native objects: for them capture
-returns None and a resumed run starts fresh episodes.
+envs hold state in native objects (Box2D, MuJoCo, ALE) or in nested game objects
+and wrapper buffers (MinAtar, frame stacks): for them capture returns None and a
+resumed run starts fresh episodes.
 """
 
 from __future__ import annotations

@@ -63,3 +63,20 @@ class ScaleObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return (observation * self.scale).astype(self.observation_space.dtype, copy=False)
+
+
+class ChannelsFirst(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Move an image's channel axis from last to first, (H, W, C) -> (C, H, W), keeping its dtype:
+    the layout of torch's convolutions and of gymnasium's frame stacks."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+            raise ConfigError(f"ChannelsFirst needs a 3-d Box observation space (H, W, C); the env has {space}")
+        self.observation_space = gym.spaces.Box(np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0),
+                                                dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0))

@@ -24,6 +24,8 @@ def evaluate(agent, env: VectorEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
     One episode per copy (rather than the first N to finish) keeps short episodes
     from being over-represented. Recurrent agents get `state=None` at the start.
+    Returns are the game's own score over full games: the env group's learning-only
+    transforms (`env.learning`: clipped rewards, a lost life as terminal) do not apply here.
     """
     n = env.num_envs
     obs, _ = env.reset(seed=[seed + i for i in range(n)])

@@ -3,6 +3,7 @@ state at them, and the episodes under way. A checkpoint captures all three."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -12,10 +13,17 @@ from rl_hydra.envs.make import final_observations
 from rl_hydra.envs.state import capture_env_state, restore_env_state
 from rl_hydra.loops.monitor import EpisodeStats
 
+log = logging.getLogger(__name__)
+
 
 class Step(NamedTuple):
     """One vector step, as the buffer stores it: `next_obs` holds the real last observation of an
-    episode that ended (truncated ones bootstrap from it), not the first of the next one."""
+    episode that ended (truncated ones bootstrap from it), not the first of the next one.
+
+    `rewards` and `terminated` are what the agent learns from: the env's own, unless the env group
+    sets learning-only transforms (`env.learning`: clipped rewards, a lost life as terminal).
+    `raw_rewards` are the game's, which the episode returns sum; `done`: the episodes that really
+    ended (the env reset them), which is what resets an actor's recurrent state."""
     obs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
@@ -23,6 +31,7 @@ class Step(NamedTuple):
     terminated: np.ndarray
     truncated: np.ndarray
     done: np.ndarray
+    raw_rewards: np.ndarray
 
 
 class Rollout:
@@ -31,6 +40,7 @@ class Rollout:
 
     def __init__(self, env):
         self.env = env
+        self.learning = getattr(env, "learning", None)   # see envs/learning.py
         self.episodes = EpisodeStats(env.num_envs)
         self.obs: np.ndarray | None = None
         self.actor_state: tuple[torch.Tensor, ...] | None = None  # None: fresh episodes, the actor starts anew
@@ -39,9 +49,11 @@ class Rollout:
     def start(self) -> np.ndarray:
         """The first observations: the restored ones after an exact resume, else a reset."""
         if not self._restored:
-            self.obs = self.env.reset()[0]
+            self.obs, info = self.env.reset()
             self.actor_state = None
             self.episodes.restart()
+            if self.learning is not None:
+                self.learning.start(info)
         self._restored = False
         return self.obs
 
@@ -51,15 +63,20 @@ class Rollout:
         done = terminated | truncated
         self.episodes.record(rewards, done)
         self.obs = next_obs
-        return Step(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, done)
+        raw_rewards = rewards
+        if self.learning is not None:
+            rewards, terminated = self.learning(rewards, terminated, done, info)
+        return Step(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, done,
+                    raw_rewards)
 
-    def state_dict(self) -> dict[str, Any] | None:
+    def state_dict(self) -> dict[str, Any]:
         """The env's state, observations, episode counters and actor state, where the env can be
-        captured exactly (classic control); None otherwise (a resume then starts fresh episodes)."""
+        captured exactly (classic control); otherwise only `exact: False`, and a resume starts
+        fresh episodes (and says so)."""
         env_state = capture_env_state(self.env) if self.obs is not None else None
         if env_state is None:
-            return None
-        state = {"state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
+            return {"exact": False}
+        state = {"exact": True, "state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
                  "episode_return": torch.from_numpy(self.episodes.episode_return.copy()),
                  "episode_length": torch.from_numpy(self.episodes.episode_length.copy())}
         if self.actor_state is not None:
@@ -67,6 +84,10 @@ class Rollout:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state.get("exact", True):
+            log.info("env.id=%s cannot be captured for an exact resume (classic-control envs can): "
+                     "the resumed run starts fresh episodes", self.env.envs[0].spec.id)
+            return
         restore_env_state(self.env, state["state"])
         self.obs = state["obs"].numpy().copy()
         self.episodes.episode_return[:] = state["episode_return"].numpy()
