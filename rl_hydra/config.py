@@ -51,10 +51,21 @@ def run_env_name(choice: str, env_id: str) -> str:
     return choice if group_env_id(choice) == env_id else env_label(env_id)
 
 
+def run_updates(total_steps: Any, learning_starts: Any, train_every: Any, gradient_steps: Any) -> int:
+    """How many updates a run makes: `gradient_steps` per training phase, one phase every
+    `train_every` env steps after `learning_starts` (at least 1)."""
+    phases = (int(total_steps) - int(learning_starts)) // max(int(train_every), 1)
+    return max(phases * int(gradient_steps), 1)
+
+
 def register_resolvers() -> None:
-    """`${rl_hydra.env_name:<env choice>,<env.id>}`, used by hydra.run.dir in conf/train.yaml."""
+    """`${rl_hydra.env_name:<env choice>,<env.id>}`, used by hydra.run.dir in conf/train.yaml;
+    `${rl_hydra.updates:<total_steps>,<learning_starts>,<train_every>,<gradient_steps>}`, the
+    run's number of updates (buffer/prioritized.yaml anneals beta over them)."""
     if not OmegaConf.has_resolver("rl_hydra.env_name"):
         OmegaConf.register_new_resolver("rl_hydra.env_name", run_env_name)
+    if not OmegaConf.has_resolver("rl_hydra.updates"):
+        OmegaConf.register_new_resolver("rl_hydra.updates", run_updates)
 
 
 register_resolvers()

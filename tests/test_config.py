@@ -3,21 +3,25 @@
 import gymnasium as gym
 import pytest
 import torch
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from rl_hydra.config import ConfigError
+from rl_hydra.envs.make import check_env_id
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 # which action space each algorithm handles; a new algorithm must be added here
-ACTION_KIND = {"dqn": "discrete", "qr_dqn": "discrete", "iqn": "discrete", "drqn": "discrete",
-               "redq": "continuous", "sac": "continuous"}
+ACTION_KIND = {"dqn": "discrete", "qr_dqn": "discrete", "iqn": "discrete", "drqn": "discrete", "c51": "discrete",
+               "rainbow": "discrete", "dopamine_iqn": "discrete", "redq": "continuous", "sac": "continuous"}
 
 
 def env_action_kind(env: str) -> str:
-    space = gym.make(compose_config(*env_overrides(env)).env.id).action_space   # composed: an alias file has no id
+    env_id = compose_config(*env_overrides(env)).env.id   # composed: an alias file has no id
+    check_env_id(env_id)                                   # registers the ALE/ and MinAtar/ namespaces
+    space = gym.make(env_id).action_space
     return "discrete" if isinstance(space, gym.spaces.Discrete) else "continuous"
 
 
@@ -46,17 +50,21 @@ def test_algo_env_pair_builds_or_fails_clearly(algo, env):
         assert vec_env.action_space.contains(actions.astype(vec_env.action_space.dtype))
         vec_env.close()
     else:
-        with pytest.raises(ConfigError, match=f"algo={algo} needs a"):
+        name = get_class(cfg.algo._target_).name   # a preset of another class (rainbow: c51) names the class
+        with pytest.raises(ConfigError, match=f"algo={name} needs a"):
             build_components(cfg, torch.device("cpu"))
 
 
 REPLAY, SEQUENCE = "rl_hydra.buffers.replay.ReplayBuffer", "rl_hydra.buffers.sequence.SequenceBuffer"
+PRIORITIZED = "rl_hydra.buffers.prioritized.PrioritizedReplayBuffer"
 
 
 def test_each_algorithm_picks_its_buffer():
-    """algo/<algo>.yaml's defaults list picks the buffer: the sequence buffer for DRQN only."""
+    """algo/<algo>.yaml's defaults list picks the buffer: the sequence buffer for DRQN, prioritized
+    replay for the Rainbow presets, the replay buffer for the others."""
+    picks = {"drqn": SEQUENCE, "rainbow": PRIORITIZED, "dopamine_iqn": PRIORITIZED}
     for algo in ALGOS:
-        assert compose_config(f"algo={algo}").buffer._target_ == (SEQUENCE if algo == "drqn" else REPLAY), algo
+        assert compose_config(f"algo={algo}").buffer._target_ == picks.get(algo, REPLAY), algo
 
 
 def test_command_line_network_and_buffer_choices_win_over_the_algorithm_defaults():

@@ -95,7 +95,7 @@ def test_midpoint_taus():
 
 
 def test_quantile_network_shape():
-    net = QuantileNetwork(observation_dim=4, num_actions=3, num_quantiles=7, hidden_sizes=[16])
+    net = QuantileNetwork(observation=4, num_actions=3, num_quantiles=7, hidden_sizes=[16])
     assert net(torch.randn(5, 4)).shape == (5, 3, 7)
 
 
@@ -110,7 +110,7 @@ def test_cosine_embedding_shape_and_values():
 
 
 def test_implicit_quantile_network_shape_and_tau_dependence():
-    net = ImplicitQuantileNetwork(observation_dim=4, num_actions=3, embedding_dim=8, hidden_sizes=[16],
+    net = ImplicitQuantileNetwork(observation=4, num_actions=3, embedding_dim=8, hidden_sizes=[16],
                                   head_hidden_sizes=[16])
     obs = torch.randn(5, 4)
     out = net(obs, torch.rand(5, 6))

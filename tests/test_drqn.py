@@ -190,7 +190,7 @@ def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
         obs = np.full((1, 4), t / 10, np.float32)
         buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
     batch = buffer.sample(16)
-    loss, _ = agent.loss(batch)
+    loss, _, _ = agent.loss(batch)
 
     def changed(step, rows):
         rewards = batch.rewards.clone()

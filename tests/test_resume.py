@@ -19,7 +19,9 @@ from tests.conftest import CONF_DIR, ROOT, TINY, compose_config, run_cli
 FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
         "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
 ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq", "env=pendulum"],
-             "sac": ["algo=sac", "env=pendulum"]}
+             "sac": ["algo=sac", "env=pendulum"],
+             # n-step returns, prioritized replay, noisy dueling network: all restored exactly
+             "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"]}
 ALGOS = [a for a in ALGO_ARGS if (CONF_DIR / "algo" / f"{a}.yaml").is_file()]
 
 

@@ -58,7 +58,7 @@ class C51(DQN):
         self.support = torch.linspace(v_min, v_max, self.num_atoms, device=self.device)   # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        return network(self.observation_dim, self.num_actions, self.num_atoms)
+        return network(self.observation, self.num_actions, self.num_atoms)
 
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = sum_i p_i(s, a) z_i: (B, obs_dim) -> (B, A)."""

@@ -47,10 +47,18 @@ def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterab
     return factory(params)
 
 
+def is_raw_pixels(obs: np.ndarray) -> bool:
+    """uint8 frames or bool grids, which networks scale themselves (networks/encoders.py)."""
+    return obs.dtype == np.uint8 or obs.dtype == np.bool_
+
+
 def observation_tensor(obs: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A float32 tensor of `obs` on `device`; float32 arrays on the CPU are shared, not copied."""
-    if device.type == "cpu" and obs.dtype == np.float32:
+    """`obs` as a tensor on `device`: float32, or uint8/bool kept as they are (raw pixels);
+    arrays on the CPU that need no conversion are shared, not copied."""
+    if device.type == "cpu" and (obs.dtype == np.float32 or is_raw_pixels(obs)):
         return torch.from_numpy(obs)  # shares the memory: cheaper than as_tensor, once per env step
+    if is_raw_pixels(obs):
+        return torch.as_tensor(obs, device=device)
     return torch.as_tensor(obs, dtype=torch.float32, device=device)
 
 

@@ -20,11 +20,12 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rl_hydra.algos.common import (LinearSchedule, flat_dim, make_optimizer, observation_tensor, optimizer_step,
+from rl_hydra.algos.common import (LinearSchedule, is_raw_pixels, make_optimizer, observation_tensor, optimizer_step,
                                    require_discrete, update_target)
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
+from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
 
@@ -68,7 +69,7 @@ class DQN:
         self.lr_factor = LinearSchedule(1.0, check_float("algo.final_lr_fraction", final_lr_fraction, 0.0, 1.0),
                                         total_steps - self.learning_starts)
 
-        self.observation_dim = flat_dim(observation_space)
+        self.observation = network_input(observation_space)   # a vector's size, or the Box of frames or grids
         self.num_actions = require_discrete(action_space, self.name)
         self.q_net = self.make_network(network).to(self.device)
         self.noisy = has_noisy_layers(self.q_net)
@@ -85,7 +86,7 @@ class DQN:
 
     # --- what subclasses change ------------------------------------------------
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        return network(self.observation_dim, self.num_actions)
+        return network(self.observation, self.num_actions)
 
     @mirrored_by(lambda self, obs: numpy_forward(self.q_net, obs))
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
@@ -138,10 +139,10 @@ class DQN:
 
     def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
-        # the numpy mirror of action_values where one exists (networks/numpy_mirror.py), else torch
-        values = call_mirror(self, "action_values", np.asarray(obs, dtype=np.float32))   # (n, A) or None
-        if values is not None:
-            return values.argmax(axis=1)
+        if not is_raw_pixels(obs):  # vectors: the numpy mirror of action_values where one exists, else torch
+            values = call_mirror(self, "action_values", np.asarray(obs, dtype=np.float32))   # (n, A) or None
+            if values is not None:
+                return values.argmax(axis=1)
         with torch.no_grad():
             return self.action_values(observation_tensor(obs, self.device)).argmax(dim=1).cpu().numpy()
 
@@ -158,8 +159,10 @@ class DQN:
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
-        # epsilon: a float, no tensor to build; priorities: read by a prioritized buffer, not a metric
-        return {"loss": loss.detach(), **metrics, "epsilon": self.epsilon, "priorities": priorities}
+        metrics = {"loss": loss.detach(), **metrics, "epsilon": self.epsilon}  # epsilon: a float, no tensor to build
+        if priorities is not None:  # read by a prioritized buffer, not a metric
+            metrics["priorities"] = priorities
+        return metrics
 
     def state_dict(self) -> dict:
         return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),

@@ -50,7 +50,7 @@ class DRQN(DQN):
         self.n_step = check_int("algo.n_step", n_step, minimum=1)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        q_net = network(self.observation_dim, self.num_actions)
+        q_net = network(self.observation, self.num_actions)
         if not hasattr(q_net, "initial_state"):
             raise ConfigError(f"algo=drqn needs a recurrent network (network=drqn); "
                               f"{type(q_net).__name__} carries no state")
@@ -89,7 +89,8 @@ class DRQN(DQN):
         tail, _ = self.q_net(batch.obs[self.burn_in :], state)                       # (L + 1 - burn_in, B, A)
         return torch.cat([head, tail])                                               # (L + 1, B, A)
 
-    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
+        """(the batch loss, None: no replay priorities from a sequence batch, metrics)."""
         counted = batch.mask.clone()                                                 # (L, B)
         counted[: self.burn_in] *= batch.episode_start.float()                       # burn-in steps count only in episode openers
         q_values = self.unroll(batch)                                                # (L + 1, B, A)
@@ -105,6 +106,6 @@ class DRQN(DQN):
             targets = targets.view_as(q_taken)                                       # (L, B)
         loss = masked_td_loss(q_taken, targets, counted, self.loss_kind)
         td_error = (targets - q_taken).detach().abs()                                # (L, B)
-        return loss, {"q_value_mean": masked_mean(q_taken.detach(), counted),
+        return loss, None, {"q_value_mean": masked_mean(q_taken.detach(), counted),
                       "target_mean": masked_mean(targets, counted),
                       "td_error_mean": masked_mean(td_error, counted)}

@@ -46,7 +46,7 @@ class IQN(DQN):
         return torch.rand(batch_size, num_samples, generator=self.tau_generator, device=self.device)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        return network(self.observation_dim, self.num_actions)
+        return network(self.observation, self.num_actions)
 
     def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Exploring actions average K sampled fractions, as the paper acts. Greedy actions

@@ -52,7 +52,7 @@ class QRDQN(DQN):
         self.taus = midpoint_taus(self.num_quantiles, self.device)   # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        return network(self.observation_dim, self.num_actions, self.num_quantiles)
+        return network(self.observation, self.num_actions, self.num_quantiles)
 
     def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
         quantiles = numpy_forward(self.q_net, obs)                                       # (B, A, N) or None

@@ -12,6 +12,7 @@ import logging
 from typing import Iterable, Iterator, NamedTuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rl_hydra import host_memory
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
-    obs: torch.Tensor          # (B, *obs_shape) float32
+    obs: torch.Tensor          # (B, *obs_shape) float32, or uint8 / bool as the env produced them
     actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
     rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
     next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
@@ -47,6 +48,13 @@ def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> 
     counted = torch.cat([rewards.new_ones(batch, 1), still_running], dim=1)          # (B, n)
     powers = gamma ** torch.arange(n, device=rewards.device, dtype=rewards.dtype)    # (n,)
     return (counted * powers * rewards).sum(dim=1), counted.sum(dim=1).long()        # (B,), (B,)
+
+
+def observation_dtype(observation_space: gym.Space) -> torch.dtype:
+    """Raw pixels are kept as the env produced them (uint8 frames, bool grids; networks scale
+    them); everything else is stored as float32."""
+    return {np.dtype(np.uint8): torch.uint8, np.dtype(np.bool_): torch.bool}.get(
+        np.dtype(observation_space.dtype), torch.float32)
 
 
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -78,13 +86,13 @@ class ReplayBuffer:
             log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
                      self.capacity, num_envs)
         self.device = torch.device(device)
-        obs_shape = tuple(observation_space.shape)
+        obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
         # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
         self.storage = host_memory.zeros({
-            "obs": rows(obs_shape), "actions": rows(action_shape, action_dtype), "rewards": rows(()),
-            "next_obs": rows(obs_shape), "terminated": rows(()), "truncated": rows(()),
+            "obs": rows(obs_shape, obs_dtype), "actions": rows(action_shape, action_dtype), "rewards": rows(()),
+            "next_obs": rows(obs_shape, obs_dtype), "terminated": rows(()), "truncated": rows(()),
         }, self.device)
         assert tuple(self.storage) == STORED
         # on CPU, numpy views of the same memory make `add` several times cheaper

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rl_hydra import host_memory
-from rl_hydra.buffers.replay import action_layout
+from rl_hydra.buffers.replay import action_layout, observation_dtype
 from rl_hydra.config import ConfigError, check_int
 
 
@@ -47,13 +47,13 @@ class SequenceBuffer:
         self.stride = stride
         self.device = torch.device(device)
         self.num_envs = num_envs
-        obs_shape = tuple(observation_space.shape)
+        obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
         action_shape, action_dtype = action_layout(action_space)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
         stored = host_memory.zeros({
-            "obs": steps(length + 1, obs_shape), "actions": steps(length, action_shape, action_dtype),
+            "obs": steps(length + 1, obs_shape, obs_dtype), "actions": steps(length, action_shape, action_dtype),
             "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
             "episode_start": ((capacity,), torch.bool),
         }, self.device)
@@ -66,7 +66,8 @@ class SequenceBuffer:
         self.generator.manual_seed(seed)
 
         # the open chunk of each env; row i holds env i's steps since its chunk began
-        self.open = {"obs": np.zeros((num_envs, length + 1, *obs_shape), np.float32),
+        numpy_obs_dtype = torch.empty(0, dtype=obs_dtype).numpy().dtype
+        self.open = {"obs": np.zeros((num_envs, length + 1, *obs_shape), numpy_obs_dtype),
                      "actions": np.zeros((num_envs, length, *action_shape),
                                          np.int64 if action_dtype == torch.int64 else np.float32),
                      "rewards": np.zeros((num_envs, length), np.float32),

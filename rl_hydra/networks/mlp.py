@@ -7,11 +7,14 @@ import functools
 import logging
 from typing import Callable, Sequence
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.dueling import DuelingHead
+from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.noisy import NoisyLinear
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
@@ -96,8 +99,16 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     return nn.Sequential(*trunk, DuelingHead(value, advantage, num_actions, outputs_per_action))
 
 
+def encode(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
+    """The encoder's features of `obs`, or `obs` itself for a vector network (no encoder)."""
+    return obs if encoder is None else encoder(obs)
+
+
 class QNetwork(nn.Module):
-    """Q(s, .): observation (B, obs_dim) -> action values (B, num_actions).
+    """Q(s, .): observation (B, *observation_shape) -> action values (B, num_actions).
+
+    `observation` is a vector's size, or the observation space of frames or grids; `encoder`
+    (networks/encoders.py) turns it into the features the MLP reads.
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
     have their own copy of the last hidden layer, Q = V + A - mean_a A (so it needs at least one
@@ -105,15 +116,20 @@ class QNetwork(nn.Module):
     See `action_value_mlp`.
     """
 
-    def __init__(self, observation_dim: int, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
+    def __init__(self, observation: int | gym.Space, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
         super().__init__()
-        self.net = action_value_mlp(observation_dim, num_actions, 1, hidden_sizes, activation,
+        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.net = action_value_mlp(features, num_actions, 1, hidden_sizes, activation,
                                     layer_norm=layer_norm, dropout=dropout,
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
 
-    @mirrored_by(lambda self, obs: numpy_forward(self.net, obs))
+    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        return None if self.observation_encoder is not None else numpy_forward(self.net, obs)
+
+    @mirrored_by(forward_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)                                                   # (B, A)
+        # obs: (B, *observation_shape)
+        return self.net(encode(self.observation_encoder, obs))                 # (B, A)

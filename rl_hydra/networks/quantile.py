@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_int
-from rl_hydra.networks.mlp import action_value_mlp, activation_class, linear_layer, mlp, note_if_linear
+from rl_hydra.networks.encoders import make_encoder
+from rl_hydra.networks.mlp import action_value_mlp, activation_class, encode, linear_layer, mlp, note_if_linear
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
@@ -22,26 +24,28 @@ class QuantileNetwork(nn.Module):
     `noisy`: every Linear is a NoisyLinear. See `networks.mlp.action_value_mlp`.
     """
 
-    def __init__(self, observation_dim: int, num_actions: int, num_quantiles: int,
+    def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int,
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
                  layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
         super().__init__()
         self.num_actions = num_actions
         self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
-        self.net = action_value_mlp(observation_dim, num_actions, num_quantiles, hidden_sizes, activation,
+        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.net = action_value_mlp(features, num_actions, num_quantiles, hidden_sizes, activation,
                                     layer_norm=layer_norm, dropout=dropout,
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
 
     def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        out = numpy_forward(self.net, obs)                                          # (B, A * N) or None
+        out = None if self.observation_encoder is not None else numpy_forward(self.net, obs)  # (B, A * N) or None
         return None if out is None else out.reshape(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
 
     @mirrored_by(forward_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # obs: (B, obs_dim)
-        return self.net(obs).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
+        # obs: (B, *observation_shape)
+        features = encode(self.observation_encoder, obs)                      # (B, F)
+        return self.net(features).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
 
 
 def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
@@ -65,9 +69,10 @@ class ImplicitQuantileNetwork(nn.Module):
     embeds the sampled tau, a fixed feature map rather than part of the value function).
     """
 
-    def __init__(self, observation_dim: int, num_actions: int, embedding_dim: int = 64,
+    def __init__(self, observation: int | gym.Space, num_actions: int, embedding_dim: int = 64,
                  hidden_sizes: Sequence[int] = (256,), head_hidden_sizes: Sequence[int] = (256,),
-                 activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5):
+                 activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
+                 encoder: str = "auto"):
         super().__init__()
         self.embedding_dim = check_int("network.embedding_dim", embedding_dim, minimum=1)
         if len(hidden_sizes) < 1:
@@ -75,15 +80,16 @@ class ImplicitQuantileNetwork(nn.Module):
                               f"layer for the state features psi(s), e.g. [256]")
         feature_dim = hidden_sizes[-1]
         linear = linear_layer(noisy, noisy_sigma0)
-        self.psi = mlp(observation_dim, None, hidden_sizes, activation, linear=linear)  # (B, obs) -> (B, D)
+        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.psi = mlp(features, None, hidden_sizes, activation, linear=linear)  # (B, F) -> (B, D)
         self.phi = nn.Sequential(nn.Linear(embedding_dim, feature_dim), activation_class(activation)())
         self.head = action_value_mlp(feature_dim, num_actions, 1, head_hidden_sizes, activation,
                                      dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0,
                                      hidden_key="network.head_hidden_sizes")            # (.., D) -> (.., A)
 
     def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
-        # obs: (B, obs_dim); taus: (B, T)
-        state_features = self.psi(obs)                                         # (B, D)
+        # obs: (B, *observation_shape); taus: (B, T)
+        state_features = self.psi(encode(self.observation_encoder, obs))       # (B, D)
         tau_features = self.phi(cosine_embedding(taus, self.embedding_dim))    # (B, T, D)
         mixed = state_features[:, None, :] * tau_features                      # (B, T, D)
         return self.head(mixed).transpose(1, 2)                                # (B, A, T)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from rl_hydra.config import check_int
+from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import mlp
 
 # The LSTM state (h, c), each (B, lstm_size): batch first, so rows can be stored and reset per env.
@@ -18,12 +20,16 @@ State = tuple[torch.Tensor, torch.Tensor]
 class RecurrentQNetwork(nn.Module):
     """Q(o_1..o_t, .): a sequence (T, B, obs_dim) and a state -> values (T, B, num_actions) and the next state."""
 
-    def __init__(self, observation_dim: int, num_actions: int, encoder_sizes: Sequence[int] = (64,),
-                 lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu"):
+    def __init__(self, observation: int | gym.Space, num_actions: int, encoder_sizes: Sequence[int] = (64,),
+                 lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu",
+                 encoder: str = "auto"):
         super().__init__()
         self.lstm_size = check_int("network.lstm_size", lstm_size, minimum=1)
-        self.encoder = mlp(observation_dim, None, encoder_sizes, activation)
-        self.lstm = nn.LSTM(encoder_sizes[-1] if encoder_sizes else observation_dim, lstm_size)
+        self.observation_shape = (observation,) if isinstance(observation, int) else tuple(observation.shape)
+        # frames or grids: a CNN (networks/encoders.py) before the MLP encoder; None for vectors
+        self.observation_encoder, features = make_encoder(observation, encoder)
+        self.encoder = mlp(features, None, encoder_sizes, activation)
+        self.lstm = nn.LSTM(encoder_sizes[-1] if encoder_sizes else features, lstm_size)
         self.head = mlp(lstm_size, num_actions, head_sizes, activation)
 
     def initial_state(self, batch: int) -> State:
@@ -39,8 +45,15 @@ class RecurrentQNetwork(nn.Module):
         fresh = self.initial_state(len(start))
         return tuple(torch.where(start, f, s) for f, s in zip(fresh, state))                       # (B, H) each
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """(..., *observation_shape) -> (..., E): the CNN (if any) over every step, then the MLP."""
+        if self.observation_encoder is not None:
+            leading = obs.shape[: obs.dim() - len(self.observation_shape)]
+            obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
+        return self.encoder(obs)
+
     def forward(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        features = self.encoder(obs)                                           # (T, B, E)
+        features = self.features(obs)                                          # (T, B, E)
         h, c = state                                                           # (B, H) each
         outputs, (h, c) = self.lstm(features, (h[None].contiguous(), c[None].contiguous()))  # (T, B, H)
         return self.head(outputs), (h[0], c[0])                                # (T, B, A), (B, H) each
@@ -52,6 +65,6 @@ class RecurrentQNetwork(nn.Module):
         costs a fraction of a length-1 `nn.LSTM` call, and acting runs it at every env step.
         """
         lstm = self.lstm
-        h, c = torch.lstm_cell(self.encoder(obs), state, lstm.weight_ih_l0, lstm.weight_hh_l0,
+        h, c = torch.lstm_cell(self.features(obs), state, lstm.weight_ih_l0, lstm.weight_hh_l0,
                                lstm.bias_ih_l0, lstm.bias_hh_l0)                  # (B, H) each
         return self.head(h), (h, c)                                            # (B, A)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
 from rl_hydra.loops.evaluate import evaluate
@@ -60,13 +61,16 @@ class Run:
         return bool(self.agent.recurrent)
 
     def predict(self, obs, state: Any = None, deterministic: bool = True):
-        """Actions for one observation (obs_dim,) or a batch (n, obs_dim).
+        """Actions for one observation (obs_dim,) or a batch (n, obs_dim) (frames: (C, H, W) or (n, C, H, W)).
 
         Feed-forward agents return the actions; recurrent agents return
         (actions, state): pass the state back with the next observation.
         """
-        obs = np.asarray(obs, dtype=np.float32)
-        single = obs.ndim == 1
+        obs = np.asarray(obs)
+        if not is_raw_pixels(obs):
+            obs = obs.astype(np.float32, copy=False)
+        observation = getattr(self.agent, "observation", None)   # a vector's size, or the Box of frames
+        single = obs.ndim == (len(observation.shape) if hasattr(observation, "shape") else 1)
         with torch.no_grad():
             actions, state = self.agent.act(obs[None] if single else obs, state, explore=not deterministic)
         actions = actions[0] if single else actions

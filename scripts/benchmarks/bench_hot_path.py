@@ -56,7 +56,8 @@ def make_agent(algo_class, network, optimizer, **kwargs):
 
 def random_batch(size: int = 64) -> Batch:
     return Batch(obs=torch.randn(size, 4), actions=torch.randint(2, (size,)), rewards=torch.ones(size),
-                 next_obs=torch.randn(size, 4), terminated=torch.zeros(size), truncated=torch.zeros(size))
+                 next_obs=torch.randn(size, 4), terminated=torch.zeros(size), truncated=torch.zeros(size),
+                 discounts=torch.full((size,), 0.99), weights=torch.ones(size), indices=torch.arange(size))
 
 
 def candidates() -> dict[str, dict[str, callable]]:
