@@ -16,9 +16,11 @@ Choices made here, where the paper leaves room:
 - beta grows linearly from `beta` to `beta_final` over `beta_steps` sample calls (one per update)
   and stays there; the buffer cannot know the run's length, so `beta_steps` is set in the config
   (conf/buffer/prioritized.yaml) as a number of updates. None keeps beta constant.
-- With n-step returns a row may only be drawn once the next n - 1 steps of its env are stored:
-  rows have priority 0 until then and the largest priority when they become drawable. A row that
-  the ring overwrites gets priority 0 (n > 1) or the largest priority (n = 1) with its new data.
+- With n-step returns a row may only be drawn once the next n - 1 steps of its env are stored
+  (with shared frames, n: the row after holds its next observation): rows have priority 0 until
+  then and the largest priority when they become drawable. A row that the ring overwrites gets
+  priority 0 (or the largest priority when it is drawable at once) with its new data; with shared
+  frames, the rows whose stack lost its oldest frame to the overwrite get priority 0.
 
 The priorities live in a float64 sum tree on the CPU (sum_tree.py), also for a CUDA buffer.
 """
@@ -41,9 +43,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.6, beta: float = 0.4,
-                 beta_final: float = 1.0, beta_steps: int | None = 100_000, epsilon: float = 1e-6):
-        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma)
+                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.5, beta: float = 0.4,
+                 beta_final: float = 1.0, beta_steps: int | None = 100_000, epsilon: float = 1e-6,
+                 share_frames: bool | str = "auto"):
+        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma,
+                         share_frames)
         self.alpha = check_float("buffer.alpha", alpha, 0.0)  # 0: uniform over the drawable rows
         self.beta = check_float("buffer.beta", beta, 0.0, 1.0)
         self.beta_final = check_float("buffer.beta_final", beta_final, 0.0, 1.0)
@@ -61,16 +65,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self.beta + min(1.0, self.sample_calls / self.beta_steps) * (self.beta_final - self.beta)
 
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
-        start, n = self.pos, len(rewards)
+        start, n, was_full = self.pos, len(rewards), self.size == self.capacity
         super().add(obs, actions, rewards, next_obs, terminated, truncated)
         new_rows = (start + np.arange(n)) % self.capacity                      # (n,) maybe overwriting old rows
-        if self.n_step == 1:
+        if self.lookahead == 0 and self.lookbehind == 0:
             self.tree.update(new_rows, np.full(n, self.max_priority))
             return
+        steps = self.num_envs
         rows, priorities = [new_rows], [np.zeros(n)]                           # not drawable yet
-        if len(self):  # the rows of n - 1 vector steps back now have their n-step future stored
-            rows.append((new_rows - (self.n_step - 1) * self.num_envs) % self.capacity)
+        if self.lookahead and self.size >= (self.lookahead + 1) * steps:
+            # the rows `lookahead` vector steps back now have their n-step future (and next observation) stored
+            rows.append((new_rows - self.lookahead * steps) % self.capacity)
             priorities.append(np.full(n, self.max_priority))
+        elif self.lookahead == 0:
+            priorities[0] = np.full(n, self.max_priority)
+        if self.lookbehind and was_full:
+            # the rows `lookbehind` vector steps after the overwritten ones lost the oldest frame of their stack
+            rows.append((new_rows + self.lookbehind * steps) % self.capacity)
+            priorities.append(np.zeros(n))
         self.tree.update(np.concatenate(rows), np.concatenate(priorities))
 
     def sample_indices(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

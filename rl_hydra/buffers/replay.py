@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from rl_hydra import host_memory
-from rl_hydra.config import check_float, check_int
+from rl_hydra.buffers.frames import SharedFrames, shares_frames
+from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,37 @@ def observation_dtype(observation_space: gym.Space) -> torch.dtype:
         np.dtype(observation_space.dtype), torch.float32)
 
 
+def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int) -> None:
+    """Say how much memory the buffer takes; refuse one the machine cannot hold (CPU buffers)."""
+    log.info("replay buffer: %d transitions x %s = %s", capacity, human_bytes(bytes_per_row),
+             human_bytes(total_bytes))
+    available = available_memory() if device.type == "cpu" else None
+    if available is not None and total_bytes > available:
+        raise ConfigError(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
+                          f"per transition) but this machine has {human_bytes(available)} available; "
+                          f"lower buffer.capacity (at most {available // bytes_per_row})")
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     if isinstance(action_space, gym.spaces.Discrete):
         return (), torch.int64
@@ -75,12 +107,19 @@ class ReplayBuffer:
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 n_step: int = 1, gamma: float = 0.99):
+                 n_step: int = 1, gamma: float = 0.99, share_frames: bool | str = "auto"):
         self.capacity = check_int("buffer.capacity", capacity, minimum=1)
         self.n_step = check_int("algo.n_step", n_step, minimum=1)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.num_envs = num_envs
-        if self.n_step > 1 and self.capacity % num_envs:
+        check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
+        share = shares_frames(observation_space, share_frames)
+        # rows of the same env's later (earlier) steps a drawable row needs: its n-step future
+        # (and, with shared frames, the row after it, which holds its next observation) and its
+        # frame history (the stack's older frames)
+        self.lookahead = self.n_step - 1 + int(share)
+        self.lookbehind = observation_space.shape[0] - 1 if share else 0
+        if (self.lookahead or self.lookbehind) and self.capacity % num_envs:
             # a step of an env is num_envs rows after the one before only if the ring holds whole vector steps
             self.capacity += num_envs - self.capacity % num_envs
             log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
@@ -89,12 +128,20 @@ class ReplayBuffer:
         obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
+        columns = {"obs": rows(obs_shape, obs_dtype), "actions": rows(action_shape, action_dtype),
+                   "rewards": rows(()), "next_obs": rows(obs_shape, obs_dtype), "terminated": rows(()),
+                   "truncated": rows(())}
+        # one frame per row (buffers/frames.py) instead of the two observation columns
+        self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device) if share else None
+        if share:
+            del columns["obs"], columns["next_obs"]
+        self.bytes_per_row = (sum(int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+                                  for shape, dtype in columns.values()) // self.capacity
+                              + (self.frames.bytes_per_row if share else 0))
+        check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row)
         # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
-        self.storage = host_memory.zeros({
-            "obs": rows(obs_shape, obs_dtype), "actions": rows(action_shape, action_dtype), "rewards": rows(()),
-            "next_obs": rows(obs_shape, obs_dtype), "terminated": rows(()), "truncated": rows(()),
-        }, self.device)
-        assert tuple(self.storage) == STORED
+        self.storage = host_memory.zeros(columns, self.device)
+        assert tuple(self.storage) == tuple(key for key in STORED if key in columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())
                            if self.device.type == "cpu" else None)
@@ -105,8 +152,15 @@ class ReplayBuffer:
         self._constants: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __len__(self) -> int:
-        """Rows that can be drawn: all stored ones but the last n - 1 vector steps' (their returns are not complete)."""
-        return max(0, self.size - (self.n_step - 1) * self.num_envs)
+        """Rows that can be drawn: all stored ones but the last `lookahead` vector steps' (their
+        returns or next observations are not stored yet) and, once the ring is full, the oldest
+        `lookbehind` steps' (their frame history was overwritten)."""
+        return max(0, self.size - (self.lookahead + self.behind) * self.num_envs)
+
+    @property
+    def behind(self) -> int:
+        """Vector steps at the old end that cannot be drawn now."""
+        return self.lookbehind if self.size == self.capacity else 0
 
     @property
     def oldest(self) -> int:
@@ -117,6 +171,12 @@ class ReplayBuffer:
         """Store one transition per env; arguments are arrays or tensors with a leading num_envs axis."""
         values = (obs, actions, rewards, next_obs, terminated, truncated)  # STORED's order
         n = len(rewards)
+        if self.frames is not None:
+            as_numpy = lambda v: v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v)  # noqa: E731
+            frame_rows = (self.pos + np.arange(n)) % self.capacity
+            self.frames.add(frame_rows, as_numpy(obs), as_numpy(next_obs),
+                            as_numpy(terminated).astype(bool) | as_numpy(truncated).astype(bool))
+            values = (actions, rewards, terminated, truncated)
         if self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
         else:  # wraps around the end
@@ -133,10 +193,10 @@ class ReplayBuffer:
 
     def sample_indices(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rows to draw (batch_size,) and their importance weights (None: all 1): uniform here."""
-        if self.n_step == 1:
+        if self.lookahead == 0 and self.lookbehind == 0:
             return torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator), None
         offsets = torch.randint(len(self), (batch_size,), device=self.device, generator=self.generator)
-        return (self.oldest + offsets) % self.capacity, None
+        return (self.oldest + self.behind * self.num_envs + offsets) % self.capacity, None
 
     def sample(self, batch_size: int) -> Batch:
         return self.batch_at(*self.sample_indices(batch_size))
@@ -146,7 +206,7 @@ class ReplayBuffer:
         batch_size = idx.shape[0]
         discounts, ones = self.constants(batch_size)
         weights = ones if weights is None else weights
-        if self.n_step == 1:
+        if self.n_step == 1 and self.frames is None:
             if self.host_views is not None:  # numpy's take is about twice as fast as tensor indexing here
                 rows = idx.numpy()
                 columns = [torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views]
@@ -162,10 +222,21 @@ class ReplayBuffer:
         ended = (store["terminated"][rows] + store["truncated"][rows]) > 0       # (B, n)
         returns, k = n_step_returns(store["rewards"][rows], ended, self.gamma)   # (B,), (B,)
         last = rows.gather(1, (k - 1)[:, None]).squeeze(1)                       # (B,) the step to bootstrap from
-        return Batch(obs=store["obs"][idx], actions=store["actions"][idx], rewards=returns,
-                     next_obs=store["next_obs"][last], terminated=store["terminated"][last],
+        obs, next_obs = self.observations(idx, last, ended.gather(1, (k - 1)[:, None]).squeeze(1))
+        return Batch(obs=obs, actions=store["actions"][idx], rewards=returns,
+                     next_obs=next_obs, terminated=store["terminated"][last],
                      truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
                      weights=weights, indices=idx)
+
+    def observations(self, idx: torch.Tensor, last: torch.Tensor,
+                     ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The observations of rows `idx` (B,) and the next observations of rows `last` (B,),
+        where `ended` (B,) says whether the episode ended at that row."""
+        if self.frames is None:
+            return self.storage["obs"][idx], self.storage["next_obs"][last]
+        obs = self.frames.observations(idx.cpu().numpy())
+        next_obs = self.frames.next_observations(last.cpu().numpy(), ended.cpu().numpy())
+        return torch.from_numpy(obs).to(self.device), torch.from_numpy(next_obs).to(self.device)
 
     def constants(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(gamma, 1) columns of a batch, made once per batch size: the one-step discounts and uniform weights."""
@@ -189,13 +260,23 @@ class ReplayBuffer:
             yield from (Batch(*fields) for fields in zip(*(column.split(batch_size) for column in rows)))
 
     def state_dict(self) -> dict:
-        return {"pos": self.pos, "size": self.size, "generator": self.generator.get_state(),
-                "storage": {key: column[: self.size].clone() for key, column in self.storage.items()}}
+        """Views of the stored rows, not copies: a checkpoint streams them to disk from where they
+        are (a buffer of several GB is not held twice)."""
+        if self.host_views is not None:   # a tensor of just the stored rows' memory (torch.save writes whole storages)
+            storage = {key: torch.from_numpy(view[: self.size]) for key, view in zip(self.storage, self.host_views)}
+        else:
+            storage = {key: column[: self.size].clone() for key, column in self.storage.items()}
+        state = {"pos": self.pos, "size": self.size, "generator": self.generator.get_state(), "storage": storage}
+        if self.frames is not None:
+            state["frames"] = self.frames.state_dict(self.size)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if state["size"] > self.capacity:
             raise ValueError(f"buffer holds {state['size']} transitions but buffer.capacity={self.capacity}")
         for key, column in self.storage.items():
             column[: state["size"]] = state["storage"][key].to(self.device)
+        if self.frames is not None:
+            self.frames.load_state_dict(state["frames"])
         self.pos, self.size = state["pos"], state["size"]
         self.generator.set_state(state["generator"])

@@ -89,8 +89,9 @@ class RunDirectory:
         if not path.is_file():
             raise RunError(f"no checkpoint {path}; a run directory has checkpoints/last.pt (and best.pt)")
         try:
-            # weights_only: tensors and plain data only, so loading a stranger's run runs no code
-            return torch.load(path, map_location=map_location, weights_only=True)
+            # weights_only: tensors and plain data only, so loading a stranger's run runs no code;
+            # mmap: a replay buffer of several GB is copied from the file, not read into memory first
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
         except Exception as error:  # truncated, corrupt or not a torch file
             raise RunError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else 'corrupt'})") from error
