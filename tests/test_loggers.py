@@ -325,3 +325,14 @@ def test_a_sweep_is_one_parent_mlflow_run_with_a_child_per_job_and_one_wandb_gro
         (header,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
         assert (header.display_name, header.run_group) == (job, str(sweep_dir))
     assert evaluate_main([f"run_dir={sweep_dir}", "episodes=2"]) == 0   # evaluate reads the sweep as ever
+
+
+def test_a_sweep_without_mlflow_ends_without_an_mlflow_warning(tmp_path, caplog):
+    from omegaconf import OmegaConf
+
+    from rl_hydra.loggers.mlflow import MLflowSweep
+
+    config = OmegaConf.create({"logger": {"csv": {}}, "hydra": {"sweep": {"dir": str(tmp_path)}}})
+    with caplog.at_level("WARNING"):
+        MLflowSweep().on_multirun_end(config)
+    assert not [r for r in caplog.records if "MLflow" in r.getMessage()]

@@ -152,8 +152,10 @@ class MLflowSweep(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
-        record = recall(sweep_dir, "mlflow") if logger is not None else {}
-        if record.get("tracking_uri") != getattr(logger, "tracking_uri", None):
+        if logger is None:   # the jobs did not log to MLflow: no parent run to end
+            return
+        record = recall(sweep_dir, "mlflow")
+        if not record or record.get("tracking_uri") != logger.tracking_uri:
             return
         statuses = {json.loads(p.read_text()).get("status") for p in sweep_dir.glob("*/summary.json")}
         status = "FAILED" if "failed" in statuses else "KILLED" if "interrupted" in statuses else "FINISHED"
