@@ -70,14 +70,26 @@ def table(rows: list[tuple[int, dict]], target: float | None) -> str:
     return "\n".join(lines)
 
 
+def seeds_apart(argv: list[str]) -> list[str]:
+    """argv with what follows `--seeds 0 1 2` moved before it: argparse's nargs="+" would also
+    take the overrides after the seeds (`algo=iqn`) for seeds."""
+    if "--seeds" not in argv:
+        return argv
+    end = argv.index("--seeds") + 1
+    while end < len(argv) and argv[end].isdigit():
+        end += 1
+    return argv[end:] + argv[:end]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    # the seeds are the integers right after --seeds; the overrides (key=value) may follow them
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], metavar="SEED")
     parser.add_argument("--out", type=Path, default=None, help="parent folder of the per-seed run directories")
     parser.add_argument("--target", type=float, default=None, help="also count seeds whose final return reaches this")
     parser.add_argument("--quiet", action="store_true", help="hide each run's own log output")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default: one after another)")
-    args, overrides = parser.parse_known_args()
+    args, overrides = parser.parse_known_args(seeds_apart(sys.argv[1:]))
     if any(o.startswith("seed=") for o in overrides):
         parser.error("pass seeds with --seeds, not seed=")
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
