@@ -149,12 +149,33 @@ def algos_that_compile() -> list[str]:
     names = []
     for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
         try:
-            agent_class = get_class(OmegaConf.load(path)["_target_"])
+            agent_class = get_class(algo_target(path))
         except Exception:  # noqa: BLE001 - an algo that does not even import does not compile either
             continue
         if compiles(agent_class):
             names.append(path.stem)
     return names
+
+
+def algo_target(path: Path) -> str:
+    """An algo file's `_target_`: its own, else the last one among the algo files its defaults
+    list extends (`base/c51@_here_`), read without composing the whole config."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(path)
+    if "_target_" in node:
+        return str(node["_target_"])
+    target = None
+    for entry in node.get("defaults") or []:
+        name = entry if isinstance(entry, str) else None
+        if name and not name.startswith("/") and name != "_self_":
+            extended = CONF_DIR / "algo" / f"{name.split('@')[0]}.yaml"
+            if extended.is_file():
+                with contextlib.suppress(KeyError):   # base/dqn.yaml: shared keys, no target
+                    target = algo_target(extended)
+    if target is None:
+        raise KeyError(f"{path} names no _target_")
+    return target
 
 
 def first_update_step(agent: Agent) -> int:

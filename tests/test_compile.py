@@ -30,7 +30,7 @@ def test_agent_without_compilable_methods_is_refused_with_the_algos_that_have_th
         compile_agent(RecurrentAgent())
     message = str(error.value)
     assert "\n" not in message and message.startswith("compile=true is not supported by algo=lstm_thing")
-    assert "dqn, iqn, qr_dqn, redq" in message
+    assert "c51, dopamine_iqn, dqn, iqn, qr_dqn, rainbow, redq, sac" in message
 
 
 def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
@@ -58,5 +58,6 @@ def test_compiled_updates_give_the_eager_numbers(algo):
         assert torch.equal(batch.obs, same_batch.obs)
         expected, got = eager.update(batch), compiled.update(same_batch)
         assert expected.keys() == got.keys()
-        for key in expected:
-            np.testing.assert_allclose(float(got[key]), float(expected[key]), rtol=1e-4, atol=1e-5, err_msg=key)
+        for key in expected:   # scalars, and the per-sample priorities (B,)
+            np.testing.assert_allclose(np.asarray(got[key], dtype=np.float64), np.asarray(expected[key], dtype=np.float64),
+                                       rtol=1e-4, atol=1e-5, err_msg=key)

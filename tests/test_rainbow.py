@@ -37,8 +37,9 @@ def test_presets_compose_their_parts(algo, agent_class, buffer, n_step, network_
         assert agent.noisy == bool(network_keys.get("noisy"))
         if algo == "rainbow":
             assert agent.double_q and agent.epsilon == 0.0   # the noise explores, not epsilon
-        # beta reaches 1 at the run's last update: (50,000 - 1,000) // 4 phases of 4 updates
-        assert built_buffer.beta_steps == (cfg.train.total_steps - agent.learning_starts) // agent.train_every * 4
+        # beta reaches 1 at the run's last update
+        phases = (cfg.train.total_steps - agent.learning_starts) // agent.train_every
+        assert built_buffer.beta_steps == phases * agent.gradient_steps
     finally:
         env.close()
 

@@ -160,7 +160,7 @@ def test_a_run_leaves_the_callers_threads_denormals_and_rngs_as_they_were(tmp_pa
 
 
 @pytest.mark.parametrize("args, message", [
-    (["algo=foo"], "algo=foo is not a config option; choose one of: dqn"),
+    (["algo=foo"], "algo=foo is not a config option; choose one of: c51, dopamine_iqn, dqn"),
     (["seed=xyz"], "seed='xyz' is not an integer"),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
 ])

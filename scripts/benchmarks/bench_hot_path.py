@@ -102,7 +102,7 @@ def candidates() -> dict[str, dict[str, callable]]:
         agent, batch = make_agent(algo_class, network, lean, **kwargs), random_batch()
 
         def one():
-            loss, _ = agent.loss(batch)
+            loss, _, _ = agent.loss(batch)
             optimizer_step(agent.optimizer, loss, agent.params, agent.max_grad_norm)
         return one
 

@@ -103,7 +103,9 @@ def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device)
     batch = Batch(obs=torch.randn(size, obs_dim, device=device),
                   actions=torch.randint(agent.num_actions, (size,), device=device),
                   rewards=torch.ones(size, device=device), next_obs=torch.randn(size, obs_dim, device=device),
-                  terminated=torch.zeros(size, device=device), truncated=torch.zeros(size, device=device))
+                  terminated=torch.zeros(size, device=device), truncated=torch.zeros(size, device=device),
+                  discounts=torch.full((size,), agent.gamma, device=device), weights=torch.ones(size, device=device),
+                  indices=torch.arange(size, device=device))
 
     def sync() -> None:
         if device.type == "cuda":
@@ -112,7 +114,7 @@ def pure_update_seconds(agent, obs_dim: int, updates: int, device: torch.device)
     sync()
     start = time.perf_counter()
     for _ in range(updates):
-        loss, _ = agent.loss(batch)
+        loss, _, _ = agent.loss(batch)
         optimizer_step(agent.optimizer, loss, agent.params, agent.max_grad_norm)
     sync()
     return time.perf_counter() - start
