@@ -48,7 +48,8 @@ def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
     return agent, [buffer.sample(agent.batch_size) for _ in range(num_batches)]
 
 
-@pytest.mark.parametrize("algo", ["dqn", pytest.param("qr_dqn", marks=pytest.mark.slow),
+@pytest.mark.parametrize("algo", [pytest.param("dqn", marks=pytest.mark.slow),   # torch.compile takes ~10 s
+                                  pytest.param("qr_dqn", marks=pytest.mark.slow),
                                   pytest.param("iqn", marks=pytest.mark.slow),
                                   pytest.param("redq", marks=pytest.mark.slow)])
 def test_compiled_updates_give_the_eager_numbers(algo):

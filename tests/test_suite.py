@@ -42,6 +42,7 @@ def run_suite(out, *args):
                            "--out", str(out), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
+@pytest.mark.slow  # two subprocess runs of the suite command: about 15 s on a quiet machine
 def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_run_again(tmp_path):
     result = run_suite(tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
