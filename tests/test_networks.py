@@ -297,3 +297,16 @@ def test_the_config_files_build_their_network_with_every_option(name, sizes):
         node.head_hidden_sizes = [8]
     net = instantiate(node)(OBS_DIM, *sizes)
     assert has_noisy_layers(net) and any(isinstance(m, DuelingHead) for m in net.modules())
+
+
+def test_noisy_layers_give_the_same_outputs_for_a_few_rows_and_for_a_batch():
+    """A few rows (acting) take the factorised product, a batch builds the noisy weight: same values."""
+    layer = NoisyLinear(32, 8)
+    rows = torch.randn(100, 32)
+    eps_w, eps_b = layer.factorised_noise()
+    expected = rows @ (layer.weight_mu + layer.weight_sigma * eps_w).T + layer.bias_mu + layer.bias_sigma * eps_b
+    torch.testing.assert_close(layer(rows), expected)
+    torch.testing.assert_close(layer(rows[:3]), expected[:3])
+    resample_noise(layer)   # the cached f(eps) follows a new draw
+    assert not torch.allclose(layer(rows[:3]), expected[:3])
+    torch.testing.assert_close(layer(rows[:3]), layer(rows)[:3])

@@ -45,20 +45,36 @@ class NoisyLinear(nn.Module):
         self.register_buffer("epsilon_in", torch.zeros(in_features))     # (p,) standard normal
         self.register_buffer("epsilon_out", torch.zeros(out_features))   # (q,) standard normal
         self.noise_enabled = True
+        self._noise: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
         resample_noise(self)
 
     def factorised_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
         """eps_w = f(eps_out) f(eps_in)^T (q, p) and eps_b = f(eps_out) (q,)."""
-        f_in, f_out = scale_noise(self.epsilon_in), scale_noise(self.epsilon_out)  # (p,), (q,)
+        # computed once per draw, not per forward: acting and the update's forward passes reuse it;
+        # redrawn when either buffer changed (an in-place draw or load bumps its version, .to() replaces it)
+        f_in, f_out = self.scaled_noise()
         return torch.outer(f_out, f_in), f_out
+
+    def scaled_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """f(eps_in) (p,) and f(eps_out) (q,), computed once per draw rather than per forward;
+        computed again when either buffer changed (a draw or a load bumps its version, .to() replaces it)."""
+        drawn = tuple((eps.data_ptr(), eps._version, eps.dtype) for eps in (self.epsilon_in, self.epsilon_out))
+        if self._noise is None or self._noise[0] != drawn:
+            with torch.no_grad():
+                self._noise = drawn, (scale_noise(self.epsilon_in), scale_noise(self.epsilon_out))
+        return self._noise[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (..., p)
         if not self.noise_enabled:
             return F.linear(x, self.weight_mu, self.bias_mu)                   # (..., q)
-        eps_w, eps_b = self.factorised_noise()                                 # (q, p), (q,)
-        weight = self.weight_mu + self.weight_sigma * eps_w                    # (q, p)
-        bias = self.bias_mu + self.bias_sigma * eps_b                          # (q,)
+        f_in, f_out = self.scaled_noise()                                      # (p,), (q,)
+        bias = self.bias_mu + self.bias_sigma * f_out                          # (q,)
+        if x.numel() <= 8 * self.in_features:
+            # a few rows (acting): (sigma * f_out f_in^T) x = f_out * (sigma (f_in * x)), without building
+            # the (q, p) noisy weight, which costs more than the products at one row
+            return F.linear(x, self.weight_mu, bias) + f_out * F.linear(x * f_in, self.weight_sigma)  # (..., q)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(f_out, f_in)  # (q, p)
         return F.linear(x, weight, bias)                                       # (..., q)
 
     def extra_repr(self) -> str:
