@@ -348,6 +348,7 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
         assert torch.equal(value, final_b["buffer"]["steps"][key]), key
 
 
+@pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
 def test_drqn_learns_cartpole_without_velocities(tmp_path):
     """A short run with a generous bar: a constant action scores about 9, random play about 20."""
     summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", "train.total_steps=8000",

@@ -239,6 +239,7 @@ def test_tiny_training_run(tmp_path):
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
 
 
+@pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
 def test_learns_pendulum_quickly(tmp_path):
     """1,500 env steps at G = 5 with 5 critics, a fraction of the preset's work; an
     untrained policy scores about -1,200 to -1,500 here, this one about -150 to -200."""

@@ -165,6 +165,7 @@ def test_each_preset_maximises_over_keys_its_config_has(preset):
     assert not missing, f"{preset} searches keys the config does not have: {missing}"
 
 
+@pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
 @needs_optuna
 def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
     import optuna
