@@ -2,7 +2,6 @@
 importance weights by hand, n-step rows, lazy batches, exact checkpoints, and tiny training runs."""
 
 import io
-import json
 
 import gymnasium as gym
 import numpy as np
@@ -12,13 +11,12 @@ from scipy import stats
 
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.sum_tree import SumTree
-from rl_hydra.loops.runner import StopRequested
 from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, run
 from tests.conftest import TINY, compose_config
 from tests.test_protocols import check_members
-from tests.test_resume import assert_same, metric_rows, stop_at
+from tests.test_resume import assert_same
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(3)
@@ -207,19 +205,3 @@ def test_a_tiny_run_trains_from_the_prioritized_buffer(tmp_path, algo):
     leaves = buffer["priorities"].numpy()
     assert buffer["sample_calls"] == summary["updates"] and buffer["max_priority"] > 0
     assert len(np.unique(leaves[leaves > 0])) > 20  # the updates' own priorities, not only the initial ones
-
-
-def test_a_stopped_and_resumed_prioritized_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
-    cfg = compose_config(*FAST, "algo=dqn", "algo.n_step=2", "buffer.beta_steps=20")
-    uninterrupted = run(cfg, tmp_path / "a")
-    with monkeypatch.context() as patch:
-        stop_at(patch, 200)
-        with pytest.raises(StopRequested):
-            run(cfg, tmp_path / "b")
-    assert json.loads((tmp_path / "b" / "summary.json").read_text())["status"] == "interrupted"
-    resumed = run(cfg, tmp_path / "b", resume=True)
-    assert resumed["global_step"] == uninterrupted["global_step"] == 300
-    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
-    final_a, final_b = (RunDirectory(tmp_path / d).load_checkpoint("last") for d in "ab")
-    assert_same(final_a["agent"], final_b["agent"])
-    assert_same(final_a["buffer"], final_b["buffer"])

@@ -21,7 +21,9 @@ FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_
 ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq", "env=pendulum"],
              "sac": ["algo=sac", "env=pendulum"],
              # n-step returns, prioritized replay, noisy dueling network: all restored exactly
-             "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"]}
+             "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"],
+             # prioritized replay alone: its tree, RNG and beta's step (annealed within the run)
+             "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"]}
 ALGOS = [a for a in ALGO_ARGS if (CONF_DIR / "algo" / f"{a}.yaml").is_file()]
 
 
@@ -88,9 +90,9 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
     assert resumed["global_step"] == uninterrupted["global_step"] == 600
     assert resumed["eval_return_mean"] == uninterrupted["eval_return_mean"]
     assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
-    final_a = RunDirectory(tmp_path / "a").load_checkpoint("last")["agent"]
-    final_b = RunDirectory(tmp_path / "b").load_checkpoint("last")["agent"]
-    assert_same(final_a, final_b)
+    final_a, final_b = (RunDirectory(tmp_path / d).load_checkpoint("last") for d in "ab")
+    assert_same(final_a["agent"], final_b["agent"])
+    assert_same(final_a["buffer"], final_b["buffer"])
 
 
 def test_resume_without_buffer_still_reaches_the_same_global_step(tmp_path, monkeypatch):
