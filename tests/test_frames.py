@@ -1,5 +1,5 @@
-"""The frame-sharing replay buffer against a naive buffer of whole stacks: the same samples, byte
-for byte, across episode ends and with several envs; its memory per transition; checkpoints."""
+"""The frame-sharing replay and sequence buffers against naive buffers of whole stacks: the same
+samples, byte for byte, across episode ends and with several envs; memory per transition; checkpoints."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gymnasium.wrappers import FrameStackObservation
 
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import SameStepVectorEnv, final_observations
 
@@ -132,3 +133,88 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=1000000 needs 7.1 GB .* lower buffer.capacity"):
         ReplayBuffer(1_000_000, atari, ACTIONS)
+
+
+# DRQN's sequence buffer: a chunk keeps its steps' newest frames and its first stack's older ones
+
+
+def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3):
+    space = gym.spaces.Box(0, 255, (4, 6, 7), dtype=np.uint8)
+    return [SequenceBuffer(capacity, length, stride, space, ACTIONS, num_envs=num_envs, seed=0, share_frames=share)
+            for share in (True, False)]
+
+
+def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0):
+    env = SameStepVectorEnv([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        actions = rng.integers(3, size=num_envs)
+        next_obs, rewards, terminated, truncated, info = env.step(actions)
+        real_next = final_observations(next_obs, terminated | truncated, info)
+        state = (torch.full((num_envs, 2), float(step)),)
+        for buffer in buffers:
+            buffer.add(obs, actions, rewards, real_next, terminated, truncated, state)
+        obs = next_obs
+    env.close()
+
+
+def assert_same_sequences(shared, naive, draws: int = 300):
+    a, b = shared.sample(draws), naive.sample(draws)
+    assert a.obs.shape == b.obs.shape and a.obs.dtype == b.obs.dtype == torch.uint8
+    real = torch.cat([torch.ones_like(a.mask[:1]), a.mask]).bool()     # (L + 1, B): obs of real steps and their next
+    assert torch.equal(a.obs[real], b.obs[real])                       # the padding after an episode's end differs
+    assert torch.equal(a.mask, b.mask) and bool((a.mask == 0).any())   # some chunks end early
+    for field in ("actions", "rewards", "terminated", "episode_start"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    assert all(torch.equal(x, y) for x, y in zip(a.state, b.state))
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_sequences_rebuild_the_stored_stacks_across_episode_ends(num_envs):
+    shared, naive = sequence_pair(1000, num_envs)
+    assert shared.share_frames and not naive.share_frames
+    fill_sequences([shared, naive], 300, num_envs)
+    assert_same_sequences(shared, naive)
+
+
+def test_a_chunk_keeps_sequence_length_plus_stack_frames():
+    shared, naive = sequence_pair(10, num_envs=1, length=16, stride=16)
+    frames = lambda buffer: sum(column[:, 0].numel() for key, column in buffer.steps.items()   # noqa: E731
+                                if key.startswith("obs")) // (6 * 7)
+    assert frames(shared) == 16 + 4 and frames(naive) == 17 * 4
+
+
+def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
+    shared, _ = sequence_pair(50, num_envs=2)
+    fill_sequences([shared], 100, num_envs=2)
+    state = shared.state_dict()
+    first_obs = state["steps"]["obs"][0]
+    assert first_obs.data_ptr() == shared.steps["obs"][0].data_ptr()        # a view, not a copy
+    assert first_obs.untyped_storage().nbytes() == shared.size * 6 * 7     # only the stored chunks' bytes
+    torch.save(state, tmp_path / "buffer.pt")
+    restored, _ = sequence_pair(50, num_envs=2)
+    restored.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True, mmap=True))
+    for buffer in (shared, restored):
+        buffer.start_episodes()   # as the recurrent loop does when the envs start fresh episodes
+        fill_sequences([buffer], 40, num_envs=2, seed=1)
+    a, b = shared.sample(64), restored.sample(64)
+    for field in ("obs", "actions", "rewards", "terminated", "mask", "episode_start"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    naive_layout, _ = sequence_pair(50, num_envs=2)
+    naive_layout.share_frames = False
+    with pytest.raises(ValueError, match="buffer.share_frames"):
+        naive_layout.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True))
+
+
+def test_observations_that_are_not_frame_stacks_are_refused():
+    vector = gym.spaces.Box(-1, 1, (4,), dtype=np.float32)
+    with pytest.raises(ConfigError, match=r"buffer.share_frames=true needs observations that stack uint8 frames"):
+        SequenceBuffer(10, 4, 2, vector, ACTIONS, share_frames=True)
+    shared, _ = sequence_pair(10, num_envs=1, length=2, stride=2)
+    obs = np.random.default_rng(0).integers(0, 256, (1, 4, 6, 7), dtype=np.uint8)
+    state = (torch.zeros(1, 2),)
+    shared.add(obs, np.zeros(1, np.int64), np.zeros(1), obs[:, ::-1].copy(), np.zeros(1, bool), np.zeros(1, bool),
+               state)
+    with pytest.raises(ValueError, match="not stacks of frames; set buffer.share_frames=false"):
+        shared.add(obs, np.zeros(1, np.int64), np.zeros(1), obs, np.zeros(1, bool), np.zeros(1, bool), state)

@@ -26,14 +26,17 @@ import numpy as np
 import torch
 
 from rl_hydra import host_memory
+from rl_hydra.config import ConfigError
 
 
 def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
     """`buffer.share_frames`: true, false, or auto (uint8 stacks of frames: (S >= 2, H, W))."""
-    if setting == "auto":
-        shape = tuple(observation_space.shape)
-        return observation_space.dtype == np.uint8 and len(shape) == 3 and shape[0] >= 2
-    return bool(setting)
+    shape = tuple(observation_space.shape or ())
+    stacks = observation_space.dtype == np.uint8 and len(shape) == 3 and shape[0] >= 2
+    if setting is True and not stacks:
+        raise ConfigError(f"buffer.share_frames=true needs observations that stack uint8 frames, (S >= 2, H, W); "
+                          f"the env has {observation_space} (use buffer.share_frames=auto or false)")
+    return stacks if setting == "auto" else bool(setting)
 
 
 class SharedFrames:

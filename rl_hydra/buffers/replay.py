@@ -58,14 +58,16 @@ def observation_dtype(observation_space: gym.Space) -> torch.dtype:
         np.dtype(observation_space.dtype), torch.float32)
 
 
-def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int) -> None:
-    """Say how much memory the buffer takes; refuse one the machine cannot hold (CPU buffers)."""
-    log.info("replay buffer: %d transitions x %s = %s", capacity, human_bytes(bytes_per_row),
-             human_bytes(total_bytes))
+def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
+                      row: str = "transition", detail: str = "") -> None:
+    """Say how much memory the buffer takes (capacity rows of `row`s); refuse one the machine
+    cannot hold (CPU buffers)."""
+    log.info("%s buffer: %d %ss x %s = %s%s", "replay" if row == "transition" else "sequence", capacity, row,
+             human_bytes(bytes_per_row), human_bytes(total_bytes), detail)
     available = available_memory() if device.type == "cpu" else None
     if available is not None and total_bytes > available:
         raise ConfigError(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
-                          f"per transition) but this machine has {human_bytes(available)} available; "
+                          f"per {row}) but this machine has {human_bytes(available)} available; "
                           f"lower buffer.capacity (at most {available // bytes_per_row})")
 
 
