@@ -218,6 +218,10 @@ def test_state_dict_round_trips_through_a_weights_only_checkpoint():
     (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
     (["algo.ensemble_size=0"], "algo.ensemble_size=0 is out of range"),
     (["algo.target_entropy=high"], "algo.target_entropy='high'"),
+    (["network.actor.gsde=true", "algo.gsde_resample_every=0"],
+     "algo.gsde_resample_every=0 is out of range; expected -1 (a new matrix after each training phase only) "
+     "or an integer >= 1"),
+    (["network.actor.gsde=maybe"], "network.actor.gsde='maybe'"),
 ])
 def test_bad_config_fails_before_training(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
@@ -256,3 +260,56 @@ def test_pendulum_preset_reaches_minus_200(tmp_path):
     summary = run_training(tmp_path, "algo=redq", "env=pendulum", "train.progress=false")
     assert summary["global_step"] == 3000
     assert summary["eval_return_mean"] >= -200
+
+
+# --- gSDE: state-dependent exploration (network.actor.gsde) ---------------------------------
+def gsde_actor(**kwargs) -> SquashedGaussianActor:
+    torch.manual_seed(0)
+    return SquashedGaussianActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(16,), gsde=True, **kwargs)
+
+
+def test_gsde_noise_is_the_features_times_a_matrix_with_the_stated_gaussian():
+    actor = gsde_actor(gsde_log_std_init=-1.0)
+    obs = torch.randn(1, 3).expand(40_000, 3)
+    noise = torch.randn(40_000, *actor.noise_shape(1), generator=torch.Generator().manual_seed(1))  # (n, F, A)
+    with torch.no_grad():
+        unit, log_prob = actor.sample(obs, noise=noise)
+        mean, log_std, features = actor.gaussian(obs[:1])
+        pre_tanh = torch.atanh(unit.double().clamp(-1 + 1e-12, 1 - 1e-12))
+    std = (features.pow(2) @ actor.gsde_log_std.exp().pow(2)).sqrt()                 # (1, A) by hand
+    torch.testing.assert_close(log_std.exp(), std, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(pre_tanh.mean(0).float(), mean[0], rtol=0, atol=3e-2 * float(std.detach().max()))
+    torch.testing.assert_close(pre_tanh.std(0).float(), std[0], rtol=3e-2, atol=0)   # the marginal per state
+    expected = squashed_gaussian_log_prob(pre_tanh[:5].float(), mean.expand(5, 2), log_std.expand(5, 2))
+    torch.testing.assert_close(log_prob[:5], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_gsde_one_matrix_for_a_batch_equals_the_same_matrix_per_row_and_trains_sigma():
+    actor = gsde_actor()
+    obs, matrix = torch.randn(8, 3), torch.randn(actor.noise_shape(8))
+    assert matrix.shape == (16, 2)
+    shared, log_prob = actor.sample(obs, noise=matrix)
+    per_row, _ = actor.sample(obs, noise=matrix.expand(8, 16, 2))
+    torch.testing.assert_close(shared, per_row)
+    (shared.sum() + log_prob.sum()).backward()
+    assert actor.gsde_log_std.grad is not None and actor.gsde_log_std.grad.abs().sum() > 0
+    assert actor(torch.full((4, 3), 1e3))[0].abs().max() <= 2.0                        # the clipped mean
+
+
+@pytest.mark.parametrize("resample_every", [-1, 3])
+def test_gsde_acting_holds_its_matrix_until_an_update_or_resample_every_steps(resample_every):
+    agent = make_agent("network.actor.gsde=true", f"algo.gsde_resample_every={resample_every}",
+                       "algo.batch_size=8")
+    obs = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)             # two envs
+    actions = [agent.act(obs, explore=True)[0] for _ in range(5)]
+    assert not np.array_equal(actions[0][0], actions[0][1])                          # a matrix per env
+    held = [np.array_equal(actions[0], a) for a in actions[1:]]
+    assert held == ([True] * 4 if resample_every == -1 else [True, True, False, False])  # new at step 3
+    before = agent.act(obs, explore=True)[0]
+    agent.update(random_batch(8))
+    assert not np.array_equal(agent.act(obs, explore=True)[0], before)                # redrawn after an update
+    greedy = agent.act(obs, explore=False)[0]
+    with torch.no_grad():
+        mean = agent.actor(torch.as_tensor(obs))[0]
+    np.testing.assert_allclose(greedy, agent.actor.to_env(torch.tanh(mean)).numpy(), rtol=1e-6)
+

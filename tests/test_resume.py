@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.training import build_components, run
-from tests.conftest import CONF_DIR, ROOT, TINY, compose_config, run_cli
+from tests.conftest import ROOT, TINY, compose_config, run_cli
 
 FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
         "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
@@ -23,8 +23,10 @@ ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq
              # n-step returns, prioritized replay, noisy dueling network: all restored exactly
              "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"],
              # prioritized replay alone: its tree, RNG and beta's step (annealed within the run)
-             "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"]}
-ALGOS = [a for a in ALGO_ARGS if (CONF_DIR / "algo" / f"{a}.yaml").is_file()]
+             "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"],
+             # gSDE: the exploration matrices held between env steps
+             "sac_gsde": ["algo=sac", "env=pendulum", "network.actor.gsde=true", "algo.gsde_resample_every=7"]}
+ALGOS = list(ALGO_ARGS)
 
 
 def assert_same(a, b, path="state"):

@@ -50,7 +50,8 @@ def test_translation_of_the_zoos_own_forms():
     assert expected["algo.gradient_steps"] == 256 and expected["algo.target_update_every"] == 256  # -1; every step
     expected, notes = suite_sb3.expected_config(suite_sb3.ZOO["sac_mountain_car_continuous"])
     assert (expected["algo.learn_alpha"], expected["algo.initial_alpha"]) == (False, 0.1)        # ent_coef: 0.1
-    assert any("gSDE" in note for note in notes)
+    assert expected["network.actor.gsde"] and expected["network.actor.gsde_log_std_init"] == -3.67  # use_sde
+    assert expected["algo.gsde_resample_every"] == -1                                            # sde_sample_freq
     expected, _ = suite_sb3.expected_config(suite_sb3.ZOO["sac_hopper"])                         # SB3's defaults
     assert (expected["algo.batch_size"], expected["algo.tau"], expected["algo.learn_alpha"]) == (256, 0.005, True)
 
@@ -75,6 +76,8 @@ def test_sb3_defaults_are_the_installed_ones():
     for algo, cls in (("dqn", DQN), ("qr_dqn", QRDQN), ("sac", SAC)):
         signature = inspect.signature(cls.__init__).parameters
         assert {k: signature[k].default for k in suite_sb3.SB3_DEFAULTS[algo]} == suite_sb3.SB3_DEFAULTS[algo]
+    from stable_baselines3.sac.policies import SACPolicy
+    assert inspect.signature(SACPolicy.__init__).parameters["log_std_init"].default == suite_sb3.SB3_LOG_STD_INIT
 
 
 @pytest.mark.parametrize("steps", [None, 2000])

@@ -68,7 +68,8 @@ class REDQ:
                  batch_size: int = 256, learning_starts: int = 5000, train_every: int = 1,
                  gradient_steps: int = 20, policy_delay: int = 20, initial_alpha: float = 1.0,
                  learn_alpha: bool = True, target_entropy: float | str = "auto",
-                 max_grad_norm: float | None = None, actor_q: str = "mean", n_step: int = 1):
+                 max_grad_norm: float | None = None, actor_q: str = "mean", n_step: int = 1,
+                 gsde_resample_every: int = -1):
         del total_steps  # REDQ has no schedule over the run
         self.device = torch.device(device)
         self.action_dim = require_box(action_space, self.name)
@@ -109,6 +110,13 @@ class REDQ:
         self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
+        # gSDE (network.actor.gsde): each env's exploration matrix, held between resamples
+        if gsde_resample_every != -1 and not (isinstance(gsde_resample_every, int) and gsde_resample_every >= 1):
+            raise ConfigError(f"algo.gsde_resample_every={gsde_resample_every!r} is out of range; expected -1 (a new "
+                              f"matrix after each training phase only) or an integer >= 1")
+        self.gsde_resample_every = gsde_resample_every
+        self.exploration_noise: torch.Tensor | None = None   # (n, F, A) standard normal; None: draw anew
+        self.explore_steps = 0
         self.updates = 0
         # the actor's metrics between its (delayed) updates are those of its last update
         self.last_actor_metrics: dict[str, torch.Tensor] = {}
@@ -122,10 +130,26 @@ class REDQ:
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
         obs_t = observation_tensor(obs, self.device)
-        unit = self.actor.sample(obs_t, self.generator)[0] if explore else self.actor.mode(obs_t)
+        if explore:
+            unit = self.actor.sample(obs_t, self.generator, noise=self.held_exploration_noise(len(obs)))[0]
+        else:
+            unit = self.actor.mode(obs_t)
         return self.actor.to_env(unit).cpu().numpy().astype(np.float32, copy=False), state
 
+    def held_exploration_noise(self, num_envs: int) -> torch.Tensor | None:
+        """gSDE's exploration matrices (num_envs, F, A), drawn after each training phase and every
+        `gsde_resample_every` env steps, and held in between; None without gSDE (fresh noise every step)."""
+        if not self.actor.gsde:
+            return None
+        due = self.gsde_resample_every > 0 and self.explore_steps % self.gsde_resample_every == 0
+        if self.exploration_noise is None or len(self.exploration_noise) != num_envs or due:
+            self.exploration_noise = torch.randn((num_envs, *self.actor.noise_shape(num_envs)),
+                                                 generator=self.generator, device=self.device)
+        self.explore_steps += 1
+        return self.exploration_noise
+
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        self.exploration_noise = None   # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
         if self.updates % self.policy_delay == 0:  # the 1st, (1 + d)-th, ... update
             self.last_actor_metrics = self.update_actor_and_alpha(batch.obs)
@@ -134,7 +158,7 @@ class REDQ:
 
     def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
         # the random draws happen here, so that critic_loss is a pure function (compile=true)
-        next_noise = self.standard_normal(batch.next_obs.shape[0])                          # (B, A)
+        next_noise = self.standard_normal(batch.next_obs.shape[0])                          # (B, A) or gSDE's (F, A)
         subset = sample_subset(self.ensemble_size, self.subset_size, self.generator, self.device)  # (M,)
         critic_loss, q_values = self.critic_loss(batch, next_noise, subset, self.alpha)     # (), (B, N)
         optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
@@ -170,8 +194,9 @@ class REDQ:
         return (alpha * log_prob - q_value).mean(), log_prob
 
     def standard_normal(self, batch_size: int) -> torch.Tensor:
-        """Noise for `batch_size` reparameterised actions: (B, A) from the agent's generator."""
-        return torch.randn((batch_size, self.action_dim), generator=self.generator, device=self.device)
+        """Noise for `batch_size` reparameterised actions, from the agent's generator: (B, A), or
+        gSDE's one (F, A) matrix for the batch."""
+        return torch.randn(self.actor.noise_shape(batch_size), generator=self.generator, device=self.device)
 
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
@@ -180,7 +205,8 @@ class REDQ:
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict(),
                 "updates": self.updates, "generator": self.generator.get_state(),
-                "last_actor_metrics": dict(self.last_actor_metrics)}
+                "last_actor_metrics": dict(self.last_actor_metrics),
+                "exploration_noise": self.exploration_noise, "explore_steps": self.explore_steps}
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -194,3 +220,6 @@ class REDQ:
         self.updates = state["updates"]
         self.generator.set_state(state["generator"])
         self.last_actor_metrics = dict(state["last_actor_metrics"])
+        noise = state.get("exploration_noise")   # absent from checkpoints made before gSDE
+        self.exploration_noise = None if noise is None else noise.to(self.device)
+        self.explore_steps = state.get("explore_steps", 0)

@@ -2,6 +2,14 @@
 
 The actor acts in the unit box [-1, 1]^A (tanh of a Gaussian sample) and rescales to
 the env's Box bounds only at the env boundary; critics see unit-box actions too.
+
+With `gsde=true` the actor explores by generalized state-dependent exploration (gSDE; Raffin
+et al. 2022, "Smooth exploration for robotic reinforcement learning"): the Gaussian's noise is
+z(s) E, the actor's last hidden features z(s) (F,) times a noise matrix E (F, A) whose entries
+are N(0, sigma_fa^2), sigma a learned (F, A) parameter. E is held for many env steps, so the
+action changes smoothly with the state instead of jittering every step. Given s, the noise is
+N(0, sum_f z_f^2 sigma_fa^2) per action dimension: a diagonal Gaussian, whose log-probability
+is the same as without gSDE.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.config import check_int
+from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
@@ -35,18 +43,30 @@ def squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_s
 
 
 class SquashedGaussianActor(nn.Module):
-    """pi(a | s): tanh of a diagonal Gaussian whose mean and log-std an MLP predicts."""
+    """pi(a | s): tanh of a diagonal Gaussian whose mean and log-std an MLP predicts (with
+    `gsde`, whose mean it predicts and whose noise is its features times a held matrix)."""
 
     def __init__(self, observation_dim: int, action_low: np.ndarray, action_high: np.ndarray,
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
-                 log_std_min: float = -20.0, log_std_max: float = 2.0):
+                 log_std_min: float = -20.0, log_std_max: float = 2.0,
+                 gsde: bool = False, gsde_log_std_init: float = -3.0, gsde_clip_mean: float = 2.0):
         super().__init__()
         low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)
         high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32)
         self.action_dim = int(low.numel())
         note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
         self.body = mlp(observation_dim, None, hidden_sizes, activation)
-        self.head = nn.Linear(hidden_sizes[-1] if hidden_sizes else observation_dim, 2 * self.action_dim)
+        self.features = hidden_sizes[-1] if hidden_sizes else observation_dim
+        self.gsde = check_choice("network.actor.gsde", gsde, (True, False))
+        if self.gsde:   # the mean only; the noise's scale is log_std, (F, A)
+            self.head = nn.Linear(self.features, self.action_dim)
+            self.gsde_log_std = nn.Parameter(torch.full((self.features, self.action_dim),
+                                                        check_float("network.actor.gsde_log_std_init",
+                                                                    gsde_log_std_init)))
+            self.gsde_clip_mean = check_float("network.actor.gsde_clip_mean", gsde_clip_mean, 0.0,
+                                              exclusive_min=True)
+        else:
+            self.head = nn.Linear(self.features, 2 * self.action_dim)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.register_buffer("action_center", (high + low) / 2)
         self.register_buffer("action_half_range", (high - low) / 2)
@@ -55,17 +75,37 @@ class SquashedGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs (B, obs_dim) -> mean, log_std (B, A) of the Gaussian before tanh."""
-        mean, log_std = self.head(self.body(obs)).chunk(2, dim=-1)
-        return mean, log_std.clamp(self.log_std_min, self.log_std_max)
+        return self.gaussian(obs)[:2]
+
+    def gaussian(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """obs (B, obs_dim) -> mean, log_std (B, A) and the last hidden features z(s) (B, F)."""
+        features = self.body(obs)                                                    # (B, F)
+        if not self.gsde:
+            mean, log_std = self.head(features).chunk(2, dim=-1)                     # (B, A) each
+            return mean, log_std.clamp(self.log_std_min, self.log_std_max), features
+        mean = self.head(features).clamp(-self.gsde_clip_mean, self.gsde_clip_mean)  # (B, A)
+        variance = features.pow(2) @ (2 * self.gsde_log_std).exp()                   # (B, A) sum_f z_f^2 sigma_fa^2
+        return mean, 0.5 * torch.log(variance + 1e-6), features
+
+    def noise_shape(self, batch_size: int) -> tuple[int, ...]:
+        """The standard normal draws `sample` takes for a batch: (B, A), one per action; with gSDE
+        one (F, A) matrix for the whole batch (or (B, F, A): one per row, as per env when acting)."""
+        return (self.features, self.action_dim) if self.gsde else (batch_size, self.action_dim)
 
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None,
                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised unit-box action (B, A) and its log-probability (B,);
-        `noise` (B, A) standard normal draws, drawn here from `generator` if not given."""
-        mean, log_std = self(obs)                                                    # (B, A)
+        """A reparameterised unit-box action (B, A) and its log-probability (B,); `noise`:
+        standard normal draws of `noise_shape`, drawn here from `generator` if not given."""
+        mean, log_std, features = self.gaussian(obs)                                  # (B, A), (B, A), (B, F)
         if noise is None:
-            noise = torch.randn(mean.shape, generator=generator, device=mean.device)  # (B, A)
-        pre_tanh = mean + log_std.exp() * noise                                      # (B, A)
+            noise = torch.randn(self.noise_shape(len(obs)), generator=generator, device=mean.device)
+        if self.gsde:
+            exploration = self.gsde_log_std.exp() * noise                             # (F, A) or (B, F, A): E
+            offset = (features @ exploration if exploration.dim() == 2                # (B, A) z(s) E
+                      else torch.bmm(features[:, None], exploration).squeeze(1))
+        else:
+            offset = log_std.exp() * noise                                            # (B, A)
+        pre_tanh = mean + offset                                                     # (B, A)
         return torch.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:

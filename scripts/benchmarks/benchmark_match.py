@@ -110,8 +110,9 @@ def sb3_job(setting: Setting, seed: int, args: argparse.Namespace, env_id: str =
     """benchmark_worker's job for SB3's run of `setting` (algo dqn, qr_dqn or sac) on `env_id`."""
     hp = dict(setting.hp)
     policy_kwargs = {"net_arch": hp.pop("net_arch")}
-    if "n_quantiles" in hp:
-        policy_kwargs["n_quantiles"] = hp.pop("n_quantiles")
+    for key in ("n_quantiles", "log_std_init"):   # the policy's, not the algorithm's
+        if key in hp:
+            policy_kwargs[key] = hp.pop(key)
     dqn_family = {"tau": 1.0, "exploration_initial_eps": 1.0} if setting.algo in ("dqn", "qr_dqn") else {}
     kwargs = {**hp, **dqn_family, "policy_kwargs": policy_kwargs}
     return {"kind": "sb3", "algo": setting.algo, "env_id": env_id, "kwargs": kwargs, "seed": seed,

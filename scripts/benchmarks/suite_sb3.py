@@ -84,10 +84,8 @@ ZOO = {
          "(conf/algo_env/qr_dqn_lunar_lander.yaml), given to SB3 too"]),
     "sac_mountain_car_continuous": Zoo("sac", dict(
         learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
-        gamma=0.9999, tau=0.01, learning_starts=0, net_arch=[64, 64]), 50_000,
-        "sac.yml MountainCarContinuous-v0",
-        ["without the Zoo's gSDE (use_sde=True, log_std_init=-3.67), which rl-hydra does not have: SB3 runs "
-         "without it too, so both sides have the same hyperparameters (the Zoo's 94.7 is with gSDE)"]),
+        gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True, log_std_init=-3.67, net_arch=[64, 64]), 50_000,
+        "sac.yml MountainCarContinuous-v0"),
     # the Zoo's MuJoCo entry: SB3's defaults with 10,000 random steps first (net_arch: SB3 SAC's default)
     "sac_hopper": Zoo("sac", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "sac.yml Hopper"),
 }
@@ -99,9 +97,10 @@ SB3_DEFAULTS = {
     "qr_dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=None),
     "sac": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
                 gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
-                target_entropy="auto", use_sde=False),
+                target_entropy="auto", use_sde=False, sde_sample_freq=-1),
 }
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # torch.optim.Adam's defaults
+SB3_LOG_STD_INIT = -3.0  # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
 
 
 # --- the translation check ---------------------------------------------------------------------
@@ -153,8 +152,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
             notes.append(f"learning rate {hp['learning_rate']}: SB3 sets it from its progress at each training "
                          "phase, ours from the env step at each update")
         return expected, notes
-    if hp["target_update_interval"] != 1 or hp["use_sde"]:
-        raise ValueError("SAC: only target_update_interval=1 and use_sde=False have a counterpart here")
+    if hp["target_update_interval"] != 1:
+        raise ValueError("SAC: only target_update_interval=1 has a counterpart here")
     ent = hp["ent_coef"]
     learned = isinstance(ent, str)
     alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
@@ -168,6 +167,10 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         expected.update(optimizer)
     for net in ("actor", "critic"):
         expected.update({f"network.{net}.hidden_sizes": hp["net_arch"], f"network.{net}.activation": "relu"})
+    expected["network.actor.gsde"] = hp["use_sde"]
+    if hp["use_sde"]:   # SB3's gSDE: full_std, use_expln=False, clip_mean=2.0, learn_features: ours throughout
+        expected.update({"network.actor.gsde_log_std_init": hp.get("log_std_init", SB3_LOG_STD_INIT),
+                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
     return expected, notes
 
 
