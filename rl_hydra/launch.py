@@ -70,15 +70,16 @@ def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
     refused before its first step left no output, so a corrected config simply runs there. Keys
     the recorded config lacks were added to rl_hydra's configs since the run began: they do not
     count as a difference (a sweep re-launched after an upgrade still finds its runs), and the
-    log names them."""
+    log names them, unless this launch's own overrides set them (the run did not have what they ask)."""
     recorded = directory.hydra / RUN_CONFIG
     if recorded.is_file() and (directory.checkpoints.is_dir() or directory.metrics_csv.is_file()):
         before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
         added = sorted(now.keys() - before.keys())
         if added:
             log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
+        asked = set(added) & overridden_keys(directory)
         differ = sorted(k for k in before.keys() | now.keys()
-                        if k in before and before.get(k) != now.get(k) and k not in IGNORED_DIFFERENCES)
+                        if (k in before and before.get(k) != now.get(k) or k in asked) and k not in IGNORED_DIFFERENCES)
         if differ:
             shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
             more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
@@ -86,6 +87,13 @@ def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
                             f"launch into a new directory, or continue that run with "
                             f"python train.py resume={directory.path} [key=value ...]", EXIT_CONFIG)
     record_run_config(directory, cfg)
+
+
+def overridden_keys(directory: RunDirectory) -> set[str]:
+    """The keys this launch's command-line overrides set (.hydra/overrides.yaml, written at each launch)."""
+    path = directory.hydra / "overrides.yaml"
+    overrides = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return {str(o).split("=", 1)[0].lstrip("+~") for o in overrides or [] if "=" in str(o)}
 
 
 def record_run_config(directory: RunDirectory, cfg: DictConfig) -> None:

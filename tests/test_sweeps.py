@@ -231,3 +231,7 @@ def test_a_relaunch_after_an_upgrade_that_added_config_keys_finds_its_finished_r
     output = sweep(tmp_path, "seed=0", short_names())
     assert "keys added since this run began (not in its recorded config): algo.n_step" in output
     assert summaries(tmp_path) == before  # found finished, not trained again
+    recorded.write_text(yaml.safe_dump(old))
+    output = sweep(tmp_path, "seed=0", "algo.n_step=1", short_names("algo.n_step"), failed=1)
+    assert "already holds a run with another config (algo.n_step: None -> 1)" in output   # asked for, never had
+    assert summaries(tmp_path) == before   # and the finished run is left as it was
