@@ -3,6 +3,7 @@ numpy mirror (rl_hydra/networks/numpy_mirror.py) runs, for subclasses and after 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import gymnasium as gym
@@ -13,10 +14,13 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, parametrize, vector_to_parameters
 from torch.nn.utils.parametrizations import spectral_norm
 
+from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.config import ConfigError
+from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.mlp import QNetwork, mlp
+from rl_hydra.networks.noisy import noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.optim import LeanAdam
@@ -32,24 +36,35 @@ def make_agent(algo_class=DQN, network=QNetwork, **network_kwargs):
                       functools.partial(LeanAdam, lr=1e-3), total_steps=100)
 
 
-def torch_greedy(agent, obs=OBS) -> np.ndarray:
-    with torch.no_grad():
+def torch_greedy(agent, obs=OBS, noise: bool = True) -> np.ndarray:
+    with torch.no_grad(), contextlib.nullcontext() if noise else noise_disabled(agent.q_net):
         return agent.action_values(torch.from_numpy(obs)).argmax(dim=1).numpy()
 
 
 def assert_acts_like_its_action_values(agent, obs=OBS):
-    actions, _ = agent.act(obs, explore=False)
-    assert np.array_equal(actions, torch_greedy(agent, obs))
+    actions, _ = agent.act(obs, explore=False)   # evaluation: without noise (noisy networks)
+    assert np.array_equal(actions, torch_greedy(agent, obs, noise=False))
 
 
-@pytest.mark.parametrize("algo_class, network", [(DQN, QNetwork), (QRDQN, QuantileNetwork)])
-def test_plain_networks_act_through_the_mirror_and_it_equals_torch(algo_class, network):
-    agent = make_agent(algo_class, network)
+SHIPPED = [(DQN, QNetwork, {}), (QRDQN, QuantileNetwork, {}), (C51, CategoricalNetwork, {}),
+           (C51, CategoricalNetwork, {"noisy": True, "dueling": True})]   # the last: Rainbow's network
+
+
+@pytest.mark.parametrize("algo_class, network, options", SHIPPED)
+def test_plain_networks_act_through_the_mirror_and_it_equals_torch(algo_class, network, options):
+    agent = make_agent(algo_class, network, **options)
     mirrored = call_mirror(agent, "action_values", OBS)
     assert mirrored is not None  # the fast path is in effect for the shipped networks
     with torch.no_grad():
         np.testing.assert_allclose(mirrored, agent.action_values(torch.from_numpy(OBS)).numpy(), atol=1e-5)
     assert_acts_like_its_action_values(agent)
+    if options.get("noisy"):   # exploring acts on the noise drawn for that step, through the mirror
+        torch.manual_seed(3)
+        explored = [agent.act(OBS, explore=True)[0] for _ in range(3)]
+        torch.manual_seed(3)
+        for actions in explored:
+            resample_noise(agent.q_net)
+            assert np.array_equal(actions, torch_greedy(agent))
 
 
 class NegatedDQN(DQN):
@@ -71,18 +86,19 @@ def test_action_values_replaced_on_the_instance_is_obeyed():
     assert_acts_like_its_action_values(agent)
 
 
-@pytest.mark.parametrize("algo_class, network", [(DQN, QNetwork), (QRDQN, QuantileNetwork)])
-def test_weight_swaps_and_updates_show_in_the_actions(algo_class, network):
-    agent = make_agent(algo_class, network)
+@pytest.mark.parametrize("algo_class, network, options", SHIPPED)
+def test_weight_swaps_and_updates_show_in_the_actions(algo_class, network, options):
+    agent = make_agent(algo_class, network, **options)
     first = agent.q_net.net[0]
+    name = "weight_mu" if options.get("noisy") else "weight"
     assert_acts_like_its_action_values(agent)
     with torch.no_grad():
-        first.weight.data = torch.randn_like(first.weight) * 3   # a new storage behind the same Parameter
+        getattr(first, name).data = torch.randn_like(getattr(first, name)) * 3   # a new storage, same Parameter
     assert_acts_like_its_action_values(agent)
     vector = parameters_to_vector(agent.q_net.parameters())
     vector_to_parameters(torch.randn_like(vector), agent.q_net.parameters())
     assert_acts_like_its_action_values(agent)
-    first.weight = nn.Parameter(torch.randn_like(first.weight))   # a new Parameter object
+    setattr(first, name, nn.Parameter(torch.randn_like(getattr(first, name))))   # a new Parameter object
     assert_acts_like_its_action_values(agent)
     with torch.no_grad():
         for param in agent.q_net.parameters():  # in place, as optimizer steps and load_state_dict write

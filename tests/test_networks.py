@@ -231,7 +231,7 @@ def test_has_noisy_layers():
 @pytest.mark.parametrize("make", [lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw),
                                   lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw),
                                   lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16], **kw)])
-def test_the_mirror_equals_torch_for_dueling_and_steps_aside_for_noisy(make):
+def test_the_mirror_equals_torch_for_dueling_and_noisy_networks(make):
     obs = OBS.numpy()
     net = make(dueling=True)
     mirrored = numpy_forward(net, obs)
@@ -243,9 +243,19 @@ def test_the_mirror_equals_torch_for_dueling_and_steps_aside_for_noisy(make):
     handle.remove()
     for options in (dict(noisy=True), dict(noisy=True, dueling=True)):
         noisy = make(**options)
-        assert numpy_forward(noisy, obs) is None
-        with noise_disabled(noisy):
-            assert numpy_forward(noisy, obs) is None
+        for rows in (obs[:1], obs[:3], obs):              # the few-rows path and the noisy-weight path
+            for draw in range(2):                         # the noise the layers hold, drawn again
+                resample_noise(noisy)
+                with torch.no_grad():
+                    np.testing.assert_allclose(numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(),
+                                               atol=1e-5)
+            with noise_disabled(noisy), torch.no_grad():
+                np.testing.assert_allclose(numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(),
+                                           atol=1e-5)
+        with torch.no_grad():
+            for param in noisy.parameters():              # an optimizer step writes in place
+                param.mul_(-1.5)
+            np.testing.assert_allclose(numpy_forward(noisy, obs), noisy(OBS).numpy(), atol=1e-4)
 
 
 def test_a_dueling_dqn_acts_through_the_mirror_as_torch_does():

@@ -10,8 +10,8 @@ never answer differently from the torch method it stands for, so it is exact by 
   runs torch) at anything it does not know: a module type other than exact `nn.Linear`, the
   activations below, `nn.Sequential` or a forward marked with a twin; a forward hook or
   pre-hook (module or global); a parametrization (it replaces the module's class); weights
-  that are not float32 on the CPU. So a network with noisy layers (networks/noisy.py) always
-  runs in torch, with or without its noise; a dueling head (networks/dueling.py) has a twin.
+  that are not float32 on the CPU. Noisy layers (networks/noisy.py) and dueling heads
+  (networks/dueling.py) have twins: a noisy layer's twin reads the noise the layer holds.
 - Weights are read through numpy views of the parameters' current storage; a view is made
   again whenever a parameter's storage changes (`p.data = ...`, `vector_to_parameters`, `.to()`).
   In-place changes (optimizer steps, `load_state_dict`) show through the views themselves.
@@ -87,6 +87,11 @@ def _forward(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
         return x
     twin = getattr(kind.forward, "numpy_twin", None)
     return None if twin is None else twin(module, x)
+
+
+def parameter_view(param: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a float32 CPU parameter or buffer (a matrix transposed: (in, out)), or None."""
+    return _view(param)
 
 
 def _view(param: torch.Tensor) -> np.ndarray | None:
