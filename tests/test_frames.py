@@ -218,3 +218,14 @@ def test_observations_that_are_not_frame_stacks_are_refused():
                state)
     with pytest.raises(ValueError, match="not stacks of frames; set buffer.share_frames=false"):
         shared.add(obs, np.zeros(1, np.int64), np.zeros(1), obs, np.zeros(1, bool), np.zeros(1, bool), state)
+
+
+def test_a_sequence_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypatch, caplog):
+    import rl_hydra.buffers.replay as replay
+
+    monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
+    atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
+    with caplog.at_level("INFO"):
+        with pytest.raises(ConfigError, match=r"buffer.capacity=100000 needs 14.\d GB \(141.\d KB per chunk\)"):
+            SequenceBuffer(100_000, 16, 16, atari, ACTIONS)
+    assert "8.8 KB per step at buffer.stride=16" in caplog.text
