@@ -69,7 +69,8 @@ class SequenceBuffer:
         layout = {**observations, "actions": steps(length, action_shape, action_dtype),
                   "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
                   "episode_start": ((capacity,), torch.bool)}
-        bytes_per_chunk = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values()) // capacity
+        bytes_per_chunk = sum(torch.Size(shape).numel() * dtype.itemsize
+                              for shape, dtype in layout.values()) // capacity
         check_host_memory(capacity * bytes_per_chunk, self.device, capacity, bytes_per_chunk, row="chunk",
                           detail=f" ({human_bytes(bytes_per_chunk / stride)} per step at buffer.stride={stride}, "
                                  f"plus the actor's state per chunk)")

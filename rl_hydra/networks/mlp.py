@@ -133,3 +133,31 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
         return self.net(encode(self.observation_encoder, obs))                 # (B, A)
+
+
+class PerActionNetwork(nn.Module):
+    """observation (B, *observation_shape) -> (B, num_actions, values_per_action): the parameters
+    of a return distribution per action (QR-DQN's quantiles, C51's logits), from QNetwork's MLP
+    with the same options; with `dueling`, value and advantage are combined per value."""
+
+    def __init__(self, observation: int | gym.Space, num_actions: int, values_per_action: int,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
+                 layer_norm: bool = False, dropout: float = 0.0,
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
+        super().__init__()
+        self.num_actions, self.values_per_action = num_actions, values_per_action
+        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.net = action_value_mlp(features, num_actions, values_per_action, hidden_sizes, activation,
+                                    layer_norm=layer_norm, dropout=dropout,
+                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
+        note_if_linear(hidden_sizes)
+
+    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
+        out = None if self.observation_encoder is not None else numpy_forward(self.net, obs)  # (B, A * N) or None
+        return None if out is None else out.reshape(-1, self.num_actions, self.values_per_action)  # (B, A, N)
+
+    @mirrored_by(forward_numpy)
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # obs: (B, *observation_shape)
+        features = encode(self.observation_encoder, obs)                              # (B, F)
+        return self.net(features).view(-1, self.num_actions, self.values_per_action)  # (B, A, N)

@@ -6,46 +6,26 @@ import math
 from typing import Sequence
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_int
 from rl_hydra.networks.encoders import make_encoder
-from rl_hydra.networks.mlp import action_value_mlp, activation_class, encode, linear_layer, mlp, note_if_linear
-from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
+from rl_hydra.networks.mlp import PerActionNetwork, action_value_mlp, activation_class, encode, linear_layer, mlp
 
 
-class QuantileNetwork(nn.Module):
+class QuantileNetwork(PerActionNetwork):
     """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles).
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value (N outputs) and advantage (A * N)
     streams that each have their own copy of the last hidden layer, combined per quantile.
-    `noisy`: every Linear is a NoisyLinear. See `networks.mlp.action_value_mlp`.
+    `noisy`: every Linear is a NoisyLinear. The other options are QNetwork's (networks/mlp.py).
     """
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
-                 layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
-        super().__init__()
-        self.num_actions = num_actions
-        self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
-        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
-        self.net = action_value_mlp(features, num_actions, num_quantiles, hidden_sizes, activation,
-                                    layer_norm=layer_norm, dropout=dropout,
-                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
-        note_if_linear(hidden_sizes)
-
-    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        out = None if self.observation_encoder is not None else numpy_forward(self.net, obs)  # (B, A * N) or None
-        return None if out is None else out.reshape(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
-
-    @mirrored_by(forward_numpy)
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # obs: (B, *observation_shape)
-        features = encode(self.observation_encoder, obs)                      # (B, F)
-        return self.net(features).view(-1, self.num_actions, self.num_quantiles)  # (B, A, N)
+    def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int, *args, **options):
+        super().__init__(observation, num_actions, check_int("algo.num_quantiles", num_quantiles, minimum=1),
+                         *args, **options)
+        self.num_quantiles = num_quantiles
 
 
 def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
