@@ -6,7 +6,8 @@
   sampling  what one update costs the buffer: PrioritizedReplayBuffer.sample (sum-tree descent,
             importance weights) + update_priorities, against ReplayBuffer.sample; batches of 32
             and 64 from `--capacity` stored rows (full buffers, random priorities), with
-            CartPole's observations (4 floats) and larger ones (84 floats)
+            CartPole's observations (4 floats) and larger ones (84 floats), and from
+            `--frame-capacity` rows of Atari frames (4 x 84 x 84 stacks, one frame stored per row)
   update    a whole DQN update step on CartPole (the dqn_cartpole preset's network): sample,
             agent.update and, prioritized, update_priorities, against sample and agent.update
 
@@ -52,6 +53,21 @@ def filled(buffer_class, capacity: int, obs_dim: int, **kwargs):
     return buffer
 
 
+def filled_with_frames(buffer_class, capacity: int):
+    """A full buffer of Atari-shaped observations ((4, 84, 84) uint8 stacks of random frames,
+    one frame stored per row), added one step at a time as an env produces them."""
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    buffer = buffer_class(capacity, space, gym.spaces.Discrete(6), num_envs=1, seed=0)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (capacity + 4, 84, 84), dtype=np.uint8)
+    for t in range(capacity):
+        buffer.add(frames[None, t : t + 4], np.array([t % 6]), np.zeros(1, np.float32), frames[None, t + 1 : t + 5],
+                   np.zeros(1, bool), np.zeros(1, bool))
+    if hasattr(buffer, "update_priorities"):
+        buffer.update_priorities(torch.arange(len(buffer)), torch.from_numpy(rng.exponential(size=len(buffer))))
+    return buffer
+
+
 def per_call_us(fn, calls: int) -> tuple[float, float]:
     """(wall, CPU) microseconds per call; CPU time leaves out the time this process waited for a core."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -60,8 +76,14 @@ def per_call_us(fn, calls: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / calls * 1e6, (time.process_time() - cpu) / calls * 1e6
 
 
-def sampling_candidates(capacity: int, obs_dim: int, batch_size: int) -> dict:
-    uniform, prioritized = filled(ReplayBuffer, capacity, obs_dim), filled(PrioritizedReplayBuffer, capacity, obs_dim)
+def sampling_candidates(capacity: int, obs_dim: int | None, batch_size: int) -> dict:
+    """obs_dim None: Atari frames (filled_with_frames)."""
+    if obs_dim is None:
+        uniform, prioritized = filled_with_frames(ReplayBuffer, capacity), filled_with_frames(PrioritizedReplayBuffer,
+                                                                                              capacity)
+    else:
+        uniform, prioritized = (filled(ReplayBuffer, capacity, obs_dim),
+                                filled(PrioritizedReplayBuffer, capacity, obs_dim))
     new_priorities = torch.rand(batch_size)  # what an update hands back (B,)
 
     def prioritized_sample():
@@ -107,6 +129,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=1000, help="calls per candidate and round")
     parser.add_argument("--update-calls", type=int, default=300, help="calls per round of the whole update")
+    parser.add_argument("--frame-capacity", type=int, default=20_000,
+                        help="rows of the Atari-frame buffers (7 KB each)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"{args.capacity} rows, {args.rounds} rounds, median microseconds per call; torch {torch.__version__}, "
@@ -115,6 +139,9 @@ def main() -> None:
         for batch_size in (32, 64):
             timed(f"sampling, obs ({obs_dim},), batch {batch_size}", sampling_candidates(args.capacity, obs_dim, batch_size),
                   args.rounds, args.calls)
+    for batch_size in (32, 64):
+        timed(f"sampling, Atari frames, batch {batch_size}",
+              sampling_candidates(args.frame_capacity, None, batch_size), args.rounds, args.calls // 4)
     for batch_size in (32, 64):
         timed(f"DQN update step, batch {batch_size}", update_candidates(args.capacity, batch_size),
               args.rounds, args.update_calls)
