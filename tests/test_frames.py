@@ -135,7 +135,7 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
         ReplayBuffer(1_000_000, atari, ACTIONS)
 
 
-# DRQN's sequence buffer: a chunk keeps its steps' newest frames and its first stack's older ones
+# DRQN's sequence buffer: each env's frames once, in a ring of its own; chunks name their first frame
 
 
 def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3):
@@ -144,10 +144,12 @@ def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3
             for share in (True, False)]
 
 
-def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0):
+def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
+    """Steps of `num_envs` frame-stacking envs into `buffers`; returns the episodes begun per env."""
     env = SameStepVectorEnv([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
+    episodes = np.ones(num_envs, dtype=np.int64)
     for step in range(steps):
         actions = rng.integers(3, size=num_envs)
         next_obs, rewards, terminated, truncated, info = env.step(actions)
@@ -155,43 +157,67 @@ def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0):
         state = (torch.full((num_envs, 2), float(step)),)
         for buffer in buffers:
             buffer.add(obs, actions, rewards, real_next, terminated, truncated, state)
+        episodes += terminated | truncated
         obs = next_obs
     env.close()
+    return episodes
 
 
 def assert_same_sequences(shared, naive, draws: int = 300):
-    a, b = shared.sample(draws), naive.sample(draws)
+    idx = shared.sample_indices(draws)
+    a, b = shared.batch_at(idx), naive.batch_at(idx)
     assert a.obs.shape == b.obs.shape and a.obs.dtype == b.obs.dtype == torch.uint8
     real = torch.cat([torch.ones_like(a.mask[:1]), a.mask]).bool()     # (L + 1, B): obs of real steps and their next
     assert torch.equal(a.obs[real], b.obs[real])                       # the padding after an episode's end differs
-    assert torch.equal(a.mask, b.mask) and bool((a.mask == 0).any())   # some chunks end early
+    assert torch.equal(a.mask, b.mask)
     for field in ("actions", "rewards", "terminated", "episode_start"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
     assert all(torch.equal(x, y) for x, y in zip(a.state, b.state))
+    return idx, a
 
 
 @pytest.mark.parametrize("num_envs", [1, 3])
-def test_sequences_rebuild_the_stored_stacks_across_episode_ends(num_envs):
-    shared, naive = sequence_pair(1000, num_envs)
-    assert shared.share_frames and not naive.share_frames
+@pytest.mark.parametrize("stride", [1, 3, 5])
+def test_sequences_rebuild_the_stored_stacks_across_episode_ends(num_envs, stride):
+    shared, naive = sequence_pair(1000, num_envs, stride=stride)
+    assert shared.frames is not None and naive.frames is None
     fill_sequences([shared, naive], 300, num_envs)
-    assert_same_sequences(shared, naive)
+    if shared.frames.drawable(shared.chunk_env[: shared.size], shared.chunk_first[: shared.size]).all():
+        assert torch.equal(shared.sample_indices(50), naive.sample_indices(50))   # the same draws as naive's
+    _, batch = assert_same_sequences(shared, naive)
+    assert bool((batch.mask == 0).any())   # chunks that end early among them
 
 
-def test_a_chunk_keeps_sequence_length_plus_stack_frames():
-    shared, naive = sequence_pair(10, num_envs=1, length=16, stride=16)
-    frames = lambda buffer: sum(column[:, 0].numel() for key, column in buffer.steps.items()   # noqa: E731
-                                if key.startswith("obs")) // (6 * 7)
-    assert frames(shared) == 16 + 4 and frames(naive) == 17 * 4
+def test_each_frame_is_stored_once_whatever_the_overlap():
+    shared, _ = sequence_pair(1000, num_envs=2, length=16, stride=1)   # each step in 16 chunks
+    episodes = fill_sequences([shared], 200, num_envs=2)
+    # an episode writes its first stack (4 frames), then one frame per step
+    assert shared.frames.written.tolist() == (200 + 4 * episodes).tolist()
+
+
+def test_chunks_whose_frames_were_overwritten_are_not_drawn():
+    shared, naive = sequence_pair(6, num_envs=2, length=5, stride=5)    # rings of 3 x 5 + 5 + 4 = 24 frames
+    fill_sequences([shared, naive], 400, num_envs=2)
+    drawable = shared.frames.drawable(shared.chunk_env, shared.chunk_first)
+    assert 0 < drawable.sum() < 6                                        # short episodes: chunks come faster
+    idx, _ = assert_same_sequences(shared, naive, draws=500)
+    assert set(idx.tolist()) == set(np.flatnonzero(drawable).tolist())
+
+
+def test_an_atari_step_costs_about_one_frame_in_a_sequence_buffer(caplog):
+    atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
+    with caplog.at_level("INFO"):
+        SequenceBuffer(1000, 16, 8, atari, ACTIONS)               # chunks overlapping by half, as by default
+    assert "7.1 KB per step at buffer.stride=8" in caplog.text    # 84 x 84 = 7,056 bytes: one frame
 
 
 def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
     shared, _ = sequence_pair(50, num_envs=2)
     fill_sequences([shared], 100, num_envs=2)
     state = shared.state_dict()
-    first_obs = state["steps"]["obs"][0]
-    assert first_obs.data_ptr() == shared.steps["obs"][0].data_ptr()        # a view, not a copy
-    assert first_obs.untyped_storage().nbytes() == shared.size * 6 * 7     # only the stored chunks' bytes
+    frames = state["frames"]["frames"][1]
+    assert frames.data_ptr() == shared.frames.frames[1].ctypes.data               # a view, not a copy
+    assert frames.untyped_storage().nbytes() == min(shared.frames.written[1], shared.frames.frames_per_env) * 42
     torch.save(state, tmp_path / "buffer.pt")
     restored, _ = sequence_pair(50, num_envs=2)
     restored.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True, mmap=True))
@@ -201,10 +227,9 @@ def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
     a, b = shared.sample(64), restored.sample(64)
     for field in ("obs", "actions", "rewards", "terminated", "mask", "episode_start"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
-    naive_layout, _ = sequence_pair(50, num_envs=2)
-    naive_layout.share_frames = False
+    _, naive = sequence_pair(50, num_envs=2)
     with pytest.raises(ValueError, match="buffer.share_frames"):
-        naive_layout.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True))
+        naive.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True))
 
 
 def test_observations_that_are_not_frame_stacks_are_refused():
@@ -214,8 +239,6 @@ def test_observations_that_are_not_frame_stacks_are_refused():
     shared, _ = sequence_pair(10, num_envs=1, length=2, stride=2)
     obs = np.random.default_rng(0).integers(0, 256, (1, 4, 6, 7), dtype=np.uint8)
     state = (torch.zeros(1, 2),)
-    shared.add(obs, np.zeros(1, np.int64), np.zeros(1), obs[:, ::-1].copy(), np.zeros(1, bool), np.zeros(1, bool),
-               state)
     with pytest.raises(ValueError, match="not stacks of frames; set buffer.share_frames=false"):
         shared.add(obs, np.zeros(1, np.int64), np.zeros(1), obs, np.zeros(1, bool), np.zeros(1, bool), state)
 
@@ -225,7 +248,5 @@ def test_a_sequence_buffer_the_machine_cannot_hold_is_refused_before_allocating(
 
     monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
-    with caplog.at_level("INFO"):
-        with pytest.raises(ConfigError, match=r"buffer.capacity=100000 needs 14.\d GB \(141.\d KB per chunk\)"):
-            SequenceBuffer(100_000, 16, 16, atari, ACTIONS)
-    assert "8.8 KB per step at buffer.stride=16" in caplog.text
+    with pytest.raises(ConfigError, match=r"buffer.capacity=100000 needs 11.3 GB \(113.\d KB per chunk\)"):
+        SequenceBuffer(100_000, 16, 16, atari, ACTIONS)

@@ -1,4 +1,5 @@
-"""Frame stacks stored one frame per row: a replay buffer's observations for Atari-like envs.
+"""Frame stacks stored one frame per row: a replay buffer's observations for Atari-like envs
+(`SharedFrames`), and a sequence buffer's (`FrameRings`, at the end).
 
 An Atari observation is a stack of the last S frames (4 x 84 x 84 uint8), and consecutive
 observations of an env share S - 1 of them. Storing each observation and next observation
@@ -112,3 +113,93 @@ class SharedFrames:
             table = state[name]
             setattr(self, name, {int(r): s for r, s in zip(table["rows"].tolist(), table["stacks"].numpy())})
         self.previous = None   # the next observation added is stored whole: exact whatever the env resumes with
+
+
+class FrameRings:
+    """Each env's frames, stored once, in the order the env produced them: the observations of
+    a sequence buffer's chunks (buffers/sequence.py) for stacks of frames (S, H, W).
+
+    Env i's frames are numbered 0, 1, 2, ... as they are written and frame k sits in row
+    k % `frames_per_env` of env i's ring. An episode writes its first observation's S frames
+    (whatever the stacking wrapper padded it with), then each step's next observation's newest
+    frame, the real last one included. So an episode's observations are consecutive windows of
+    S frames, and a chunk, which never crosses an episode boundary, is named by its env and the
+    number of its first observation's oldest frame. A chunk can be drawn while none of its
+    frames has been overwritten (`drawable`).
+    """
+
+    def __init__(self, num_envs: int, frames_per_env: int, observation_space: gym.Space):
+        self.stack, *frame_shape = tuple(observation_space.shape)
+        self.frames_per_env = frames_per_env
+        self.frames = host_memory.zeros({"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)},
+                                        torch.device("cpu"))["frames"].numpy()   # (n, K, H, W)
+        self.written = np.zeros(num_envs, dtype=np.int64)       # frames written per env so far
+        self.episode_begins = np.ones(num_envs, dtype=bool)    # the next observation starts an episode
+
+    @property
+    def frame_bytes(self) -> int:
+        return int(np.prod(self.frames.shape[2:]))
+
+    def add(self, obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+        """One step of every env, observations and next observations (n, S, H, W); returns the
+        number of each observation's oldest frame (n,)."""
+        oldest = np.empty(len(obs), dtype=np.int64)
+        for i in range(len(obs)):
+            if self.episode_begins[i]:
+                self._write(i, obs[i])
+                self.episode_begins[i] = False
+            elif not np.array_equal(obs[i], self.window(i, self.written[i] - self.stack)):
+                raise ValueError("buffer.share_frames: an observation does not continue the step before it (it is "
+                                 "not the last next observation stored, and no episode began)")
+            if not np.array_equal(next_obs[i][:-1], obs[i][1:]):
+                raise ValueError("buffer.share_frames: a next observation does not continue the observation "
+                                 "(next_obs[:-1] != obs[1:]), so these are not stacks of frames; "
+                                 "set buffer.share_frames=false")
+            oldest[i] = self.written[i] - self.stack
+            self._write(i, next_obs[i][-1:])
+        return oldest
+
+    def end_episodes(self, envs: np.ndarray) -> None:
+        """The next observation of these envs begins an episode (its whole stack is written)."""
+        self.episode_begins[envs] = True
+
+    def _write(self, env: int, frames: np.ndarray) -> None:
+        rows = (self.written[env] + np.arange(len(frames))) % self.frames_per_env
+        self.frames[env, rows] = frames
+        self.written[env] += len(frames)
+
+    def window(self, env: int, first: int, count: int | None = None) -> np.ndarray:
+        """Frames first .. first + count - 1 of an env (count: S by default)."""
+        count = self.stack if count is None else count
+        return self.frames[env, (first + np.arange(count)) % self.frames_per_env]
+
+    def drawable(self, envs: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+        """Whether each chunk, named by its env and first frame (B,), still has all its frames."""
+        return firsts >= self.written[envs] - self.frames_per_env
+
+    def stacks(self, envs: np.ndarray, firsts: np.ndarray, count: int) -> torch.Tensor:
+        """`count` consecutive observations (count, B, S, H, W) of B chunks: observation t stacks
+        frames first + t .. first + t + S - 1 of the chunk's env."""
+        offsets = np.arange(count + self.stack - 1)                                        # (T + S - 1,)
+        rows = (firsts[:, None] + offsets) % self.frames_per_env                           # (B, T + S - 1)
+        frames = torch.from_numpy(self.frames[envs[:, None], rows]).transpose(0, 1)       # (T + S - 1, B, H, W)
+        return frames.unfold(0, self.stack, 1).movedim(-1, 2).contiguous()                 # (T, B, S, H, W)
+
+    def state_dict(self) -> dict:
+        """Each env's written rows (views, not copies) and the counters."""
+        kept = np.minimum(self.written, self.frames_per_env)
+        return {"frames": [torch.from_numpy(self.frames[i, : kept[i]]) for i in range(len(kept))],
+                "frames_per_env": self.frames_per_env, "written": torch.from_numpy(self.written.copy()),
+                "episode_begins": torch.from_numpy(self.episode_begins.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["written"]) != len(self.written):
+            raise ValueError(f"buffer holds the frames of {len(state['written'])} envs but env.num_envs="
+                             f"{len(self.written)}")
+        if state["frames_per_env"] != self.frames_per_env:
+            raise ValueError(f"buffer keeps {state['frames_per_env']} frames per env but this one "
+                             f"{self.frames_per_env} (buffer.capacity, buffer.sequence_length or buffer.stride differ)")
+        for i, saved in enumerate(state["frames"]):
+            self.frames[i, : len(saved)] = saved.numpy()
+        self.written[:] = state["written"].numpy()
+        self.episode_begins[:] = state["episode_begins"].numpy()

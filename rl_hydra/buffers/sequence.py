@@ -7,10 +7,12 @@ episode ends (the rest is padding, masked out). Chunks never cross an episode
 boundary. With each chunk the buffer keeps the hidden state the actor had before
 the chunk's first step, so training starts from it rather than from zeros.
 
-Stacks of frames (Atari's (4, 84, 84) uint8) are kept once per chunk: each step's newest frame
-and the older frames of the chunk's first observation, L + S frames instead of (L + 1) S.
-A stack is rebuilt at sample time from the frames before it in its chunk, which never crosses
-an episode boundary. Overlapping chunks (stride < sequence_length) each keep their own frames.
+Stacks of frames (Atari's (4, 84, 84) uint8) are stored once, whatever the chunks' overlap:
+each env's frames go to a ring of their own (buffers/frames.py::FrameRings), a chunk names its
+env and its first frame, and its observations are rebuilt from the ring when it is drawn. The
+rings keep the frames of the last `capacity` x `stride` env steps (plus one chunk's); chunks
+come more often than every `stride` steps when episodes end inside a chunk, and a chunk whose
+frames were overwritten is no longer drawn.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 
 from rl_hydra import host_memory
-from rl_hydra.buffers.frames import shares_frames
+from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, check_host_memory, human_bytes, observation_dtype
 from rl_hydra.config import ConfigError, check_choice, check_int
 
@@ -61,18 +63,20 @@ class SequenceBuffer:
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
-        observations = {"obs": steps(length + 1, obs_shape, obs_dtype)}
-        if self.share_frames:   # each step's newest frame, and the first observation's older ones
-            self.frame_stack, *frame_shape = obs_shape
-            observations = {"obs": steps(length + 1, frame_shape, torch.uint8),
-                            "obs_history": steps(self.frame_stack - 1, frame_shape, torch.uint8)}
+        observations = {} if self.share_frames else {"obs": steps(length + 1, obs_shape, obs_dtype)}
         layout = {**observations, "actions": steps(length, action_shape, action_dtype),
                   "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
                   "episode_start": ((capacity,), torch.bool)}
-        bytes_per_chunk = sum(torch.Size(shape).numel() * dtype.itemsize
-                              for shape, dtype in layout.values()) // capacity
-        check_host_memory(capacity * bytes_per_chunk, self.device, capacity, bytes_per_chunk, row="chunk",
-                          detail=f" ({human_bytes(bytes_per_chunk / stride)} per step at buffer.stride={stride}, "
+        total = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values())
+        self.frames: FrameRings | None = None
+        if self.share_frames:   # each env's frames once; a chunk is its env and first frame (int64 each)
+            frames_per_env = -(-capacity // num_envs) * stride + length + obs_shape[0]
+            self.frames = FrameRings(num_envs, frames_per_env, observation_space)
+            self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
+            self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
+            total += num_envs * frames_per_env * self.frames.frame_bytes + 16 * capacity
+        check_host_memory(total, self.device, capacity, total // capacity, row="chunk",
+                          detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
                                  f"plus the actor's state per chunk)")
         stored = host_memory.zeros(layout, self.device)
         self.episode_start = stored.pop("episode_start")
@@ -85,7 +89,8 @@ class SequenceBuffer:
 
         # the open chunk of each env; row i holds env i's steps since its chunk began
         numpy_obs_dtype = torch.empty(0, dtype=obs_dtype).numpy().dtype
-        self.open = {"obs": np.zeros((num_envs, length + 1, *obs_shape), numpy_obs_dtype),
+        self.open = {**({} if self.share_frames else
+                        {"obs": np.zeros((num_envs, length + 1, *obs_shape), numpy_obs_dtype)}),
                      "actions": np.zeros((num_envs, length, *action_shape),
                                          np.int64 if action_dtype == torch.int64 else np.float32),
                      "rewards": np.zeros((num_envs, length), np.float32),
@@ -104,8 +109,13 @@ class SequenceBuffer:
         if not self.states:
             self._allocate_states(state)
         rows, t = np.arange(self.num_envs), self.open_length
-        self.open["obs"][rows, t] = obs
-        self.open["obs"][rows, t + 1] = next_obs
+        if self.frames is None:
+            self.open["obs"][rows, t] = obs
+            self.open["obs"][rows, t + 1] = next_obs
+        else:
+            as_numpy = lambda v: v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v)  # noqa: E731
+            oldest = self.frames.add(as_numpy(obs), as_numpy(next_obs))      # (n,) each observation's oldest frame
+            self.open_first[t == 0] = oldest[t == 0]                          # where a chunk opens with this step
         self.open["actions"][rows, t] = actions
         self.open["rewards"][rows, t] = rewards
         self.open["terminated"][rows, t] = terminated
@@ -115,6 +125,8 @@ class SequenceBuffer:
         self.open_length += 1
 
         done = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
+        if self.frames is not None:
+            self.frames.end_episodes(np.flatnonzero(done))
         for i in np.flatnonzero(done | (self.open_length == self.sequence_length)):
             self._store(i)
             if done[i]:
@@ -126,42 +138,26 @@ class SequenceBuffer:
         """Every env starts a new episode (the loop reset them): unfinished chunks are dropped."""
         self.open_length[:] = 0
         self.open_episode_start[:] = True
+        if self.frames is not None:
+            self.frames.end_episodes(np.arange(self.num_envs))
 
     def _store(self, i: int) -> None:
         """Copy env i's open chunk, padded with zeros after its last step, into the ring."""
         length = int(self.open_length[i])
         for key, column in self.steps.items():
-            if key == "obs_history":   # written whole with "obs"
-                continue
             column[:, self.pos] = 0
             if key == "mask":
                 column[:length, self.pos] = 1.0
             else:
                 real = self.open[key][i, : length + 1 if key == "obs" else length]
-                if key == "obs" and self.share_frames:
-                    real = self._frames_of(real)
                 column[: len(real), self.pos] = torch.as_tensor(real, dtype=column.dtype, device=self.device)
+        if self.frames is not None:
+            self.chunk_env[self.pos], self.chunk_first[self.pos] = i, self.open_first[i]
         self.episode_start[self.pos] = bool(self.open_episode_start[i])
         for stored, open_state in zip(self.states, self.open_states):
             stored[self.pos] = open_state[i, 0]
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
-
-    def _frames_of(self, stacks: np.ndarray) -> np.ndarray:
-        """The newest frame (T, H, W) of each of a chunk's observations (T, S, H, W); the first
-        one's older frames go to `obs_history`. Each observation must continue the one before."""
-        if not np.array_equal(stacks[1:, :-1], stacks[:-1, 1:]):
-            raise ValueError("buffer.share_frames: an observation of the episode does not continue the one before "
-                             "(obs[t + 1][:-1] != obs[t][1:]), so these are not stacks of frames; "
-                             "set buffer.share_frames=false")
-        self.steps["obs_history"][:, self.pos] = torch.as_tensor(stacks[0, :-1], device=self.device)
-        return stacks[:, -1]
-
-    def _stacks(self, history: torch.Tensor, newest: torch.Tensor) -> torch.Tensor:
-        """Observations (T, B, S, H, W) from the chunks' first older frames (S - 1, B, H, W) and
-        newest frames (T, B, H, W): observation t stacks frames t .. t + S - 1 of their concatenation."""
-        frames = torch.cat([history, newest])                                    # (S - 1 + T, B, H, W)
-        return frames.unfold(0, self.frame_stack, 1).movedim(-1, 2).contiguous()  # (T, B, S, H, W)
 
     def _slide(self, i: int) -> None:
         """Start env i's next chunk `stride` steps after the one just stored (same episode)."""
@@ -171,6 +167,8 @@ class SequenceBuffer:
         for open_state in self.open_states:
             open_state[i, :keep] = open_state[i, self.stride :].clone()
         self.open_length[i], self.open_episode_start[i] = keep, False
+        if self.frames is not None:
+            self.open_first[i] += self.stride   # one frame per step within an episode
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
         self.states = host_memory.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
@@ -179,12 +177,25 @@ class SequenceBuffer:
 
     def sample(self, batch_size: int) -> SequenceBatch:
         """`batch_size` stored chunks, uniformly, as (time, batch, ...) tensors."""
+        return self.batch_at(self.sample_indices(batch_size))
+
+    def sample_indices(self, batch_size: int) -> torch.Tensor:
+        """Stored chunks (B,) drawn uniformly among those that can be drawn."""
         if self.size == 0:
             raise RuntimeError("the sequence buffer holds no chunk yet; sample after the first add completes one")
-        idx = torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
+        if self.frames is None:
+            return torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator)
+        drawable = np.flatnonzero(self.frames.drawable(self.chunk_env[: self.size], self.chunk_first[: self.size]))
+        picks = torch.randint(len(drawable), (batch_size,), device=self.device, generator=self.generator)
+        return torch.from_numpy(drawable).to(self.device)[picks]
+
+    def batch_at(self, idx: torch.Tensor) -> SequenceBatch:
+        """The chunks `idx` (B,) as (time, batch, ...) tensors."""
         steps = {key: column[:, idx] for key, column in self.steps.items()}
-        if self.share_frames:
-            steps["obs"] = self._stacks(steps.pop("obs_history"), steps["obs"])
+        if self.frames is not None:
+            rows = idx.cpu().numpy()
+            obs = self.frames.stacks(self.chunk_env[rows], self.chunk_first[rows], self.sequence_length + 1)
+            steps["obs"] = obs.to(self.device)                                   # (L + 1, B, S, H, W)
         return SequenceBatch(**steps, episode_start=self.episode_start[idx], state=tuple(s[idx] for s in self.states))
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[SequenceBatch]:
@@ -200,7 +211,11 @@ class SequenceBuffer:
                       for key, column in self.steps.items()}
         else:
             stored = {key: column[:, : self.size].clone() for key, column in self.steps.items()}
-        return {"pos": self.pos, "size": self.size, "generator": self.generator.get_state(), "steps": stored,
+        frames = {} if self.frames is None else {
+            "frames": self.frames.state_dict(), "open_first": torch.from_numpy(self.open_first.copy()),
+            "chunk_env": torch.from_numpy(self.chunk_env[: self.size].copy()),
+            "chunk_first": torch.from_numpy(self.chunk_first[: self.size].copy())}
+        return {**frames, "pos": self.pos, "size": self.size, "generator": self.generator.get_state(), "steps": stored,
                 "episode_start": self.episode_start[: self.size].clone(),
                 "states": [s[: self.size].clone() for s in self.states],
                 "open": {key: torch.from_numpy(window.copy()) for key, window in self.open.items()},
@@ -218,7 +233,7 @@ class SequenceBuffer:
         if len(state["open_length"]) != self.num_envs:
             raise ValueError(f"buffer holds open chunks of {len(state['open_length'])} envs but env.num_envs="
                              f"{self.num_envs}")
-        if ("obs_history" in state["steps"]) != self.share_frames:
+        if ("frames" in state) != self.share_frames:
             raise ValueError(f"buffer.share_frames resolves to {self.share_frames} here but not in the run that "
                              f"saved this buffer; resume with the run's own buffer.share_frames")
         size = state["size"]
@@ -226,6 +241,10 @@ class SequenceBuffer:
             for t, saved in enumerate(state["steps"][key]):   # a list of (size, ...) or a (T, size, ...) tensor
                 column[t, :size] = saved.to(self.device)
         self.episode_start[:size] = state["episode_start"].to(self.device)
+        if self.frames is not None:
+            self.frames.load_state_dict(state["frames"])
+            self.open_first[:] = state["open_first"].numpy()
+            self.chunk_env[:size], self.chunk_first[:size] = state["chunk_env"].numpy(), state["chunk_first"].numpy()
         if state["open_states"]:
             self._allocate_states([s[:, 0] for s in state["open_states"]])
             for stored, saved in zip(self.states, state["states"]):
