@@ -124,7 +124,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     hp = {**SB3_DEFAULTS[zoo.algo], **zoo.hp}
     notes = list(zoo.notes)
     gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: as many as steps
-    common = {"env.num_envs": 1, "algo.batch_size": hp["batch_size"], "buffer.capacity": hp["buffer_size"],
+    common = {"env.num_envs": 1, "algo.n_step": 1, "buffer._target_": "rl_hydra.buffers.replay.ReplayBuffer",
+              "algo.batch_size": hp["batch_size"], "buffer.capacity": hp["buffer_size"],
               "algo.learning_starts": hp["learning_starts"], "algo.gamma": hp["gamma"], "algo.tau": hp["tau"],
               "algo.train_every": hp["train_freq"], "algo.gradient_steps": gradient_steps,
               "train.eval_episodes": EVAL_EPISODES}
