@@ -14,7 +14,8 @@ from tests.conftest import TINY, compose_config, run_training
 SMALL = {"dqn": ["network.hidden_sizes=[32,32]"], "qr_dqn": ["network.hidden_sizes=[32,32]"],
          "iqn": ["network.hidden_sizes=[32]", "network.head_hidden_sizes=[32]"],
          "redq": ["network.actor.hidden_sizes=[32,32]", "network.critic.hidden_sizes=[32,32]"]}
-ENVS = {"dqn": "cartpole", "qr_dqn": "cartpole", "iqn": "cartpole", "redq": "pendulum"}
+SMALL["sac"] = [*SMALL["redq"], "network.actor.gsde=true"]   # gSDE's (F, A) noise through the compiled losses
+ENVS = {"dqn": "cartpole", "qr_dqn": "cartpole", "iqn": "cartpole", "redq": "pendulum", "sac": "pendulum"}
 
 
 def test_bad_compile_value_is_one_config_error_line(tmp_path):
@@ -51,7 +52,8 @@ def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
 @pytest.mark.parametrize("algo", [pytest.param("dqn", marks=pytest.mark.slow),   # torch.compile takes ~10 s
                                   pytest.param("qr_dqn", marks=pytest.mark.slow),
                                   pytest.param("iqn", marks=pytest.mark.slow),
-                                  pytest.param("redq", marks=pytest.mark.slow)])
+                                  pytest.param("redq", marks=pytest.mark.slow),
+                                  pytest.param("sac", marks=pytest.mark.slow)])
 def test_compiled_updates_give_the_eager_numbers(algo):
     eager, batches = agent_and_batches(algo, compiled=False)
     compiled, same_batches = agent_and_batches(algo, compiled=True)
