@@ -139,7 +139,7 @@ class REDQ:
     def held_exploration_noise(self, num_envs: int) -> torch.Tensor | None:
         """gSDE's exploration matrices (num_envs, F, A), drawn after each training phase and every
         `gsde_resample_every` env steps, and held in between; None without gSDE (fresh noise every step)."""
-        if not self.actor.gsde:
+        if not getattr(self.actor, "gsde", False):   # an actor of one's own may not know gSDE
             return None
         due = self.gsde_resample_every > 0 and self.explore_steps % self.gsde_resample_every == 0
         if self.exploration_noise is None or len(self.exploration_noise) != num_envs or due:
@@ -196,7 +196,9 @@ class REDQ:
     def standard_normal(self, batch_size: int) -> torch.Tensor:
         """Noise for `batch_size` reparameterised actions, from the agent's generator: (B, A), or
         gSDE's one (F, A) matrix for the batch."""
-        return torch.randn(self.actor.noise_shape(batch_size), generator=self.generator, device=self.device)
+        shape = self.actor.noise_shape(batch_size) if hasattr(self.actor, "noise_shape") else (batch_size,
+                                                                                                self.action_dim)
+        return torch.randn(shape, generator=self.generator, device=self.device)
 
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
