@@ -36,7 +36,6 @@ import math
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from self_workers import add_worker_arguments, run_worker, serve_worker  # noqa: E402
+
 LR, GAMMA, TARGET_SYNC_STEPS, EPS_END, EPS_FRACTION = 1e-4, 0.99, 1000, 0.01, 0.1
 
 
@@ -251,14 +251,6 @@ def run_env_steps(job: dict) -> dict:
 WORKERS = {"ours": run_ours, "sb3": run_sb3, "env": run_env_steps, "floor": run_floor}
 
 
-def in_subprocess(kind: str, job: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--worker", kind, "--job", json.dumps(job)],
-                         env={**os.environ, **ONE_THREAD}, capture_output=True, text=True, cwd=ROOT)
-    if out.returncode != 0:
-        sys.exit(f"{kind} worker failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 # --- the comparison -----------------------------------------------------------------------
 DIFFERENCES = """remaining differences between the two sides (everything else is set equal: ALE v5 with
 frameskip 1 under a 4-frame skip with a max over the last two frames, sticky actions 0.25 per
@@ -300,11 +292,9 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=2000, help="env steps timed for the env-step floor")
     parser.add_argument("--out", type=Path, help="write every figure to this json file")
     parser.add_argument("--report", type=Path, help="print the figures of an --out json again; run nothing")
-    parser.add_argument("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
-    parser.add_argument("--job", help=argparse.SUPPRESS)
+    add_worker_arguments(parser, WORKERS)
     args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(WORKERS[args.worker](json.loads(args.job))))
+    if serve_worker(args, WORKERS):
         return
     if args.report:
         report(args.report)
@@ -335,7 +325,7 @@ def run_order(repeat: int) -> tuple[str, str]:
 
 
 def floor_next_to_runs(job: dict, blocks: list[float]) -> None:
-    blocks += in_subprocess("floor", job)["blocks_s"]
+    blocks += run_worker(__file__, "floor", job)["blocks_s"]
     print(f"  Nature CNN update floor: {', '.join(f'{s * 1e3:.1f}' for s in blocks[-FLOOR_BLOCKS:])} ms", flush=True)
 
 
@@ -346,14 +336,14 @@ def compare_atari(args) -> dict:
     job = {"game": args.game, "steps": args.steps, "warmup": args.warmup, "capacity": args.capacity,
            "seed": args.seed, "device": args.device, "log_every": log_every, "env_steps": args.env_steps,
            "floor_updates": args.floor_updates}
-    env = in_subprocess("env", job)
+    env = run_worker(__file__, "env", job)
     print(f"env step alone ({args.game}, random actions, {args.env_steps} steps): ours "
           f"{env['ours_env_step_s'] * 1e3:.2f} ms, SB3 {env['sb3_env_step_s'] * 1e3:.2f} ms", flush=True)
     runs, floor_blocks = {"ours": [], "sb3": []}, []
     for repeat in range(args.repeats):
         for side in run_order(repeat):
             floor_next_to_runs(job, floor_blocks)
-            result = in_subprocess(side, {**job, "seed": args.seed + repeat})
+            result = run_worker(__file__, side, {**job, "seed": args.seed + repeat})
             runs[side].append(result)
             print(f"repeat {repeat} {side}: {result['steps_per_s']:.1f} steps/s over {args.steps} steps "
                   f"({result['seconds']:.1f} s), buffer {result['buffer_bytes_per_transition']:,.0f} B/transition, "

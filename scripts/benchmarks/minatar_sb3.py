@@ -39,13 +39,13 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from self_workers import add_worker_arguments, run_worker, serve_worker  # noqa: E402
 EVAL_SEED_OFFSET = 1_000_000   # rl_hydra.loops.evaluate: env i of the evaluation starts from seed + 1e6 + i
 HP = {"batch": 32, "buffer": 100_000, "target_sync": 1000, "warmup": 5000, "eps_start": 1.0, "eps_end": 0.1,
       "eps_steps": 100_000, "lr": 1e-4, "gamma": 0.99, "hidden": 128, "quantiles": 200}
@@ -182,12 +182,8 @@ def run_one(side: str, job: dict, out: Path) -> None:
         job = {**job, "run_dir": str(run_dir)}
         shutil.rmtree(job["run_dir"], ignore_errors=True)   # an unfinished run of this script: start again
     print(f"{side} {job['algo']} {job['game']} seed {job['seed']} ...", flush=True)
-    proc = subprocess.run([sys.executable, __file__, "--worker", side, "--job", json.dumps(job)],
-                          env={**os.environ, **ONE_THREAD}, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        sys.exit(f"{side} run failed:\n{proc.stderr[-4000:]}")
-    result = {**job, "side": side, **json.loads(proc.stdout.strip().splitlines()[-1]),
-              "host": platform.node(), "load": os.getloadavg()}
+    result = {**job, "side": side, **run_worker(__file__, side, job), "host": platform.node(),
+              "load": os.getloadavg()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print(f"  return {result['eval_return']:.2f}, wall {result['wall_s']:.0f} s", flush=True)
@@ -241,11 +237,9 @@ def main() -> None:
     parser.add_argument("--learning-starts", type=int, default=HP["warmup"],
                         help="random warm-up steps (MinAtar's 5000; lower only for smoke tests)")
     parser.add_argument("--table-only", action="store_true", help="write the table from the results found")
-    parser.add_argument("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
-    parser.add_argument("--job", help=argparse.SUPPRESS)
+    add_worker_arguments(parser, WORKERS)
     args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(WORKERS[args.worker](json.loads(args.job))))
+    if serve_worker(args, WORKERS):
         return
 
     if not args.table_only:
