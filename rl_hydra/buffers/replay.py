@@ -59,11 +59,11 @@ def observation_dtype(observation_space: gym.Space) -> torch.dtype:
 
 
 def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
-                      row: str = "transition", detail: str = "") -> None:
-    """Say how much memory the buffer takes (capacity rows of `row`s); refuse one the machine
+                      buffer: str = "replay", row: str = "transition", detail: str = "") -> None:
+    """Say how much memory the `buffer` takes (capacity rows of `row`s); refuse one the machine
     cannot hold (CPU buffers)."""
-    log.info("%s buffer: %d %ss x %s = %s%s", "replay" if row == "transition" else "sequence", capacity, row,
-             human_bytes(bytes_per_row), human_bytes(total_bytes), detail)
+    log.info("%s buffer: %d %ss x %s = %s%s", buffer, capacity, row, human_bytes(bytes_per_row),
+             human_bytes(total_bytes), detail)
     available = available_memory() if device.type == "cpu" else None
     if available is not None and total_bytes > available:
         raise ConfigError(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
@@ -89,6 +89,11 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     return f"{n:.1f} GB"
+
+
+def as_numpy(value) -> np.ndarray:
+    """An array or tensor (on any device) as a numpy array."""
+    return value.cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
 
 
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -174,7 +179,6 @@ class ReplayBuffer:
         values = (obs, actions, rewards, next_obs, terminated, truncated)  # STORED's order
         n = len(rewards)
         if self.frames is not None:
-            as_numpy = lambda v: v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v)  # noqa: E731
             frame_rows = (self.pos + np.arange(n)) % self.capacity
             self.frames.add(frame_rows, as_numpy(obs), as_numpy(next_obs),
                             as_numpy(terminated).astype(bool) | as_numpy(truncated).astype(bool))

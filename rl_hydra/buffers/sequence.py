@@ -25,7 +25,7 @@ import torch
 
 from rl_hydra import host_memory
 from rl_hydra.buffers.frames import FrameRings, shares_frames
-from rl_hydra.buffers.replay import action_layout, check_host_memory, human_bytes, observation_dtype
+from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, human_bytes, observation_dtype
 from rl_hydra.config import ConfigError, check_choice, check_int
 
 
@@ -59,23 +59,23 @@ class SequenceBuffer:
         obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
         action_shape, action_dtype = action_layout(action_space)
         check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
-        self.share_frames = shares_frames(observation_space, share_frames)
+        share = shares_frames(observation_space, share_frames)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
-        observations = {} if self.share_frames else {"obs": steps(length + 1, obs_shape, obs_dtype)}
+        observations = {} if share else {"obs": steps(length + 1, obs_shape, obs_dtype)}
         layout = {**observations, "actions": steps(length, action_shape, action_dtype),
                   "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
                   "episode_start": ((capacity,), torch.bool)}
         total = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values())
         self.frames: FrameRings | None = None
-        if self.share_frames:   # each env's frames once; a chunk is its env and first frame (int64 each)
+        if share:   # each env's frames once; a chunk is its env and first frame (int64 each)
             frames_per_env = -(-capacity // num_envs) * stride + length + obs_shape[0]
             self.frames = FrameRings(num_envs, frames_per_env, observation_space)
             self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
             self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
             total += num_envs * frames_per_env * self.frames.frame_bytes + 16 * capacity
-        check_host_memory(total, self.device, capacity, total // capacity, row="chunk",
+        check_host_memory(total, self.device, capacity, total // capacity, buffer="sequence", row="chunk",
                           detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
                                  f"plus the actor's state per chunk)")
         stored = host_memory.zeros(layout, self.device)
@@ -89,7 +89,7 @@ class SequenceBuffer:
 
         # the open chunk of each env; row i holds env i's steps since its chunk began
         numpy_obs_dtype = torch.empty(0, dtype=obs_dtype).numpy().dtype
-        self.open = {**({} if self.share_frames else
+        self.open = {**({} if share else
                         {"obs": np.zeros((num_envs, length + 1, *obs_shape), numpy_obs_dtype)}),
                      "actions": np.zeros((num_envs, length, *action_shape),
                                          np.int64 if action_dtype == torch.int64 else np.float32),
@@ -113,7 +113,6 @@ class SequenceBuffer:
             self.open["obs"][rows, t] = obs
             self.open["obs"][rows, t + 1] = next_obs
         else:
-            as_numpy = lambda v: v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v)  # noqa: E731
             oldest = self.frames.add(as_numpy(obs), as_numpy(next_obs))      # (n,) each observation's oldest frame
             self.open_first[t == 0] = oldest[t == 0]                          # where a chunk opens with this step
         self.open["actions"][rows, t] = actions
@@ -233,8 +232,8 @@ class SequenceBuffer:
         if len(state["open_length"]) != self.num_envs:
             raise ValueError(f"buffer holds open chunks of {len(state['open_length'])} envs but env.num_envs="
                              f"{self.num_envs}")
-        if ("frames" in state) != self.share_frames:
-            raise ValueError(f"buffer.share_frames resolves to {self.share_frames} here but not in the run that "
+        if ("frames" in state) != (self.frames is not None):
+            raise ValueError(f"buffer.share_frames resolves to {self.frames is not None} here but not in the run that "
                              f"saved this buffer; resume with the run's own buffer.share_frames")
         size = state["size"]
         for key, column in self.steps.items():
