@@ -1,9 +1,9 @@
 """A suite's rows side by side with Stable-Baselines3 / sb3-contrib on the same hyperparameters.
 
-    python scripts/benchmarks/suite_sb3.py discrete --seeds 3 [--rows dqn_acrobot ...] [--out DIR]
+    python scripts/benchmarks/suite_sb3.py discrete_zoo --seeds 3 [--rows dqn_acrobot ...] [--out DIR]
     python scripts/benchmarks/suite_sb3.py continuous --seeds 3
-    python scripts/benchmarks/suite_sb3.py discrete --seeds 1 --steps 2000 --out /tmp/s   # smoke test
-    python scripts/benchmarks/suite_sb3.py discrete --table-only                        # train nothing
+    python scripts/benchmarks/suite_sb3.py discrete_zoo --seeds 1 --steps 2000 --out /tmp/s   # smoke test
+    python scripts/benchmarks/suite_sb3.py discrete_zoo --table-only                        # train nothing
 
 Our side of each (row, seed) is exactly the suite's run (rl_hydra/suite.py: `train.py -m algo=A
 env=E seed=S [train.total_steps=N] hydra.sweep.dir=<out>/<algo>_<env>`), in the suite's layout, so
@@ -14,7 +14,9 @@ found there is reused, not trained again. SB3's side is DQN (stable_baselines3),
 the seeds found there. IQN rows have no SB3 counterpart and are skipped.
 
 Before anything runs, each row's composed config is checked against its SB3 hyperparameters
-translated to our keys (`expected_config`); a difference is an error naming the key.
+translated to our keys (`expected_config`); a difference is an error naming the key. A preset
+tuned beyond the Zoo (3-step returns on MountainCar) differs: suite `discrete_zoo` runs the
+discrete rows with those parts turned back to the Zoo's values.
 
 Runs go one at a time, each in a fresh process with one torch thread: for each seed, for each
 row, ours and SB3's back to back, SB3 first on odd seeds. Returns are the final greedy
