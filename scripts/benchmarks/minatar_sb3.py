@@ -4,6 +4,7 @@ hyperparameters.
     python scripts/benchmarks/minatar_sb3.py                                       # DQN, 2 games x 3 seeds, 300k
     python scripts/benchmarks/minatar_sb3.py --algo dqn qr_dqn iqn --games Breakout SpaceInvaders
     python scripts/benchmarks/minatar_sb3.py --steps 3000 --seeds 1 --games Breakout --out /tmp/minatar_smoke
+    python scripts/benchmarks/minatar_sb3.py --games Breakout --only-seeds 1 2     # seeds 1 and 2 of the 3
     python scripts/benchmarks/minatar_sb3.py --table-only                          # train nothing
 
 MinAtar's DQN settings (Young & Tian 2019) with Adam: batch 32, replay 100k, one update per env
@@ -231,6 +232,9 @@ def main() -> None:
                         help="MinAtar games: Asterix Breakout Freeway Seaquest SpaceInvaders")
     parser.add_argument("--algo", nargs="+", default=["dqn"], choices=("dqn", "qr_dqn", "iqn"))
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1")
+    parser.add_argument("--only-seeds", type=int, nargs="+",
+                        help="train only these of the seeds (e.g. the ones another machine has not run); "
+                             "the table still shows every seed whose results are found")
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "minatar_sb3")
@@ -243,7 +247,7 @@ def main() -> None:
         return
 
     if not args.table_only:
-        for seed in range(args.seeds):
+        for seed in (s for s in range(args.seeds) if args.only_seeds is None or s in args.only_seeds):
             for game in args.games:
                 for algo in args.algo:
                     job = {"algo": algo, "game": game, "seed": seed, "steps": args.steps,
