@@ -49,7 +49,8 @@ def test_a_changed_key_is_named():
     assert [line.split(" ", 1)[0] for line in found] == ["algo.gamma", "algo.target_update_every",
                                                          "network.hidden_sizes"]
     assert "algo.gamma is 0.98 in our config; SB3's run means 0.99" in found[0]
-    found = suite_sb3.mismatches(preset("qr_dqn_mountain_car", "algo.num_quantiles=50"),
+    found = suite_sb3.mismatches(preset("qr_dqn_mountain_car", *SB3_ROWS["qr_dqn_mountain_car"].overrides,
+                                        "algo.num_quantiles=50"),
                                  suite_sb3.ZOO["qr_dqn_mountain_car"])
     assert found == ["algo.num_quantiles is 50 in our config; SB3's run means 25"]
     found = suite_sb3.mismatches(preset("sac_hopper", "algo.learn_alpha=false"), suite_sb3.ZOO["sac_hopper"])
