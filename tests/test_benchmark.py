@@ -152,3 +152,22 @@ def test_loop_timers_time_every_piece_of_a_short_run():
     assert rows["update"][2] == "128" and rows["buffer.sample"][2] == "1"  # the phase's batches in one gather
     count = lambda piece: int(rows[piece][2].replace(",", ""))  # noqa: E731
     assert count("act") >= 100 and count("env.step") >= 1100  # training acts from step 1000; evaluation too
+
+
+@pytest.mark.slow  # ~20 s; needs the bench extra (SB3) and the minatar extra
+def test_minatar_script_trains_only_the_seeds_asked_and_skips_them_when_run_again(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "minatar_sb3.py"), "--games", "Breakout",
+               "--seeds", "2", "--only-seeds", "1", "--steps", "300", "--learning-starts", "100",
+               "--eval-episodes", "1", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "ours_dqn_Breakout_300_seed1.json", "sb3_dqn_Breakout_300_seed1.json"]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| dqn | Breakout |")).split("|")
+    assert row[3].strip() == "1"                               # seeds found
+    per_seed = row[-2].strip()                                 # "ours, SB3" per seed: seed 0 has none
+    assert per_seed.startswith("-, -; ") and per_seed.count(";") == 1, per_seed
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0 and again.stdout.count("skip ") == 2, again.stdout[-3000:]
