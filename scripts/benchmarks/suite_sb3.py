@@ -7,8 +7,8 @@
 
 Our side of each (row, seed) is exactly the suite's run (rl_hydra/suite.py: `train.py -m algo=A
 env=E [the row's overrides] seed=S [train.total_steps=N] hydra.sweep.dir=<out>/<algo>_<env>`), in
-the suite's layout, so `python scripts/suite.py <suite> --table-only` shows it and the suite skips it; a finished run
-found there is reused, not trained again. SB3's side is DQN (stable_baselines3), QR-DQN
+the suite's layout, so `python scripts/suite.py <suite> --table-only` shows it and the suite skips
+it; a finished run found there is reused, not trained again. SB3's side is DQN (stable_baselines3), QR-DQN
 (sb3_contrib) or SAC (stable_baselines3) with RL Baselines3 Zoo's hyperparameters for the env
 (ZOO below, in SB3's own names), written to `<out>/sb3/<algo>_<env>/seed_<S>.json`; a rerun skips
 the seeds found there. IQN rows have no SB3 counterpart and are skipped.
