@@ -2,6 +2,7 @@
 
     python scripts/suite.py discrete                 # conf/suite/discrete.yaml, 5 seeds per row
     python scripts/suite.py discrete --seeds 3 --jobs 2 --out outputs/suites/discrete
+    python scripts/suite.py discrete --rows iqn_lunar_lander --only-seeds 3 4   # some seeds of one row
 
 Each row is one Hydra multirun, `train.py -m algo=A env=E seed=0,..,N-1`, into
 `<out>/<algo>_<env>/`; its jobs are named from their overrides, so running the suite again skips
@@ -95,11 +96,12 @@ def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int) ->
             f"seed={','.join(map(str, seed_list))}", f"hydra.sweep.dir={out / row.name}", *launcher]
 
 
-def run_suite(suite: Suite, out: Path, jobs: int = 1) -> list[str]:
-    """Train every row (skipping finished runs); returns the rows whose sweep exited non-zero."""
+def run_suite(suite: Suite, out: Path, jobs: int = 1, only_seeds: Sequence[int] | None = None) -> list[str]:
+    """Train every row (skipping finished runs), on all the suite's seeds or `only_seeds`;
+    returns the rows whose sweep exited non-zero."""
     failed = []
     for row in suite.rows:
-        command = sweep_command(row, suite.seeds, out, jobs)
+        command = sweep_command(row, suite.seeds if only_seeds is None else only_seeds, out, jobs)
         print(f"suite {suite.name}: {row.name}: {shlex.join(command[2:])}", file=sys.stderr, flush=True)
         if subprocess.run(command).returncode != 0:
             failed.append(row.name)
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="where the runs go (default: outputs/suites/<suite>)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time within a row (joblib launcher)")
     parser.add_argument("--rows", nargs="+", help="only these rows (<algo>_<env>)")
+    parser.add_argument("--only-seeds", type=int, nargs="+", metavar="SEED",
+                        help="train only these of the suite's seeds (0 to seeds - 1), e.g. to share a suite "
+                             "between machines; the table reports every finished run")
     parser.add_argument("--table-only", action="store_true", help="write the table from the runs there, train nothing")
     args = parser.parse_args(argv)
     try:
@@ -168,11 +173,16 @@ def main(argv: list[str] | None = None) -> None:
                 raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
                                   f"choose among: {', '.join(r.name for r in suite.rows)}")
             suite.rows = [r for r in suite.rows if r.name in args.rows]
+        outside = sorted(set(args.only_seeds or []) - set(range(suite.seeds)))
+        if outside:
+            raise ConfigError(f"--only-seeds {' '.join(map(str, outside))}: suite {suite.name} has seeds "
+                              f"0 to {suite.seeds - 1} (--seeds sets how many)")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     out = args.out or Path("outputs") / "suites" / suite.name
-    failed = [] if args.table_only else run_suite(suite, out, args.jobs)
+    failed = [] if args.table_only else run_suite(suite, out, args.jobs,
+                                                      args.only_seeds and sorted(set(args.only_seeds)))
     out.mkdir(parents=True, exist_ok=True)
     text = tables(suite, out)
     (out / "suite.md").write_text(text)

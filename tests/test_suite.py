@@ -42,12 +42,19 @@ def run_suite(out, *args):
                            "--out", str(out), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-@pytest.mark.slow  # two subprocess runs of the suite command: about 15 s on a quiet machine
+@pytest.mark.slow  # three subprocess runs of the suite command: about 20 s on a quiet machine
 def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_run_again(tmp_path):
-    result = run_suite(tmp_path)
+    first = run_suite(tmp_path, "--only-seeds", "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert [json.loads(p.read_text())["seed"] for p in (tmp_path / "dqn_acrobot").glob("*/summary.json")] == [1]
+    assert "| dqn | acrobot | 300 | 1/2 |" in (tmp_path / "suite.md").read_text()
+    seed_1 = next((tmp_path / "dqn_acrobot").glob("*/summary.json")).stat().st_mtime_ns
+
+    result = run_suite(tmp_path)   # seed 0 trains; seed 1 is finished
     assert result.returncode == 0, result.stderr[-2000:]
+    assert (result.stdout + result.stderr).count("already holds a finished run") == 1
     summaries = sorted((tmp_path / "dqn_acrobot").glob("*/summary.json"))
-    assert len(summaries) == 2
+    assert len(summaries) == 2 and seed_1 in [p.stat().st_mtime_ns for p in summaries]
     returns = sorted(json.loads(p.read_text())["eval_return_mean"] for p in summaries)
     table = (tmp_path / "suite.md").read_text()
     line = next(row for row in table.splitlines() if row.startswith("| dqn | acrobot |"))
@@ -65,3 +72,10 @@ def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_r
 def test_unknown_rows_are_refused(tmp_path):
     result = run_suite(tmp_path, "--rows", "dqn_pong")
     assert result.returncode == 2 and "error: --rows dqn_pong: not rows of suite smoke" in result.stderr
+
+
+def test_seeds_outside_the_suite_are_refused(tmp_path):
+    result = run_suite(tmp_path, "--only-seeds", "1", "2", "5")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --only-seeds 2 5: suite smoke has seeds 0 to 1 (--seeds sets how many)"
+    assert not (tmp_path / "dqn_acrobot").exists()
