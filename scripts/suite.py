@@ -1,6 +1,6 @@
 """Run a benchmark suite (conf/suite/<name>.yaml) over several seeds and write its table.
 
-    python scripts/suite.py discrete [--seeds 5] [--jobs 2] [--out DIR] [--rows dqn_acrobot ...]
+    python scripts/suite.py discrete [--seeds 5] [--jobs 2] [--out DIR] [--rows dqn_acrobot ...] [--only-seeds 3 4]
 
 Installed, the same command is `rl-hydra-suite`. See rl_hydra/suite.py and docs/suite.md.
 """
