@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY, run_training
+from conftest import TINY, compose_config, run_training
 from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError
@@ -119,6 +119,20 @@ def test_bad_support_is_refused(key, value):
     with pytest.raises(ConfigError, match=f"algo.{key}"):
         C51(OBS_SPACE, ACTION_SPACE, functools.partial(CategoricalNetwork, hidden_sizes=[8]), ADAM,
             total_steps=10, **{key: value})
+
+
+# the reward every step until the episode ends: the discounted returns lie between 0 and reward / (1 - gamma)
+STEP_REWARD = {"cartpole": 1.0, "acrobot": -1.0, "mountain_car": -1.0}
+
+
+@pytest.mark.parametrize("algo", ["c51", "rainbow"])
+@pytest.mark.parametrize("env", sorted(STEP_REWARD))
+def test_presets_span_their_envs_discounted_returns(algo, env):
+    # atoms outside the returns are wasted, and a support reaching below them starts the network
+    # at a pessimistic value where DQN's starts optimistic (MountainCar at gamma 0.98 once had -100)
+    cfg = compose_config(f"algo={algo}", f"env={env}")
+    bound = STEP_REWARD[env] / (1.0 - cfg.algo.gamma)
+    assert (cfg.algo.v_min, cfg.algo.v_max) == pytest.approx(sorted([0.0, bound]))
 
 
 def test_c51_trains_from_the_command_line(tmp_path):
