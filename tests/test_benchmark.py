@@ -171,3 +171,18 @@ def test_minatar_script_trains_only_the_seeds_asked_and_skips_them_when_run_agai
     assert per_seed.startswith("-, -; ") and per_seed.count(";") == 1, per_seed
     again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("skip ") == 2, again.stdout[-3000:]
+
+
+@pytest.mark.slow  # ~10 s; needs the minatar extra
+def test_minatar_script_trains_ours_alone_with_other_quantile_counts_under_their_own_name(tmp_path):
+    pytest.importorskip("minatar")
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "minatar_sb3.py"), "--games", "Breakout",
+               "--algo", "qr_dqn", "--quantiles", "5", "--sides", "ours", "--seeds", "1", "--steps", "300",
+               "--learning-starts", "100", "--eval-episodes", "1", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "results").iterdir()] == ["ours_qr_dqn5_Breakout_300_seed0.json"]
+    config = (tmp_path / "runs" / "qr_dqn5_Breakout_300" / "seed_0" / ".hydra" / "config.yaml").read_text()
+    assert "num_quantiles: 5\n" in config
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| qr_dqn5 | Breakout |")).split("|")
+    assert row[3].strip() == "1" and row[4].strip() and not row[5].strip()   # ours' return, no SB3 return

@@ -5,6 +5,7 @@ hyperparameters.
     python scripts/benchmarks/minatar_sb3.py --algo dqn qr_dqn iqn --games Breakout SpaceInvaders
     python scripts/benchmarks/minatar_sb3.py --steps 3000 --seeds 1 --games Breakout --out /tmp/minatar_smoke
     python scripts/benchmarks/minatar_sb3.py --games Breakout --only-seeds 1 2     # seeds 1 and 2 of the 3
+    python scripts/benchmarks/minatar_sb3.py --algo qr_dqn --quantiles 50 --sides ours   # ours only, 50 quantiles
     python scripts/benchmarks/minatar_sb3.py --table-only                          # train nothing
 
 MinAtar's DQN settings (Young & Tian 2019) with Adam: batch 32, replay 100k, one update per env
@@ -76,7 +77,7 @@ def our_overrides(job: dict) -> list[str]:
             f"algo.exploration.start={HP['eps_start']}", f"algo.exploration.end={HP['eps_end']}",
             f"algo.exploration.fraction={exploration_fraction(steps)}", "algo.final_lr_fraction=1.0",
             f"algo.max_grad_norm={'null' if grad_norm(algo) is None else grad_norm(algo)}",
-            *([f"algo.num_quantiles={HP['quantiles']}"] if algo == "qr_dqn" else []),
+            *([f"algo.num_quantiles={job['quantiles']}"] if algo == "qr_dqn" else []),
             f"buffer.capacity={HP['buffer']}", f"train.total_steps={steps}", f"train.eval_every={steps}",
             f"train.eval_episodes={job['eval_episodes']}", f"train.checkpoint_every={steps}",
             "train.progress=false", "logger=[]", "checkpoint.save_buffer=false", f"seed={job['seed']}",
@@ -133,7 +134,7 @@ def sb3_model(job: dict, env):
     policy_kwargs = {"features_extractor_class": MinAtarConv, "net_arch": [HP["hidden"]],
                      "optimizer_kwargs": {"eps": adam_eps(algo)}}
     if algo == "qr_dqn":
-        policy_kwargs["n_quantiles"] = HP["quantiles"]
+        policy_kwargs["n_quantiles"] = job["quantiles"]
     return {"dqn": DQN, "qr_dqn": QRDQN}[algo](
         "MlpPolicy", env, learning_rate=HP["lr"], buffer_size=HP["buffer"], learning_starts=job["warmup"],
         batch_size=HP["batch"], tau=1.0, gamma=HP["gamma"], train_freq=1, gradient_steps=1,
@@ -169,20 +170,26 @@ WORKERS = {"ours": run_ours, "sb3": run_sb3}
 
 
 # --- the driver --------------------------------------------------------------------------------
+def label(algo: str, quantiles: int) -> str:
+    """The algo as results and the table name it: QR-DQN with other than 200 quantiles, e.g. qr_dqn50."""
+    return f"{algo}{quantiles}" if algo == "qr_dqn" and quantiles != HP["quantiles"] else algo
+
+
 def result_path(out: Path, side: str, algo: str, game: str, steps: int, seed: int) -> Path:
     return out / "results" / f"{side}_{algo}_{game}_{steps}_seed{seed}.json"
 
 
 def run_one(side: str, job: dict, out: Path) -> None:
-    path = result_path(out, side, job["algo"], job["game"], job["steps"], job["seed"])
+    name = label(job["algo"], job["quantiles"])
+    path = result_path(out, side, name, job["game"], job["steps"], job["seed"])
     if path.exists():
         print(f"skip {path.name}: done", flush=True)
         return
     if side == "ours":
-        run_dir = out / "runs" / f"{job['algo']}_{job['game']}_{job['steps']}" / f"seed_{job['seed']}"
+        run_dir = out / "runs" / f"{name}_{job['game']}_{job['steps']}" / f"seed_{job['seed']}"
         job = {**job, "run_dir": str(run_dir)}
         shutil.rmtree(job["run_dir"], ignore_errors=True)   # an unfinished run of this script: start again
-    print(f"{side} {job['algo']} {job['game']} seed {job['seed']} ...", flush=True)
+    print(f"{side} {name} {job['game']} seed {job['seed']} ...", flush=True)
     result = {**job, "side": side, **run_worker(__file__, side, job), "host": platform.node(),
               "load": os.getloadavg()}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +212,7 @@ def table(out: Path, args) -> str:
              f"one torch thread; ratio: median of per-seed ours / SB3 wall.", "",
              "| algo | game | seeds | ours return | SB3 return | ours wall (s) | SB3 wall (s) | ours / SB3 wall "
              "| per seed: ours, SB3 return |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for algo in args.algo:
+    for algo in (label(a, args.quantiles) for a in args.algo):
         for game in args.games:
             paths = {side: {s: result_path(out, side, algo, game, args.steps, s) for s in range(args.seeds)}
                      for side in ("ours", "sb3")}
@@ -236,6 +243,11 @@ def main() -> None:
                         help="train only these of the seeds (e.g. the ones another machine has not run); "
                              "the table still shows every seed whose results are found")
     parser.add_argument("--steps", type=int, default=300_000)
+    parser.add_argument("--quantiles", type=int, default=HP["quantiles"],
+                        help="QR-DQN's quantiles on both sides (200, the paper's and sb3-contrib's default; "
+                             "other counts are named e.g. qr_dqn50 in the results)")
+    parser.add_argument("--sides", nargs="+", default=["ours", "sb3"], choices=("ours", "sb3"),
+                        help="which side(s) to train (IQN has no SB3 side)")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "minatar_sb3")
     parser.add_argument("--learning-starts", type=int, default=HP["warmup"],
@@ -250,9 +262,10 @@ def main() -> None:
         for seed in (s for s in range(args.seeds) if args.only_seeds is None or s in args.only_seeds):
             for game in args.games:
                 for algo in args.algo:
-                    job = {"algo": algo, "game": game, "seed": seed, "steps": args.steps,
+                    job = {"algo": algo, "game": game, "seed": seed, "steps": args.steps, "quantiles": args.quantiles,
                            "warmup": args.learning_starts, "eval_episodes": args.eval_episodes}
-                    sides = ("ours", "sb3") if algo in SB3_ALGOS else ("ours",)
+                    sides = [side for side in ("ours", "sb3") if side in args.sides
+                             and (side == "ours" or algo in SB3_ALGOS)]
                     for side in (sides if seed % 2 == 0 else sides[::-1]):
                         run_one(side, job, args.out)
     text = table(args.out, args)
