@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
                                   f"choose among: {', '.join(r.name for r in suite.rows)}")
             suite.rows = [r for r in suite.rows if r.name in args.rows]
-        outside = sorted(set(args.only_seeds or []) - set(range(suite.seeds)))
+        only_seeds = sorted(set(args.only_seeds)) if args.only_seeds else None
+        outside = [seed for seed in only_seeds or [] if seed not in range(suite.seeds)]
         if outside:
             raise ConfigError(f"--only-seeds {' '.join(map(str, outside))}: suite {suite.name} has seeds "
                               f"0 to {suite.seeds - 1} (--seeds sets how many)")
@@ -181,8 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     out = args.out or Path("outputs") / "suites" / suite.name
-    failed = [] if args.table_only else run_suite(suite, out, args.jobs,
-                                                      args.only_seeds and sorted(set(args.only_seeds)))
+    failed = [] if args.table_only else run_suite(suite, out, args.jobs, only_seeds)
     out.mkdir(parents=True, exist_ok=True)
     text = tables(suite, out)
     (out / "suite.md").write_text(text)
