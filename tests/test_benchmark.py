@@ -154,6 +154,15 @@ def test_loop_timers_time_every_piece_of_a_short_run():
     assert count("act") >= 100 and count("env.step") >= 1100  # training acts from step 1000; evaluation too
 
 
+def test_minatar_script_refuses_seeds_outside_its_range(tmp_path):
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "minatar_sb3.py"), "--seeds", "3",
+               "--only-seeds", "2", "3", "7", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith("error: --only-seeds 3 7: --seeds 3 runs seeds 0 to 2")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow  # ~20 s; needs the bench extra (SB3) and the minatar extra
 def test_minatar_script_trains_only_the_seeds_asked_and_skips_them_when_run_again(tmp_path):
     pytest.importorskip("stable_baselines3")

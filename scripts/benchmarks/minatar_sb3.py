@@ -257,6 +257,9 @@ def main() -> None:
     args = parser.parse_args()
     if serve_worker(args, WORKERS):
         return
+    outside = sorted(set(args.only_seeds or []) - set(range(args.seeds)))
+    if outside:
+        parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {args.seeds} runs seeds 0 to {args.seeds - 1}")
 
     if not args.table_only:
         for seed in (s for s in range(args.seeds) if args.only_seeds is None or s in args.only_seeds):
