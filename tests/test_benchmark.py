@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT, compose_config
 
@@ -163,6 +164,16 @@ def test_minatar_script_refuses_seeds_outside_its_range(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_minatar_script_refuses_algos_without_an_sb3_side_when_only_sb3_trains(tmp_path):
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "minatar_sb3.py"), "--algo", "dqn", "iqn",
+               "rainbow", "--sides", "sb3", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "error: --algo iqn rainbow: no SB3 side to train; add --sides ours")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow  # ~20 s; needs the bench extra (SB3) and the minatar extra
 def test_minatar_script_trains_only_the_seeds_asked_and_skips_them_when_run_again(tmp_path):
     pytest.importorskip("stable_baselines3")
@@ -195,3 +206,19 @@ def test_minatar_script_trains_ours_alone_with_other_quantile_counts_under_their
     assert "num_quantiles: 5\n" in config
     row = next(line for line in result.stdout.splitlines() if line.startswith("| qr_dqn5 | Breakout |")).split("|")
     assert row[3].strip() == "1" and row[4].strip() and not row[5].strip()   # ours' return, no SB3 return
+
+
+@pytest.mark.slow  # ~15 s; needs the minatar extra
+def test_minatar_script_trains_rainbow_composed_from_its_parts_on_our_side(tmp_path):
+    pytest.importorskip("minatar")
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "minatar_sb3.py"), "--games", "Breakout",
+               "--algo", "rainbow", "--sides", "ours", "--seeds", "1", "--steps", "300",
+               "--learning-starts", "100", "--eval-episodes", "1", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "results").iterdir()] == ["ours_rainbow_Breakout_300_seed0.json"]
+    config = yaml.safe_load((tmp_path / "runs" / "rainbow_Breakout_300" / "seed_0" / ".hydra" / "config.yaml").read_text())
+    assert config["algo"]["_target_"].endswith("C51") and config["algo"]["n_step"] == 3 and config["algo"]["double_q"]
+    assert config["buffer"]["_target_"].endswith("PrioritizedReplayBuffer")
+    assert config["network"]["dueling"] and config["network"]["noisy"] and config["network"]["encoder"] == "minatar_cnn"
+    assert config["algo"]["max_grad_norm"] is None and config["algo"]["optimizer"]["eps"] == 0.01 / 32

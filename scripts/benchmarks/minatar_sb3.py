@@ -1,4 +1,4 @@
-"""MinAtar DQN (and QR-DQN, IQN) side by side with Stable-Baselines3 on the same network and
+"""MinAtar DQN (and QR-DQN, IQN, Rainbow) side by side with Stable-Baselines3 on the same network and
 hyperparameters.
 
     python scripts/benchmarks/minatar_sb3.py                                       # DQN, 2 games x 3 seeds, 300k
@@ -6,6 +6,7 @@ hyperparameters.
     python scripts/benchmarks/minatar_sb3.py --steps 3000 --seeds 1 --games Breakout --out /tmp/minatar_smoke
     python scripts/benchmarks/minatar_sb3.py --games Breakout --only-seeds 1 2     # seeds 1 and 2 of the 3
     python scripts/benchmarks/minatar_sb3.py --algo qr_dqn --quantiles 50 --sides ours   # ours only, 50 quantiles
+    python scripts/benchmarks/minatar_sb3.py --algo rainbow --sides ours --games Breakout # Rainbow has no SB3 side
     python scripts/benchmarks/minatar_sb3.py --table-only                          # train nothing
 
 MinAtar's DQN settings (Young & Tian 2019) with Adam: batch 32, replay 100k, one update per env
@@ -14,8 +15,11 @@ warm-up steps, Adam lr 1e-4, gamma 0.99, Huber loss. The network on both sides: 
 convolution of 16 filters (stride 1, no padding), ReLU, 128 units, ReLU, one output per action
 (QR-DQN: 200 quantiles per action; IQN: the 128 features times the cosine embedding, then the
 output layer). Gradient norm clipped at 10 for DQN (SB3's default), not for QR-DQN
-(sb3-contrib's default) and IQN; Adam eps 1e-8 for DQN, 0.01 / batch for QR-DQN (sb3-contrib's
-default, and the QR-DQN paper's) and IQN (as Dopamine trains it).
+(sb3-contrib's default), IQN and Rainbow; Adam eps 1e-8 for DQN, 0.01 / batch for QR-DQN
+(sb3-contrib's default, and the QR-DQN paper's), IQN and Rainbow (as Dopamine trains them).
+Rainbow (ours only) is algo=rainbow's composition on the same schedule: C51 with 51 atoms on
+[-10, 10], 3-step returns, prioritized replay (alpha 0.5, beta 0.4 -> 1), double Q, dueling
+streams, and every Linear after the convolution noisy (sigma0 0.5), which replaces epsilon-greedy.
 
 Both sides play the same env: our env=minatar's single env (MinAtar's gym env, our
 MinAtarReset and ChannelsFirst wrappers: (C, 10, 10) bool grids), SB3 in a DummyVecEnv of it.
@@ -29,7 +33,7 @@ checkpoints without the buffer, and keeps its run directory under <out>/runs/.
 Resumable: each finished run leaves <out>/results/<side>_<algo>_<game>_<steps>_seed<S>.json and a rerun
 skips it. The table, <out>/minatar_sb3.md, shows per (algo, game) the median over seeds of the
 final evaluation's mean return, the median wall time, and the median of per-seed wall ratios.
-IQN has no SB3 counterpart.
+IQN and Rainbow have no SB3 counterpart.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"],
                         help="MinAtar games: Asterix Breakout Freeway Seaquest SpaceInvaders")
-    parser.add_argument("--algo", nargs="+", default=["dqn"], choices=("dqn", "qr_dqn", "iqn"))
+    parser.add_argument("--algo", nargs="+", default=["dqn"], choices=("dqn", "qr_dqn", "iqn", "rainbow"))
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1")
     parser.add_argument("--only-seeds", type=int, nargs="+",
                         help="train only these of the seeds (e.g. the ones another machine has not run); "
@@ -247,7 +251,7 @@ def main() -> None:
                         help="QR-DQN's quantiles on both sides (200, the paper's and sb3-contrib's default; "
                              "other counts are named e.g. qr_dqn50 in the results)")
     parser.add_argument("--sides", nargs="+", default=["ours", "sb3"], choices=("ours", "sb3"),
-                        help="which side(s) to train (IQN has no SB3 side)")
+                        help="which side(s) to train (IQN and Rainbow have no SB3 side)")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "minatar_sb3")
     parser.add_argument("--learning-starts", type=int, default=HP["warmup"],
@@ -260,6 +264,9 @@ def main() -> None:
     outside = sorted(set(args.only_seeds or []) - set(range(args.seeds)))
     if outside:
         parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {args.seeds} runs seeds 0 to {args.seeds - 1}")
+    sideless = [algo for algo in args.algo if "ours" not in args.sides and algo not in SB3_ALGOS]
+    if sideless:
+        parser.error(f"--algo {' '.join(sideless)}: no SB3 side to train; add --sides ours")
 
     if not args.table_only:
         for seed in (s for s in range(args.seeds) if args.only_seeds is None or s in args.only_seeds):
