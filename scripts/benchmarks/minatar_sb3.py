@@ -58,6 +58,11 @@ HP = {"batch": 32, "buffer": 100_000, "target_sync": 1000, "warmup": 5000, "eps_
 SB3_ALGOS = ("dqn", "qr_dqn")
 
 
+def sides_to_train(algo: str, asked: list[str]) -> list[str]:
+    """Of the sides asked for, those that have `algo`: ours always, SB3 only for SB3_ALGOS."""
+    return [side for side in ("ours", "sb3") if side in asked and (side == "ours" or algo in SB3_ALGOS)]
+
+
 def exploration_fraction(steps: int) -> float:
     return min(1.0, HP["eps_steps"] / steps)
 
@@ -264,7 +269,7 @@ def main() -> None:
     outside = sorted(set(args.only_seeds or []) - set(range(args.seeds)))
     if outside:
         parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {args.seeds} runs seeds 0 to {args.seeds - 1}")
-    sideless = [algo for algo in args.algo if "ours" not in args.sides and algo not in SB3_ALGOS]
+    sideless = [algo for algo in args.algo if not sides_to_train(algo, args.sides)]
     if sideless:
         parser.error(f"--algo {' '.join(sideless)}: no SB3 side to train; add --sides ours")
 
@@ -274,8 +279,7 @@ def main() -> None:
                 for algo in args.algo:
                     job = {"algo": algo, "game": game, "seed": seed, "steps": args.steps, "quantiles": args.quantiles,
                            "warmup": args.learning_starts, "eval_episodes": args.eval_episodes}
-                    sides = [side for side in ("ours", "sb3") if side in args.sides
-                             and (side == "ours" or algo in SB3_ALGOS)]
+                    sides = sides_to_train(algo, args.sides)
                     for side in (sides if seed % 2 == 0 else sides[::-1]):
                         run_one(side, job, args.out)
     text = table(args.out, args)
