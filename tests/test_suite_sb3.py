@@ -57,9 +57,11 @@ def test_a_changed_key_is_named():
     assert found == ["algo.num_quantiles is 50 in our config; SB3's run means 25"]
     found = suite_sb3.mismatches(preset("sac_hopper", "algo.learn_alpha=false"), suite_sb3.ZOO["sac_hopper"])
     assert found == ["algo.learn_alpha is False in our config; SB3's run means True"]
-    found = suite_sb3.mismatches(preset("dqn_mountain_car", "algo.final_lr_fraction=1.0", "buffer=prioritized"),
+    found = suite_sb3.mismatches(preset("dqn_mountain_car", "algo.final_lr_fraction=1.0", "buffer=prioritized",
+                                        "network.dueling=true", "network.noisy=true"),
                                  suite_sb3.ZOO["dqn_mountain_car"])   # parts SB3's DQN does not have
-    assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "buffer._target_"]
+    assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "buffer._target_", "network.dueling",
+                                                         "network.noisy"]
 
 
 def test_translation_of_the_zoos_own_forms():

@@ -146,7 +146,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
                     "algo.exploration.end": hp["exploration_final_eps"],
                     "algo.exploration.fraction": hp["exploration_fraction"], "algo.max_grad_norm": hp["max_grad_norm"],
                     "network.hidden_sizes": hp["net_arch"], "network.activation": "relu",
-                    "network.layer_norm": False, "network.dropout": 0.0}
+                    "network.layer_norm": False, "network.dropout": 0.0,
+                    "network.dueling": False, "network.noisy": False}
         if zoo.algo == "qr_dqn":
             expected.update({"algo.num_quantiles": hp["n_quantiles"], "algo.kappa": 1.0})
         else:
