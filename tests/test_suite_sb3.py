@@ -43,11 +43,15 @@ def test_presets_beyond_the_zoo_are_named_and_turned_back_in_the_zoo_suite():
     assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "algo.final_lr_fraction"]
     assert "algo.n_step is 3 in our config; SB3's run means 1" in found
     assert {"algo.n_step=1", "algo.final_lr_fraction=1.0"} <= set(SB3_ROWS["dqn_mountain_car"].overrides)
+    # dqn_acrobot's preset adds double Q-learning and a dueling network
+    found = suite_sb3.mismatches(preset("dqn_acrobot"), suite_sb3.ZOO["dqn_acrobot"])
+    assert [line.split(" ", 1)[0] for line in found] == ["algo.double_q", "network.dueling"]
 
 
 def test_a_changed_key_is_named():
-    found = suite_sb3.mismatches(preset("dqn_acrobot", "algo.gamma=0.98", "network.hidden_sizes=[64,64]",
-                                        "algo.target_update_every=100"), suite_sb3.ZOO["dqn_acrobot"])
+    found = suite_sb3.mismatches(preset("dqn_acrobot", *SB3_ROWS["dqn_acrobot"].overrides, "algo.gamma=0.98",
+                                        "network.hidden_sizes=[64,64]", "algo.target_update_every=100"),
+                                 suite_sb3.ZOO["dqn_acrobot"])
     assert [line.split(" ", 1)[0] for line in found] == ["algo.gamma", "algo.target_update_every",
                                                          "network.hidden_sizes"]
     assert "algo.gamma is 0.98 in our config; SB3's run means 0.99" in found[0]
