@@ -112,21 +112,39 @@ def test_our_runs_go_where_the_suite_puts_them(tmp_path, steps):
     assert suite_sb3.job_dir(row, 2, tmp_path) == tmp_path / "dqn_acrobot" / cfg.hydra.job.override_dirname
 
 
+def test_a_rows_boolean_overrides_are_named_as_hydras_sweeper_writes_them(tmp_path):
+    # the sweeper hands each job `network.dueling=False` for the `false` typed on the command line
+    row = Row("dqn", "acrobot", steps=300, overrides=["network.dueling=false", "algo.final_lr_fraction=1.0"])
+    assert suite_sb3.job_dir(row, 0, tmp_path).name == (
+        "algo.final_lr_fraction=1.0,algo=dqn,env=acrobot,network.dueling=False,seed=0,train.total_steps=300")
+
+
+def test_a_suite_whose_presets_go_beyond_sb3_is_refused_before_anything_runs(tmp_path, capsys):
+    # the discrete suite runs the tuned presets (dqn_acrobot: double Q and dueling); SB3 has neither
+    with pytest.raises(SystemExit) as exit_info:
+        suite_sb3.main(["discrete", "--seeds", "1", "--steps", "300", "--rows", "dqn_acrobot", "iqn_acrobot",
+                        "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no SB3 counterpart, skipped: iqn_acrobot" in err
+    assert "error: dqn_acrobot: algo.double_q is True in our config; SB3's run means False" in err
+    assert err.strip().endswith("nothing was run") and not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow  # ~30 s: one seed of dqn_acrobot on each side, then the same command again
 def test_a_tiny_side_by_side_run_writes_the_table_and_resumes(tmp_path):
     pytest.importorskip("sb3_contrib")
-    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "suite_sb3.py"), "discrete", "--seeds", "1",
-               "--steps", "300", "--rows", "dqn_acrobot", "iqn_acrobot", "--out", str(tmp_path)]
+    command = [sys.executable, str(ROOT / "scripts" / "benchmarks" / "suite_sb3.py"), "discrete_zoo", "--seeds", "1",
+               "--steps", "300", "--rows", "dqn_acrobot", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     sb3 = json.loads((tmp_path / "sb3" / "dqn_acrobot" / "seed_0.json").read_text())
     assert (sb3["steps"], sb3["eval_seed"], len(sb3["eval_returns"])) == (300, 1_000_000, 10)
-    ours = json.loads((tmp_path / "dqn_acrobot" / "algo=dqn,env=acrobot,seed=0,train.total_steps=300"
-                       / "summary.json").read_text())
+    zoo_row = Row("dqn", "acrobot", steps=300, overrides=SB3_ROWS["dqn_acrobot"].overrides)
+    ours = json.loads((suite_sb3.job_dir(zoo_row, 0, tmp_path) / "summary.json").read_text())
     assert ours["status"] == "completed" and ours["global_step"] == 300
     assert (tmp_path / "sb3_comparison.md").read_text() == result.stdout
     assert "| dqn_acrobot | 300 | 1/1 | 1/1 |" in result.stdout
-    assert "skipped: iqn_acrobot" in result.stderr
     again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert again.returncode == 0 and again.stderr.count("reused") == 2, again.stderr[-3000:]
     assert again.stdout == result.stdout

@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import run_job  # noqa: E402
 from benchmark_match import Setting, sb3_job, target_update_every  # noqa: E402
@@ -243,10 +245,12 @@ def check_rows(rows: list[Row]) -> tuple[dict[str, list[str]], dict[str, list[st
 
 # --- running -------------------------------------------------------------------------------------
 def job_dir(row: Row, seed: int, out: Path) -> Path:
-    """Where the suite's run of (row, seed) goes: Hydra names a sweep job from its overrides,
-    sorted, joined with commas (hydra.job.override_dirname; train.progress is left out)."""
-    overrides = [o for o in [*row.train_overrides(), f"seed={seed}"] if not o.startswith("train.progress=")]
-    return out / row.name / ",".join(sorted(overrides))
+    """Where the suite's run of (row, seed) goes: Hydra names a sweep job from its overrides as
+    the sweeper rewrote them (`false` becomes `False`), sorted, joined with commas
+    (hydra.job.override_dirname; train.progress is left out)."""
+    parsed = OverridesParser.create().parse_overrides([*row.train_overrides(), f"seed={seed}"])
+    overrides = [f"{o.get_key_element()}={o.get_value_element_as_str()}" for o in parsed]
+    return out / row.name / ",".join(sorted(o for o in overrides if not o.startswith("train.progress=")))
 
 
 def finished_summary(row: Row, seed: int, out: Path, total_steps: int) -> dict | None:
