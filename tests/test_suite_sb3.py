@@ -43,9 +43,10 @@ def test_presets_beyond_the_zoo_are_named_and_turned_back_in_the_zoo_suite():
     assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "algo.final_lr_fraction"]
     assert "algo.n_step is 3 in our config; SB3's run means 1" in found
     assert {"algo.n_step=1", "algo.final_lr_fraction=1.0"} <= set(SB3_ROWS["dqn_mountain_car"].overrides)
-    # dqn_acrobot's preset adds double Q-learning and a dueling network
-    found = suite_sb3.mismatches(preset("dqn_acrobot"), suite_sb3.ZOO["dqn_acrobot"])
-    assert [line.split(" ", 1)[0] for line in found] == ["algo.double_q", "network.dueling"]
+    # both Acrobot presets add double Q-learning and a dueling network
+    for name in ("dqn_acrobot", "qr_dqn_acrobot"):
+        found = suite_sb3.mismatches(preset(name), suite_sb3.ZOO[name])
+        assert [line.split(" ", 1)[0] for line in found] == ["algo.double_q", "network.dueling"], name
 
 
 def test_a_changed_key_is_named():
