@@ -46,20 +46,42 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
 
     For u_ij = target_j - quantile_i: sum over i of the mean over j of
     |tau_i - 1{u_ij < 0}| * Huber_kappa(u_ij) / kappa, averaged over the batch.
-    `target_quantiles` are treated as fixed samples (no gradient flows into them).
+    `target_quantiles` are treated as fixed samples (no gradient flows into them, nor into `taus`).
     reduction="mean": the batch mean (); "none": each sample's sum_i mean_j (B,).
     """
     if kappa <= 0:
         raise ValueError(f"kappa={kappa!r} must be > 0")
-    # quantiles: (B, N); target_quantiles: (B, N'); taus: (N,) or (B, N)
-    u = target_quantiles.detach()[:, None, :] - quantiles[:, :, None]              # (B, N, N')
-    huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)    # (B, N, N')
-    taus = taus.expand_as(quantiles)[:, :, None]                                   # (B, N, 1)
-    weight = torch.where(u < 0, 1.0 - taus, taus)                                  # |tau - 1{u < 0}| (B, N, N')
-    if reduction == "none":
-        return (weight * huber).sum(dim=(1, 2)) / (kappa * u.shape[2])             # (B,)
-    # the sum over (b, i, j) divided by B * N' is the batch mean of sum_i mean_j; fewer ops, same value
-    return (weight * huber).sum() / (kappa * u.shape[0] * u.shape[2])              # ()
+    per_sample = _QuantileHuberLoss.apply(quantiles, target_quantiles.detach(), taus.detach(), float(kappa))  # (B,)
+    return per_sample if reduction == "none" else per_sample.mean()
+
+
+class _QuantileHuberLoss(torch.autograd.Function):
+    """The loss per sample with its gradient computed alongside, in closed form.
+
+    With c = clamp(u, -kappa, kappa) (Huber's derivative) and g = |tau - 1{u < 0}| * c, which is
+    0.5 c + (tau - 0.5) |c| because c has u's sign:
+        Huber_kappa(u) * |tau - 1{u < 0}| = (u - c / 2) * g      and      d loss / d quantile_i = -sum_j g_ij.
+    Autograd through the (B, N, N') pairwise terms costs about twice as much (tests/test_distributional.py
+    checks both against the definition, values and gradients).
+    """
+
+    @staticmethod
+    def forward(ctx, quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
+        # quantiles: (B, N); targets: (B, N'); taus: (N,) or (B, N)
+        u = targets[:, None, :] - quantiles[:, :, None]                    # (B, N, N')
+        c = u.clamp(-kappa, kappa)                                         # (B, N, N')
+        tau = taus.expand_as(quantiles)[:, :, None]                        # (B, N, 1)
+        g = c.abs().mul_(tau - 0.5).add_(c, alpha=0.5)                     # d loss_ij / d u_ij  (B, N, N')
+        scale = 1.0 / (kappa * u.shape[2])                                 # the mean over j, the 1 / kappa
+        per_sample = u.sub_(c, alpha=0.5).mul_(g).sum(dim=(1, 2)).mul_(scale)   # (B,)
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(g.sum(dim=2).mul_(-scale))              # d loss_b / d quantiles_b (B, N)
+        return per_sample
+
+    @staticmethod
+    def backward(ctx, grad_per_sample: torch.Tensor):
+        (grad_quantiles,) = ctx.saved_tensors                              # (B, N)
+        return grad_per_sample[:, None] * grad_quantiles, None, None, None
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

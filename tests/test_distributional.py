@@ -69,6 +69,50 @@ def test_quantile_huber_loss_gradient_flows_only_into_the_quantiles():
     assert targets.grad is None
 
 
+def reference_quantile_huber_loss(quantiles, targets, taus, kappa):
+    """The definition, term by term through autograd: each sample's sum_i mean_j (B,)."""
+    u = targets.detach()[:, None, :] - quantiles[:, :, None]                                  # (B, N, N')
+    huber = torch.where(u.abs() <= kappa, 0.5 * u**2, kappa * (u.abs() - 0.5 * kappa))      # (B, N, N')
+    weight = (taus.expand_as(quantiles)[:, :, None] - (u < 0).to(u.dtype)).abs()            # (B, N, N')
+    return (weight * huber / kappa).mean(dim=2).sum(dim=1)                                  # (B,)
+
+
+@pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", [
+    (128, 25, 25, 1.0, False),    # QR-DQN's MountainCar and Acrobot presets
+    (32, 8, 8, 1.0, True),        # IQN: fractions sampled per row
+    (5, 3, 7, 2.0, True),         # N != N', kappa != 1
+    (4, 6, 2, 0.25, False),
+])
+def test_quantile_huber_loss_and_its_gradient_equal_the_definition(batch, n, n_prime, kappa, per_sample_taus):
+    generator = torch.Generator().manual_seed(batch + n)
+    targets = 3 * torch.randn(batch, n_prime, generator=generator, dtype=torch.float64)
+    taus = torch.rand((batch, n) if per_sample_taus else (n,), generator=generator, dtype=torch.float64)
+    weights = torch.rand(batch, generator=generator, dtype=torch.float64)   # prioritized replay's weights
+    grads, losses = [], []
+    for loss_fn in (lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
+                    lambda q: reference_quantile_huber_loss(q, targets, taus, kappa)):
+        # the same quantiles for both, with some exactly on a target (u = 0) and some within kappa
+        quantiles = torch.randn(batch, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        quantiles[0, 0] = targets[0, 0]
+        quantiles.requires_grad_(True)
+        per_sample = loss_fn(quantiles)
+        (weights * per_sample).mean().backward()
+        losses.append(per_sample.detach())
+        grads.append(quantiles.grad)
+    torch.testing.assert_close(losses[0], losses[1])
+    torch.testing.assert_close(grads[0], grads[1])
+    torch.testing.assert_close(quantile_huber_loss(quantiles, targets, taus, kappa), losses[1].mean())
+
+
+def test_quantile_huber_loss_passes_gradcheck_and_computes_no_gradient_under_no_grad():
+    quantiles = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    targets = torch.randn(3, 5, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda q: quantile_huber_loss(q, targets, midpoint_taus(4).double(), 0.5,
+                                                                  reduction="none"), (quantiles,))
+    with torch.no_grad():
+        assert not quantile_huber_loss(quantiles, targets, midpoint_taus(4).double()).requires_grad
+
+
 def test_minimising_the_loss_finds_the_quantiles():
     samples = torch.arange(1.0, 101.0)[None, :]                          # (1, 100): 1..100
     taus = torch.tensor([0.1, 0.5, 0.9])

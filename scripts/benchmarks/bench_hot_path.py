@@ -10,6 +10,9 @@
   adam      LeanAdam.step against torch.optim.Adam(fused=True).step on the zoo's 2x256 Q-network
   sampling  one zoo training phase's 128 batches of 64 from 50k CartPole transitions:
             ReplayBuffer.sample_batches (one gather) against 128 sample calls
+  quantile  the quantile Huber loss and its backward at QR-DQN's MountainCar and Acrobot shapes (batch 128,
+            25 x 25 quantile pairs): losses.quantile_huber_loss (gradient in closed form) against autograd
+            through the pairwise terms, the code it replaced
   update    a whole update (loss, backward, clipping, optimizer step) of DQN and QR-DQN at batch 64
 
 Each round times every candidate once, in turn, so drifting load falls on all alike; one
@@ -36,6 +39,7 @@ from rl_hydra.algos.dqn import DQN  # noqa: E402
 from rl_hydra.algos.qr_dqn import QRDQN  # noqa: E402
 from rl_hydra.buffers.replay import Batch, ReplayBuffer  # noqa: E402
 from rl_hydra.envs.make import SameStepVectorEnv  # noqa: E402
+from rl_hydra.losses import quantile_huber_loss  # noqa: E402
 from rl_hydra.networks.mlp import QNetwork  # noqa: E402
 from rl_hydra.networks.quantile import QuantileNetwork  # noqa: E402
 from rl_hydra.optim import LeanAdam  # noqa: E402
@@ -58,6 +62,20 @@ def random_batch(size: int = 64) -> Batch:
     return Batch(obs=torch.randn(size, 4), actions=torch.randint(2, (size,)), rewards=torch.ones(size),
                  next_obs=torch.randn(size, 4), terminated=torch.zeros(size), truncated=torch.zeros(size),
                  discounts=torch.full((size,), 0.99), weights=torch.ones(size), indices=torch.arange(size))
+
+
+def autograd_quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+    """The quantile Huber loss (kappa 1) as autograd differentiates it term by term: (B,)."""
+    u = targets[:, None, :] - quantiles[:, :, None]                                    # (B, N, N')
+    huber = torch.nn.functional.huber_loss(u, torch.zeros_like(u), reduction="none")   # (B, N, N')
+    weight = torch.where(u < 0, 1.0 - taus[:, None], taus[:, None])                    # (B, N, N')
+    return (weight * huber).sum(dim=(1, 2)) / u.shape[2]                               # (B,)
+
+
+def quantile_loss_backward(loss_fn) -> callable:
+    quantiles, targets = torch.randn(128, 25, requires_grad=True), torch.randn(128, 25)
+    taus, weights = (2 * torch.arange(25) + 1) / 50, torch.rand(128)
+    return lambda: (weights * loss_fn(quantiles, targets, taus)).mean().backward()
 
 
 def candidates() -> dict[str, dict[str, callable]]:
@@ -114,6 +132,9 @@ def candidates() -> dict[str, dict[str, callable]]:
         "adam": {"LeanAdam": optimizer_steps(lean), "torch Adam(fused=True)": optimizer_steps(plain)},
         "sampling": {"sample_batches(64, 128)": lambda: list(buffer.sample_batches(64, 128)),
                      "128 x sample(64)": lambda: [buffer.sample(64) for _ in range(128)]},
+        "quantile": {"closed-form gradient": quantile_loss_backward(
+                         functools.partial(quantile_huber_loss, reduction="none")),
+                     "autograd, term by term": quantile_loss_backward(autograd_quantile_huber_loss)},
         "update": {"DQN": update(DQN, QNetwork),
                    "QR-DQN (10 quantiles)": update(QRDQN, QuantileNetwork, num_quantiles=10)},
     }
@@ -129,7 +150,7 @@ def main() -> None:
     times = {(group, name): [] for group, fns in groups.items() for name in fns}
     for _ in range(args.rounds):
         for group, fns in groups.items():
-            calls = max(args.calls // 10, 1) if group in ("update", "adam", "sampling") else args.calls
+            calls = max(args.calls // 10, 1) if group in ("update", "adam", "sampling", "quantile") else args.calls
             for name, fn in fns.items():
                 per_call_us(fn, max(calls // 10, 1))  # warm up
                 times[group, name].append(per_call_us(fn, calls))
