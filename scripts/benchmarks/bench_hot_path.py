@@ -13,7 +13,8 @@
   quantile  the quantile Huber loss and its backward at QR-DQN's MountainCar and Acrobot shapes (batch 128,
             25 x 25 quantile pairs): losses.quantile_huber_loss (gradient in closed form) against autograd
             through the pairwise terms, the code it replaced
-  update    a whole update (loss, backward, clipping, optimizer step) of DQN and QR-DQN at batch 64
+  update    a whole update (loss, backward, clipping, optimizer step) of DQN and QR-DQN at batch 64, and of
+            QR-DQN at batch 128 with 25 quantiles (the presets') and 170 (the Zoo's for LunarLander)
 
 Each round times every candidate once, in turn, so drifting load falls on all alike; one
 torch thread, as in the runs. Figures are medians over rounds and the ratio of medians.
@@ -52,10 +53,10 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def make_agent(algo_class, network, optimizer, **kwargs):
+def make_agent(algo_class, network, optimizer, batch_size: int = 64, **kwargs):
     env = gym.make("CartPole-v1")
     return algo_class(env.observation_space, env.action_space, functools.partial(network, hidden_sizes=[256, 256]),
-                      optimizer, total_steps=50_000, batch_size=64, max_grad_norm=10.0, **kwargs)
+                      optimizer, total_steps=50_000, batch_size=batch_size, max_grad_norm=10.0, **kwargs)
 
 
 def random_batch(size: int = 64) -> Batch:
@@ -116,8 +117,8 @@ def candidates() -> dict[str, dict[str, callable]]:
         buffer.add(obs_rows, rng.integers(2, size=1000), np.ones(1000), obs_rows, np.zeros(1000, bool),
                    np.zeros(1000, bool))
 
-    def update(algo_class, network, **kwargs):
-        agent, batch = make_agent(algo_class, network, lean, **kwargs), random_batch()
+    def update(algo_class, network, batch_size: int = 64, **kwargs):
+        agent, batch = make_agent(algo_class, network, lean, batch_size, **kwargs), random_batch(batch_size)
 
         def one():
             loss, _, _ = agent.loss(batch)
@@ -136,7 +137,10 @@ def candidates() -> dict[str, dict[str, callable]]:
                          functools.partial(quantile_huber_loss, reduction="none")),
                      "autograd, term by term": quantile_loss_backward(autograd_quantile_huber_loss)},
         "update": {"DQN": update(DQN, QNetwork),
-                   "QR-DQN (10 quantiles)": update(QRDQN, QuantileNetwork, num_quantiles=10)},
+                   "QR-DQN (10 quantiles)": update(QRDQN, QuantileNetwork, num_quantiles=10),
+                   # the quantile count of QR-DQN's presets against the Zoo's for LunarLander
+                   "QR-DQN (25, batch 128)": update(QRDQN, QuantileNetwork, 128, num_quantiles=25),
+                   "QR-DQN (170, batch 128)": update(QRDQN, QuantileNetwork, 128, num_quantiles=170)},
     }
 
 
