@@ -139,7 +139,8 @@ def test_hot_path_script_prints_every_piece_and_its_ratio():
     lines = result.stdout.splitlines()
     for piece in ("numpy forward", "torch forward", "SameStepVectorEnv", "gymnasium SyncVectorEnv",
                   "LeanAdam", "torch Adam(fused=True)", "sample_batches(64, 128)", "128 x sample(64)",
-                  "QR-DQN (10 quantiles)"):
+                  "closed-form gradient", "autograd, term by term", "QR-DQN (10 quantiles)",
+                  "QR-DQN (170, batch 128)"):
         line = next(line for line in lines if piece in line)
         assert line.rstrip().endswith("x the first") and float(line.split()[-5]) > 0
 
