@@ -60,7 +60,8 @@ class _QuantileHuberLoss(torch.autograd.Function):
 
     With c = clamp(u, -kappa, kappa) (Huber's derivative) and g = |tau - 1{u < 0}| * c, which is
     0.5 c + (tau - 0.5) |c| because c has u's sign:
-        Huber_kappa(u) * |tau - 1{u < 0}| = (u - c / 2) * g      and      d loss / d quantile_i = -sum_j g_ij.
+        |tau - 1{u < 0}| * Huber_kappa(u) = (u - c / 2) * g,   so   loss_b = sum_ij (u_ij - c_ij / 2) g_ij / (kappa N')
+        and   d loss_b / d quantile_i = -sum_j g_ij / (kappa N').
     Autograd through the (B, N, N') pairwise terms costs about twice as much (tests/test_distributional.py
     checks both against the definition, values and gradients).
     """
