@@ -26,6 +26,18 @@ CASES = {"dqn": ["algo=dqn", "env=cartpole", "algo.learning_starts=100", "algo.t
                   "network.critic.hidden_sizes=[32,32]"]}
 
 
+def cpu_summary(tmp_path, algo: str) -> dict:
+    """The summary of the same tiny run on the CPU: the schedule does not depend on the device."""
+    return run_training(tmp_path / "cpu", *TINY, *CASES[algo])
+
+
+def update_like_the_loop(runner: Runner, agent, buffer) -> None:
+    """One update as Runner.run_due_updates makes it: per-sample priorities are the buffer's, not metrics."""
+    metrics = agent.update(buffer.sample(agent.batch_size))
+    metrics.pop("priorities", None)
+    runner.record_update(metrics)
+
+
 def all_on_cuda(*tensors: torch.Tensor) -> bool:
     return len(tensors) > 0 and all(t.is_cuda for t in tensors)
 
@@ -49,7 +61,7 @@ def tiny_run(tmp_path, algo: str):
 @needs_cuda
 def test_dqn_keeps_networks_optimizer_and_buffer_on_the_gpu(tmp_path):
     agent, buffer, runner = tiny_run(tmp_path, "dqn")
-    assert runner.global_step == 300 and agent.updates == 8
+    assert runner.global_step == 300 and agent.updates == cpu_summary(tmp_path, "dqn")["updates"]
     assert all_on_cuda(*agent.q_net.parameters(), *agent.target_net.parameters())
     assert all_on_cuda(*optimizer_tensors(agent.optimizer))
     assert all_on_cuda(*buffer.storage.values()) and buffer.host_views is None
@@ -81,7 +93,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         obs = next_obs
     for transition in transitions[:-10]:
         buffer.add(*transition)
-    runner.record_update(agent.update(buffer.sample(agent.batch_size)))  # lazy optimizer state, cuBLAS
+    update_like_the_loop(runner, agent, buffer)  # lazy optimizer state, cuBLAS
     runner.check_device_updates()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -89,7 +101,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         for transition in transitions[-10:]:
             buffer.add(*transition)
         for _ in range(5):
-            runner.record_update(agent.update(buffer.sample(agent.batch_size)))
+            update_like_the_loop(runner, agent, buffer)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     runner.check_device_updates()  # the one sync of a training phase
@@ -99,7 +111,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
 @needs_cuda
 def test_whole_cuda_run_completes_with_checkpoints(tmp_path):
     summary = run_training(tmp_path, *TINY_CUDA, *CASES["dqn"])
-    assert summary["status"] == "completed" and summary["updates"] == 8
+    assert summary["status"] == "completed" and summary["updates"] == cpu_summary(tmp_path, "dqn")["updates"]
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True, map_location="cpu")
     assert state["buffer"]["size"] == 300
 
