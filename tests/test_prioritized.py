@@ -9,8 +9,12 @@ import pytest
 import torch
 from scipy import stats
 
+from rl_hydra.buffers import compiled_sum_tree
+from rl_hydra.buffers.compiled_sum_tree import CompiledSumTree
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
+from rl_hydra.buffers.replay import Batch
 from rl_hydra.buffers.sum_tree import SumTree
+from rl_hydra.config import ConfigError
 from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, run
@@ -18,6 +22,9 @@ from tests.conftest import TINY, compose_config
 from tests.test_protocols import check_members
 from tests.test_resume import assert_same
 
+needs_numba = pytest.mark.skipif(compiled_sum_tree.numba is None, reason='numba is not installed (".[numba]")')
+# the numpy tree, and the compiled one where numba is installed: every tree test runs on both
+TREES = [SumTree, pytest.param(CompiledSumTree, marks=needs_numba)]
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(3)
 
@@ -40,10 +47,11 @@ def set_priorities(buffer, rows, priorities):
 
 # --- the sum tree ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("tree_class", TREES)
 @pytest.mark.parametrize("capacity, branching, root_width", [(1000, 16, 512), (1000, 4, 8), (37, 3, 5), (5, 2, 100)])
-def test_sum_tree_totals_and_prefix_search_match_brute_force(capacity, branching, root_width):
+def test_sum_tree_totals_and_prefix_search_match_brute_force(tree_class, capacity, branching, root_width):
     rng = np.random.default_rng(0)
-    tree = SumTree(capacity, branching, root_width)
+    tree = tree_class(capacity, branching, root_width)
     leaves = rng.exponential(size=capacity) * (rng.random(capacity) < 0.7)  # about 30% zeros
     leaves[-1] = 0.0  # a zero at the very end: the rounding edge
     tree.set_all(leaves)
@@ -58,9 +66,10 @@ def test_sum_tree_totals_and_prefix_search_match_brute_force(capacity, branching
     assert tree.find_prefix_sums(np.array([tree.total, tree.total * (1 + 1e-15)])).tolist() == [last_positive] * 2
 
 
-def test_sum_tree_updates_with_repeated_indices_keep_the_last_value_and_exact_sums():
+@pytest.mark.parametrize("tree_class", TREES)
+def test_sum_tree_updates_with_repeated_indices_keep_the_last_value_and_exact_sums(tree_class):
     rng = np.random.default_rng(1)
-    tree, reference = SumTree(300, branching=4, root_width=8), np.zeros(300)
+    tree, reference = tree_class(300, branching=4, root_width=8), np.zeros(300)
     for _ in range(200):
         indices = rng.integers(0, 300, size=rng.integers(1, 40))
         indices[-1] = indices[0]  # at least one repeat
@@ -76,6 +85,67 @@ def test_sum_tree_updates_with_repeated_indices_keep_the_last_value_and_exact_su
     assert tree.total == rebuilt.total == pytest.approx(reference.sum(), rel=1e-12)
     prefix = rng.random(500) * tree.total
     assert np.array_equal(tree.find_prefix_sums(prefix), np.searchsorted(np.cumsum(reference), prefix, side="right"))
+
+
+@needs_numba
+@pytest.mark.parametrize("capacity, branching, root_width", [(100_000, 32, 128), (300_000, 32, 128), (1000, 4, 8),
+                                                            (37, 3, 5), (5, 2, 100)])
+def test_compiled_sum_tree_gives_the_numpy_trees_rows_and_sums_bit_for_bit(capacity, branching, root_width):
+    rng = np.random.default_rng(2)
+    plain, compiled = SumTree(capacity, branching, root_width), CompiledSumTree(capacity, branching, root_width)
+    for _ in range(60):
+        indices = rng.integers(0, capacity, size=40)
+        indices[-1] = indices[0]                                                   # a repeat
+        values = rng.exponential(size=40) * (rng.random(40) < 0.8)                # zeros too
+        for tree in (plain, compiled):
+            tree.update(indices, values)
+        assert np.array_equal(plain.flat_values, compiled.flat_values)
+        assert np.array_equal(plain.flat_running, compiled.flat_running) and plain.total == compiled.total
+        if plain.total > 0:
+            prefix = np.append(rng.random(64) * plain.total, plain.total)         # and the rounding edge
+            assert np.array_equal(plain.find_prefix_sums(prefix), compiled.find_prefix_sums(prefix))
+            u, beta = rng.random(32), rng.choice([0.4, 0.5, 0.77, 1.0])
+            (rows, weights), (compiled_rows, compiled_weights) = (tree.draw_stratified(u, beta)
+                                                                  for tree in (plain, compiled))
+            assert np.array_equal(rows, compiled_rows) and compiled_weights.dtype == np.float32
+            # numpy's ** and numba's pow may round the last bit apart (numpy takes sqrt for 0.5)
+            np.testing.assert_array_max_ulp(weights, compiled_weights, maxulp=1)
+    rows = rng.integers(0, capacity, size=50)
+    errors = rng.normal(size=50).astype(np.float32)                               # what an update hands back
+    largest = [tree.update_priorities(rows, errors, 1e-6, 0.6) for tree in (plain, compiled)]
+    np.testing.assert_array_max_ulp(plain.leaves, compiled.leaves, maxulp=1)
+    assert largest[0] == pytest.approx(largest[1], rel=1e-15) == pytest.approx(((np.abs(errors) + 1e-6) ** 0.6).max())
+    with pytest.raises(IndexError):  # as numpy's indexing does, not a write past the array
+        compiled.update(np.array([capacity + branching**3]), np.ones(1))
+
+
+@needs_numba
+def test_a_buffer_draws_the_same_batches_with_either_tree():
+    # alpha = beta = 1: no pow that could round apart, so the two buffers go on identically
+    buffers = [make_buffer(capacity=64, alpha=1.0, beta=1.0, n_step=2, num_envs=2, sum_tree=tree)
+               for tree in ("numpy", "numba")]
+    assert [type(b.tree) for b in buffers] == [SumTree, CompiledSumTree]
+    for t in range(60):  # wraps the ring
+        batches = []
+        for buffer in buffers:
+            add_steps(buffer, [t], num_envs=2)
+        if t == 0:  # no row has its 2-step future yet
+            continue
+        for buffer in buffers:
+            batches.append(buffer.sample(16))
+            buffer.update_priorities(batches[-1].indices, batches[-1].rewards - 30.0)
+        for name, x, y in zip(Batch._fields, *batches):
+            assert torch.equal(x, y), (t, name)
+    assert np.array_equal(buffers[0].tree.leaves, buffers[1].tree.leaves)
+
+
+def test_sum_tree_choice_errors_name_the_key_and_the_install(monkeypatch):
+    with pytest.raises(ConfigError, match=r"buffer.sum_tree='fast' is not allowed; choose one of: auto, numba, numpy"):
+        make_buffer(sum_tree="fast")
+    monkeypatch.setattr(compiled_sum_tree, "numba", None)
+    with pytest.raises(ConfigError, match=r'buffer.sum_tree=numba needs numba: pip install -e "\.\[numba\]"'):
+        make_buffer(sum_tree="numba")
+    assert type(make_buffer(sum_tree="auto").tree) is SumTree  # without numba, auto falls back to numpy
 
 
 # --- sampling and weights --------------------------------------------------------------------

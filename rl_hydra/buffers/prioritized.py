@@ -22,20 +22,24 @@ Choices made here, where the paper leaves room:
   priority 0 (or the largest priority when it is drawable at once) with its new data; with shared
   frames, the rows whose stack lost its oldest frame to the overwrite get priority 0.
 
-The priorities live in a float64 sum tree on the CPU (sum_tree.py), also for a CUDA buffer.
+The priorities live in a float64 sum tree on the CPU, also for a CUDA buffer: compiled with numba
+where it is installed (compiled_sum_tree.py), else in numpy (sum_tree.py); both draw the same rows.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.buffers.replay import Batch, ReplayBuffer
-from rl_hydra.buffers.sum_tree import SumTree
-from rl_hydra.config import check_float, check_int
+from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+
+log = logging.getLogger(__name__)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -45,7 +49,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  n_step: int = 1, gamma: float = 0.99, alpha: float = 0.5, beta: float = 0.4,
                  beta_final: float = 1.0, beta_steps: int | None = 100_000, epsilon: float = 1e-6,
-                 share_frames: bool | str = "auto"):
+                 share_frames: bool | str = "auto", sum_tree: str = "auto"):
         super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma,
                          share_frames)
         self.alpha = check_float("buffer.alpha", alpha, 0.0)  # 0: uniform over the drawable rows
@@ -53,7 +57,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.beta_final = check_float("buffer.beta_final", beta_final, 0.0, 1.0)
         self.beta_steps = None if beta_steps is None else check_int("buffer.beta_steps", beta_steps, minimum=1)
         self.epsilon = check_float("buffer.epsilon", epsilon, 0.0, exclusive_min=True)
-        self.tree = SumTree(self.capacity)  # self.capacity: the base may have rounded it up
+        check_choice("buffer.sum_tree", sum_tree, ("auto", "numba", "numpy"))
+        if sum_tree == "numba" and compiled_sum_tree.numba is None:
+            raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
+        self.tree = compiled_sum_tree.make_sum_tree(self.capacity, sum_tree)  # the base may have rounded capacity up
+        if sum_tree == "auto" and compiled_sum_tree.numba is None:
+            log.info('prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '
+                     'for the compiled one: several times faster sampling on small observations)')
         self.max_priority = 1.0             # the largest p_i so far: a new row's priority
         self.sample_calls = 0               # beta's annealing step
         self.priority_rng = np.random.default_rng(seed)  # on the CPU, with the tree
@@ -92,21 +102,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if not total > 0:
             raise RuntimeError(f"nothing to sample: the priorities sum to {total} ({len(self)} rows drawable; "
                                "nan or inf: a loss that diverged)")
-        u = self.priority_rng.random(batch_size)                                         # (B,) in [0, 1)
-        rows = self.tree.find_prefix_sums((np.arange(batch_size) + u) * (total / batch_size))  # (B,)
-        p = self.tree[rows]                                                              # (B,) p_i, all > 0
         # (N P(i))^-beta / max_j (N P(j))^-beta over the batch: N and the total cancel out
-        weights = (p.min() / p) ** self.current_beta                                     # (B,) in (0, 1]
+        rows, weights = self.tree.draw_stratified(self.priority_rng.random(batch_size), self.current_beta)  # (B,), (B,)
         self.sample_calls += 1
-        return (torch.from_numpy(rows).to(self.device),
-                torch.from_numpy(weights.astype(np.float32)).to(self.device))
+        return torch.from_numpy(rows).to(self.device), torch.from_numpy(weights).to(self.device)
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """p_i = (|priority_i| + epsilon)^alpha for the rows `indices` (B,), tensors on any device."""
-        delta = priorities.detach().cpu().numpy()                                                 # (B,)
-        p = (np.abs(delta, dtype=np.float64) + self.epsilon) ** self.alpha                         # (B,)
-        self.tree.update(indices.cpu().numpy(), p)
-        self.max_priority = max(self.max_priority, float(p.max()))
+        errors = priorities.detach().cpu().numpy()                                                 # (B,)
+        largest = self.tree.update_priorities(indices.cpu().numpy(), errors, self.epsilon, self.alpha)
+        self.max_priority = max(self.max_priority, largest)
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[Batch]:
         """`count` batches, each drawn only when the loop asks for the next one: after the priorities

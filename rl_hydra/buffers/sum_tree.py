@@ -16,6 +16,7 @@ recomputes the running sums of the groups it touched, and the root's cumulative 
 recomputed once before the next search. Sums are float64 and always recomputed from the values
 below (never adjusted by a difference): no rounding error accumulates, and the sums depend on
 the leaves alone (a tree rebuilt from its leaves is identical, which is what a checkpoint stores).
+compiled_sum_tree.CompiledSumTree runs the same operations on the same arrays as compiled loops.
 """
 
 from __future__ import annotations
@@ -35,13 +36,18 @@ class SumTree:
         while -(-capacity // k**levels) > root_width:
             levels += 1
         width = -(-capacity // k**levels)  # the root's children: each the sum of k^levels leaves
-        # values[l] (width * k^(levels - l),): the nodes of level l, zeros past the capacity's; values[-1]: the root's children
-        self.values = [np.zeros(width * k ** (levels - level)) for level in range(levels + 1)]
+        sizes = [width * k ** (levels - level) for level in range(levels + 1)]
+        # values[l] (width * k^(levels - l),): the nodes of level l, zeros past the capacity's; values[-1]: the root's
+        # children. Views of one flat array (as running's are below), so that compiled code gets a few arrays.
+        self.value_offsets = np.cumsum([0, *sizes])                              # (levels + 2,) where each level starts
+        self.flat_values = np.zeros(self.value_offsets[-1])
+        self.values = [self.flat_values[a:b] for a, b in zip(self.value_offsets[:-1], self.value_offsets[1:])]
         # running[l] (groups, k + 1): per group of k siblings [0, v_0, v_0 + v_1, ..., v_0 + ... + v_(k-2), inf];
         # the last child's end is inf so that a search past a group's sum (rounding) stops at its last child
-        self.running = [np.zeros((len(values) // k, k + 1)) for values in self.values[:-1]]
-        for running in self.running:
-            running[:, k] = np.inf
+        self.group_offsets = np.cumsum([0, *(size // k for size in sizes[:-1])])  # (levels + 1,)
+        self.flat_running = np.zeros((self.group_offsets[-1], k + 1))
+        self.flat_running[:, k] = np.inf
+        self.running = [self.flat_running[a:b] for a, b in zip(self.group_offsets[:-1], self.group_offsets[1:])]
         self.root_cumsum = np.zeros(width + 1)  # (W + 1,) [0, c_0, c_0 + c_1, ..., total]
         self.root_stale = False
 
@@ -69,6 +75,13 @@ class SumTree:
         nodes = ordered[last]                              # (m,) unique, sorted
         self.values[0][nodes] = values[order[last]]
         self._update_groups(nodes)
+
+    def update_priorities(self, indices: np.ndarray, errors: np.ndarray, epsilon: float, alpha: float) -> float:
+        """Set leaves `indices` (n,) to the priorities (|error| + epsilon)^alpha of `errors` (n,) (the
+        last of a repeated index wins); returns the largest priority set."""
+        priorities = (np.abs(errors, dtype=np.float64) + epsilon) ** alpha  # (n,)
+        self.update(indices, priorities)
+        return float(priorities.max())
 
     def set_all(self, values: np.ndarray) -> None:
         """Set every leaf (capacity,) and rebuild the sums above (the same as `update` on every leaf)."""
@@ -115,6 +128,15 @@ class SumTree:
             before = positive.searchsorted(nodes[zero]) - 1          # the closest one before each (or the first)
             nodes[zero] = positive[np.maximum(before, 0)]
         return nodes
+
+    def draw_stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """One leaf from each of B equal segments of the total, at (b + u_b) * total / B for u (B,) in
+        [0, 1), and its weight (min_j p_j / p_i)^beta over the drawn leaves p (B,): rows (B,) int64,
+        weights (B,) float32. The total must be positive."""
+        batch = len(u)
+        rows = self.find_prefix_sums((np.arange(batch) + u) * (self.total / batch))  # (B,)
+        p = self.values[0].take(rows)                                                 # (B,) all > 0
+        return rows, ((p.min() / p) ** beta).astype(np.float32)                       # (B,), (B,)
 
     def state_dict(self) -> dict:
         """The leaf values (capacity,) (a copy); every sum above follows from them."""

@@ -4,7 +4,8 @@
     python scripts/benchmarks/bench_prioritized.py --rounds 3 --calls 500 --capacity 50000
 
   sampling  what one update costs the buffer: PrioritizedReplayBuffer.sample (sum-tree descent,
-            importance weights) + update_priorities, against ReplayBuffer.sample; batches of 32
+            importance weights) + update_priorities, against ReplayBuffer.sample, with each sum
+            tree: numpy's and the compiled one (numba; skipped where it is not installed); batches of 32
             and 64 from `--capacity` stored rows (full buffers, random priorities), with
             CartPole's observations (4 floats) and larger ones (84 floats), and from
             `--frame-capacity` rows of Atari frames (4 x 84 x 84 stacks, one frame stored per row)
@@ -14,7 +15,7 @@
 Each round times every candidate once, in turn, so drifting load falls on all alike; one torch
 thread, as in the runs. Figures are medians over rounds of the microseconds per call, in CPU
 time (process_time: what the calls cost, also on a machine busy with other work) and in wall
-time, and the ratios of the medians.
+time, and the ratios of each prioritized median to the uniform one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -31,11 +33,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rl_hydra.api import compose_train_config  # noqa: E402
+from rl_hydra.buffers import compiled_sum_tree  # noqa: E402
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer  # noqa: E402
 from rl_hydra.buffers.replay import ReplayBuffer  # noqa: E402
 from rl_hydra.training import build_agent  # noqa: E402
 
 CHUNK = 1000  # rows per add while filling
+TREES = ("numpy", "numba") if compiled_sum_tree.numba is not None else ("numpy",)  # buffer.sum_tree
 
 
 def filled(buffer_class, capacity: int, obs_dim: int, **kwargs):
@@ -79,48 +83,55 @@ def per_call_us(fn, calls: int) -> tuple[float, float]:
 def sampling_candidates(capacity: int, obs_dim: int | None, batch_size: int) -> dict:
     """obs_dim None: Atari frames (filled_with_frames)."""
     if obs_dim is None:
-        uniform, prioritized = filled_with_frames(ReplayBuffer, capacity), filled_with_frames(PrioritizedReplayBuffer,
-                                                                                              capacity)
+        uniform = filled_with_frames(ReplayBuffer, capacity)
+        prioritized = {tree: filled_with_frames(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity)
+                       for tree in TREES}
     else:
-        uniform, prioritized = (filled(ReplayBuffer, capacity, obs_dim),
-                                filled(PrioritizedReplayBuffer, capacity, obs_dim))
+        uniform = filled(ReplayBuffer, capacity, obs_dim)
+        prioritized = {tree: filled(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity, obs_dim)
+                       for tree in TREES}
     new_priorities = torch.rand(batch_size)  # what an update hands back (B,)
 
-    def prioritized_sample():
-        batch = prioritized.sample(batch_size)
-        prioritized.update_priorities(batch.indices, new_priorities)
+    def prioritized_sample(buffer):
+        batch = buffer.sample(batch_size)
+        buffer.update_priorities(batch.indices, new_priorities)
 
-    return {"uniform": lambda: uniform.sample(batch_size), "prioritized": prioritized_sample}
+    return {"uniform": lambda: uniform.sample(batch_size),
+            **{f"prioritized, {tree} tree": partial(prioritized_sample, buffer) for tree, buffer in prioritized.items()}}
 
 
 def update_candidates(capacity: int, batch_size: int) -> dict:
     cfg = compose_train_config("algo=dqn", "env=cartpole", f"algo.batch_size={batch_size}", "device=cpu")
     env = gym.make("CartPole-v1")
-    agents = [build_agent(cfg, env.observation_space, env.action_space, torch.device("cpu")) for _ in range(2)]
-    uniform, prioritized = filled(ReplayBuffer, capacity, 4), filled(PrioritizedReplayBuffer, capacity, 4)
+    agents = [build_agent(cfg, env.observation_space, env.action_space, torch.device("cpu"))
+              for _ in range(1 + len(TREES))]
+    uniform = filled(ReplayBuffer, capacity, 4)
+    prioritized = [filled(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity, 4) for tree in TREES]
 
     def uniform_step():
         agents[0].update(uniform.sample(batch_size))
 
-    def prioritized_step():
-        batch = prioritized.sample(batch_size)
-        prioritized.update_priorities(batch.indices, agents[1].update(batch)["priorities"])
+    def prioritized_step(buffer, agent):
+        batch = buffer.sample(batch_size)
+        buffer.update_priorities(batch.indices, agent.update(batch)["priorities"])
 
-    return {"uniform": uniform_step, "prioritized": prioritized_step}
+    return {"uniform": uniform_step, **{f"prioritized, {tree} tree": partial(prioritized_step, buffer, agent)
+                                        for tree, buffer, agent in zip(TREES, prioritized, agents[1:])}}
 
 
 def timed(name: str, candidates: dict, rounds: int, calls: int) -> None:
-    for fn in candidates.values():  # warm up
+    for fn in candidates.values():  # warm up (and compile)
         per_call_us(fn, max(1, calls // 10))
     times = {key: [] for key in candidates}
     for _ in range(rounds):
         for key, fn in candidates.items():
             times[key].append(per_call_us(fn, calls))
-    line = f"{name:<30}"
+    print(name, flush=True)
     for clock, column in (("cpu", 1), ("wall", 0)):
-        uniform, prioritized = (statistics.median(t[column] for t in times[key]) for key in ("uniform", "prioritized"))
-        line += f"  {clock}: uniform {uniform:7.1f} prioritized {prioritized:7.1f} ratio {prioritized / uniform:5.2f}x"
-    print(line, flush=True)
+        medians = {key: statistics.median(t[column] for t in times[key]) for key in candidates}
+        print(f"  {clock:<4} " + "   ".join(f"{key} {us:7.1f} us" + ("" if key == "uniform" else
+                                           f" ({us / medians['uniform']:.2f}x)") for key, us in medians.items()),
+              flush=True)
 
 
 def main() -> None:
