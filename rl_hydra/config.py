@@ -176,6 +176,8 @@ def validate_run_config(cfg: DictConfig) -> None:
     cfg.env.num_envs = check_int("env.num_envs", cfg.env.num_envs, minimum=1)
     if cfg.env.get("max_episode_steps") is not None:
         cfg.env.max_episode_steps = check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
+    if cfg.env.get("eval_epsilon") is not None:
+        check_float("env.eval_epsilon", cfg.env.eval_epsilon, 0.0, 1.0)
     if not isinstance(cfg.env.id, str) or not cfg.env.id:
         raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")
     check_preset(cfg)

@@ -188,6 +188,28 @@ def test_evaluation_scores_full_games_whatever_the_learning_keys(atari):
     assert results[0][2] == 5   # the game was over (all lives lost), and the env reset itself
 
 
+class NoopAgent:
+    """Never presses FIRE: Breakout's ball is never launched, and no life is ever lost."""
+
+    def act(self, obs, state=None, *, explore):
+        return np.zeros(len(obs), dtype=np.int64), state
+
+
+def test_atari_evaluates_epsilon_greedy_so_that_a_policy_without_fire_cannot_stall_a_game(atari):
+    assert atari().eval_epsilon == 0.05   # Mnih et al. 2015's evaluation
+    lengths = {}
+    for epsilon in (0.0, 0.05):  # an agent step is 4 frames: a 4,000-frame limit is about 1,000 steps
+        cfg = atari("env.id=ALE/Breakout-v5", "env.kwargs.max_num_frames_per_episode=4000",
+                    f"env.eval_epsilon={epsilon}")
+        env = make_env(cfg, seed=0, num_envs=3)
+        first, again = (evaluate(NoopAgent(), env, seed=5, epsilon=cfg.eval_epsilon) for _ in range(2))
+        env.close()
+        assert all(np.array_equal(a, b) for a, b in zip(first, again))   # the random actions follow the seed
+        lengths[epsilon] = first[1]
+    assert (lengths[0.0] > 950).all()    # greedy: every game runs into the frame limit
+    assert (lengths[0.05] < 800).all()   # epsilon-greedy: the ball is launched, and the five lives are lost
+
+
 # --- ids that register themselves, and the missing extra --------------------------------------
 def test_ale_ids_register_themselves_in_a_fresh_process():
     pytest.importorskip("ale_py")

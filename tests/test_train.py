@@ -92,6 +92,7 @@ BAD_INPUTS = [
     (["algo.gamma=1.5"], "algo.gamma=1.5 is out of range"),
     (["algo.batch_size=0"], "algo.batch_size=0 is out of range"),
     (["env.num_envs=0"], "env.num_envs=0 is out of range"),
+    (["+env.eval_epsilon=1.5"], "env.eval_epsilon=1.5 is out of range; expected a number >= 0.0 and <= 1.0"),
     (["env=gym", "env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),

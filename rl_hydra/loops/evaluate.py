@@ -3,6 +3,7 @@ Evaluator (its own env, seeds that never repeat, the best return, the early stop
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from typing import Any
@@ -19,21 +20,30 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with train
 
 
 @torch.no_grad()
-def evaluate(agent, env: VectorEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Run one greedy episode in each of the env's copies; returns (returns, lengths).
 
     One episode per copy (rather than the first N to finish) keeps short episodes
     from being over-represented. Recurrent agents get `state=None` at the start.
     Returns are the game's own score over full games: the env group's learning-only
     transforms (`env.learning`: clipped rewards, a lost life as terminal) do not apply here.
+    With `epsilon` > 0 each action is a random one with that probability (the env group's
+    `eval_epsilon`: Atari's 0.05, as Mnih et al. 2015 evaluate, so that a policy that never
+    presses FIRE cannot stall an episode until its time limit), drawn from `seed`.
     """
     n = env.num_envs
     obs, _ = env.reset(seed=[seed + i for i in range(n)])
     state = None
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     running = np.ones(n, dtype=bool)
+    random_actions = copy.deepcopy(env.single_action_space)
+    random_actions.seed(seed)
+    rng = np.random.default_rng(seed)
     while running.any():
         actions, state = agent.act(obs, state, explore=False)
+        if epsilon > 0:
+            for i in np.flatnonzero(rng.random(n) < epsilon):
+                actions[i] = random_actions.sample()
         obs, rewards, terminated, truncated, _ = env.step(actions)
         returns += rewards * running
         lengths += running
@@ -42,7 +52,7 @@ def evaluate(agent, env: VectorEnv, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Evaluator:
-    """`train.eval_episodes` greedy episodes on a separate env, each round on new seeds.
+    """`train.eval_episodes` greedy episodes (`env.eval_epsilon`) on a separate env, each round on new seeds.
 
     Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
     round first reached `train.stop_at_return`."""
@@ -59,7 +69,8 @@ class Evaluator:
         """Evaluate `agent`; returns whether this round set a new best."""
         if self.env is None:
             self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
-        returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes)
+        returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
+                                    epsilon=self.env_cfg.get("eval_epsilon", 0.0))
         self.rounds += 1
         mean = float(returns.mean())
         self.last = {"eval/return_mean": mean, "eval/return_std": float(returns.std()),

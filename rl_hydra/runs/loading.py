@@ -80,7 +80,7 @@ class Run:
         """Greedy episodes on fresh envs built from the run's own config."""
         env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode)
         try:
-            returns, lengths = evaluate(self.agent, env, seed)
+            returns, lengths = evaluate(self.agent, env, seed, epsilon=self.cfg.env.get("eval_epsilon", 0.0))
         finally:
             env.close()
         return {"returns": returns.tolist(), "lengths": lengths.tolist(), "return_mean": float(returns.mean()),
