@@ -36,13 +36,14 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0) -> tuple[np
     state = None
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     running = np.ones(n, dtype=bool)
-    random_actions = copy.deepcopy(env.single_action_space)
-    random_actions.seed(seed)
-    rng = np.random.default_rng(seed)
+    if epsilon > 0:
+        rng, random_actions = np.random.default_rng(seed), copy.deepcopy(env.single_action_space)
+        random_actions.seed(seed)
     while running.any():
         actions, state = agent.act(obs, state, explore=False)
-        if epsilon > 0:
-            for i in np.flatnonzero(rng.random(n) < epsilon):
+        if epsilon > 0 and (random_rows := np.flatnonzero(rng.random(n) < epsilon)).size:
+            actions = np.array(actions)  # a copy: the agent's own array stays as it was
+            for i in random_rows:
                 actions[i] = random_actions.sample()
         obs, rewards, terminated, truncated, _ = env.step(actions)
         returns += rewards * running
