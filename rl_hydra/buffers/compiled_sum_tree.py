@@ -36,7 +36,12 @@ def make_sum_tree(capacity: int, backend: str = "auto") -> SumTree:
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
+    def _jit(function):
+        """Compiled once and cached beside this file (or in the user's cache), else compiled every run."""
+        try:
+            return numba.njit(cache=True, nogil=True)(function)
+        except RuntimeError:  # no cache locator: nowhere writable to keep the machine code
+            return numba.njit(nogil=True)(function)
 
     @_jit
     def _find(root_cumsum, running, group_offsets, leaves, prefix_sums, out):
