@@ -6,6 +6,7 @@ what is allowed; the CLI prints that line and exits with status 2.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import math
 import re
@@ -72,9 +73,10 @@ register_resolvers()
 
 
 def check_preset(cfg: DictConfig) -> None:
-    """A tuned preset (conf/algo_env/) runs only on the env id it was tuned for."""
+    """A tuned preset (conf/algo_env/) runs only on the env id it was tuned for (a pattern such
+    as MinAtar/*-v1 for a preset of a whole suite)."""
     preset = cfg.get("preset")
-    if not preset or preset.get("env_id") in (None, cfg.env.id):
+    if not preset or preset.get("env_id") is None or fnmatch.fnmatchcase(cfg.env.id, preset.env_id):
         return
     groups = [g for g in env_groups_for(cfg.env.id) if g != "cartpole_novel"]
     own = f"env={groups[0]} (with its own preset, if any), " if groups else ""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -26,7 +28,9 @@ def split_preset(name: str) -> tuple[str, str]:
 def test_every_preset_names_itself_and_the_env_id_of_its_group(preset):
     algo, env = split_preset(preset)
     cfg = compose_config(f"algo={algo}", f"env={env}")
-    assert cfg.preset.env_id == cfg.env.id == group_env_id(env)
+    assert cfg.env.id == group_env_id(env)
+    # a preset of a whole suite names a pattern its group's id fits (minatar: MinAtar/*-v1)
+    assert cfg.preset.env_id == cfg.env.id or fnmatch.fnmatchcase(cfg.env.id, cfg.preset.env_id)
     # an alias file (cartpole_novel) applies the preset it stands for
     assert cfg.preset.name in (preset, preset.replace("cartpole_novel", "cartpole_no_velocity"))
 
@@ -40,6 +44,29 @@ def test_a_preset_is_refused_on_another_env_id_with_the_ways_out(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: algo_env=dqn_cartpole is tuned for")
     assert not (tmp_path / "run").exists()   # a refused run leaves no directory behind
+
+
+def test_a_suite_preset_applies_to_every_game_of_its_suite_and_to_nothing_else():
+    for game in ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders"):
+        check_preset(compose_config("algo=dqn", "env=minatar", f"env.id=MinAtar/{game}-v1"))
+    with pytest.raises(ConfigError, match=r"algo_env=dqn_minatar is tuned for env.id=MinAtar/\*-v1, not "
+                                          r"MinAtar/Breakout-v0"):
+        check_preset(compose_config("algo=dqn", "env=minatar", "env.id=MinAtar/Breakout-v0"))
+
+
+@pytest.mark.parametrize("algo", ["dqn", "qr_dqn", "iqn", "rainbow"])
+def test_minatar_presets_are_the_values_the_minatar_benchmark_measured(algo):
+    sys.path.insert(0, str(CONF_DIR.parent / "scripts" / "benchmarks"))
+    from minatar_sb3 import our_overrides
+
+    job = {"algo": algo, "game": "Breakout", "steps": 300_000, "warmup": 5000, "quantiles": 50,
+           "eval_episodes": 10, "seed": 0}
+    measured = compose_config(*our_overrides(job), "~algo_env")  # the script's values over the algo's defaults
+    preset = compose_config(f"algo={algo}", "env=minatar")
+    assert preset.preset.name == f"{algo}_minatar"
+    for group in ("algo", "network", "buffer"):
+        assert OmegaConf.to_container(preset[group]) == OmegaConf.to_container(measured[group]), group
+    assert preset.train.total_steps == 300_000
 
 
 def test_dropping_the_preset_or_choosing_env_gym_runs_the_algorithm_defaults():
