@@ -31,13 +31,6 @@ def cpu_summary(tmp_path, algo: str) -> dict:
     return run_training(tmp_path / "cpu", *TINY, *CASES[algo])
 
 
-def update_like_the_loop(runner: Runner, agent, buffer) -> None:
-    """One update as Runner.run_due_updates makes it: per-sample priorities are the buffer's, not metrics."""
-    metrics = agent.update(buffer.sample(agent.batch_size))
-    metrics.pop("priorities", None)
-    runner.record_update(metrics)
-
-
 def all_on_cuda(*tensors: torch.Tensor) -> bool:
     return len(tensors) > 0 and all(t.is_cuda for t in tensors)
 
@@ -93,7 +86,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         obs = next_obs
     for transition in transitions[:-10]:
         buffer.add(*transition)
-    update_like_the_loop(runner, agent, buffer)  # lazy optimizer state, cuBLAS
+    runner.update_on(buffer.sample(agent.batch_size))  # lazy optimizer state, cuBLAS
     runner.check_device_updates()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -101,7 +94,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         for transition in transitions[-10:]:
             buffer.add(*transition)
         for _ in range(5):
-            update_like_the_loop(runner, agent, buffer)
+            runner.update_on(buffer.sample(agent.batch_size))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     runner.check_device_updates()  # the one sync of a training phase

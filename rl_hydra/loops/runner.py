@@ -75,11 +75,16 @@ class Runner:
         agent, buffer = self.agent, self.buffer
         if self.schedule.updates_due(agent, self.env.num_envs) and len(buffer):
             for batch in buffer.sample_batches(agent.batch_size, agent.gradient_steps):
-                metrics = agent.update(batch)
-                priorities = metrics.pop("priorities", None)
-                if self.prioritized:  # before the next batch is drawn
-                    buffer.update_priorities(batch.indices, priorities)
-                self.record_update(metrics)
+                self.update_on(batch)
+
+    def update_on(self, batch) -> None:
+        """One update: a prioritized buffer gets the batch's new priorities (before the next batch
+        is drawn), and the metrics are kept."""
+        metrics = self.agent.update(batch)
+        priorities = metrics.pop("priorities", None)
+        if self.prioritized:
+            self.buffer.update_priorities(batch.indices, priorities)
+        self.record_update(metrics)
 
     def record_update(self, metrics: dict[str, Any]) -> None:
         """Keep an update's metrics; a NaN or infinite one stops the run (TrainingDiverged)."""
