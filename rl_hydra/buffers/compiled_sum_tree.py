@@ -16,23 +16,35 @@ numpy tree without it.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from rl_hydra.buffers.sum_tree import SumTree
+from rl_hydra.config import ConfigError, check_choice
 
 try:
     import numba
 except ImportError:  # the numpy tree serves
     numba = None
 
+log = logging.getLogger(__name__)
+
 ROOT_WIDTH = 128  # the compiled tree's widest root; the numpy tree's is 4096 (fewer levels, fewer calls)
 
 
 def make_sum_tree(capacity: int, backend: str = "auto") -> SumTree:
-    """The sum tree for `backend`: "numba" (compiled; needs numba), "numpy", or "auto" (numba if installed)."""
-    if backend == "numba" or (backend == "auto" and numba is not None):
-        return CompiledSumTree(capacity)
-    return SumTree(capacity)
+    """The sum tree for `backend` (buffer.sum_tree): "numba" (compiled; needs numba), "numpy", or
+    "auto" (numba if installed, else numpy with a log line naming the install)."""
+    check_choice("buffer.sum_tree", backend, ("auto", "numba", "numpy"))
+    if numba is None and backend == "numba":
+        raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
+    if numba is None and backend == "auto":
+        log.info('prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '
+                 'for the compiled one: about 3x faster sampling on small observations)')
+    if backend == "numpy" or numba is None:
+        return SumTree(capacity)
+    return CompiledSumTree(capacity)
 
 
 if numba is not None:

@@ -28,7 +28,6 @@ where it is installed (compiled_sum_tree.py), else in numpy (sum_tree.py); both 
 
 from __future__ import annotations
 
-import logging
 from typing import Iterator
 
 import gymnasium as gym
@@ -37,9 +36,7 @@ import torch
 
 from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.buffers.replay import Batch, ReplayBuffer
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
-
-log = logging.getLogger(__name__)
+from rl_hydra.config import check_float, check_int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -57,13 +54,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.beta_final = check_float("buffer.beta_final", beta_final, 0.0, 1.0)
         self.beta_steps = None if beta_steps is None else check_int("buffer.beta_steps", beta_steps, minimum=1)
         self.epsilon = check_float("buffer.epsilon", epsilon, 0.0, exclusive_min=True)
-        check_choice("buffer.sum_tree", sum_tree, ("auto", "numba", "numpy"))
-        if sum_tree == "numba" and compiled_sum_tree.numba is None:
-            raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, sum_tree)  # the base may have rounded capacity up
-        if sum_tree == "auto" and compiled_sum_tree.numba is None:
-            log.info('prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '
-                     'for the compiled one: about 3x faster sampling on small observations)')
         self.max_priority = 1.0             # the largest p_i so far: a new row's priority
         self.sample_calls = 0               # beta's annealing step
         self.priority_rng = np.random.default_rng(seed)  # on the CPU, with the tree
