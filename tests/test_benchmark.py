@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from rl_hydra.buffers import compiled_sum_tree
 from tests.conftest import ROOT, compose_config
 
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
@@ -143,6 +144,20 @@ def test_hot_path_script_prints_every_piece_and_its_ratio():
                   "QR-DQN (170, batch 128)"):
         line = next(line for line in lines if piece in line)
         assert line.rstrip().endswith("x the first") and float(line.split()[-5]) > 0
+
+
+def test_prioritized_script_prints_every_candidate_and_its_ratio():
+    result = subprocess.run([sys.executable, "scripts/benchmarks/bench_prioritized.py", "--rounds", "1", "--calls", "8",
+                             "--capacity", "2000", "--frame-capacity", "200", "--update-calls", "4"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    cpu_lines = [line for line in result.stdout.splitlines() if line.lstrip().startswith("cpu")]
+    assert len(cpu_lines) == 8  # sampling at 4 and 84 floats and of frames, each at batch 32 and 64; the update at both
+    trees = ("numpy", "numba") if compiled_sum_tree.numba is not None else ("numpy",)
+    for line in cpu_lines:
+        assert "uniform" in line and all(f"prioritized, {tree} tree" in line for tree in trees), line
+        assert line.count("x)") == len(trees) + ("compiled tree alone" in line), line
+    assert sum("compiled tree alone" in line for line in cpu_lines) == (6 if "numba" in trees else 0)
 
 
 def test_loop_timers_time_every_piece_of_a_short_run():

@@ -5,7 +5,9 @@
 
   sampling  what one update costs the buffer: PrioritizedReplayBuffer.sample (sum-tree descent,
             importance weights) + update_priorities, against ReplayBuffer.sample, with each sum
-            tree: numpy's and the compiled one (numba; skipped where it is not installed); batches of 32
+            tree: numpy's and the compiled one (numba; skipped where it is not installed), and the
+            compiled tree alone (its draw and update, the floor of any prioritized buffer built on
+            it); batches of 32
             and 64 from `--capacity` stored rows (full buffers, random priorities), with
             CartPole's observations (4 floats) and larger ones (84 floats), and from
             `--frame-capacity` rows of Atari frames (4 x 84 x 84 stacks, one frame stored per row)
@@ -96,8 +98,15 @@ def sampling_candidates(capacity: int, obs_dim: int | None, batch_size: int) -> 
         batch = buffer.sample(batch_size)
         buffer.update_priorities(batch.indices, new_priorities)
 
+    errors, rng = new_priorities.numpy(), np.random.default_rng(0)
+
+    def tree_alone(tree):  # the sum tree's own share: the draw and the update, no rows gathered, no tensors
+        rows, _ = tree.draw_stratified(rng.random(batch_size), 0.4)
+        tree.update_priorities(rows, errors, 1e-6, 0.5)
+
     return {"uniform": lambda: uniform.sample(batch_size),
-            **{f"prioritized, {tree} tree": partial(prioritized_sample, buffer) for tree, buffer in prioritized.items()}}
+            **{f"prioritized, {tree} tree": partial(prioritized_sample, buffer) for tree, buffer in prioritized.items()},
+            **({"compiled tree alone": partial(tree_alone, prioritized["numba"].tree)} if "numba" in prioritized else {})}
 
 
 def update_candidates(capacity: int, batch_size: int) -> dict:
