@@ -3,8 +3,9 @@
     python scripts/evaluate.py run_dir=outputs/2026-01-01/12-00-00-000000_dqn_cartpole episodes=20
     python scripts/evaluate.py run_dir=outputs/multirun/2026-01-01/12-00-00-000000 checkpoint=last
 
-Options: conf/evaluate.yaml. Writes <run>/eval/<checkpoint>.json; for a sweep also
-<sweep>/eval/results.csv, results.md and learning_curves.png.
+Options: conf/evaluate.yaml (--help lists them). Files are named by what they measured:
+<run>/eval/<checkpoint>_<episodes>ep_seed<seed>.json (best_20ep_seed0.json); for a sweep also
+<sweep>/eval/results_best_20ep_seed0.csv and .md, and learning_curves.png.
 """
 
 import sys

@@ -1,6 +1,5 @@
-"""Runs as objects: load_run, predict, evaluate (one run and a sweep), the Python API."""
+"""Runs as objects: load_run, predict, evaluate, the Python API (the evaluate script: test_evaluate.py)."""
 
-import json
 import os
 import runpy
 import shutil
@@ -12,8 +11,6 @@ import pytest
 import torch
 
 from rl_hydra import load_run, train
-from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
-from rl_hydra.runs.report import main as evaluate_main
 from rl_hydra.runs.run_dir import RunError
 from tests.conftest import CONF_DIR, ROOT, TINY
 
@@ -77,57 +74,6 @@ def test_load_run_errors_are_one_clear_line(tmp_path, dqn_run):
         load_run(foreign)
 
 
-def test_evaluate_script_on_one_run_writes_json(dqn_run, capsys):
-    assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=3", "checkpoint=last"]) == 0
-    result = json.loads((dqn_run.path / "eval" / "last.json").read_text())
-    assert len(result["returns"]) == 3 and result["step"] == 300
-    assert f"| {dqn_run.path.name} | 0 | 300 |" in capsys.readouterr().out  # named by its directory, not "."
-
-
-def test_evaluate_script_bad_arguments_exit_2(tmp_path, capsys):
-    assert evaluate_main([f"run_dir={tmp_path / 'nope'}"]) == 2
-    assert evaluate_main(["episodez=3", f"run_dir={tmp_path}"]) == 2
-    assert evaluate_main([f"run_dir={tmp_path}", "checkpoint=first"]) == 2
-    errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 3 and all(line.startswith("error:") for line in errors)
-    assert "checkpoint='first' is not allowed; choose one of: best, last" in errors[2]
-
-
-def test_evaluate_script_aggregates_a_two_config_two_seed_sweep(tmp_path, capsys):
-    sweep = tmp_path / "sweep"
-    for gamma in ("0.9", "0.99"):
-        for seed in ("0", "1"):
-            train(*QUICK, f"algo.gamma={gamma}", f"seed={seed}", run_dir=sweep / f"algo.gamma={gamma},seed={seed}")
-    # a failed job is listed, not averaged and not a crash
-    failed = sweep / "algo.gamma=0.99,seed=2"
-    shutil.copytree(sweep / "algo.gamma=0.99,seed=1", failed)
-    (failed / "summary.json").write_text(json.dumps({"status": "failed", "reason": "non-finite loss"}))
-    assert evaluate_main([f"run_dir={sweep}", "episodes=2"]) == 0
-    out = capsys.readouterr().out
-    assert "non-finite loss" in out
-    csv_text = (sweep / "eval" / "results.csv").read_text().splitlines()
-    assert csv_text[0].startswith("configuration,runs,seeds,mean,std,iqm,iqm_ci_low,iqm_ci_high,failed")
-    assert len(csv_text) == 3 and any(line.startswith("algo.gamma=0.9 ") for line in csv_text)
-    assert "algo.gamma=0.99,seed=2" in (sweep / "eval" / "results.md").read_text()
-    png = (sweep / "eval" / "learning_curves.png").read_bytes()
-    assert png.startswith(b"\x89PNG") and len(png) > 5000
-
-
-def test_video_records_a_gif(dqn_run):
-    pytest.importorskip("pygame")
-    assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=1", "video=true"]) == 0
-    assert (dqn_run.path / "eval" / "videos" / "best.gif").read_bytes().startswith(b"GIF8")
-
-
-def test_interquartile_mean_and_bootstrap_by_hand():
-    assert interquartile_mean([1, 2, 3, 4, 5, 6, 7, 100]) == pytest.approx(4.5)  # drops 1, 2 and 7, 100
-    assert interquartile_mean([3, 5]) == 4.0
-    low, high = bootstrap_ci([10.0, 10.0, 10.0])
-    assert low == high == 10.0
-    low, high = bootstrap_ci([0.0, 100.0, 50.0, 25.0])
-    assert 0.0 <= low < high <= 100.0
-
-
 def test_example_script_runs_from_another_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train_and_predict.py", "1500"])
@@ -152,35 +98,7 @@ def test_installed_train_and_eval_commands_work_from_an_empty_directory(tmp_path
     result = subprocess.run(["rl-hydra-eval", "run_dir=run", "episodes=2"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120, env={**os.environ})
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "run" / "eval" / "best.json").is_file()
+    assert (tmp_path / "run" / "eval" / "best_2ep_seed0.json").is_file()
     bad = subprocess.run(["rl-hydra-eval", "run_dir=run", "episode=2"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env={**os.environ})
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
-
-
-def test_evaluating_a_run_names_it_and_says_where_it_wrote(tmp_path, capsys):
-    from rl_hydra import train
-
-    run = train(*TINY, run_dir=tmp_path / "my_run")
-    capsys.readouterr()
-    for time in ("first", "again"):
-        assert evaluate_main([f"run_dir={run.path}", "episodes=2"]) == 0
-        out = capsys.readouterr().out
-        assert "| my_run | 0 |" in out, out
-        wrote = f"wrote {run.path / 'eval' / 'best.json'}"
-        assert wrote in out and (("replacing the earlier result" in out) == (time == "again")), out
-
-
-@pytest.mark.filterwarnings("error")
-def test_learning_curves_draw_every_configuration_without_touching_matplotlibs_backend(tmp_path):
-    import matplotlib
-
-    from rl_hydra.runs.aggregate import plot_learning_curves
-
-    backend = matplotlib.get_backend()
-    steps = np.arange(1000, 10001, 1000)
-    curves = {f"config={i}": [(steps, steps / 100.0 + i), (steps, steps / 90.0 + i)] for i in range(8)}
-    curves["one_evaluation"] = [(np.array([5000]), np.array([10.0])), (np.array([5000]), np.array([20.0]))]
-    plot_learning_curves(curves, tmp_path / "curves.png")
-    assert (tmp_path / "curves.png").stat().st_size > 10_000
-    assert matplotlib.get_backend() == backend

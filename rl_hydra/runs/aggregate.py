@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import csv
+import io
+import json
+import os
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import yaml
+
+from rl_hydra.runs.run_dir import atomic_write_bytes
 
 
 def interquartile_mean(values: Iterable[float]) -> float:
@@ -28,23 +34,93 @@ def bootstrap_ci(values: Iterable[float], statistic=interquartile_mean, samples:
     return float(np.percentile(stats, tail)), float(np.percentile(stats, 100 - tail))
 
 
+# tracker stores: MLflow's artifact store (and its file store), W&B's directory. They keep copies
+# of a run's .hydra/, summary.json and best.pt that are no second run, and nothing of ours goes in.
+TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")
+RUN_OUTPUTS = ("checkpoints", "metrics.csv", "summary.json")
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run is .hydra/config.yaml plus something training wrote: Hydra leaves .hydra/ in any
+    job directory, and a sweep job refused before its first step still writes summary.json."""
+    return (path / ".hydra" / "config.yaml").is_file() and any((path / name).exists() for name in RUN_OUTPUTS)
+
+
+def tracker_store_in(path: Path) -> str | None:
+    """The tracker store (mlartifacts, mlruns, wandb) that `path` lies in, if any."""
+    return next((part for part in path.parts if part in TRACKER_STORES), None)
+
+
 def run_dirs(root: Path) -> list[Path]:
-    """Every run directory at or under root (a run, or a sweep's job directories)."""
-    if (root / ".hydra" / "config.yaml").is_file():
+    """Every run directory at or under root (a run, or a sweep's job directories).
+
+    Neither a run's own subdirectories (a run holds no other run) nor hidden directories nor
+    tracker stores are searched, so that outputs/ holding outputs/mlartifacts/ counts each run once."""
+    if is_run_dir(root):
         return [root]
-    return sorted(p.parent.parent for p in root.rglob(".hydra/config.yaml"))
+    found = []
+    for directory, subdirs, _ in os.walk(root):
+        if is_run_dir(Path(directory)):
+            found.append(Path(directory))
+            subdirs.clear()
+        subdirs[:] = [d for d in subdirs if d not in TRACKER_STORES and not d.startswith(".")]
+    return sorted(found)
 
 
-def configuration_of(run_dir: Path) -> str:
-    """The run's overrides other than seed: what distinguishes configurations in a sweep."""
+def overrides_of(run_dir: Path) -> dict[str, str]:
+    """The run's overrides other than seed, by key. A resume appends its `key=value`s to
+    overrides.yaml, so a key can come more than once: the last one is what the run ended with."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    kept = sorted(o for o in overrides or [] if o.split("=", 1)[0].lstrip("+~") != "seed")
-    return " ".join(kept) or "(defaults)"
+    by_key = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides or []}
+    by_key.pop("seed", None)
+    return by_key
 
 
-def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Group per-run results by configuration; failed runs are counted and listed, not averaged."""
+def configuration_of(run_dir: Path) -> tuple[str, ...]:
+    """What distinguishes configurations in a sweep: the run's overrides other than seed, sorted."""
+    return tuple(sorted(overrides_of(run_dir).values()))
+
+
+def distinguishing_labels(configurations: Iterable[tuple[str, ...]]) -> tuple[dict[tuple[str, ...], str], list[str]]:
+    """A label per configuration with only the overrides that not every configuration shares,
+    and the shared ones (said once, not on every row and legend entry). A lone configuration
+    keeps all of its overrides: then there is nothing to tell apart."""
+    configurations = set(configurations)
+    shared = set.intersection(*map(set, configurations)) if len(configurations) > 1 else set()
+    labels = {c: " ".join(o for o in c if o not in shared) or ("(only the shared overrides)" if c else "(defaults)")
+              for c in configurations}
+    return labels, sorted(shared)
+
+
+def provenance_of(run_dir: Path) -> dict[str, Any]:
+    """The last session of <run>/provenance.json (the code and libraries the run ended with); {}
+    for a run older than that file or one whose file cannot be read: the tables say unknown."""
+    try:
+        session = json.loads((run_dir / "provenance.json").read_text())["sessions"][-1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+    return session if isinstance(session, dict) else {}
+
+
+def code_version(session: dict[str, Any]) -> str | None:
+    """The short commit (+ "-dirty" for uncommitted changes), or the package version outside git."""
+    commit = session.get("git_commit")
+    if commit:
+        return str(commit)[:8] + ("-dirty" if session.get("git_dirty") else "")
+    return session.get("rl_hydra")
+
+
+def _versions(values: Iterable[str | None]) -> str:
+    """The distinct versions of a configuration's runs; "unknown" for runs that recorded none."""
+    values = list(values)
+    known = sorted({str(v) for v in values if v})
+    return " ".join(known + (["unknown"] if any(not v for v in values) else []))
+
+
+def aggregate(results: list[dict[str, Any]], provenance: bool = False) -> list[dict[str, Any]]:
+    """Group per-run results by configuration; failed runs are counted and listed, not averaged.
+    With `provenance`, each row also gets the code and torch versions of its runs."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in results:
         groups[result["configuration"]].append(result)
@@ -58,31 +134,47 @@ def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             low, high = bootstrap_ci(means)
             row.update(mean=float(np.mean(means)), std=float(np.std(means)), iqm=interquartile_mean(means),
                        iqm_ci_low=low, iqm_ci_high=high)
+        if provenance:
+            row.update(code=_versions(code_version(r.get("provenance", {})) for r in runs),
+                       torch=_versions(r.get("provenance", {}).get("torch") for r in runs))
         rows.append(row)
     return rows
 
 
 COLUMNS = ["configuration", "runs", "seeds", "mean", "std", "iqm", "iqm_ci_low", "iqm_ci_high", "failed"]
+PROVENANCE_COLUMNS = ["code", "torch"]
+STATISTICS = ("mean", "std", "iqm", "iqm_ci_low", "iqm_ci_high")
 
 
-def write_tables(rows: list[dict[str, Any]], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    (out_dir / "results.md").write_text(markdown_table(rows) + "\n")
+def rounded(value: float) -> float:
+    """Six significant digits: 63.9, not 63.900000000000006 (a mean of returns carries no more)."""
+    return float(f"{value:.6g}")
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| configuration | runs | mean | std | IQM [95% CI] | failed |", "|---|---|---|---|---|---|"]
+def csv_text(rows: list[dict[str, Any]], measured: dict[str, Any], provenance: bool = False) -> str:
+    """The table as CSV; every row also says what was measured (checkpoint, episodes, eval_seed),
+    so that a row copied elsewhere still says it."""
+    columns = COLUMNS + (PROVENANCE_COLUMNS if provenance else []) + list(measured)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**{k: rounded(v) if k in STATISTICS else v for k, v in row.items()}, **measured})
+    return out.getvalue()
+
+
+def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
+    extra = PROVENANCE_COLUMNS if provenance else []
+    lines = ["| configuration | runs | mean | std | IQM [95% CI] | " + "".join(f"{c} | " for c in extra) + "failed |",
+             "|---|---|---|---|---|" + "---|" * len(extra) + "---|"]
     for r in rows:
         if "mean" in r:
             stats = (f"{r['mean']:.1f} | {r['std']:.1f} | "
                      f"{r['iqm']:.1f} [{r['iqm_ci_low']:.1f}, {r['iqm_ci_high']:.1f}]")
         else:
             stats = "- | - | -"
-        lines.append(f"| {r['configuration']} | {r['runs']} | {stats} | {r['failed'] or ''} |")
+        versions = "".join(f" {r[c]} |" for c in extra)
+        lines.append(f"| {r['configuration']} | {r['runs']} | {stats} |{versions} {r['failed'] or ''} |")
     return "\n".join(lines)
 
 
@@ -99,6 +191,25 @@ def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(steps), np.asarray(returns)
 
 
+LINE_STYLES, MARKERS = ("-", "--", ":", "-."), ("o", "s", "^", "D")
+
+
+def line_styles(n: int) -> list[tuple[Any, str, str]]:
+    """A (color, line style, marker) per configuration, no two alike: tab10's ten colors solid,
+    then dashed, dotted and dash-dotted; beyond 40 configurations a color each from a colormap."""
+    from matplotlib import colormaps
+
+    if n <= 10 * len(LINE_STYLES):
+        colors = colormaps["tab10"].colors
+        return [(colors[i % 10], LINE_STYLES[i // 10], MARKERS[i // 10]) for i in range(n)]
+    return [(colormaps["turbo"](i / (n - 1)), LINE_STYLES[i % 4], MARKERS[i % 4]) for i in range(n)]
+
+
+def legend_label(configuration: str, runs: int, width: int = 60) -> str:
+    """The legend entry, wrapped at `width` characters: a long one would widen the whole figure."""
+    return textwrap.fill(f"{configuration} (n={runs})", width, break_on_hyphens=False)
+
+
 def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: Path) -> None:
     """Mean evaluation return per configuration with a 95% bootstrap band across seeds.
 
@@ -109,25 +220,26 @@ def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]],
 
     drawn = {name: [(s, r) for s, r in runs if len(s)] for name, runs in sorted(curves.items())}
     drawn = {name: runs for name, runs in drawn.items() if runs}
-    fig = Figure(figsize=(7, 4.5 + 0.22 * len(drawn)))
+    labels = [legend_label(name, len(runs)) for name, runs in drawn.items()]
+    columns = 2 if len(labels) > 6 and max(len(label) for label in labels) <= 40 else 1
+    fig = Figure(figsize=(7, 4.5))   # the legend below adds to the saved image (bbox_inches="tight"), not the axes
     ax = fig.subplots()
-    for configuration, runs in drawn.items():
+    for (runs, label, (color, style, marker)) in zip(drawn.values(), labels, line_styles(len(drawn))):
         steps = np.unique(np.concatenate([s for s, _ in runs]))
         # each seed's curve on the common step grid (carried forward where a seed logged less)
         grid = np.stack([np.interp(steps, s, r) for s, r in runs])          # (seeds, steps)
         mean = grid.mean(axis=0)
         bands = np.array([bootstrap_ci(column, np.mean, samples=500) for column in grid.T])
-        label = f"{configuration} (n={len(runs)})"
         if len(steps) == 1:
-            ax.errorbar(steps, mean, yerr=[mean - bands[:, 0], bands[:, 1] - mean], fmt="o", capsize=4, label=label)
+            ax.errorbar(steps, mean, yerr=[mean - bands[:, 0], bands[:, 1] - mean], fmt=marker, color=color,
+                        capsize=4, label=label)
         else:
-            line, = ax.plot(steps, mean, label=label)
-            ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.2, color=line.get_color())
+            ax.plot(steps, mean, color=color, linestyle=style, label=label)
+            ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.15, color=color)
     ax.set_title("Evaluation return: mean over seeds, band = 95% bootstrap CI of the mean", fontsize=10)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
+    atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight"))

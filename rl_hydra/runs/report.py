@@ -1,7 +1,12 @@
-"""Evaluate a run or a whole sweep from its directory; tables, JSON and learning curves."""
+"""Evaluate a run or a whole sweep from its directory; tables, JSON and learning curves.
+
+Every file an evaluation writes is named by what it measured, `<checkpoint>_<episodes>ep_seed<seed>`
+(`best_20ep_seed0`), so that evaluations with other settings sit beside each other; the same
+settings again replace their files, and the report says so."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from collections import defaultdict
@@ -11,57 +16,112 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rl_hydra.config import ConfigError, check_choice, check_int
-from rl_hydra.runs.aggregate import (aggregate, configuration_of, eval_curve, markdown_table,
-                                     plot_learning_curves, run_dirs, write_tables)
+from rl_hydra.config import ConfigError, check_choice, check_int, resolve_device
+from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, distinguishing_labels, eval_curve,
+                                     markdown_table, plot_learning_curves, provenance_of, run_dirs,
+                                     tracker_store_in)
 from rl_hydra.runs.loading import CHECKPOINTS, load_run
 from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 
+USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
+       (python scripts/evaluate.py in a checkout: the same)
+
+Evaluates a run, or every run under a sweep directory, from its directory alone. Writes
+<run>/eval/<checkpoint>_<episodes>ep_seed<seed>.json; for a sweep also
+<sweep>/eval/results_<checkpoint>_<episodes>ep_seed<seed>.csv and .md, and learning_curves.png.
+
+keys (conf/evaluate.yaml), with their defaults:"""
+
+
+def usage(defaults: Path) -> str:
+    """USAGE and the keys of conf/evaluate.yaml as the file has them, comments included."""
+    keys = [line for line in defaults.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return "\n".join([USAGE, *(f"  {line}" for line in keys)])
+
+
+def check_keys(argv: list[str], allowed: list[str]) -> None:
+    """Every argument is key=value with a key of conf/evaluate.yaml; a typo gets the closest key."""
+    for arg in argv:
+        key, equals, _ = arg.partition("=")
+        if arg.startswith("-"):
+            raise ConfigError(f"unknown option {arg}; arguments are key=value (--help lists the keys)")
+        if not equals:
+            raise ConfigError(f"{arg!r} is not key=value; e.g. run_dir=outputs/... (--help lists the keys)")
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(f"{key} is not a key of evaluate; {hint}(keys: {', '.join(allowed)})")
+
 
 def parse_args(argv: list[str], defaults: Path):
+    """The evaluate config, every value checked before anything is read or written."""
     cfg = OmegaConf.load(defaults)
-    OmegaConf.set_struct(cfg, True)
+    check_keys(argv, list(cfg))
     try:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as error:
-        allowed = ", ".join(OmegaConf.to_container(OmegaConf.load(defaults)))
-        raise ConfigError(f"{str(error).splitlines()[0]}; allowed keys: {allowed}") from None
+        raise ConfigError(str(error).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise ConfigError("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
     cfg.episodes = check_int("episodes", cfg.episodes, minimum=1)
     cfg.seed = check_int("seed", cfg.seed, minimum=0)
     check_choice("checkpoint", cfg.checkpoint, CHECKPOINTS)
+    for key in ("video", "provenance"):
+        if not isinstance(cfg[key], bool):
+            raise ConfigError(f"{key}={cfg[key]!r} is not allowed; choose one of: true, false")
+    resolve_device(cfg.device)   # a bad device would otherwise fail every run of a sweep one by one
     return cfg
+
+
+def setting(cfg) -> str:
+    """What an evaluation measured, as it names its files: best_20ep_seed0."""
+    return f"{cfg.checkpoint}_{cfg.episodes}ep_seed{cfg.seed}"
 
 
 def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
     run = load_run(run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
-    out = run_dir / "eval" / f"{cfg.checkpoint}.json"
+    if cfg.video:   # before the JSON: a run whose video fails is reported failed, with nothing written
+        from rl_hydra.runs.video import record_gif
+
+        record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
+    out = run_dir / "eval" / f"{setting(cfg)}.json"
     replaced = out.is_file()
     atomic_write_bytes(out, lambda f: f.write((json.dumps(result, indent=2) + "\n").encode()))
     result.update(eval_file=str(out), replaced=replaced)
-    if cfg.video:
-        from rl_hydra.runs.video import record_gif
-
-        record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}.gif", seed=cfg.seed)
     return result
+
+
+def find_runs(root: Path) -> list[Path]:
+    """The runs to evaluate, refusing (before anything is written) a folder that holds none and
+    a folder inside a tracker store, whose run copies evaluate must never write into."""
+    if not root.is_dir():
+        raise RunError(f"run_dir={root} does not exist")
+    store = tracker_store_in(root.resolve())
+    if store:
+        raise RunError(f"run_dir={root} is inside {store}/, a tracker's copy of runs that evaluate never writes "
+                       f"into; give the run directory it was copied from")
+    runs = run_dirs(root)
+    if not runs:
+        raise RunError(f"run_dir={root} holds no run (a run has .hydra/config.yaml and checkpoints/, "
+                       f"metrics.csv or summary.json; mlartifacts/, mlruns/ and wandb/ are skipped)")
+    return runs
 
 
 def evaluate_path(cfg) -> list[dict[str, Any]]:
     root = Path(cfg.run_dir)
-    if not root.is_dir():
-        raise RunError(f"run_dir={root} does not exist")
-    runs = run_dirs(root)
-    if not runs:
-        raise RunError(f"run_dir={root} holds no run (no .hydra/config.yaml under it)")
+    runs = find_runs(root)
+    configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
+    labels, _ = distinguishing_labels(configurations.values())
     results = []
     for run_dir in runs:
         # a single run is named by its directory, a sweep's runs by their path inside the sweep
         name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name
-        base = {"run": name, "configuration": configuration_of(run_dir),
-                "seed": OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("seed")}
+        base = {"run": name, "configuration": labels[configurations[run_dir]],
+                "overrides": configurations[run_dir],
+                "seed": OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("seed"),
+                "provenance": provenance_of(run_dir)}
         summary = _summary(run_dir)
         try:
             if summary.get("status") == "failed":
@@ -82,9 +142,12 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def measured(cfg) -> str:
+    return f"{cfg.checkpoint}, {cfg.episodes} episodes, seed {cfg.seed}"
+
+
 def report(results: list[dict[str, Any]], cfg) -> str:
-    root = Path(cfg.run_dir)
-    lines = [f"| run | seed | step | return ({cfg.checkpoint}, {cfg.episodes} episodes) |", "|---|---|---|---|"]
+    lines = [f"| run | seed | step | return ({measured(cfg)}) |", "|---|---|---|---|"]
     for r in results:
         value = f"{r['return_mean']:.1f} +- {r['return_std']:.1f}" if r["status"] == "ok" else f"failed: {r['reason']}"
         lines.append(f"| {r['run']} | {r['seed']} | {r.get('step', '-')} | {value} |")
@@ -92,27 +155,59 @@ def report(results: list[dict[str, Any]], cfg) -> str:
     written = [r for r in results if r["status"] == "ok"]
     replaced = sum(r["replaced"] for r in written)
     if len(written) == 1:
-        text += f"\n\nwrote {written[0]['eval_file']}" + (" (replacing the earlier result)" if replaced else "")
+        text += (f"\n\nwrote {written[0]['eval_file']}"
+                 + (" (replacing the earlier result of the same settings)" if replaced else ""))
     elif written:
-        text += (f"\n\nwrote eval/{cfg.checkpoint}.json in {len(written)} run directories"
-                 + (f" ({replaced} replacing earlier results)" if replaced else ""))
+        text += (f"\n\nwrote eval/{setting(cfg)}.json in {len(written)} run directories"
+                 + (f" ({replaced} replacing earlier results of the same settings)" if replaced else ""))
     if len(results) > 1:
-        rows = aggregate(results)
-        out = root / "eval"
-        write_tables(rows, out)
-        curves = defaultdict(list)
-        for r in results:
-            curves[r["configuration"]].append(eval_curve(root / r["run"]))
-        plot_learning_curves(curves, out / "learning_curves.png")
-        text += "\n\n" + markdown_table(rows) + f"\n\nwrote {out}/results.csv, results.md, learning_curves.png"
+        text += "\n\n" + sweep_report(results, cfg)
     return text
+
+
+def sweep_report(results: list[dict[str, Any]], cfg) -> str:
+    """The sweep's tables (named by what they measured) and learning curves, and what they replaced."""
+    root = Path(cfg.run_dir)
+    rows = aggregate(results, provenance=cfg.provenance)
+    table = markdown_table(rows, provenance=cfg.provenance)
+    out = root / "eval"
+    csv_file, md_file = out / f"results_{setting(cfg)}.csv", out / f"results_{setting(cfg)}.md"
+    replaced = csv_file.is_file() or md_file.is_file()
+    columns = {"checkpoint": cfg.checkpoint, "episodes": cfg.episodes, "eval_seed": cfg.seed}
+    atomic_write_bytes(csv_file, lambda f: f.write(csv_text(rows, columns, cfg.provenance).encode()))
+    atomic_write_bytes(md_file, lambda f: f.write((markdown_header(results, cfg) + table + "\n").encode()))
+    curves = defaultdict(list)
+    for r in results:
+        curves[r["configuration"]].append(eval_curve(root / r["run"]))
+    plot_learning_curves(curves, out / "learning_curves.png")
+    lines = [table, "", f"wrote {csv_file} and {md_file.name}"
+             + (" (replacing an earlier evaluation with the same settings)" if replaced else ""),
+             f"wrote {out / 'learning_curves.png'} (training's own evaluations, from each run's metrics.csv)"]
+    return "\n".join(lines)
+
+
+def markdown_header(results: list[dict[str, Any]], cfg) -> str:
+    """What the table measured and the overrides every configuration shares, said once."""
+    root = Path(cfg.run_dir)
+    _, shared = distinguishing_labels(r["overrides"] for r in results)
+    lines = [f"Evaluation of {root.resolve().name}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
+             f"per run with seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}; statistics across the runs (training "
+             f"seeds) of each configuration.", ""]
+    if shared:
+        lines += [f"Every configuration has: `{' '.join(shared)}`", ""]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None, defaults: Path | None = None) -> int:
     from rl_hydra.config import CONF_DIR
 
+    argv = sys.argv[1:] if argv is None else argv
+    defaults = defaults or CONF_DIR / "evaluate.yaml"
+    if {"-h", "--help"} & set(argv):
+        print(usage(defaults))
+        return 0
     try:
-        cfg = parse_args(sys.argv[1:] if argv is None else argv, defaults or CONF_DIR / "evaluate.yaml")
+        cfg = parse_args(argv, defaults)
         print(report(evaluate_path(cfg), cfg))
     except (ConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
