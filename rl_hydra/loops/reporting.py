@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any, Mapping
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rl_hydra.loggers import Logger
@@ -16,10 +16,14 @@ from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger(__name__)
 
+# tqdm's layout without its own rate (an average since the start, unlike time/sps): one rate, in the postfix
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+
 
 class Reporter:
     """One row per logged step (columns fixed at the start) to every logger, and a progress bar
-    that shows steps, steps/s since the previous row and the latest evaluation return.
+    that shows steps, steps/s since the previous row (the row's time/sps) and the latest
+    evaluation return. The bar closes at the run's last row.
 
     `loggers` ({name: logger}, "csv" first) get the same rows. metrics.csv is the run's record: its
     errors stop the run. Any other logger that raises is warned about once and dropped, and the
@@ -42,7 +46,7 @@ class Reporter:
         for name in list(self.others):
             self._call(name, "start", self.run_dir, self.cfg, step, self.columns)
         self.progress = tqdm(total=self.total_steps, initial=step, unit="step", dynamic_ncols=True,
-                             disable=not self.show_progress, mininterval=0.5)
+                             disable=not self.show_progress, mininterval=0.5, bar_format=BAR_FORMAT)
         self._row_time, self._row_step = time.perf_counter(), step
 
     def write(self, step: int, row: dict[str, Any], eval_return: float | None) -> None:
@@ -54,11 +58,32 @@ class Reporter:
         self.csv.log(step, row)
         for name in list(self.others):
             self._call(name, "log", step, row)
-        self.progress.update(step - self.progress.n)
-        postfix = {"sps": f"{sps:.0f}"}
+        self._advance_bar(step, sps, eval_return)
+        if step >= self.total_steps or self._solved(row):
+            self._end_bar(step)
+
+    def _advance_bar(self, step: int, sps: float, eval_return: float | None) -> None:
+        text = f"{sps:,.0f} steps/s"
         if eval_return is not None:
-            postfix["eval"] = f"{eval_return:.1f}"
-        self.progress.set_postfix(postfix, refresh=False)
+            text += f", eval return {eval_return:.1f}"
+        self.progress.set_postfix_str(text, refresh=False)
+        self.progress.update(step - self.progress.n)
+
+    def _solved(self, row: Mapping[str, Any]) -> bool:
+        """Whether this row's evaluation reached train.stop_at_return, the Evaluator's rule for
+        stopping: this row is then the run's last."""
+        target = OmegaConf.select(self.cfg, "train.stop_at_return")
+        value = row.get("eval/return_mean")
+        return target is not None and value is not None and value >= target
+
+    def _end_bar(self, step: int) -> None:
+        """Close the bar at the run's last row, so that the lines logged after it (the last
+        checkpoint, "finished: ...") start on lines of their own. A run stopped early by
+        train.stop_at_return ends full at the step it reached, marked "solved", not part-way."""
+        if step < self.progress.total:
+            self.progress.total = step
+            self.progress.set_description("solved", refresh=False)
+        self.progress.close()
 
     def close(self, status: str = "completed") -> None:
         """End every logger with the run's status (summary.json's: completed, failed, interrupted)."""
@@ -67,7 +92,7 @@ class Reporter:
         for name in list(self.others):
             self._call(name, "finish", status)
         self.csv.finish(status)
-        self.progress.close()
+        self.progress.close()   # a no-op when the last row closed it
 
     def _call(self, name: str, method: str, *args: Any) -> None:
         logger = self.others[name]

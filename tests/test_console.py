@@ -1,0 +1,55 @@
+"""What a run prints while it trains: the progress bar, and the log lines that say what was built
+and where the records went (issue #43, items 6 and 9)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from tests.conftest import TINY, run_training
+
+
+# --- the progress bar ------------------------------------------------------------------------
+
+def train_with_bar(tmp_path, capsys, caplog, *overrides: str) -> tuple[dict, str, list[tuple[str, str]]]:
+    """Train a tiny run with the bar on; returns the summary, everything written to stderr and,
+    for each log line, (the line, what stderr held when it was logged)."""
+    written, seen = [], []
+
+    class Snapshot(logging.Handler):
+        def emit(self, record):
+            written.append(capsys.readouterr().err)
+            seen.append((record.getMessage(), "".join(written)))
+
+    caplog.set_level(logging.INFO, logger="rl_hydra")
+    snapshot = Snapshot()
+    logging.getLogger("rl_hydra").addHandler(snapshot)
+    try:
+        summary = run_training(tmp_path / "run", *TINY, "train.progress=true", *overrides)
+    finally:
+        logging.getLogger("rl_hydra").removeHandler(snapshot)
+    written.append(capsys.readouterr().err)
+    return summary, "".join(written), seen
+
+
+def last_bar(stderr: str) -> str:
+    """The bar as it was last drawn (tqdm redraws it in place after a carriage return)."""
+    return [line for line in re.split(r"[\r\n]", stderr) if "|" in line][-1]
+
+
+def test_the_bar_shows_one_named_rate_and_ends_its_line_before_the_last_log_lines(tmp_path, capsys, caplog):
+    _, stderr, seen = train_with_bar(tmp_path, capsys, caplog)
+    bar = last_bar(stderr)
+    assert "100%" in bar and "300/300" in bar and "eval return" in bar
+    assert re.findall(r"steps?/s|sps", bar) == ["steps/s"]   # not tqdm's own rate beside it
+    # the lines logged once the loop is over: the bar has ended its line, they start lines of their own
+    after_the_loop = [text for line, text in seen if re.match(r"checkpoint .*last\.pt at step 300 |finished", line)]
+    assert len(after_the_loop) == 2
+    assert all(text.endswith("\n") for text in after_the_loop)
+
+
+def test_a_run_that_stop_at_return_ends_leaves_the_bar_full_and_solved(tmp_path, capsys, caplog):
+    summary, stderr, _ = train_with_bar(tmp_path, capsys, caplog, "train.stop_at_return=-1000")
+    assert summary["solved_at_step"] == 150 and summary["global_step"] == 150
+    bar = last_bar(stderr)
+    assert bar.startswith("solved: 100%") and "150/150" in bar
