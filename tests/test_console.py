@@ -6,6 +6,13 @@ from __future__ import annotations
 import logging
 import re
 
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
+from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.buffers.sequence import SequenceBuffer
 from tests.conftest import TINY, run_training
 
 
@@ -53,3 +60,29 @@ def test_a_run_that_stop_at_return_ends_leaves_the_bar_full_and_solved(tmp_path,
     assert summary["solved_at_step"] == 150 and summary["global_step"] == 150
     bar = last_bar(stderr)
     assert bar.startswith("solved: 100%") and "150/150" in bar
+
+
+# --- what the buffer says it is ----------------------------------------------------------------
+
+VECTOR = gym.spaces.Box(-1, 1, (4,), dtype=np.float32)
+FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
+ACTIONS = gym.spaces.Discrete(2)
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda: ReplayBuffer(100, VECTOR, ACTIONS), "uniform replay buffer: 100 transitions x"),
+    (lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3),
+     "uniform replay buffer (3-step returns, frames stored once): 100 transitions x"),
+    (lambda: PrioritizedReplayBuffer(100, VECTOR, ACTIONS, n_step=3, sum_tree="numpy"),
+     "prioritized replay buffer (3-step returns): 100 transitions x"),
+    (lambda: PrioritizedReplayBuffer(100, FRAMES, ACTIONS, sum_tree="numpy"),
+     "prioritized replay buffer (frames stored once): 100 transitions x"),
+    (lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS), "sequence buffer (16-step chunks): 10 chunks x"),
+    (lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS),
+     "sequence buffer (16-step chunks, frames stored once): 10 chunks x"),
+])
+def test_the_buffer_line_names_the_kind_of_buffer(caplog, make, kind):
+    with caplog.at_level(logging.INFO, logger="rl_hydra"):
+        buffer = make()
+    assert kind in caplog.text
+    assert caplog.text.count(buffer.describe()) == 1

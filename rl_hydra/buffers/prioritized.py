@@ -42,6 +42,8 @@ from rl_hydra.config import check_float, check_int
 class PrioritizedReplayBuffer(ReplayBuffer):
     """ReplayBuffer that draws rows by priority; `update_priorities` takes each update's new ones."""
 
+    sampling = "prioritized"
+
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  n_step: int = 1, gamma: float = 0.99, alpha: float = 0.5, beta: float = 0.4,

@@ -59,10 +59,10 @@ def observation_dtype(observation_space: gym.Space) -> torch.dtype:
 
 
 def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
-                      buffer: str = "replay", row: str = "transition", detail: str = "") -> None:
-    """Say how much memory the `buffer` takes (capacity rows of `row`s); refuse one the machine
-    cannot hold (CPU buffers)."""
-    log.info("%s buffer: %d %ss x %s = %s%s", buffer, capacity, row, human_bytes(bytes_per_row),
+                      kind: str = "replay buffer", row: str = "transition", detail: str = "") -> None:
+    """Say which buffer this is (`kind`: its describe()) and how much memory it takes (capacity
+    rows of `row`s); refuse one the machine cannot hold (CPU buffers)."""
+    log.info("%s: %d %ss x %s = %s%s", kind, capacity, row, human_bytes(bytes_per_row),
              human_bytes(total_bytes), detail)
     available = available_memory() if device.type == "cpu" else None
     if available is not None and total_bytes > available:
@@ -111,6 +111,7 @@ class ReplayBuffer:
 
     recurrent = False
     max_gather_rows = 16384  # sample_batches gathers at most this many rows at once
+    sampling = "uniform"     # how rows are drawn: describe()'s first word
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
@@ -145,7 +146,8 @@ class ReplayBuffer:
         self.bytes_per_row = (sum(int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
                                   for shape, dtype in columns.values()) // self.capacity
                               + (self.frames.bytes_per_row if share else 0))
-        check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row)
+        check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row,
+                          kind=self.describe())
         # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
         self.storage = host_memory.zeros(columns, self.device)
         assert tuple(self.storage) == tuple(key for key in STORED if key in columns)
@@ -157,6 +159,18 @@ class ReplayBuffer:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self._constants: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def describe(self) -> str:
+        """The kind of buffer in words, e.g. "prioritized replay buffer (3-step returns, frames
+        stored once)", for the log line that also gives its size: the size alone does not say
+        how rows are drawn or what a row holds. Needs only what __init__ sets before it logs."""
+        details = []
+        if self.n_step > 1:
+            details.append(f"{self.n_step}-step returns")
+        if self.frames is not None:
+            details.append("frames stored once")
+        kind = f"{self.sampling} replay buffer"
+        return f"{kind} ({', '.join(details)})" if details else kind
 
     def __len__(self) -> int:
         """Rows that can be drawn: all stored ones but the last `lookahead` vector steps' (their

@@ -75,7 +75,7 @@ class SequenceBuffer:
             self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
             self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
             total += num_envs * frames_per_env * self.frames.frame_bytes + 16 * capacity
-        check_host_memory(total, self.device, capacity, total // capacity, buffer="sequence", row="chunk",
+        check_host_memory(total, self.device, capacity, total // capacity, kind=self.describe(), row="chunk",
                           detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
                                  f"plus the actor's state per chunk)")
         stored = host_memory.zeros(layout, self.device)
@@ -98,6 +98,12 @@ class SequenceBuffer:
         self.open_states: list[torch.Tensor] = []  # (num_envs, length, ...): the actor's state before each step
         self.open_length = np.zeros(num_envs, dtype=np.int64)
         self.open_episode_start = np.ones(num_envs, dtype=bool)  # envs begin with a fresh episode
+
+    def describe(self) -> str:
+        """The kind of buffer in words, e.g. "sequence buffer (16-step chunks, frames stored once)",
+        for the log line that also gives its size (ReplayBuffer.describe's counterpart)."""
+        details = f"{self.sequence_length}-step chunks" + (", frames stored once" if self.frames is not None else "")
+        return f"sequence buffer ({details})"
 
     def __len__(self) -> int:
         return self.size
