@@ -3,8 +3,10 @@ and where the records went (issue #43, items 6 and 9)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -86,3 +88,31 @@ def test_the_buffer_line_names_the_kind_of_buffer(caplog, make, kind):
         buffer = make()
     assert kind in caplog.text
     assert caplog.text.count(buffer.describe()) == 1
+
+
+# --- where the tracking runs went -------------------------------------------------------------
+
+def test_mlflow_says_where_its_run_went_and_keeps_its_store_setup_quiet(tmp_path, monkeypatch, capfd, caplog):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with caplog.at_level(logging.INFO, logger="rl_hydra"):
+        run_training(tmp_path / "run", *TINY, "train.total_steps=50", "train.eval_every=50",
+                     "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={uri}")
+    run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["mlflow"]["run_id"]
+    assert (f"MLflow run {run_id} (experiment rl-hydra) in {uri}; see it with: "
+            f"mlflow ui --backend-store-uri {uri}") in caplog.text
+    assert "Creating initial MLflow database tables" not in capfd.readouterr().err
+    setup = logging.getLogger("mlflow.store.db.utils")
+    assert not setup.isEnabledFor(logging.INFO) and setup.isEnabledFor(logging.WARNING)   # warnings still show
+
+
+def test_an_online_wandb_run_logs_its_id_and_address(caplog):
+    pytest.importorskip("wandb")
+    from rl_hydra.loggers.wandb import WandbLogger
+
+    logger = WandbLogger(mode="online")
+    logger.run = SimpleNamespace(id="abc123", url="https://wandb.ai/me/rl-hydra/runs/abc123")
+    with caplog.at_level(logging.INFO, logger="rl_hydra"):
+        logger._say_where()
+    assert "W&B run abc123: https://wandb.ai/me/rl-hydra/runs/abc123" in caplog.text

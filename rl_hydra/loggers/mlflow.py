@@ -40,6 +40,23 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:////") else None
 
 
+def quiet_store_setup() -> None:
+    """MLflow logs its database setup on every new store ("Creating initial MLflow database
+    tables...", "Updating database tables", alembic's migration steps) at INFO, in a format of its
+    own, amid the run's log: noise to a user. Those loggers are raised to WARNING, which keeps
+    their real warnings. Called after mlflow is imported, whose import sets its loggers' levels."""
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def how_to_see(uri: str) -> str:
+    """What to open to look at a run in the store `uri`: a server's address as it is, any other
+    store through a local `mlflow ui` (the full mlflow package, not the mlflow extra's skinny one)."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
 class MLflowLogger:
     """Params: the flattened composed config. Metrics: every row, as it is logged. At the end:
     summary.json, .hydra/ and checkpoints/best.pt as artifacts, and the status summary.json has
@@ -60,6 +77,8 @@ class MLflowLogger:
         tags = {"mlflow.parentRunId": parent["run_id"]} if parent.get("tracking_uri") == self.tracking_uri else {}
         self.run_id = self.open_run(run_dir.path, run_dir.path.name, tags)
         self._log_params(flat_config(OmegaConf.to_container(cfg, resolve=True)))
+        log.info("MLflow run %s (experiment %s) in %s; see it with: %s", self.run_id, self.experiment,
+                 self.tracking_uri, how_to_see(self.tracking_uri))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric
@@ -81,6 +100,7 @@ class MLflowLogger:
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
+        quiet_store_setup()
         database = sqlite_file(self.tracking_uri)
         if database is not None:
             database.parent.mkdir(parents=True, exist_ok=True)

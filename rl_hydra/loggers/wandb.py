@@ -53,8 +53,14 @@ class WandbLogger:
                               group=group, tags=self.tags, config=OmegaConf.to_container(cfg, resolve=True),
                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
+        self._say_where()
+
+    def _say_where(self) -> None:
+        """One line at the start: where the run's record goes, so that it can be found."""
         if self.mode == "offline":
             log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id, Path(self.run.dir).parent)
+        elif self.mode == "online":
+            log.info("W&B run %s: %s", self.run.id, self.run.url)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.run.log(numbers(metrics), step=step)
