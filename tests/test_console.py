@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.sweep_report import JOBLIB_LOGGER, SweepFailures
 from tests.conftest import TINY, run_training
 
 
@@ -116,3 +118,20 @@ def test_an_online_wandb_run_logs_its_id_and_address(caplog):
     with caplog.at_level(logging.INFO, logger="rl_hydra"):
         logger._say_where()
     assert "W&B run abc123: https://wandb.ai/me/rl-hydra/runs/abc123" in caplog.text
+
+
+# --- the joblib launcher's opening line --------------------------------------------------------
+
+JOBLIB_LINE = ("Joblib.Parallel(n_jobs={},backend=loky,prefer=processes,require=None,verbose=0,timeout=None,"
+               "pre_dispatch=2*n_jobs,batch_size=auto,temp_folder=None,max_nbytes=None,mmap_mode=r) "
+               "is launching 4 jobs")
+
+
+@pytest.mark.parametrize("n_jobs, said", [(2, "launching 4 jobs, 2 at a time"), (-1, "launching 4 jobs, ")])
+def test_the_joblib_launchers_line_is_short_once_a_sweep_starts(tmp_path, caplog, n_jobs, said):
+    SweepFailures().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    with caplog.at_level(logging.INFO, logger=JOBLIB_LOGGER):
+        logging.getLogger(JOBLIB_LOGGER).info(JOBLIB_LINE.format(n_jobs))
+        logging.getLogger(JOBLIB_LOGGER).info("Launching jobs, sweep output dir : x")
+    assert [r.getMessage() for r in caplog.records][0].startswith(said)
+    assert "Joblib.Parallel" not in caplog.text and "Launching jobs, sweep output dir : x" in caplog.text
