@@ -1,17 +1,22 @@
 """The one way a run starts, whoever starts it: `python train.py` (Hydra), `train.py resume=<dir>`
 and the Python API `rl_hydra.train(...)` all call `launch`.
 
-It makes sure the run directory holds the config it runs (Hydra writes .hydra/ itself; the other
-two callers have it written here), that the `rl_hydra` log goes to the directory's train.log, and
-then trains, skips a finished run, or continues an interrupted one. Every failure becomes a
-`RunFailed` with one user-facing line and its exit code: 2 for a config that cannot work, 1 for a
-run that failed, 130 for a run stopped by Ctrl-C/SIGTERM (it keeps a checkpoint).
+A run directory is a record, so a launch writes nothing into it until everything is known to
+work: the config is validated, what the directory already holds is checked (the same config, not
+finished), and the run is built (rl_hydra.training.run). Only then, at `take_directory`, does it
+take the directory's lock (one writer at a time), look again under the lock, record the config
+in .hydra/ and a provenance session, and open train.log. Every failure becomes a `RunFailed`
+with one user-facing line and its exit code: 2 for a command that cannot work (nothing was
+written), 1 for a run that failed, 130 for a run stopped by Ctrl-C/SIGTERM (it keeps a checkpoint).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
+import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -19,13 +24,15 @@ from typing import Any, Iterator, Sequence
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError, flat_config
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.config import ConfigError, flat_config, validate_run_config
+from rl_hydra.runs.provenance import Session
+from rl_hydra.runs.run_dir import RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text
 
 log = logging.getLogger("rl_hydra")
 
 EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"   # Hydra's job log format
+STARTED = time.time()   # a run directory made after this, and left empty by a refusal, is removed
 
 
 class RunFailed(Exception):
@@ -34,157 +41,301 @@ class RunFailed(Exception):
         self.code = code
 
 
+class AlreadyFinished(Exception):
+    """Found under the lock: the run was finished by another process in the meantime."""
+
+    def __init__(self, summary: dict[str, Any]):
+        super().__init__("already finished")
+        self.summary = summary
+
+
 def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overrides: Sequence[str] | None = None,
-           hydra_cfg: DictConfig | None = None, keep_refused: bool = False) -> dict[str, Any]:
+           hydra_cfg: DictConfig | None = None, keep_refused: bool = False,
+           config_changes: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """Train `cfg` into `run_dir` and return its summary; raises RunFailed.
 
-    `overrides` and `hydra_cfg` are written to .hydra/ when the directory has no config yet
-    (Hydra's own runs already have it). A config refused before the first step leaves nothing
-    behind, unless `keep_refused` (a sweep's job: its failed summary.json lists it in the
-    sweep's report)."""
+    `overrides` (this launch's command line) and `hydra_cfg` (Hydra's node, or the part of it a
+    run keeps) go to .hydra/ when the directory has no config yet; `config_changes` ({key: [old,
+    new]}, a resume's key=value changes) rewrite its config. A refused command writes nothing,
+    except that a refused sweep job (`keep_refused`) records its config and a failed summary.json
+    in its own new directory, so that the sweep's report lists it."""
     directory = RunDirectory(run_dir)
-    if not (directory.hydra / "config.yaml").is_file():
-        write_run_config(directory, cfg, overrides or [], hydra_cfg)
-    if resume:   # resume=<dir> may change existing keys: what it runs becomes the run's config
-        record_run_config(directory, cfg)
-    else:
-        check_same_run(directory, cfg)
+    overrides = list(overrides or [])
     try:
-        with log_to_file(directory.path / "train.log"):
-            log.info("run directory: %s", directory.path)
-            return _train_or_skip(cfg, directory, resume, keep_refused)
+        validate_run_config(cfg)
+        RunLock.check_free(directory)
+        if config_changes:   # as validated: `3e3` given for an integer key is 3000
+            config_changes = {key: [old, OmegaConf.select(cfg, key)] for key, (old, _) in config_changes.items()}
+        finished = check_directory(directory, cfg, resume, overrides, config_changes)
+        if finished is not None:
+            log.info("%s already holds a finished run (step %d); not training again",
+                     directory.path, finished["global_step"])
+            return finished
+        return _train(cfg, directory, resume, overrides, hydra_cfg, config_changes)
+    except (ConfigError, RunBusy) as error:
+        failure = RunFailed(str(error), EXIT_CONFIG)
+        failure.__cause__ = error
     except RunFailed as error:
-        if error.code == EXIT_CONFIG and not resume and not keep_refused:
+        failure = error
+    if failure.code == EXIT_CONFIG and not resume:
+        if keep_refused and not isinstance(failure.__cause__, RunBusy):
+            record_refusal(directory, cfg, overrides, hydra_cfg, str(failure))
+        elif not keep_refused:
             remove_refused_run(directory)
-        raise
+    raise failure
 
 
-# the run's own record of the config it trains with: Hydra rewrites .hydra/config.yaml at every launch
-RUN_CONFIG = "run_config.yaml"
-IGNORED_DIFFERENCES = ("train.progress",)   # a sweep turns the progress bar off; it changes no result
+def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, overrides: Sequence[str],
+                    config_changes: dict[str, list[Any]] | None) -> dict[str, Any] | None:
+    """What the directory already holds, read only: raises RunFailed for a launch that does not
+    fit it; returns the summary of a finished run that this launch would not train further."""
+    if not resume and directory.holds_output():
+        check_same_config(directory, cfg, overrides)
+    summary = directory.read_summary()
+    finished = bool(summary) and summary.get("status") == "completed" and (
+        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
+    if finished and config_changes:
+        reached = (f"was solved at step {summary['solved_at_step']}" if summary.get("solved_at_step") is not None
+                   else f"ended at step {summary['global_step']}")
+        raise RunFailed(f"{directory.path} {reached}; {format_changes(config_changes)} would not train it "
+                        f"further (to extend it, give a larger train.total_steps); nothing was changed", EXIT_CONFIG)
+    return summary if finished else None
 
 
-def check_same_run(directory: RunDirectory, cfg: DictConfig) -> None:
+# a sweep turns the progress bar off; it changes no result
+IGNORED_DIFFERENCES = ("train.progress",)
+
+
+def check_same_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str]) -> None:
     """A directory that already holds a run's output may only be launched into again with the same
-    config (a re-launched sweep); a different one is refused, naming the keys that differ. A job
-    refused before its first step left no output, so a corrected config simply runs there. Keys
+    config (a re-launched sweep); a different one is refused, naming the keys that differ. Keys
     the recorded config lacks were added to rl_hydra's configs since the run began: they do not
     count as a difference (a sweep re-launched after an upgrade still finds its runs), and the
     log names them, unless this launch's own overrides set them (the run did not have what they ask)."""
-    recorded = directory.hydra / RUN_CONFIG
-    if recorded.is_file() and (directory.checkpoints.is_dir() or directory.metrics_csv.is_file()):
-        before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
-        added = sorted(now.keys() - before.keys())
-        if added:
-            log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
-        asked = set(added) & overridden_keys(directory)
-        differ = sorted(k for k in before.keys() | now.keys()
-                        if (k in before and before.get(k) != now.get(k) or k in asked) and k not in IGNORED_DIFFERENCES)
-        if differ:
-            shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
-            more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
-            raise RunFailed(f"{directory.path} already holds a run with another config ({shown}{more}); "
-                            f"launch into a new directory, or continue that run with "
-                            f"python train.py resume={directory.path} [key=value ...]", EXIT_CONFIG)
-    record_run_config(directory, cfg)
+    recorded = directory.recorded_config
+    if not recorded.is_file():
+        return
+    before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
+    added = sorted(now.keys() - before.keys())
+    asked = set(added) & {str(o).split("=", 1)[0].lstrip("+~") for o in overrides if "=" in str(o)}
+    differ = sorted(k for k in before.keys() | now.keys()
+                    if (k in before and before.get(k) != now.get(k) or k in asked) and k not in IGNORED_DIFFERENCES)
+    if differ:
+        shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
+        more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+        raise RunFailed(f"{directory.path} already holds a run with another config ({shown}{more}); "
+                        f"launch into a new directory, or continue that run with "
+                        f"python train.py resume={directory.path} [key=value ...]", EXIT_CONFIG)
+    if added:
+        log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
 
 
-def overridden_keys(directory: RunDirectory) -> set[str]:
-    """The keys this launch's command-line overrides set (.hydra/overrides.yaml, written at each launch)."""
-    path = directory.hydra / "overrides.yaml"
-    overrides = yaml.safe_load(path.read_text()) if path.is_file() else None
-    return {str(o).split("=", 1)[0].lstrip("+~") for o in overrides or [] if "=" in str(o)}
+def format_changes(changes: dict[str, list[Any]]) -> str:
+    return ", ".join(f"{key}={new}" for key, (_, new) in changes.items())
 
 
-def record_run_config(directory: RunDirectory, cfg: DictConfig) -> None:
-    directory.hydra.mkdir(parents=True, exist_ok=True)
-    (directory.hydra / RUN_CONFIG).write_text(OmegaConf.to_yaml(cfg))
+def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: list[str],
+           hydra_cfg: DictConfig | None, config_changes: dict[str, list[Any]] | None) -> dict[str, Any]:
+    """Build and train (torch is imported here, in the job, so that the process launching a
+    parallel sweep stays light); the directory is taken only once the run is built."""
+    from rl_hydra.training import run
+
+    checkpointed = (directory.checkpoints / "last.pt").is_file()
+    if resume and not checkpointed:
+        log.info("%s has no checkpoint yet (stopped before its first one): training from step 0", directory.path)
+    resume = checkpointed   # a re-launched sweep continues too
+    with contextlib.ExitStack() as held:
+        session: list[Session] = []
+        log_file: list[logging.Handler] = []
+        early = HeldBackLog()
+        held.callback(early.discard)
+
+        def take_directory(step: int, device) -> None:
+            held.enter_context(RunLock(directory))
+            finished = check_directory(directory, cfg, resume, overrides, config_changes)
+            if finished is not None:
+                raise AlreadyFinished(finished)
+            directory.remove_temp_files()
+            record_config(directory, cfg, overrides, hydra_cfg, config_changes)
+            session.append(Session(directory, device, step, config_changes))
+            log_file.append(held.enter_context(log_to_file(directory.path / "train.log")))
+            early.release(log_file[0])   # what building the run logged (the buffer's size, ...)
+            log.info("run directory: %s", directory.path)
+
+        try:
+            summary = run(cfg, directory.path, resume=resume, on_ready=take_directory)
+        except AlreadyFinished as done:
+            return done.summary
+        except Exception as error:  # noqa: BLE001 - every failure becomes one line and an exit code
+            failure, status = classify(error, cfg, directory, committed=bool(session))
+            if log_file:   # the console gets the line from the caller; the run's log keeps it too
+                log_file[0].handle(logging.makeLogRecord(
+                    {"name": "rl_hydra", "levelno": logging.ERROR if failure.code != EXIT_INTERRUPTED else logging.WARNING,
+                     "levelname": "ERROR" if failure.code != EXIT_INTERRUPTED else "WARNING", "msg": str(failure)}))
+            if session:
+                end_session(session[0], directory, status)
+            raise failure from (error if failure.code == EXIT_CONFIG else None)
+        end_session(session[0], directory, summary["status"])
+        return summary
+
+
+def classify(error: Exception, cfg: DictConfig, directory: RunDirectory, committed: bool) -> tuple[RunFailed, str]:
+    """(the one-line failure for the caller, the session's status) for what ended a run;
+    `committed`: whether the run had taken the directory (else nothing may be written there)."""
+    from rl_hydra.loops.runner import StopRequested, TrainingDiverged
+
+    if isinstance(error, RunFailed):
+        return error, "failed"
+    if isinstance(error, (ConfigError, RunBusy)):
+        return RunFailed(str(error), EXIT_CONFIG), "failed"
+    if isinstance(error, WriteFailed):
+        return RunFailed(write_failure(directory, error), EXIT_FAILED), "failed"
+    if isinstance(error, RunError):
+        return RunFailed(str(error), EXIT_CONFIG), "failed"
+    if isinstance(error, TrainingDiverged):
+        return RunFailed(f"training diverged: {error}", EXIT_FAILED), "failed"
+    if isinstance(error, StopRequested):
+        return RunFailed(f"stopped; the last checkpoint is in {directory.checkpoints / 'last.pt'}; "
+                         f"resume with: python train.py resume={directory.path}", EXIT_INTERRUPTED), "interrupted"
+    # an env that raised, or a bug: recorded like any failure, traceback kept
+    reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
+    trace = "".join(traceback.format_exception(error))
+    if not committed:   # failed while being built: the directory is not this run's to write
+        print(trace, end="", file=sys.stderr)
+        return RunFailed(f"run failed before it started: {reason} (traceback above)", EXIT_FAILED), "failed"
+    with contextlib.suppress(OSError, RunError):
+        atomic_write_text(directory.path / "traceback.txt", trace)
+        directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, _target_name(cfg))})
+    return RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})", EXIT_FAILED), "failed"
+
+
+def end_session(session: Session, directory: RunDirectory, status: str) -> None:
+    """Complete the session's provenance record (best effort: a full disk has been reported already)."""
+    with contextlib.suppress(OSError, RunError, ValueError):
+        session.end(status, (directory.read_summary() or {}).get("global_step"))
+
+
+def write_failure(directory: RunDirectory, error: WriteFailed) -> str:
+    """One line: what could not be written and why, where the run can go on from, and how."""
+    step = directory.checkpoint_step("last")
+    where = (f"the last good checkpoint is {directory.checkpoints / 'last.pt'} (step {step})" if step is not None
+             else "no checkpoint was written yet")
+    fix = "free some space, then" if error.disk_full else "once that is fixed,"
+    resume = (f"resume with: python train.py resume={directory.path}" if step is not None
+              else "launch the run again")
+    return f"{error}; {where}; {fix} {resume}"
+
+
+def record_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
+                  hydra_cfg: DictConfig | None, config_changes: dict[str, list[Any]] | None) -> None:
+    """.hydra/: the composed config, the overrides and Hydra's own config, written once when the
+    run begins (Hydra's own writing at job start is off: conf/train.yaml hydra.output_subdir); a
+    resume's changes rewrite the config and add their overrides."""
+    if directory.config_yaml.is_file() and not config_changes:
+        return
+    if directory.config_yaml.is_file():
+        path = directory.hydra / "overrides.yaml"
+        overrides = [*(yaml.safe_load(path.read_text()) or [] if path.is_file() else []), *overrides]
+        hydra_cfg = None   # Hydra's config is the one the run began with
+    atomic_write_text(directory.config_yaml, OmegaConf.to_yaml(cfg))
+    atomic_write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))
+    if hydra_cfg is not None:
+        atomic_write_text(directory.hydra / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
+    (directory.hydra / "run_config.yaml").unlink(missing_ok=True)   # an older version's second copy
+
+
+def record_refusal(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
+                   hydra_cfg: DictConfig | None, reason: str) -> None:
+    """A refused sweep job's record (its config and a failed summary.json), in a directory that
+    holds no run and no other process uses; never over another run."""
+    with contextlib.suppress(RunError, OSError), RunLock(directory):
+        if directory.holds_output() or directory.summary_json.is_file():
+            return
+        record_config(directory, cfg, overrides, hydra_cfg, None)
+        directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, _target_name(cfg))})
 
 
 def remove_refused_run(directory: RunDirectory) -> None:
-    """Remove what a refused launch wrote (.hydra/, train.log, its summary), and the directory
-    itself if that leaves it empty; never anything else that was there."""
-    import shutil
-
-    if directory.checkpoints.exists() or directory.metrics_csv.exists():
-        return
-    shutil.rmtree(directory.hydra, ignore_errors=True)
-    for name in ("train.log", "summary.json"):
-        (directory.path / name).unlink(missing_ok=True)
+    """A refused single run leaves nothing behind: the directory Hydra made for it is removed
+    when it holds nothing (but the lock this process took) and was made by this process (never
+    a directory that was there)."""
     with contextlib.suppress(OSError):
+        if directory.path.stat().st_mtime < STARTED - 1:
+            return
+        if [p.name for p in directory.path.iterdir()] == [directory.lock_file.name]:
+            directory.lock_file.unlink()
         directory.path.rmdir()
 
 
-def write_run_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
-                     hydra_cfg: DictConfig | None) -> None:
-    """What Hydra writes into a run directory: the composed config, the overrides, its own config."""
-    directory.hydra.mkdir(parents=True, exist_ok=True)
-    (directory.hydra / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    (directory.hydra / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
-    if hydra_cfg is not None:
-        (directory.hydra / "hydra.yaml").write_text(OmegaConf.to_yaml({"hydra": hydra_cfg}))
+class HeldBackLog:
+    """Until a run takes its directory, its INFO log records are held back from the console (a
+    refused command prints its one error line and nothing else) and kept for its train.log;
+    warnings pass at once."""
+
+    def __init__(self) -> None:
+        self.root = logging.getLogger()
+        self.console = list(self.root.handlers)
+        self.memory = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
+        self.memory.setLevel(logging.INFO)
+        for handler in self.console:
+            handler.addFilter(self.passes)
+        self.root.addHandler(self.memory)
+
+    @staticmethod
+    def passes(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    def release(self, log_file: logging.Handler | None = None) -> None:
+        """Stop holding back: show the held records on the console and write them all to `log_file`."""
+        self.root.removeHandler(self.memory)
+        for handler in self.console:
+            handler.removeFilter(self.passes)
+        for record in self.memory.buffer:
+            for handler in self.console if record.levelno < logging.WARNING else ():
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            if log_file is not None:
+                log_file.handle(record)
+        self.memory.buffer.clear()
+
+    def discard(self) -> None:
+        self.root.removeHandler(self.memory)
+        for handler in self.console:
+            handler.removeFilter(self.passes)
+        self.memory.buffer.clear()
 
 
 @contextlib.contextmanager
-def log_to_file(path: Path) -> Iterator[None]:
-    """Send the `rl_hydra` log (INFO and up) to `path` for the duration, unless a handler already
-    writes there (Hydra's job logging does for its own runs)."""
-    logger, target = logging.getLogger("rl_hydra"), str(path.resolve())
-    handlers = [h for lg in (logging.getLogger(), logger) for h in lg.handlers]
-    if any(getattr(h, "baseFilename", None) == target for h in handlers):
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+def log_to_file(path: Path) -> Iterator[logging.Handler]:
+    """Send the log (INFO and up: rl_hydra's and whatever else reaches the root logger) to `path`
+    for the duration. Hydra's job logging writes to the console only (conf/hydra/job_logging):
+    the file is opened here, once the run has the directory."""
+    logger, root = logging.getLogger("rl_hydra"), logging.getLogger()
+    handler = QuietFileHandler(path)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setLevel(logging.INFO)
     level = logger.level
-    logger.addHandler(handler)
+    root.addHandler(handler)
     if logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)
     try:
-        yield
+        yield handler
     finally:
-        logger.removeHandler(handler)
+        root.removeHandler(handler)
         logger.setLevel(level)
         handler.close()
+
+
+class QuietFileHandler(logging.FileHandler):
+    """A FileHandler that, when its file cannot be written (a full disk), says so in one line and
+    stops, instead of printing a traceback for every record; the run's own writes then report it."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        print(f"warning: {self.baseFilename} cannot be written to any more; the log goes on in the console only",
+              file=sys.stderr)
+        logging.getLogger().removeHandler(self)
 
 
 def _target_name(cfg: DictConfig) -> str:
     """The algo's class name, what summary.json names when the run's config choice is unknown."""
     return OmegaConf.select(cfg, "algo._target_", default="?").rsplit(".", 1)[-1]
-
-
-def _train_or_skip(cfg: DictConfig, directory: RunDirectory, resume: bool, keep_refused: bool) -> dict[str, Any]:
-    """Train, or skip a directory that holds a finished run, or continue an interrupted one found
-    there (a re-launched sweep). Torch is imported here, in the job, so that the process
-    launching a parallel sweep stays light."""
-    from rl_hydra.loops.runner import StopRequested, TrainingDiverged
-    from rl_hydra.training import run
-
-    run_dir = directory.path
-    summary = directory.read_summary()
-    finished = summary and summary.get("status") == "completed" and (
-        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
-    if finished:
-        log.info("%s already holds a finished run (step %d); not training again", run_dir, summary["global_step"])
-        return summary
-    resume = resume or (directory.checkpoints / "last.pt").is_file()
-    try:
-        return run(cfg, run_dir, resume=resume)
-    except (ConfigError, RunError) as error:
-        if not resume and keep_refused:
-            directory.write_summary({"status": "failed", "reason": str(error),
-                                     **directory.identity(cfg, _target_name(cfg))})
-        raise RunFailed(str(error), EXIT_CONFIG) from None
-    except TrainingDiverged as error:
-        raise RunFailed(f"training diverged: {error}", EXIT_FAILED) from None
-    except StopRequested:
-        raise RunFailed(f"stopped; the last checkpoint is in {run_dir}/checkpoints/last.pt; "
-                        f"resume with: python train.py resume={run_dir}", EXIT_INTERRUPTED) from None
-    except Exception as error:  # an env that raised, or a bug: recorded like any failure, traceback kept
-        reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
-        directory.path.mkdir(parents=True, exist_ok=True)
-        (directory.path / "traceback.txt").write_text(traceback.format_exc())
-        directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, _target_name(cfg))})
-        raise RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})",
-                        EXIT_FAILED) from None

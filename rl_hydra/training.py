@@ -184,14 +184,26 @@ def first_update_step(agent: Agent) -> int:
     return -(-max(agent.learning_starts, 1) // agent.train_every) * agent.train_every
 
 
-def warn_if_no_update(agent: Agent, total_steps: int) -> None:
-    """A run that will never update says so before it starts (a warning, not an error: a run
-    that only collects experience or tests the loop is legitimate)."""
+FEW_UPDATES = 100   # below this many updates a run has barely begun to learn
+
+
+def update_count(agent: Agent, total_steps: int) -> int:
+    """How many updates a run of `total_steps` env steps makes (one vector env)."""
     first = first_update_step(agent)
-    if first > total_steps:
-        log.warning("this run makes no update: with algo.learning_starts=%d and algo.train_every=%d the first "
-                    "update falls at step %d, after train.total_steps=%d; lower algo.learning_starts or raise "
-                    "train.total_steps", agent.learning_starts, agent.train_every, first, total_steps)
+    return 0 if first > total_steps else ((total_steps - first) // agent.train_every + 1) * agent.gradient_steps
+
+
+def warn_if_few_updates(agent: Agent, total_steps: int, step: int = 0) -> None:
+    """A run whose budget leaves no or almost no updates says so before it starts (a warning, not
+    an error: a run that only collects experience or tests the loop is legitimate); its steps/s
+    then measures acting alone."""
+    updates, first = update_count(agent, total_steps), first_update_step(agent)
+    if updates >= FEW_UPDATES or step >= total_steps:
+        return
+    what = "no update" if updates == 0 else f"only {updates} update{'s' if updates > 1 else ''}"
+    log.warning("this run makes %s: with algo.learning_starts=%d and algo.train_every=%d the first update falls at "
+                "step %d of train.total_steps=%d; lower algo.learning_starts or raise train.total_steps",
+                what, agent.learning_starts, agent.train_every, first, total_steps)
 
 
 def pick_loop(agent: Agent) -> Callable[[Runner], None]:
@@ -229,7 +241,8 @@ def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
+        on_ready: Callable[[int, torch.device], None] | None = None, stop_after: int | None = None) -> dict[str, Any]:
     """Train one run into `run_dir`; returns the summary (also written to summary.json).
 
     With `resume`, continue from `run_dir/checkpoints/last.pt`. Raises ConfigError
@@ -237,47 +250,60 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> dict[str,
     goes non-finite, StopRequested after Ctrl-C/SIGTERM; in the last two cases the
     run directory keeps a good checkpoint and its metrics. The caller's process
     settings (threads, denormals, global RNGs) are as they were when it returns.
+
+    Nothing is written into `run_dir` before `on_ready(step, device)` is called: by then the
+    config is validated, the run built and a resumed checkpoint loaded (`step` is where training
+    starts), so a caller that refuses there (rl_hydra.launch: the directory's lock) leaves the
+    directory as it was. `stop_after`: end after that many env steps, as if the run were
+    interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
     with process_settings(cfg):
-        return _run(cfg, RunDirectory(run_dir), device, resume)
+        return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
 
 
-def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool) -> dict[str, Any]:
+def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready, stop_after) -> dict[str, Any]:
     checkpoint = run_dir.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
-    warn_if_no_update(agent, cfg.train.total_steps)
-    runner = Runner(cfg, agent, env, buffer, run_dir.path)
+    runner = Runner(cfg, agent, env, buffer, run_dir.path, stop_after=stop_after)
     if checkpoint is not None:
         try:
             runner.load_state_dict(checkpoint)
         except (KeyError, RuntimeError, ValueError) as error:
             raise RunError(f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config "
                            f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+        if runner.global_step > cfg.train.total_steps:
+            raise ConfigError(f"train.total_steps={cfg.train.total_steps} is below the step this run has reached "
+                              f"({runner.global_step}); give train.total_steps >= {runner.global_step}")
+    if on_ready is not None:
+        on_ready(runner.global_step, device)
+    if checkpoint is not None:
         log.info("resuming %s at step %d", run_dir.path, runner.global_step)
+    warn_if_few_updates(agent, cfg.train.total_steps, runner.global_step)
     loop = pick_loop(agent)
     status = "failed"   # unless the loop ends or is stopped; the loggers end with summary.json's status
-    try:
-        with stop_at_step_boundary(runner), log_through_progress_bar(runner.reporter.show_progress):
-            runner.start()
-            loop(runner)
-        runner.save_checkpoint("last")
-        summary = runner.summary("completed")
-        run_dir.write_summary(summary)
-        status = "completed"
-    except TrainingDiverged as error:
-        run_dir.write_summary(runner.summary("failed", reason=str(error)))
-        raise
-    except StopRequested:
-        runner.save_checkpoint("last")
-        run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
-        status = "interrupted"
-        raise
-    finally:
-        runner.close(status)
+    with log_through_progress_bar(runner.reporter.show_progress):
+        try:
+            with stop_at_step_boundary(runner):
+                runner.start()
+                loop(runner)
+            runner.save_checkpoint("last")
+            summary = runner.summary("completed")
+            run_dir.write_summary(summary)
+            status = "completed"
+        except TrainingDiverged as error:
+            run_dir.write_summary(runner.summary("failed", reason=str(error)))
+            raise
+        except StopRequested:
+            runner.save_checkpoint("last")
+            run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
+            status = "interrupted"
+            raise
+        finally:
+            runner.close(status)
     log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s); run directory: %s",
              summary["eval_return_mean"], summary["global_step"], summary["wall_time_s"],
              summary["steps_per_second"], run_dir.path)

@@ -37,6 +37,21 @@ def run_training(run_dir: Path, *overrides: str) -> dict:
     return run(compose_config(*overrides), run_dir)
 
 
+def stop_at(monkeypatch, step: int) -> None:
+    """The run gets a stop request during the vector step that reaches `step`, as after SIGTERM:
+    it stops there, before what falls due at that step (the resumed run does that first)."""
+    from rl_hydra.loops.runner import Runner
+
+    record_step = Runner.record_step
+
+    def stop_once_reached(self):
+        if self.global_step + self.env.num_envs >= step:
+            self.stop_requested = True
+        record_step(self)
+
+    monkeypatch.setattr(Runner, "record_step", stop_once_reached)
+
+
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "train.py"):
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True,

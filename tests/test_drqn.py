@@ -20,7 +20,7 @@ from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.losses import masked_td_loss
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.training import build_components, pick_loop, run
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, run_training, stop_at
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -326,14 +326,8 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
                          "train.checkpoint_every=100", "algo.learning_starts=60", "algo.train_every=20",
                          "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2")
     uninterrupted = run(cfg, tmp_path / "a")
-    original = Runner._on_due
-
-    def stop_at_307(self, due):
-        original(self, due)
-        self.stop_requested = self.stop_requested or self.global_step >= 307
-
     with monkeypatch.context() as patch:
-        patch.setattr(Runner, "_on_due", stop_at_307)
+        stop_at(patch, 307)
         with pytest.raises(StopRequested):
             run(cfg, tmp_path / "b")
     saved = RunDirectory(tmp_path / "b").load_checkpoint("last")

@@ -22,7 +22,7 @@ from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loggers import CSVLogger, TensorBoardLogger, build_loggers
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs.report import main as evaluate_main
-from tests.conftest import ROOT, TINY, compose_config, run_cli
+from tests.conftest import ROOT, TINY, compose_config, run_cli, stop_at
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]   # train/* rows too
 
@@ -44,17 +44,6 @@ def csv_rows(run_dir) -> list[dict[str, str]]:
 
 def csv_series(run_dir, column: str) -> list[tuple[int, float]]:
     return [(int(row["step"]), float(row[column])) for row in csv_rows(run_dir) if row[column] not in ("", "nan")]
-
-
-def stop_at(monkeypatch, step: int) -> None:
-    """The run gets a stop request once it reaches `step`, as after SIGTERM."""
-    on_due = Runner._on_due
-
-    def stop_once_reached(self, due):
-        on_due(self, due)
-        self.stop_requested = self.stop_requested or self.global_step >= step
-
-    monkeypatch.setattr(Runner, "_on_due", stop_once_reached)
 
 
 def resume(run_dir, **changes):

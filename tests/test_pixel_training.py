@@ -28,4 +28,4 @@ def test_dqn_trains_on_atari_frames_with_one_frame_per_transition(tmp_path, capl
                                *SHORT[:-1], "train.total_steps=1000", "train.eval_every=1000", "buffer.capacity=2000")
     assert summary["status"] == "completed" and summary["updates"] > 0
     # one 84x84 frame per transition, not two stacks of four
-    assert "replay buffer: 2000 transitions x 7.1 KB = 14.2 MB" in caplog.text
+    assert "uniform replay buffer (frames stored once): 2000 transitions x 7.1 KB = 14.2 MB" in caplog.text

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.training import build_components, run
-from tests.conftest import ROOT, TINY, compose_config, run_cli
+from tests.conftest import ROOT, TINY, compose_config, run_cli, stop_at
 
 FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
         "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
@@ -43,18 +43,6 @@ def assert_same(a, b, path="state"):
             assert_same(x, y, f"{path}[{i}]")
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
-
-
-def stop_at(monkeypatch, step: int):
-    """Make the run receive a stop request once it reaches `step` (as SIGTERM would)."""
-    original = Runner._on_due
-
-    def on_due(self, due):
-        original(self, due)
-        if self.global_step >= step:
-            self.stop_requested = True
-
-    monkeypatch.setattr(Runner, "_on_due", on_due)
 
 
 def metric_rows(run_dir):
@@ -144,7 +132,7 @@ def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     cases = [
         (tmp_path / "missing", [], "is not a run directory"),
-        (run_dir, ["network.hidden_sizes=[8]", "train.total_steps=900"], "does not fit this config"),
+        (run_dir, ["network.hidden_sizes=[8]", "train.total_steps=900"], "network.hidden_sizes cannot change when resuming"),
         (run_dir, ["algo=iqn"], "cannot be applied when resuming"),
         (run_dir, ["train.totl_steps=5"], "train.totl_steps is not a key"),
     ]

@@ -15,7 +15,7 @@ from rl_hydra.cli import check_group_choices
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.training import run
-from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
+from tests.conftest import CONF_DIR, TINY, compose_config, run_cli, stop_at
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=10", "algo.gradient_steps=2"]
 CRASHING_ENV = "[{_target_:tests.helpers.RaiseAfter,_partial_:true,steps:120}]"
@@ -54,7 +54,7 @@ def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
              "path:'${hydra:runtime.output_dir}/torch_threads.txt'}]")
     output = sweep(tmp_path, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", probe,
                    short_names("env.wrappers"))
-    assert "Joblib.Parallel(n_jobs=2" in output
+    assert "launching 2 jobs, 2 at a time" in output
     runs = summaries(tmp_path)
     assert sorted(runs) == ["seed=0", "seed=1"]
     assert all(s["status"] == "completed" and s["global_step"] == 300 for s in runs.values())
@@ -80,7 +80,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
     assert sum(line.startswith(f"error: {tmp_path}/") for line in output.splitlines()) == 3  # each job's own line
 
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
-    with open(tmp_path / "eval" / "results.csv", newline="") as f:
+    with open(tmp_path / "eval" / "results_best_2ep_seed0.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(row["failed"] for row in rows if row["failed"]) == sorted(set(runs) - set(healthy))
     assert [bool(row["mean"]) for row in rows].count(True) == 1
@@ -105,14 +105,8 @@ def interrupt_at(run_dir, step: int, monkeypatch) -> None:
         shutil.rmtree(run_dir / name)
     for name in ("summary.json", "metrics.csv"):
         (run_dir / name).unlink()
-    on_due = Runner._on_due
-
-    def stop_once_reached(self, due):
-        on_due(self, due)
-        self.stop_requested = self.global_step >= step
-
     with monkeypatch.context() as patch:
-        patch.setattr(Runner, "_on_due", stop_once_reached)
+        stop_at(patch, step)
         with pytest.raises(StopRequested):
             run(cfg, run_dir)
 
@@ -224,7 +218,7 @@ def test_a_relaunch_after_an_upgrade_that_added_config_keys_finds_its_finished_r
 
     sweep(tmp_path, "seed=0", short_names())
     before = summaries(tmp_path)
-    recorded = next(tmp_path.glob("*/.hydra/run_config.yaml"))
+    recorded = next(tmp_path.glob("*/.hydra/config.yaml"))
     old = yaml.safe_load(recorded.read_text())
     del old["algo"]["n_step"]   # as written by a version before algo.n_step existed
     recorded.write_text(yaml.safe_dump(old))

@@ -17,7 +17,8 @@ class CSVLogger:
         self.file: MetricsCSV | None = None
 
     def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
-        self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step or None)
+        # rows after `step` are stale, also from a first attempt killed before its first checkpoint
+        self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.file.log(step, metrics)

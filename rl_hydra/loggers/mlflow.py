@@ -76,9 +76,18 @@ class MLflowLogger:
         parent = recall(sweep, "mlflow") if sweep is not None else {}
         tags = {"mlflow.parentRunId": parent["run_id"]} if parent.get("tracking_uri") == self.tracking_uri else {}
         self.run_id = self.open_run(run_dir.path, run_dir.path.name, tags)
+        self._tag_provenance(run_dir)
         self._log_params(flat_config(OmegaConf.to_container(cfg, resolve=True)))
         log.info("MLflow run %s (experiment %s) in %s; see it with: %s", self.run_id, self.experiment,
                  self.tracking_uri, how_to_see(self.tracking_uri))
+
+    def _tag_provenance(self, run_dir: RunDirectory) -> None:
+        """The session's provenance (rl_hydra/runs/provenance.py) as tags: code, versions, device, host."""
+        from mlflow.entities import RunTag
+
+        from rl_hydra.runs import provenance
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v[:5000]) for k, v in provenance.tags(run_dir).items()])
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric

@@ -18,7 +18,9 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
 
         # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
-        self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step else None)
+        # (after step 0: those of a first attempt killed before its first checkpoint)
+        stale = run_dir.tensorboard.is_dir() and any(run_dir.tensorboard.iterdir())
+        self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step or stale else None)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         for key, value in numbers(metrics).items():

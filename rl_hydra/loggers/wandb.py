@@ -40,6 +40,8 @@ class WandbLogger:
     def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
         import wandb
 
+        from rl_hydra.runs import provenance
+
         # wandb.init sets WANDB_* variables and an excepthook for the process: finish puts them back
         self._saved = ({k: v for k, v in os.environ.items() if k.startswith("WANDB")}, sys.excepthook)
         if self.mode == "offline":   # wandb's process-wide setup (its analytics too) takes the mode from here
@@ -50,7 +52,9 @@ class WandbLogger:
         group = record.get("group") if record else (str(sweep) if sweep is not None else None)
         self.run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=run_dir.path,
                               id=record.get("id"), resume="allow" if record else None, name=run_dir.path.name,
-                              group=group, tags=self.tags, config=OmegaConf.to_container(cfg, resolve=True),
+                              group=group, tags=[*self.tags, *provenance.short_tags(run_dir)],
+                              config={**OmegaConf.to_container(cfg, resolve=True),
+                                      "provenance": provenance.latest(run_dir)},
                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
         self._say_where()

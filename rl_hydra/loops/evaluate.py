@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
 from rl_hydra.envs import make_env
+from rl_hydra.loops.monitor import StopRequested
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,8 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with train
 
 
 @torch.no_grad()
-def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0,
+             should_stop: Callable[[], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run one greedy episode in each of the env's copies; returns (returns, lengths).
 
     One episode per copy (rather than the first N to finish) keeps short episodes
@@ -30,6 +32,7 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0) -> tuple[np
     With `epsilon` > 0 each action is a random one with that probability (the env group's
     `eval_epsilon`: Atari's 0.05, as Mnih et al. 2015 evaluate, so that a policy that never
     presses FIRE cannot stall an episode until its time limit), drawn from `seed`.
+    `should_stop` is asked after every step: when it says yes, StopRequested abandons the episodes.
     """
     n = env.num_envs
     obs, _ = env.reset(seed=[seed + i for i in range(n)])
@@ -49,6 +52,8 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0) -> tuple[np
         returns += rewards * running
         lengths += running
         running &= ~(terminated | truncated)
+        if should_stop is not None and should_stop():
+            raise StopRequested
     return returns, lengths
 
 
@@ -66,12 +71,13 @@ class Evaluator:
         self.last: dict[str, float] | None = None
         self.solved_at: dict[str, float] | None = None  # {"step", "elapsed_s"} of the first round at the target
 
-    def run(self, agent, step: int, elapsed: float) -> bool:
-        """Evaluate `agent`; returns whether this round set a new best."""
+    def run(self, agent, step: int, elapsed: float, should_stop: Callable[[], bool] | None = None) -> bool:
+        """Evaluate `agent`; returns whether this round set a new best. StopRequested (from
+        `should_stop`) abandons the round and leaves the evaluator as it was before it."""
         if self.env is None:
             self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
         returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
-                                    epsilon=self.env_cfg.get("eval_epsilon", 0.0))
+                                    epsilon=self.env_cfg.get("eval_epsilon", 0.0), should_stop=should_stop)
         self.rounds += 1
         mean = float(returns.mean())
         self.last = {"eval/return_mean": mean, "eval/return_std": float(returns.std()),

@@ -13,6 +13,11 @@ class TrainingDiverged(RuntimeError):
     """A loss or metric became NaN or infinite."""
 
 
+class StopRequested(Exception):
+    """Ctrl-C or SIGTERM arrived; raised at the next step boundary (or inside an evaluation,
+    which is abandoned and re-run on resume) so that the checkpoint is consistent."""
+
+
 class EpisodeStats:
     """Running return and length of each env's current episode, and the finished ones since the last row."""
 

@@ -19,10 +19,10 @@ from omegaconf import DictConfig
 
 from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
-from rl_hydra.loops.monitor import TrainingDiverged, UpdateMonitor
+from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonitor
 from rl_hydra.loops.reporting import Reporter
 from rl_hydra.loops.rollout import Rollout
-from rl_hydra.loops.schedule import Schedule
+from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.protocols import Agent, Buffer
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -31,12 +31,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Runner", "StopRequested", "TrainingDiverged"]
 
 
-class StopRequested(Exception):
-    """Ctrl-C or SIGTERM arrived; raised at the next step boundary so the checkpoint is consistent."""
-
-
 class Runner:
-    def __init__(self, cfg: DictConfig, agent: Agent, env, buffer: Buffer, run_dir: str | Path):
+    def __init__(self, cfg: DictConfig, agent: Agent, env, buffer: Buffer, run_dir: str | Path,
+                 stop_after: int | None = None):
         self.cfg, self.agent, self.env, self.buffer = cfg, agent, env, buffer
         train = cfg.train
         self.run_dir = RunDirectory(run_dir)
@@ -51,6 +48,11 @@ class Runner:
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         self.stop_requested = False
+        self.stop_after = stop_after   # end here, as if interrupted (rl-hydra-verify's prefix)
+        # what fell due at the step a stop interrupted (an evaluation abandoned, a row not yet
+        # written): checkpointed, and done first when the run resumes
+        self.pending: Due | None = None
+        self._before_evaluation: tuple[dict[str, Any], torch.Tensor] | None = None
 
     @property
     def global_step(self) -> int:
@@ -58,15 +60,20 @@ class Runner:
 
     @property
     def done(self) -> bool:
-        return self.global_step >= self.schedule.total_steps or self.evaluator.solved_at is not None
+        return (self.global_step >= self.schedule.total_steps or self.evaluator.solved_at is not None
+                or (self.stop_after is not None and self.global_step >= self.stop_after))
 
     @property
     def elapsed(self) -> float:
         return self.elapsed_before + (0.0 if self.started is None else time.perf_counter() - self.started)
 
     def start(self) -> None:
+        """Open the loggers; a resumed run first does what was due when it was stopped."""
         self.started = time.perf_counter()
         self.reporter.start(self.global_step)
+        if self.pending is not None:
+            due, self.pending = self.pending, None
+            self._on_due(due)
 
     # --- called by the loops ----------------------------------------------------------
     def run_due_updates(self) -> None:
@@ -98,14 +105,25 @@ class Runner:
         if self.monitor.device_check_pending:
             self.monitor.check_device(self.global_step)
         due = self.schedule.advance(self.env.num_envs)
+        if self.stop_requested:
+            self.pending = due
+            raise StopRequested
         if due is not None:
             self._on_due(due)
-        if self.stop_requested:
-            raise StopRequested
 
-    def _on_due(self, due) -> None:
-        if due.evaluate and self.evaluator.run(self.agent, self.global_step, self.elapsed):
-            self.save_checkpoint("best", with_buffer=False)
+    def _on_due(self, due: Due) -> None:
+        if due.evaluate:
+            # an evaluation draws on the agent's and torch's generators: a stop that abandons it
+            # checkpoints them as they were before it, so the resumed run repeats it exactly
+            self._before_evaluation = (self.agent.state_dict(), torch.get_rng_state())
+            try:
+                improved = self.evaluator.run(self.agent, self.global_step, self.elapsed, lambda: self.stop_requested)
+            except StopRequested:
+                self.pending = due
+                raise
+            self._before_evaluation = None
+            if improved:
+                self.save_checkpoint("best", with_buffer=False)
         if due.log:
             self.write_row(with_eval=due.evaluate)
         if due.checkpoint and not self.done:  # the final checkpoint is the caller's
@@ -123,16 +141,20 @@ class Runner:
     def state_dict(self, with_buffer: bool) -> dict[str, Any]:
         """Everything needed to continue exactly: agent, buffer, counters, RNG streams, env."""
         episodes = self.rollout.episodes
+        agent_state, torch_rng = (self.agent.state_dict(), torch.get_rng_state()) if (
+            self.pending is None or self._before_evaluation is None) else self._before_evaluation
         state = {
-            "agent": self.agent.state_dict(),
+            "agent": agent_state,
             "runner": {"global_step": self.global_step, **self.evaluator.state_dict(),
                        "episodes": episodes.episodes, "elapsed": self.elapsed,
                        "finished_returns": list(episodes.finished_returns),
                        "finished_lengths": list(episodes.finished_lengths),
                        "latest_update": dict(self.monitor.latest)},
-            "rng": {"torch": torch.get_rng_state(),
+            "rng": {"torch": torch_rng,
                     "action_space": self.env.action_space.np_random.bit_generator.state},
         }
+        if self.pending is not None:
+            state["runner"]["pending"] = list(self.pending)
         rollout = self.rollout.state_dict()
         if rollout is not None:
             state["env"] = rollout
@@ -150,6 +172,7 @@ class Runner:
         episodes.finished_lengths = list(runner["finished_lengths"])
         self.elapsed_before = runner["elapsed"]
         self.monitor.latest = dict(runner["latest_update"])
+        self.pending = Due(*runner["pending"]) if runner.get("pending") is not None else None
         torch.set_rng_state(state["rng"]["torch"])
         self.env.action_space.np_random.bit_generator.state = state["rng"]["action_space"]
         if "buffer" in state:

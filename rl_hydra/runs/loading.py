@@ -26,7 +26,7 @@ class Run:
 
         self.path = Path(path)
         self.directory = RunDirectory(self.path)
-        config_file = self.path / ".hydra" / "config.yaml"
+        config_file = self.directory.recorded_config
         if not self.path.is_dir():
             raise RunError(f"run directory {self.path} does not exist")
         if not config_file.is_file():
@@ -55,6 +55,14 @@ class Run:
     @property
     def summary(self) -> dict[str, Any] | None:
         return self.directory.read_summary()
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """What made the run (provenance.json: {"sessions": [...]}, one per launch that trained it),
+        or None for a run made before it was recorded."""
+        from rl_hydra.runs import provenance
+
+        return provenance.read(self.directory)
 
     @property
     def recurrent(self) -> bool:

@@ -1,42 +1,58 @@
 """metrics.csv: one row per logged step, fixed columns; a resumed run drops the rows logged after
-its checkpoint."""
+its checkpoint (and a row a killed process left half-written)."""
 
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from rl_hydra.runs.run_dir import WriteFailed, atomic_write_text
 
 
 class MetricsCSV:
     def __init__(self, csv_path: Path, columns: Iterable[str], resume_from_step: int | None = None):
         self.columns = ["step", *columns]
         self.csv_path = csv_path
-        if resume_from_step is not None and csv_path.is_file():
-            self._truncate_after(resume_from_step)
-        new_file = not csv_path.is_file() or csv_path.stat().st_size == 0
-        self.file = open(csv_path, "a", newline="")
-        self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
-        if new_file:
-            self.writer.writeheader()
-            self.file.flush()
+        try:
+            if resume_from_step is not None and csv_path.is_file():
+                self._truncate_after(resume_from_step)
+            new_file = not csv_path.is_file() or csv_path.stat().st_size == 0
+            self.file = open(csv_path, "a", newline="")
+            self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
+            if new_file:
+                self.writer.writeheader()
+                self.file.flush()
+        except OSError as error:
+            raise WriteFailed(csv_path, error) from error
 
     def _truncate_after(self, step: int) -> None:
-        """Drop rows logged after `step` (they belong to progress a resume replays)."""
+        """Keep the whole rows up to `step` (those after it belong to progress a resume replays),
+        replacing the file atomically: a kill during the rewrite leaves the old file."""
         with open(self.csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        kept = [row for row in rows if int(row["step"]) <= step]
-        with open(self.csv_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(kept)
+            lines = f.read().splitlines(keepends=True)
+        whole = [line for line in lines if line.endswith("\n")]   # a killed writer may leave the last one cut
+        kept = [row for row in csv.DictReader(whole)
+                if None not in row and None not in row.values() and row["step"].isdigit() and int(row["step"]) <= step]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        atomic_write_text(self.csv_path, out.getvalue())
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.writer.writerow({"step": step, **{k: _fmt(v) for k, v in values.items()}})
-        self.file.flush()
+        try:
+            self.writer.writerow({"step": step, **{k: _fmt(v) for k, v in values.items()}})
+            self.file.flush()
+        except OSError as error:
+            raise WriteFailed(self.csv_path, error) from error
 
     def close(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError as error:
+            raise WriteFailed(self.csv_path, error) from error
 
 
 def _fmt(value) -> str:

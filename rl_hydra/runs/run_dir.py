@@ -1,10 +1,15 @@
-"""The run directory: checkpoints, summary.json and loading them back safely."""
+"""The run directory: checkpoints, summary.json and loading them back safely; every write atomic
+and named when it fails; one writer at a time (RunLock)."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,25 +21,78 @@ class RunError(RuntimeError):
     """A run directory or checkpoint that cannot be used; the message is one user-facing line."""
 
 
+class RunBusy(RunError):
+    """Another process holds the run directory's lock."""
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class WriteFailed(RunError):
+    """Writing a file of the run failed (a full disk, a read-only or vanished file system, ...)."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.path, self.error = Path(path), error
+        self.disk_full = error.errno in DISK_FULL
+        why = "the disk is full" if self.disk_full else (error.strerror or type(error).__name__)
+        super().__init__(f"writing {self.path} failed: {why}")
+
+
+class _Recording:
+    """A file object that remembers the OSError its write raised: torch.save reports a failed
+    write as a RuntimeError of its own ("unexpected pos ..."), which hides the disk being full."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+
+TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
+
+
 def atomic_write_bytes(path: Path, write) -> None:
     """Write through a temp file in the same directory, then rename over `path`.
 
-    A crash or kill mid-write leaves the previous file intact. The file gets the mode any new
+    A crash or kill mid-write leaves the previous file intact (and a temp file that the next
+    writer of the run removes: RunDirectory.remove_temp_files). The file gets the mode any new
     file gets under the process's umask (mkstemp alone would make it 0600, unreadable to others
-    on a shared cluster).
+    on a shared cluster). An OSError, also one torch.save wraps, raises WriteFailed naming `path`.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.", suffix=TEMP_SUFFIX)
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            recording = _Recording(f)
+            try:
+                write(recording)
+                f.flush()
+                os.fsync(f.fileno())
+            except Exception as error:
+                if recording.error is not None and not isinstance(error, OSError):
+                    raise recording.error from error
+                raise
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as error:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise WriteFailed(path, error) from error
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, lambda f: f.write(text.encode()))
 
 
 # summary.json: every key always present, null where it does not apply (docs/runs.md)
@@ -58,6 +116,33 @@ class RunDirectory:
         self.summary_json = self.path / "summary.json"
         self.tensorboard = self.path / "tb"
         self.hydra = self.path / ".hydra"   # config.yaml, overrides.yaml, hydra.yaml
+        self.config_yaml = self.hydra / "config.yaml"
+        self.provenance_json = self.path / "provenance.json"
+        self.lock_file = self.path / ".lock"
+
+    @property
+    def recorded_config(self) -> Path:
+        """The config the run trains with: .hydra/config.yaml (run_config.yaml in directories made
+        while Hydra still rewrote config.yaml at every launch, refused ones included)."""
+        legacy = self.hydra / "run_config.yaml"
+        return legacy if legacy.is_file() else self.config_yaml
+
+    def holds_output(self) -> bool:
+        """Whether a run has trained here (checkpoints or metrics exist)."""
+        return self.checkpoints.is_dir() or self.metrics_csv.is_file()
+
+    def remove_temp_files(self) -> None:
+        """Remove the temp files of atomic writes that a killed process left (call with the lock held)."""
+        for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval"):
+            for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}") if folder.is_dir() else ():
+                tmp.unlink(missing_ok=True)
+
+    def checkpoint_step(self, name: str = "last") -> int | None:
+        """The env step checkpoint `name` was saved at, or None when there is none (or it is unreadable)."""
+        try:
+            return int(self.load_checkpoint(name)["runner"]["global_step"])
+        except (RunError, KeyError, TypeError):
+            return None
 
     def config_choice(self, group: str) -> str | None:
         """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml."""
@@ -101,10 +186,78 @@ class RunDirectory:
         unknown = set(summary) - set(SUMMARY_KEYS)
         if unknown:
             raise ValueError(f"summary keys {sorted(unknown)} are not in SUMMARY_KEYS")
-        text = json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n"
-        atomic_write_bytes(self.summary_json, lambda f: f.write(text.encode()))
+        atomic_write_text(self.summary_json, json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n")
 
     def read_summary(self) -> dict[str, Any] | None:
         if not self.summary_json.is_file():
             return None
         return json.loads(self.summary_json.read_text())
+
+
+class RunLock:
+    """One writer per run directory: an exclusive flock on `<run>/.lock`, held for the life of the
+    process that trains there (the OS drops it when the process ends, kill -9 included, so no
+    stale lock is left). The holder writes its pid, host and start time into the file, which a
+    refused second process names in its error. Used as a context manager."""
+
+    def __init__(self, directory: RunDirectory):
+        self.directory, self.fd = directory, None
+
+    def __enter__(self) -> "RunLock":
+        path = self.directory.lock_file
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+        except OSError as error:
+            raise WriteFailed(path, error) from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace")
+            os.close(fd)
+            raise RunBusy(busy_message(self.directory, holder)) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, (json.dumps(holder) + "\n").encode())
+        except OSError as error:
+            os.close(fd)
+            raise WriteFailed(path, error) from error
+        self.fd = fd
+        return self
+
+    @staticmethod
+    def check_free(directory: RunDirectory) -> None:
+        """Raise RunBusy when another process holds the directory; writes nothing (a refused
+        command checks this first, before it builds anything)."""
+        try:
+            fd = os.open(directory.lock_file, os.O_RDONLY)
+        except OSError:
+            return   # no lock file: nobody has trained here since locks exist
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace")
+            raise RunBusy(busy_message(directory, holder)) from None
+        finally:
+            os.close(fd)
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)   # closing the last descriptor releases the flock
+            self.fd = None
+
+
+def busy_message(directory: RunDirectory, holder: str) -> str:
+    return (f"{directory.path} is in use by another process ({describe_holder(holder)}); "
+            f"wait for it to end, or launch into another directory")
+
+
+def describe_holder(text: str) -> str:
+    """`pid 123 on host box since ...` from a lock file's content (whatever could be read of it)."""
+    try:
+        holder = json.loads(text)
+        return f"pid {holder['pid']} on host {holder['host']}, since {holder['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not yet said which"

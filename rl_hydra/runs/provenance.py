@@ -1,0 +1,116 @@
+"""provenance.json: what made a run. One session per launch that trained in the directory (a
+resume adds one): the code (package version, git commit and whether the tree was dirty), the
+versions of python, torch, gymnasium, numpy and hydra, the device and host, the command line,
+the steps it covered and its start and end times."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rl_hydra.runs.run_dir import RunDirectory, atomic_write_text
+
+PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy",
+            "hydra": "hydra-core"}
+# what may explain why the same config gives other numbers; `rl-hydra-verify` names the ones that differ
+CODE_KEYS = ("rl_hydra", "git_commit", "git_dirty", "python", "torch", "gymnasium", "numpy", "hydra", "device")
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def package_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_state(source: Path = Path(__file__).resolve().parents[2]) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout the package runs from; (None, None) for an installed copy."""
+    if not (source / ".git").exists():
+        return None, None
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def describe_device(device: Any) -> str:
+    """`cpu`, or `cuda:0 (NVIDIA H100 80GB HBM3)`."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
+
+
+def collect(device: Any) -> dict[str, Any]:
+    """This process's provenance (for a session's record, or to compare with one)."""
+    commit, dirty = git_state()
+    versions = {name: package_version(dist) for name, dist in PACKAGES.items()}
+    return {"rl_hydra": versions.pop("rl_hydra"), "git_commit": commit, "git_dirty": dirty,
+            "python": platform.python_version(), **versions, "device": describe_device(device),
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}
+
+
+def read(directory: RunDirectory) -> dict[str, Any] | None:
+    """The run's provenance.json ({"sessions": [...]}), or None for a run made before it existed."""
+    path = directory.provenance_json
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+class Session:
+    """One launch's entry in provenance.json: written when training starts, completed when it ends."""
+
+    def __init__(self, directory: RunDirectory, device: Any, start_step: int,
+                 config_changes: dict[str, list[Any]] | None = None):
+        self.directory = directory
+        self.record = {"started": now(), "ended": None, "status": "running", "start_step": start_step,
+                       "end_step": None, **collect(device), "config_changes": config_changes or {}}
+        self._write(lambda sessions: sessions.append(self.record))
+
+    def end(self, status: str, step: int | None) -> None:
+        self.record.update(ended=now(), status=status, end_step=step)
+        self._write(lambda sessions: sessions.__setitem__(-1, self.record))
+
+    def _write(self, change) -> None:
+        record = read(self.directory) or {"sessions": []}
+        change(record["sessions"])
+        atomic_write_text(self.directory.provenance_json, json.dumps(record, indent=2) + "\n")
+
+
+def latest(directory: RunDirectory) -> dict[str, Any]:
+    """The latest session's record ({} for a run without provenance.json)."""
+    sessions = (read(directory) or {}).get("sessions") or [{}]
+    return sessions[-1]
+
+
+def tags(directory: RunDirectory) -> dict[str, str]:
+    """The latest session as flat string tags, `rl_hydra.torch: 2.13.0` (what MLflow gets)."""
+    record = latest(directory)
+    return {f"rl_hydra.{key}": str(record[key]) for key in (*CODE_KEYS, "host", "command") if key in record}
+
+
+def short_tags(directory: RunDirectory) -> list[str]:
+    """`commit:0123abcd-dirty`, `torch:2.13.0`, ...: W&B's tags are short strings."""
+    record = latest(directory)
+    commit = record.get("git_commit")
+    code = f"commit:{commit[:8]}{'-dirty' if record.get('git_dirty') else ''}" if commit else None
+    versions = [f"{key}:{record[key]}" for key in ("rl_hydra", "torch", "gymnasium") if record.get(key)]
+    return [tag for tag in (code, *versions) if tag]
