@@ -4,6 +4,7 @@
     run = train("algo=iqn", "env=cartpole", "train.total_steps=5000")
     run = load_run("outputs/2026-01-01/12-00-00-000000_iqn_cartpole")
     action = run.predict(observation)
+    verdict = verify_run("outputs/...")   # re-run its first steps and compare with its record
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rl_hydra.api import compose_train_config, train
     from rl_hydra.runs.loading import Run, load_run
+    from rl_hydra.verify import verify_run
 
-__all__ = ["Run", "compose_train_config", "load_run", "train"]
+__all__ = ["Run", "compose_train_config", "load_run", "train", "verify_run"]
 _HOMES = {"Run": "rl_hydra.runs.loading", "load_run": "rl_hydra.runs.loading",
-          "compose_train_config": "rl_hydra.api", "train": "rl_hydra.api"}
+          "compose_train_config": "rl_hydra.api", "train": "rl_hydra.api", "verify_run": "rl_hydra.verify"}
 
 
 def __getattr__(name: str) -> Any:

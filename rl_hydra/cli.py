@@ -25,6 +25,31 @@ log = logging.getLogger("rl_hydra")
 GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")
 
 
+# what `--help` lists: the groups a user picks, each with what it is for (algo/base, the optimizer
+# group and suite/ are building blocks of the others)
+USER_GROUPS = {"algo": "the algorithm", "env": "the environment; env=gym env.id=<any registered id>",
+               "network": "default: the algorithm's own", "buffer": "default: the algorithm's own",
+               "logger": "a list, e.g. logger=[csv,tensorboard,mlflow]",
+               "hparams_search": "with -m: an Optuna search, +hparams_search=<name>"}
+
+
+def help_groups() -> str:
+    """The `--help` section on groups: each user group's options, old alias names left out."""
+    from rl_hydra.config import ENV_ALIASES
+
+    lines = []
+    for group, what in USER_GROUPS.items():
+        options = [p.stem for p in sorted((CONF_DIR / group).glob("*.yaml")) if p.stem not in ENV_ALIASES]
+        lines.append(f"{group}: {', '.join(options)}  ({what})")
+    lines.append("algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
+                 "~algo_env drops it")
+    return "\n".join(lines)
+
+
+if not OmegaConf.has_resolver("rl_hydra.help_groups"):
+    OmegaConf.register_new_resolver("rl_hydra.help_groups", help_groups)
+
+
 def fail(message: str, code: int):
     """Exit with `code` after one line on stderr: `error: ...`, or for a run stopped on request
     (Ctrl-C, SIGTERM), which is not an error, the message alone."""

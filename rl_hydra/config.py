@@ -23,6 +23,8 @@ class ConfigError(ValueError):
 
 
 # --- env groups, presets and run names ---------------------------------------------------
+ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}   # old names that still work, not shown as choices
+
 @functools.lru_cache(maxsize=None)
 def group_env_id(choice: str) -> str | None:
     """The `id` an env group's file sets (following its defaults list), or None (env=gym: `???`)."""
@@ -78,7 +80,7 @@ def check_preset(cfg: DictConfig) -> None:
     preset = cfg.get("preset")
     if not preset or preset.get("env_id") is None or fnmatch.fnmatchcase(cfg.env.id, preset.env_id):
         return
-    groups = [g for g in env_groups_for(cfg.env.id) if g != "cartpole_novel"]
+    groups = [g for g in env_groups_for(cfg.env.id) if g not in ENV_ALIASES]
     own = f"env={groups[0]} (with its own preset, if any), " if groups else ""
     raise ConfigError(f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
                       f"choose {own}env=gym env.id={cfg.env.id} (the algorithm's defaults), "

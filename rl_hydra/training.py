@@ -304,7 +304,8 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
             raise
         finally:
             runner.close(status)
-    log.info("finished: eval return %.1f, %d steps in %.1f s (%.0f steps/s); run directory: %s",
-             summary["eval_return_mean"], summary["global_step"], summary["wall_time_s"],
+    eval_return = summary["eval_return_mean"]
+    log.info("finished: eval return %s, %d steps in %.1f s (%.0f steps/s); run directory: %s",
+             "none" if eval_return is None else f"{eval_return:.1f}", summary["global_step"], summary["wall_time_s"],
              summary["steps_per_second"], run_dir.path)
     return summary

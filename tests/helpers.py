@@ -7,6 +7,7 @@ train.py runs, so every launcher's workers can build these.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,6 +25,18 @@ class RaiseAfter(gym.Wrapper):
         self.calls += 1
         if self.calls > self.steps:
             raise RuntimeError(f"env crashed on purpose after {self.steps} steps")
+        return self.env.step(action)
+
+
+class SlowDown(gym.Wrapper):
+    """An env whose every step takes at least `seconds` (so that a test can act while a run trains)."""
+
+    def __init__(self, env: gym.Env, seconds: float):
+        super().__init__(env)
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
         return self.env.step(action)
 
 

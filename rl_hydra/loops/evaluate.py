@@ -91,11 +91,13 @@ class Evaluator:
         return improved
 
     def state_dict(self) -> dict[str, Any]:
-        return {"eval_rounds": self.rounds, "best_eval_return": self.best_return, "solved_at": self.solved_at}
+        return {"eval_rounds": self.rounds, "best_eval_return": self.best_return, "solved_at": self.solved_at,
+                "last_eval": self.last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds, self.best_return = state["eval_rounds"], state["best_eval_return"]
         self.solved_at = state.get("solved_at")
+        self.last = state.get("last_eval")   # a run resumed at its end still reports its final evaluation
 
     def close(self) -> None:
         if self.env is not None:
