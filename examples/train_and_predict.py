@@ -13,10 +13,10 @@ total_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
 
 # the same overrides as: python train.py algo=dqn env=cartpole train.total_steps=...
 run = train("algo=dqn", "env=cartpole", f"train.total_steps={total_steps}", "train.progress=false")
-print(f"trained into {run.path}: final eval return {run.summary['eval_return_mean']:.1f}")
+print(f"trained into {run.run_dir}: final eval return {run.summary['eval_return_mean']:.1f}")
 
 # later, from the directory alone
-run = load_run(run.path, checkpoint="best")
+run = load_run(run.run_dir, checkpoint="best")
 env = gym.make(run.cfg.env.id)
 obs, _ = env.reset(seed=0)
 episode_return, done = 0.0, False

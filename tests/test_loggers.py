@@ -148,6 +148,9 @@ def test_mlflow_run_holds_the_config_every_row_the_artifacts_and_the_status(mlfl
     client, logged = only_run(store(tmp))
     assert (logged.info.run_name, logged.info.status) == ("run", "FINISHED")
     assert logged.data.tags["rl_hydra.run_dir"] == str(run.path.resolve())
+    made_by = run.provenance["sessions"][-1]   # the run's provenance, as tags
+    assert {key: logged.data.tags[f"rl_hydra.{key}"] for key in ("torch", "git_commit", "device", "host")} == \
+        {key: str(made_by[key]) for key in ("torch", "git_commit", "device", "host")}
     config = flat_config(OmegaConf.to_container(run.cfg, resolve=True))
     assert logged.data.params == {key: str(value) for key, value in config.items()}
     columns = [c for c in csv_rows(run.path)[0] if c != "step"]
@@ -260,6 +263,8 @@ def test_wandb_offline_run_holds_the_config_every_row_and_the_summary(tmp_path, 
     assert name.endswith(header.run_id)
     logged_config = {item.key: json.loads(item.value_json) for item in header.config.update
                      if not item.key.startswith("_")}
+    made_by = logged_config.pop("provenance")   # the run's provenance, in its config and as tags
+    assert made_by["torch"] == run.provenance["sessions"][0]["torch"] and f"torch:{made_by['torch']}" in header.tags
     assert logged_config == OmegaConf.to_container(run.cfg, resolve=True)
     history = {row["_step"]: row for row in wandb_items(records, "history")}
     for row in csv_rows(run.path):   # every row of metrics.csv, at its step, by the same names
