@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError, flat_config, validate_run_config
 from rl_hydra.runs.provenance import Session
-from rl_hydra.runs.run_dir import RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text
+from rl_hydra.runs.run_dir import DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text
 
 log = logging.getLogger("rl_hydra")
 
@@ -331,7 +331,9 @@ class QuietFileHandler(logging.FileHandler):
     stops, instead of printing a traceback for every record; the run's own writes then report it."""
 
     def handleError(self, record: logging.LogRecord) -> None:
-        print(f"warning: {self.baseFilename} cannot be written to any more; the log goes on in the console only",
+        error = sys.exc_info()[1]
+        why = "the disk is full" if getattr(error, "errno", None) in DISK_FULL else f"{type(error).__name__}: {error}"
+        print(f"warning: writing {self.baseFilename} failed: {why}; the log goes on in the console only",
               file=sys.stderr)
         logging.getLogger().removeHandler(self)
 

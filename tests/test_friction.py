@@ -96,3 +96,11 @@ def test_a_mistyped_resume_key_gets_the_closest_one(tmp_path, monkeypatch, capsy
     launch(compose_config(*RECORD), tmp_path)
     code, _, err = cli(monkeypatch, capsys, f"resume={tmp_path}", "train.total_stepz=500")
     assert code == 2 and len(err) == 1 and "did you mean train.total_steps?" in err[0]
+
+
+def test_a_failed_sweep_job_says_its_error_once(tmp_path):
+    result = run_cli("-m", *TINY, "algo.gamma=0.9,2", f"hydra.sweep.dir={tmp_path}")
+    assert result.returncode == 1
+    said = (result.stdout + result.stderr).splitlines()
+    assert len([line for line in said if "algo.gamma=2 is out of range" in line]) == 1, said
+    assert "error: 1 of 2 jobs failed" in result.stderr

@@ -323,6 +323,29 @@ def test_a_full_disk_at_any_write_says_what_and_where_to_resume_and_loses_nothin
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.parametrize("name,what", [("train.log", "the log goes on in the console only"),
+                                       ("tensorboard", "logger=tensorboard failed")])
+def test_a_full_disk_under_the_log_or_tensorboard_is_one_warning_and_the_record_goes_on(tmp_path, monkeypatch,
+                                                                                       capsys, caplog, name, what):
+    """metrics.csv is the run's record; its log and TensorBoard's copy are not worth stopping for."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    def full(*args, **kwargs):   # TensorBoard writes its events from a thread of its own: fail where it is fed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        if name == "tensorboard":
+            patch.setattr(SummaryWriter, "add_scalar", full)
+        else:
+            DiskFull(patch, name)
+        summary = launch(compose_config(*RECORD, "logger=[csv,tensorboard]"), tmp_path)
+    assert summary["status"] == "completed" and summary["global_step"] == 400
+    said = capsys.readouterr().err.splitlines() + [record.getMessage() for record in caplog.records]
+    warnings = [line for line in said if what in line]
+    assert len(warnings) == 1 and ("the disk is full" in warnings[0] or "No space left" in warnings[0]), said
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
 def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(tmp_path):
     """A small tmpfs fills up during the run (mounting one needs root: skipped elsewhere)."""
     mount = tmp_path / "small"
