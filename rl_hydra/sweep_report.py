@@ -1,15 +1,19 @@
 """The end of a sweep (`train.py -m`): one stderr line naming the jobs that failed, and a non-zero
 exit. Failing jobs do not stop the others: each one that fails appends its directory to
 `<sweep dir>/failed_jobs.txt` (whichever process the launcher ran it in), and this Hydra callback,
-in the process that launched the sweep, reads that file once the sweep is over.
+in the process that launched the sweep, reads that file once the sweep is over. Each line carries
+the id of the sweep that wrote it (RL_HYDRA_SWEEP_ID, which the launcher's workers inherit), so two
+sweeps sent to one sweep directory, or a re-launch, count only their own failures.
 
 At the start of a sweep the same callback shortens the joblib launcher's opening line."""
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 FAILED_JOBS = "failed_jobs.txt"
+SWEEP_ID = "RL_HYDRA_SWEEP_ID"
 failed_jobs: list[str] = []   # set by the last sweep of this process; read by rl_hydra.cli.main
 JOBLIB_LOGGER = "hydra_plugins.hydra_joblib_launcher._core"   # logs in the launching process
 
@@ -47,18 +52,34 @@ def parallel_jobs(n_jobs: int) -> int:
 def record_failure(sweep_dir: str | Path, job_dir: str | Path) -> None:
     """Called by a failing job; one short line, appended (safe from parallel jobs)."""
     with open(Path(sweep_dir) / FAILED_JOBS, "a") as f:
-        f.write(f"{job_dir}\n")
+        f.write(f"{os.environ.get(SWEEP_ID, '')}\t{job_dir}\n")
+
+
+def failures_of(record: Path, sweep_id: str) -> list[str]:
+    """The job directories that sweep `sweep_id` recorded as failed (and those of jobs run where the
+    id did not reach: a line without one counts for every sweep)."""
+    lines = record.read_text().splitlines() if record.is_file() else []
+    return sorted({job for line in lines for owner, _, job in [line.rpartition("\t")]
+                   if job and owner in (sweep_id, "")})
 
 
 class SweepFailures(Callback):
+    def __init__(self) -> None:
+        self.sweep_id, self.previous = uuid.uuid4().hex, None
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        (Path(config.hydra.sweep.dir) / FAILED_JOBS).unlink(missing_ok=True)   # a re-launch counts anew
+        self.previous = os.environ.get(SWEEP_ID)
+        os.environ[SWEEP_ID] = self.sweep_id   # the workers the launcher starts inherit it
         logging.getLogger(JOBLIB_LOGGER).addFilter(shorten_joblib_line)   # once: the same filter is not added twice
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.previous is None:
+            os.environ.pop(SWEEP_ID, None)
+        else:
+            os.environ[SWEEP_ID] = self.previous
         sweep_dir = Path(config.hydra.sweep.dir)
         record = sweep_dir / FAILED_JOBS
-        failed_jobs[:] = sorted(set(record.read_text().split("\n")) - {""}) if record.is_file() else []
+        failed_jobs[:] = failures_of(record, self.sweep_id)
         if failed_jobs:
             jobs = len(list(sweep_dir.glob("*/.hydra")))
             print(f"error: {len(failed_jobs)} of {jobs} jobs failed (each one's error is above and in its "

@@ -4,28 +4,13 @@ that leaves almost no updates is named, `--help` lists what a user picks, resume
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from rl_hydra.cli import main as cli_main
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs.run_dir import RunDirectory
 from tests.conftest import TINY, compose_config, run_cli
-from tests.test_run_record import RECORD, metric_rows
-
-
-def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["train.py", *argv])
-    try:
-        cli_main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out.splitlines(), err.splitlines()
+from tests.test_run_record import RECORD, cli, metric_rows
 
 
 @pytest.mark.parametrize("args", [["train.total_steps=abc"], ["train.total_steps=-5"], ["train.total_steps=1.5"],
