@@ -30,6 +30,18 @@ def env_overrides(group: str) -> list[str]:
     return [f"env={group}", *(["env.id=MountainCar-v0"] if group == "gym" else [])]
 
 
+def skip_without_env_extra(*overrides: str) -> None:
+    """Skip the test unless the install extra of the composed env group (`env.extra`: box2d,
+    mujoco, atari, minatar) is installed; the reason is the one line a run would print."""
+    from rl_hydra.config import ConfigError
+    from rl_hydra.envs.make import check_extra
+
+    try:
+        check_extra(compose_config(*overrides).env)
+    except ConfigError as error:
+        pytest.skip(str(error))
+
+
 def run_training(run_dir: Path, *overrides: str) -> dict:
     """Train in-process through rl_hydra.training.run, the code path train.py takes."""
     from rl_hydra.training import run

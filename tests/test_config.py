@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import check_env_id
 from rl_hydra.training import build_components
-from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli
+from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli, skip_without_env_extra
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
@@ -42,6 +42,7 @@ def test_composed_config_names_a_target_for_algo_network_and_buffer(algo):
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("algo", ALGOS)
 def test_algo_env_pair_builds_or_fails_clearly(algo, env):
+    skip_without_env_extra(*env_overrides(env))
     # a small buffer: the MuJoCo presets' million transitions would only cost allocation time here
     cfg = compose_config(f"algo={algo}", *env_overrides(env), "device=cpu", "buffer.capacity=1000")
     if ACTION_KIND[algo] == env_action_kind(env):

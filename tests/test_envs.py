@@ -8,7 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from rl_hydra.envs.make import env_factory
-from tests.conftest import CONF_DIR, compose_config, env_overrides
+from tests.conftest import CONF_DIR, compose_config, env_overrides, skip_without_env_extra
 
 # check_env's advice (infinite Box bounds, an unwrapped env that differs, masked components whose
 # bounds are both 0 by design) is about the envs as gymnasium ships them, not a failure
@@ -19,6 +19,7 @@ ENV_GROUPS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 
 @pytest.mark.parametrize("group", ENV_GROUPS)
 def test_gymnasium_check_env_passes_and_the_spec_recreates_the_env(group):
+    skip_without_env_extra(*env_overrides(group))
     env = env_factory(compose_config(*env_overrides(group)).env)()
     check_env(env, skip_render_check=True)   # raises on anything gymnasium's API forbids
     twin = gym.make(env.spec)                  # wrappers recorded their constructor arguments

@@ -7,7 +7,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.buffers.compiled_sum_tree import CompiledSumTree
@@ -151,6 +150,7 @@ def test_sum_tree_choice_errors_name_the_key_and_the_install(monkeypatch):
 # --- sampling and weights --------------------------------------------------------------------
 
 def test_draws_follow_the_priorities_chi_square():
+    stats = pytest.importorskip("scipy.stats", reason="needs scipy (the dev extra brings it)")
     buffer = make_buffer(capacity=20, alpha=0.6, seed=3)
     add_steps(buffer, range(20))
     errors = np.linspace(0.0, 4.0, 20)  # |TD error| per row
