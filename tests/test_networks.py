@@ -284,15 +284,8 @@ def test_bad_values_are_one_line_config_errors(name):
         make(noisy="yes")
 
 
-def test_dueling_without_a_hidden_layer_is_a_config_error():
-    for make in (lambda: QNetwork(OBS_DIM, A, [], dueling=True),
-                 lambda: QuantileNetwork(OBS_DIM, A, N, [], dueling=True),
-                 lambda: CategoricalNetwork(OBS_DIM, A, N, [], dueling=True)):
-        with pytest.raises(ConfigError, match=r"^network\.hidden_sizes=\[\] but network\.dueling=true needs "
-                                              r"at least one hidden layer"):
-            make()
-    with pytest.raises(ConfigError, match=r"^network\.head_hidden_sizes=\[\] but network\.dueling=true"):
-        ImplicitQuantileNetwork(OBS_DIM, A, 8, [16], [], dueling=True)
+def test_linear_networks_build_and_the_atoms_are_checked():
+    # dueling without a hidden layer (one linear map per stream): tests/test_dueling_heads.py
     QNetwork(OBS_DIM, A, [], noisy=True)                 # a linear noisy network is fine
     with pytest.raises(ConfigError, match=r"^algo\.num_atoms=1 "):
         CategoricalNetwork(OBS_DIM, A, 1)

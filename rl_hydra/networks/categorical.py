@@ -13,8 +13,9 @@ class CategoricalNetwork(PerActionNetwork):
     """observation (B, obs_dim) -> logits (B, num_actions, num_atoms).
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value (num_atoms outputs) and advantage
-    (A * num_atoms) streams that each have their own copy of the last hidden layer, combined on
-    the logits per atom as Rainbow does. `noisy`: every Linear is a NoisyLinear.
+    (A * num_atoms) streams that each have their own copy of the last hidden layer (none with
+    hidden_sizes=[]: each stream one Linear), combined on the logits per atom as Rainbow does.
+    `noisy`: every Linear is a NoisyLinear.
     The other options are QNetwork's (networks/mlp.py).
     """
 

@@ -80,6 +80,8 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     paper's streams each have their own fully connected layer: a shared trunk of
     hidden_sizes[:-1], then a value stream Linear(h) -> act -> Linear(K) and an advantage stream
     Linear(h) -> act -> Linear(A * K), combined as Q = V + A - mean_a A for each of the K.
+    With no hidden layer (hidden_sizes=[]) each stream is one Linear of the input: Linear(K) and
+    Linear(A * K), combined the same way.
     noisy (Fortunato et al. 2018): every Linear is a NoisyLinear(sigma0=noisy_sigma0).
     Neither: exactly `mlp(in_dim, num_actions * K, hidden_sizes)`.
     """
@@ -88,14 +90,12 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0))
     if not dueling:
         return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)
-    if not hidden_sizes:
-        raise ConfigError(f"{hidden_key}=[] but network.dueling=true needs at least one hidden layer "
-                          f"(each stream gets its own copy of the last one), e.g. [256]")
-    *trunk_sizes, stream_size = hidden_sizes
-    trunk = mlp(in_dim, None, trunk_sizes, activation, **options)
+    # the streams' own layer: the last hidden one, or none for an empty head (each stream one Linear)
+    trunk_sizes, stream_sizes = hidden_sizes[:-1], hidden_sizes[-1:]
+    trunk = mlp(in_dim, None, trunk_sizes, activation, **options)                     # (..., in) -> (..., F)
     features = trunk_sizes[-1] if trunk_sizes else in_dim
-    value = mlp(features, outputs_per_action, [stream_size], activation, **options)
-    advantage = mlp(features, num_actions * outputs_per_action, [stream_size], activation, **options)
+    value = mlp(features, outputs_per_action, stream_sizes, activation, **options)                   # -> (..., K)
+    advantage = mlp(features, num_actions * outputs_per_action, stream_sizes, activation, **options)  # -> (..., A * K)
     return nn.Sequential(*trunk, DuelingHead(value, advantage, num_actions, outputs_per_action))
 
 
@@ -111,8 +111,9 @@ class QNetwork(nn.Module):
     (networks/encoders.py) turns it into the features the MLP reads.
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
-    have their own copy of the last hidden layer, Q = V + A - mean_a A (so it needs at least one
-    hidden layer). `noisy`: every Linear is a NoisyLinear (factorised noise, sigma0 = `noisy_sigma0`).
+    have their own copy of the last hidden layer (with hidden_sizes=[], each stream is one Linear
+    of the features), Q = V + A - mean_a A. `noisy`: every Linear is a NoisyLinear (factorised
+    noise, sigma0 = `noisy_sigma0`).
     See `action_value_mlp`.
     """
 

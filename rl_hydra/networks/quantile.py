@@ -18,7 +18,8 @@ class QuantileNetwork(PerActionNetwork):
     """Z(s, .) for QR-DQN: observation (B, obs_dim) -> quantiles (B, num_actions, num_quantiles).
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value (N outputs) and advantage (A * N)
-    streams that each have their own copy of the last hidden layer, combined per quantile.
+    streams that each have their own copy of the last hidden layer (none with hidden_sizes=[]:
+    each stream one Linear), combined per quantile.
     `noisy`: every Linear is a NoisyLinear. The other options are QNetwork's (networks/mlp.py).
     """
 
@@ -44,7 +45,8 @@ class ImplicitQuantileNetwork(nn.Module):
 
     `dueling`: the streams sit in the head, on the product features: a shared head trunk of
     head_hidden_sizes[:-1], then value (1 output) and advantage (A) streams that each have their
-    own copy of the last head layer, combined per tau (so head_hidden_sizes must not be empty).
+    own copy of the last head layer, combined per tau; with head_hidden_sizes=[] each stream is
+    one Linear of the product features.
     `noisy`: every Linear of psi and the head is a NoisyLinear; phi stays a plain Linear (it
     embeds the sampled tau, a fixed feature map rather than part of the value function).
     """
