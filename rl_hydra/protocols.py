@@ -9,10 +9,37 @@ against it. How to add one: docs/extending.md.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an algorithm works with, declared once on its class (`Agent.capabilities`). The checks
+    made before a run is built (rl_hydra/fit.py), their one-line errors and the tests read it; a
+    subclass that changes one takes its parent's with `dataclasses.replace`."""
+
+    actions: str
+    """"discrete" (a Discrete action space) or "continuous" (a 1-d Box)."""
+
+    network: str | Mapping[str, str] = field(hash=False)
+    """The network class it builds on (the `_target_` of the network group; a subclass fits too),
+    or {part: class} for a network of several parts (SAC and REDQ: actor, critic)."""
+
+    recurrent: bool = False
+    """True: the recurrent loop runs it (it carries a state through acting) with a sequence buffer;
+    False: the off-policy loop with a transition buffer."""
+
+    n_step: bool = False
+    """Accepts algo.n_step > 1: a transition buffer builds the returns (Batch.discounts), a
+    recurrent agent sums them over its own sequences."""
+
+    prioritized: bool = False
+    """`update` also returns "priorities", each sample's new replay priority (B,) (its own per-sample
+    loss: |TD error| for DQN), and weights its loss by `Batch.weights`: buffer=prioritized fits."""
 
 
 @runtime_checkable
@@ -25,9 +52,8 @@ class Agent(Protocol):
     """The algorithm's short name, used in messages ("algo=dqn needs a discrete action space")
     and in summary.json when the run's config choice is unknown."""
 
-    recurrent: ClassVar[bool]
-    """True: the recurrent loop runs it (it carries a state through acting, and gets a
-    SequenceBuffer); False: the off-policy loop (and a transition buffer)."""
+    capabilities: ClassVar[Capabilities]
+    """What it works with: action space, network, buffers, n-step returns (see Capabilities)."""
 
     metric_names: ClassVar[tuple[str, ...]]
     """The keys of every dict `update` returns; they become the `train/<name>` columns of
@@ -61,12 +87,8 @@ class Agent(Protocol):
     n_step: int
     """Rewards summed before bootstrapping (1: one-step returns). A transition buffer builds them
     (Batch.rewards, next_obs, discounts); a recurrent agent sums them over its own sequences. An
-    agent that cannot learn from n-step returns refuses n_step > 1 in its constructor."""
-
-    per_sample_priorities: ClassVar[bool]
-    """True: `update` also returns "priorities", each sample's new replay priority (B,) (its own
-    per-sample loss: |TD error| for DQN), and weights its loss by `Batch.weights`; only such an
-    agent may train from a prioritized buffer (checked when the run is built)."""
+    agent that cannot learn from them declares it (capabilities.n_step) and n_step > 1 is refused
+    before the run is built."""
 
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...).
@@ -80,7 +102,7 @@ class Agent(Protocol):
         """One gradient step on a batch from the buffer's `sample_batches`; owns its schedules and
         target syncs. Returns `metric_names` -> float or 0-d tensor (tensors are read lazily: a NaN
         or inf in any of them stops the run with TrainingDiverged), plus "priorities" when
-        `per_sample_priorities` (the loop hands them to a prioritized buffer; not a metric)."""
+        `capabilities.prioritized` (the loop hands them to a prioritized buffer; not a metric)."""
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, target networks, optimizers, counters,
@@ -92,7 +114,7 @@ class Agent(Protocol):
 
 @runtime_checkable
 class RecurrentAgent(Agent, Protocol):
-    """An agent with `recurrent = True`: the recurrent loop threads its state through acting."""
+    """An agent with `capabilities.recurrent`: the recurrent loop threads its state through acting."""
 
     burn_in: int
     """Leading steps of each sampled sequence that only refresh the stored state (no loss)."""
@@ -115,7 +137,7 @@ class Buffer(Protocol):
 
     recurrent: ClassVar[bool]
     """True for a sequence buffer (recurrent agents), False for a transition buffer; it must equal
-    the agent's `recurrent` (checked when the run is built)."""
+    the agent's `capabilities.recurrent` (checked when the run is built)."""
 
     def __len__(self) -> int:
         """How many samples (transitions or sequences) can be drawn now; 0 skips a training phase."""

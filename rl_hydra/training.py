@@ -14,13 +14,14 @@ import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rl_hydra import host_memory
 from rl_hydra.algos.common import compile_pure_methods
-from rl_hydra.config import CONF_DIR, ConfigError, resolve_device, validate_run_config
+from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
+from rl_hydra.fit import algo_options, check_fit
 from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
 from rl_hydra.protocols import Agent
@@ -89,48 +90,40 @@ def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.
 
 
 def build_components(cfg: DictConfig, device: torch.device):
-    """(agent, env, buffer) for a validated config; checks that they fit together."""
+    """(agent, env, buffer) for a validated config, once the groups are known to fit (rl_hydra/fit.py)."""
     env = make_env(cfg.env, seed=cfg.seed)
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
+    capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
     agent = build_agent(cfg, **spaces, device=device)
-    buffer_class = buffer_class_of(cfg)
-    if bool(agent.recurrent) != bool(getattr(buffer_class, "recurrent", False)):
-        needs = "a sequence buffer (buffer=sequence)" if agent.recurrent else "a transition buffer (buffer=replay)"
-        raise ConfigError(f"algo={agent.name} needs {needs}; {buffer_class.__name__} "
-                          f"(buffer._target_={cfg.buffer._target_}) does not fit")
-    if hasattr(buffer_class, "update_priorities") and not getattr(agent, "per_sample_priorities", False):
-        raise ConfigError(f"buffer={cfg_choice(cfg, 'buffer')} needs an algo whose update returns per-sample "
-                          f"priorities; algo={agent.name} does not (use buffer=replay, or algo=dqn, qr_dqn, iqn, c51)")
     # a transition buffer builds the agent's n-step returns; a recurrent agent sums them over its sequences
-    returns = {} if agent.recurrent else {"n_step": agent.n_step, "gamma": agent.gamma}
+    returns = {} if capabilities.recurrent else {"n_step": agent.n_step, "gamma": agent.gamma}
     buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed, **returns)
     return agent, env, buffer
 
 
-def buffer_class_of(cfg: DictConfig) -> type:
-    from hydra.utils import get_class
-
-    try:
-        return get_class(cfg.buffer._target_)
-    except Exception as error:  # noqa: BLE001 - any import failure: one line naming the key
-        raise ConfigError(f"buffer._target_={cfg.buffer._target_!r} cannot be imported ({error})") from None
-
-
 def cfg_choice(cfg: DictConfig, group: str) -> str:
-    """The group's option name as chosen (`prioritized`), else its _target_'s class name."""
+    """The group's option name as chosen (`prioritized`), else (a config composed outside Hydra's
+    app) the algorithm's `name`, or the class name of the group's _target_."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_class
 
     if HydraConfig.initialized():
         choice = HydraConfig.get().runtime.choices.get(group)
         if choice:
             return str(choice)
-    return str(cfg[group]._target_).rsplit(".", 1)[-1]
+    target = OmegaConf.select(cfg, f"{group}._target_")
+    if target is None:
+        return f"<{group}>"
+    with contextlib.suppress(Exception):
+        if group == "algo":
+            return str(get_class(target).name)
+    return str(target).rsplit(".", 1)[-1]
 
 
 def compiles(agent_or_class) -> bool:
     """Whether `compile=true` applies: the agent declares pure `compiled_methods` and is not
     recurrent (torch.compile would leave the LSTM of a recurrent loss eager)."""
-    return bool(getattr(agent_or_class, "compiled_methods", ())) and not getattr(agent_or_class, "recurrent", False)
+    return bool(getattr(agent_or_class, "compiled_methods", ())) and not agent_or_class.capabilities.recurrent
 
 
 def compile_agent(agent: Agent) -> None:
@@ -143,39 +136,7 @@ def compile_agent(agent: Agent) -> None:
 
 def algos_that_compile() -> list[str]:
     """The algo options (conf/algo/*.yaml) whose agent class compiles."""
-    from hydra.utils import get_class
-    from omegaconf import OmegaConf
-
-    names = []
-    for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
-        try:
-            agent_class = get_class(algo_target(path))
-        except Exception:  # noqa: BLE001 - an algo that does not even import does not compile either
-            continue
-        if compiles(agent_class):
-            names.append(path.stem)
-    return names
-
-
-def algo_target(path: Path) -> str:
-    """An algo file's `_target_`: its own, else the last one among the algo files its defaults
-    list extends (`base/c51@_here_`), read without composing the whole config."""
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.load(path)
-    if "_target_" in node:
-        return str(node["_target_"])
-    target = None
-    for entry in node.get("defaults") or []:
-        name = entry if isinstance(entry, str) else None
-        if name and not name.startswith("/") and name != "_self_":
-            extended = CONF_DIR / "algo" / f"{name.split('@')[0]}.yaml"
-            if extended.is_file():
-                with contextlib.suppress(KeyError):   # base/dqn.yaml: shared keys, no target
-                    target = algo_target(extended)
-    if target is None:
-        raise KeyError(f"{path} names no _target_")
-    return target
+    return [name for name, agent_class in algo_options().items() if compiles(agent_class)]
 
 
 def first_update_step(agent: Agent) -> int:
@@ -208,7 +169,7 @@ def warn_if_few_updates(agent: Agent, total_steps: int, step: int = 0) -> None:
 
 def pick_loop(agent: Agent) -> Callable[[Runner], None]:
     """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
-    return recurrent.loop if agent.recurrent else off_policy.loop
+    return recurrent.loop if agent.capabilities.recurrent else off_policy.loop
 
 
 def log_through_progress_bar(progress: bool):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rl_hydra.config import ConfigError
+from rl_hydra.protocols import Capabilities
 from rl_hydra.training import build_components, compile_agent, seed_everything
 from tests.conftest import TINY, compose_config, run_training
 
@@ -25,7 +26,9 @@ def test_bad_compile_value_is_one_config_error_line(tmp_path):
 
 def test_agent_without_compilable_methods_is_refused_with_the_algos_that_have_them():
     class RecurrentAgent:
-        name, recurrent, compiled_methods = "lstm_thing", True, ("loss",)
+        name, compiled_methods = "lstm_thing", ("loss",)
+        capabilities = Capabilities(actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork",
+                                    recurrent=True)
 
     with pytest.raises(ConfigError) as error:
         compile_agent(RecurrentAgent())

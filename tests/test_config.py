@@ -1,21 +1,21 @@
 """Every algo x env pair composes; every group instantiates; pairs that cannot work say why."""
 
+import functools
+
 import gymnasium as gym
 import pytest
 import torch
 from hydra.utils import get_class
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import check_env_id
+from rl_hydra.protocols import Capabilities
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli, skip_without_env_extra
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
-# which action space each algorithm handles; a new algorithm must be added here
-ACTION_KIND = {"dqn": "discrete", "qr_dqn": "discrete", "iqn": "discrete", "drqn": "discrete", "c51": "discrete",
-               "rainbow": "discrete", "dopamine_iqn": "discrete", "redq": "continuous", "sac": "continuous"}
 
 
 def env_action_kind(env: str) -> str:
@@ -25,8 +25,10 @@ def env_action_kind(env: str) -> str:
     return "discrete" if isinstance(space, gym.spaces.Discrete) else "continuous"
 
 
-def test_every_algorithm_declares_its_action_kind():
-    assert set(ALGOS) <= set(ACTION_KIND), f"add {set(ALGOS) - set(ACTION_KIND)} to ACTION_KIND"
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algorithm_declares_what_it_works_with(algo):
+    capabilities = get_class(compose_config(f"algo={algo}").algo._target_).capabilities
+    assert isinstance(capabilities, Capabilities) and capabilities.actions in ("discrete", "continuous")
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -45,7 +47,7 @@ def test_algo_env_pair_builds_or_fails_clearly(algo, env):
     skip_without_env_extra(*env_overrides(env))
     # a small buffer: the MuJoCo presets' million transitions would only cost allocation time here
     cfg = compose_config(f"algo={algo}", *env_overrides(env), "device=cpu", "buffer.capacity=1000")
-    if ACTION_KIND[algo] == env_action_kind(env):
+    if get_class(cfg.algo._target_).capabilities.actions == env_action_kind(env):
         agent, vec_env, buffer = build_components(cfg, torch.device("cpu"))
         actions, _ = agent.act(vec_env.reset()[0], explore=False)
         assert vec_env.action_space.contains(actions.astype(vec_env.action_space.dtype))
@@ -93,3 +95,69 @@ def test_every_group_option_composes():
         for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
             cfg = compose_config(f"{group}={option}")
             assert cfg[group] is not None, f"{group}={option}"
+
+
+NETWORKS = sorted(p.stem for p in (CONF_DIR / "network").glob("*.yaml"))
+
+
+@functools.lru_cache(maxsize=None)
+def network_option(name: str) -> DictConfig:
+    return compose_config(f"network={name}").network
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_network_of_another_kind_is_refused_in_one_line_before_anything_is_built(algo):
+    """Every network option either is of the class the algorithm declares it builds on (its own,
+    or a variant of it: rainbow's for c51) and builds, or is refused naming both classes."""
+    from rl_hydra.fit import check_fit
+
+    cfg = compose_config(f"algo={algo}", "device=cpu", "buffer.capacity=100")
+    algo_class = get_class(cfg.algo._target_)
+    action_space = (gym.spaces.Box(-1, 1, (1,)) if algo_class.capabilities.actions == "continuous"
+                    else gym.spaces.Discrete(2))
+    fits = []
+    for network in NETWORKS:
+        cfg.network = network_option(network)
+        try:
+            check_fit(cfg, action_space, lambda group: network if group == "network" else algo)
+            fits.append(network)
+        except ConfigError as error:
+            assert "\n" not in str(error) and f"network={network} builds" in str(error) \
+                and f"but algo={algo} builds on" in str(error), str(error)
+    assert cfg.algo and compose_config(f"algo={algo}").network.get("_target_") in \
+        [network_option(n).get("_target_") for n in fits], fits
+    for network in fits:   # what fits also builds
+        env = "pendulum" if algo_class.capabilities.actions == "continuous" else "cartpole"
+        build_components(compose_config(f"algo={algo}", f"network={network}", f"env={env}", "device=cpu",
+                                        "buffer.capacity=100"), torch.device("cpu"))[1].close()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["algo=dqn", "network=redq"], "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor"),
+    (["algo=dqn", "network=qr_dqn"], "but algo=dqn builds on rl_hydra.networks.mlp.QNetwork"),
+    (["algo=dqn", "network=iqn"], "builds rl_hydra.networks.quantile.ImplicitQuantileNetwork, but algo=dqn"),
+    (["algo=sac", "env=pendulum", "network=dqn"], "but algo=sac builds on actor: "),
+    (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence)"),
+    (["algo=dqn", "buffer=sequence"], "algo=dqn needs a transition buffer (buffer=replay)"),
+    (["algo=redq", "env=pendulum", "buffer=prioritized"], "needs an algo whose update returns per-sample priorities"),
+    (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
+    (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
+    (["algo=redq", "env=cartpole"], "algo=redq needs a continuous (Box) action space"),
+])
+def test_groups_that_do_not_fit_are_refused_in_one_line_before_anything_is_built(args, message):
+    with pytest.raises(ConfigError) as error:
+        build_components(compose_config(*args, "device=cpu"), torch.device("cpu"))
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["algo=dqn", "network=redq"], "network=redq builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor"),
+    (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=replay"),
+    (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
+])
+def test_groups_that_do_not_fit_are_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    from tests.test_run_record import cli
+
+    code, out, err = cli(monkeypatch, capsys, *TINY, *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 2 and out == [] and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "run").exists()

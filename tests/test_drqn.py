@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
@@ -249,11 +250,11 @@ def test_old_env_name_cartpole_novel_composes_like_cartpole_no_velocity(algo):
 # --- configs that cannot work -------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, message", [
-    (["buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); ReplayBuffer"),
+    (["buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=ReplayBuffer"),
     (["buffer.sequence_length=0"], "buffer.sequence_length=0 is out of range"),
     (["buffer.stride=20"], "buffer.stride=20 is out of range"),
     (["algo.burn_in=-1"], "algo.burn_in=-1 is out of range"),
-    (["network=dqn"], "algo=drqn needs a recurrent network (network=drqn)"),
+    (["network=dqn"], "but algo=drqn builds on rl_hydra.networks.recurrent.RecurrentQNetwork; leave network= out"),
 ])
 def test_bad_configs_fail_while_building(overrides, message):
     with pytest.raises(ConfigError) as error:
@@ -276,12 +277,12 @@ def test_burn_in_that_leaves_nothing_to_learn_fails_before_any_step(tmp_path, ov
 
 # --- the recurrent loop --------------------------------------------------------------------
 
-def test_the_loop_is_picked_from_the_agent_not_its_name():
+def test_the_loop_is_picked_from_the_agent_not_its_name(monkeypatch):
     cfg = compose_config("algo=drqn", "device=cpu")
     agent, env, _ = build_components(cfg, torch.device("cpu"))
     env.close()
     assert pick_loop(agent) is recurrent.loop
-    agent.recurrent = False
+    monkeypatch.setattr(agent, "capabilities", dataclasses.replace(agent.capabilities, recurrent=False))
     assert pick_loop(agent) is not recurrent.loop
 
 

@@ -43,8 +43,8 @@ def test_every_shipped_agent_and_buffer_fulfils_its_protocol(algo):
     cfg = compose_config(f"algo={algo}", f"env={ENV_FOR.get(algo, 'cartpole')}", *TINY)
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
     env.close()
-    agent_protocol = RecurrentAgent if agent.recurrent else Agent
-    buffer_protocol = SequenceBuffer if agent.recurrent else Buffer
+    agent_protocol = RecurrentAgent if agent.capabilities.recurrent else Agent
+    buffer_protocol = SequenceBuffer if agent.capabilities.recurrent else Buffer
     assert isinstance(agent, agent_protocol) and isinstance(buffer, buffer_protocol)
     check_members(agent, agent_protocol)
     check_members(buffer, buffer_protocol)

@@ -10,6 +10,8 @@ optimiser step and checkpoints are DQN's.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -22,6 +24,7 @@ from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, check_float, check_int
 from rl_hydra.losses import weighted_mean
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
+from rl_hydra.protocols import Capabilities
 
 
 def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -48,6 +51,7 @@ def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, disc
 
 class C51(DQN):
     name: ClassVar[str] = "c51"
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.categorical.CategoricalNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
 
     def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):

@@ -28,16 +28,17 @@ from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mea
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
+from rl_hydra.protocols import Capabilities
 
 log = logging.getLogger(__name__)
 
 
 class DQN:
-    recurrent: ClassVar[bool] = False
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        actions="discrete", network="rl_hydra.networks.mlp.QNetwork", n_step=True, prioritized=True)
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
-    per_sample_priorities: ClassVar[bool] = True              # update returns "priorities" (prioritized replay)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],

@@ -8,18 +8,18 @@ way. Exploration, target syncs, the optimizer step and checkpoints are DQN's.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.sequence import SequenceBatch
-from rl_hydra.config import ConfigError, check_int
+from rl_hydra.config import check_int
 from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
+from rl_hydra.protocols import Capabilities
 
 
 def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
@@ -40,21 +40,15 @@ def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
 
 
 class DRQN(DQN):
-    recurrent: ClassVar[bool] = True
     name: ClassVar[str] = "drqn"
-    per_sample_priorities: ClassVar[bool] = False  # its sequence buffer is uniform
+    # its sequence buffer is uniform; it sums n-step returns over its own sequences
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True)
 
     def __init__(self, *args: Any, burn_in: int = 0, n_step: int = 1, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.burn_in = check_int("algo.burn_in", burn_in, minimum=0)
         self.n_step = check_int("algo.n_step", n_step, minimum=1)
-
-    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        q_net = network(self.observation, self.num_actions)
-        if not hasattr(q_net, "initial_state"):
-            raise ConfigError(f"algo=drqn needs a recurrent network (network=drqn); "
-                              f"{type(q_net).__name__} carries no state")
-        return q_net
 
     # --- the hidden state ---------------------------------------------------------
     def initial_state(self, num_envs: int):

@@ -10,6 +10,8 @@ target syncs, the optimiser step and checkpoints are DQN's.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -22,10 +24,12 @@ from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
+from rl_hydra.protocols import Capabilities
 
 
 class IQN(DQN):
     name: ClassVar[str] = "iqn"
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.ImplicitQuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
 

@@ -9,6 +9,8 @@ checkpoints are DQN's.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -20,6 +22,7 @@ from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
+from rl_hydra.protocols import Capabilities
 
 
 def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -43,6 +46,7 @@ def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
 class QRDQN(DQN):
     name: ClassVar[str] = "qr_dqn"
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.QuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
 
     def __init__(self, *args, num_quantiles: int = 200, kappa: float = 1.0, **kwargs):

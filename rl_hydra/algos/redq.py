@@ -21,6 +21,7 @@ from rl_hydra.algos.common import (flat_dim, make_optimizer, observation_tensor,
                                    update_target)
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.protocols import Capabilities
 
 
 # --- the math -------------------------------------------------------------------------
@@ -52,11 +53,13 @@ def ensemble_mse(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 # --- the agent ----------------------------------------------------------------------------
 class REDQ:
-    recurrent: ClassVar[bool] = False
     name: ClassVar[str] = "redq"
+    # one-step targets, uniform replay
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        actions="continuous", network={"actor": "rl_hydra.networks.actor_critic.SquashedGaussianActor",
+                                       "critic": "rl_hydra.networks.actor_critic.CriticEnsemble"})
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
-    per_sample_priorities: ClassVar[bool] = False  # no prioritized replay
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Mapping[str, Callable[..., nn.Module]],
@@ -80,10 +83,7 @@ class REDQ:
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
-        self.n_step = check_int("algo.n_step", n_step, minimum=1)
-        if self.n_step != 1:
-            raise ConfigError(f"algo.n_step={self.n_step} is not supported by algo={self.name}, which learns from "
-                              "one-step returns; allowed: 1 (n-step returns: dqn, qr_dqn, iqn, c51, drqn)")
+        self.n_step = check_int("algo.n_step", n_step, minimum=1)   # > 1 is refused: capabilities.n_step
         self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)

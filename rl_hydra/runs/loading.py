@@ -66,7 +66,7 @@ class Run:
 
     @property
     def recurrent(self) -> bool:
-        return bool(self.agent.recurrent)
+        return bool(self.agent.capabilities.recurrent)
 
     def predict(self, obs, state: Any = None, deterministic: bool = True):
         """Actions for one observation (obs_dim,) or a batch (n, obs_dim) (frames: (C, H, W) or (n, C, H, W)).
