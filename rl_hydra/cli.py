@@ -57,12 +57,25 @@ def fail(message: str, code: int):
     sys.exit(code)
 
 
+def search_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path]:
+    """The config directories Hydra composes from: rl_hydra's, and those a `hydra.searchpath=[...]`
+    argument adds (`file://` entries; a `pkg://` one is not looked into)."""
+    dirs = [conf_dir]
+    for arg in argv:
+        if arg.startswith("hydra.searchpath="):
+            entries = arg.split("=", 1)[1].strip("[]").split(",")
+            dirs += [Path(entry.strip().strip("'\"")[len("file://"):]) for entry in entries
+                     if entry.strip().strip("'\"").startswith("file://")]
+    return dirs
+
+
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Reject `group=option` arguments whose option file does not exist, in one line.
 
     Hydra would also refuse them, but with a multi-line report; sweep lists
     (`algo=dqn,iqn`) are checked value by value.
     """
+    dirs = search_dirs(argv, conf_dir)
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
@@ -70,7 +83,7 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         key = key.lstrip("+~")
         if key not in GROUPS or "(" in value or value in ("null", ""):
             continue
-        options = sorted(p.stem for p in (conf_dir / key).glob("*.yaml"))
+        options = sorted({p.stem for d in dirs for p in (d / key).glob("*.yaml")})
         for choice in value.strip("[]").split(","):   # a sweep list, or a list option (logger=[csv,mlflow])
             if choice and choice not in options:
                 fail(f"{key}={choice} is not a config option; choose one of: {', '.join(options)}", EXIT_CONFIG)
@@ -91,8 +104,9 @@ def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     groups = [f"{key}={value if value.startswith('[') else value.split(',')[0]}" for key, value in pairs
               if key.lstrip("+~") in GROUPS and not key.startswith("~") and "(" not in value]
     try:
+        searchpath = [arg for arg in argv if arg.startswith("hydra.searchpath=")]   # config dirs of one's own
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=groups)
+            cfg = compose(config_name="train", overrides=[*groups, *searchpath])
     except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
         return
     for key in sorted(OmegaConf.missing_keys(cfg) - {key.lstrip("+") for key, _ in pairs}):
