@@ -142,7 +142,7 @@ def test_an_unknown_preset_is_one_line_naming_the_presets(capsys):
     assert f"choose one of: {', '.join(PRESETS)}" in capsys.readouterr().err
 
 
-needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.hydra_optuna_sweeper", "optuna"),
+needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.rl_hydra_optuna_sweeper", "optuna"),
                                   reason='needs the optuna extra: pip install -e ".[optuna]"')
 
 
@@ -165,18 +165,19 @@ def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
     import optuna
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    # with the preset's sampler seed (0), the two random startup trials draw both lrs
+    # the grid sampler asks each lr once, in the order written
     output = sweep(tmp_path / "sweep", "+hparams_search=dqn_cartpole", "hydra.sweeper.n_trials=2",
-                   "algo.optimizer.lr=choice(1e-3,1e9)", "algo.gamma=0.99", "algo.batch_size=64",
-                   "algo.exploration.fraction=0.1", "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
-                   f"hydra.sweeper.storage={storage}",
+                   "hydra/sweeper/sampler=grid", "algo.optimizer.lr=choice(1e-3,1e9)", "algo.gamma=0.99",
+                   "algo.batch_size=64", "algo.exploration.fraction=0.1", "algo.max_grad_norm=null", "algo.loss=mse",
+                   *UPDATES, f"hydra.sweeper.storage={storage}",
                    short_names("hparams_search", "algo.gamma", "algo.batch_size", "algo.exploration.fraction",
                                "algo.max_grad_norm", "algo.loss"), failed=1)
     runs = summaries(tmp_path / "sweep")
     assert {name: s["status"] for name, s in runs.items()} == {
         "algo.optimizer.lr=0.001": "completed", "algo.optimizer.lr=1000000000.0": "failed"}
     trials = optuna.load_study(study_name="dqn_cartpole", storage=storage).trials
-    assert sorted(t.state.name for t in trials) == ["COMPLETE", "FAIL"]
+    assert [(t.params, t.state.name) for t in trials] == [
+        ({"algo.optimizer.lr": 0.001}, "COMPLETE"), ({"algo.optimizer.lr": 1e9}, "FAIL")]
     results = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     assert results["best_params"] == {"algo.optimizer.lr": 0.001}
     assert results["best_value"] == runs["algo.optimizer.lr=0.001"]["eval_return_mean"]
