@@ -231,8 +231,10 @@ def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]],
         mean = grid.mean(axis=0)
         bands = np.array([bootstrap_ci(column, np.mean, samples=500) for column in grid.T])
         if len(steps) == 1:
-            ax.errorbar(steps, mean, yerr=[mean - bands[:, 0], bands[:, 1] - mean], fmt=marker, color=color,
-                        capsize=4, label=label)
+            # yerr as one (2, n) array: given a list of arrays, matplotlib 3.10 takes math.isfinite of
+            # a 1-element array, a DeprecationWarning from NumPy 1.25 on
+            ax.errorbar(steps, mean, yerr=np.stack([mean - bands[:, 0], bands[:, 1] - mean]), fmt=marker,
+                        color=color, capsize=4, label=label)
         else:
             ax.plot(steps, mean, color=color, linestyle=style, label=label)
             ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.15, color=color)
