@@ -130,7 +130,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     """Train and return the final eval return (what a sweeper optimises).
 
     In a multirun a failing job records its failure and returns None so the other
-    jobs go on (Optuna marks the trial failed; a NaN would crash its sweeper); a
+    jobs go on (the Optuna sweeper tells Optuna the trial failed); a
     single run exits non-zero with one line. Parallel jobs would garble each
     other's progress bars, so a multirun has none unless train.progress=true is given.
     """

@@ -84,12 +84,6 @@ class Agent(Protocol):
     gamma: float
     """The discount; a transition buffer gets it to build n-step returns and each batch's discounts."""
 
-    n_step: int
-    """Rewards summed before bootstrapping (1: one-step returns). A transition buffer builds them
-    (Batch.rewards, next_obs, discounts); a recurrent agent sums them over its own sequences. An
-    agent that cannot learn from them declares it (capabilities.n_step) and n_step > 1 is refused
-    before the run is built."""
-
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...).
 
@@ -129,8 +123,8 @@ class RecurrentAgent(Agent, Protocol):
 @runtime_checkable
 class Buffer(Protocol):
     """A replay buffer. Built by `instantiate(cfg.buffer, observation_space=..., action_space=...,
-    num_envs=..., device=..., seed=...)`, a transition buffer also with the agent's `n_step=...,
-    gamma=...`; stores what the env produced and samples batches on the agent's device. A
+    num_envs=..., device=..., seed=...)`, a transition buffer also with `n_step=algo.n_step,
+    gamma=algo.gamma` (from the config); stores what the env produced and samples batches on the agent's device. A
     transition buffer's batches are `rl_hydra.buffers.replay.Batch`es: n-step rewards, the
     observation to bootstrap from, the discount gamma^k actually used, importance weights and the
     rows drawn."""

@@ -14,14 +14,14 @@ import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from rl_hydra import host_memory
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
-from rl_hydra.fit import algo_options, check_fit
+from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
 from rl_hydra.protocols import Agent
@@ -81,12 +81,23 @@ def seed_everything(seed: int) -> None:
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
-    agent = build(cfg.algo, "algo", observation_space=observation_space, action_space=action_space,
+    agent = build(agent_node(cfg), "algo", observation_space=observation_space, action_space=action_space,
                   network=build(cfg.network, "network"), device=device,
                   total_steps=cfg.train.total_steps, seed=cfg.seed)
     # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
     host_memory.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
     return agent
+
+
+def agent_node(cfg: DictConfig) -> DictConfig:
+    """cfg.algo as the agent is built from it: without `n_step` for a feed-forward agent, whose
+    n-step returns the transition buffer builds (it gets algo.n_step; the agent never sees it)."""
+    if "n_step" not in cfg.algo or import_class(cfg.algo._target_, "algo._target_").capabilities.recurrent:
+        return cfg.algo
+    trimmed = cfg.copy()   # the whole config: interpolations in the algo node still resolve
+    with open_dict(trimmed.algo):
+        del trimmed.algo["n_step"]
+    return trimmed.algo
 
 
 def build_components(cfg: DictConfig, device: torch.device):
@@ -95,8 +106,8 @@ def build_components(cfg: DictConfig, device: torch.device):
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
     agent = build_agent(cfg, **spaces, device=device)
-    # a transition buffer builds the agent's n-step returns; a recurrent agent sums them over its sequences
-    returns = {} if capabilities.recurrent else {"n_step": agent.n_step, "gamma": agent.gamma}
+    # a transition buffer builds the n-step returns (algo.n_step); a recurrent agent sums them over its sequences
+    returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
     buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed, **returns)
     return agent, env, buffer
 

@@ -18,6 +18,7 @@ from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN, midpoint_taus
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError
+from rl_hydra.training import agent_node
 from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
@@ -333,7 +334,7 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
     assert "buffer" in state and RunDirectory(tmp_path).load_checkpoint("best")["agent"]
     cfg = compose_config(f"algo={algo}", *TINY, *LEARN_EARLY)
     cartpole = gym.make("CartPole-v1")
-    fresh = instantiate(cfg.algo, observation_space=cartpole.observation_space, action_space=cartpole.action_space,
+    fresh = instantiate(agent_node(cfg), observation_space=cartpole.observation_space, action_space=cartpole.action_space,
                         network=instantiate(cfg.network), total_steps=cfg.train.total_steps)
     fresh.load_state_dict(state["agent"])
     for name, tensor in state["agent"]["q_net"].items():

@@ -17,6 +17,7 @@ from tests.conftest import TINY, compose_config, run_training
 from rl_hydra.algos.redq import REDQ, ensemble_mse, redq_target, sample_subset
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
+from rl_hydra.training import agent_node
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor, squashed_gaussian_log_prob
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
@@ -28,7 +29,7 @@ SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=
 def make_agent(*overrides: str, action_space: gym.Space = ACTION_SPACE) -> REDQ:
     cfg = compose_config("algo=redq", "env=pendulum", *SMALL_NET, *overrides)
     torch.manual_seed(0)
-    return instantiate(cfg.algo, observation_space=OBS_SPACE, action_space=action_space,
+    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=action_space,
                        network=instantiate(cfg.network), device=torch.device("cpu"),
                        total_steps=1000, seed=0)
 

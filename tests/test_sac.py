@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 from rl_hydra.algos.redq import REDQ, actor_q_value
 from rl_hydra.algos.sac import SAC
 from rl_hydra.config import ConfigError
+from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, run_training
 from tests.test_redq import ACTION_SPACE, OBS_SPACE, SMALL_NET, random_batch
 
@@ -16,7 +17,7 @@ from tests.test_redq import ACTION_SPACE, OBS_SPACE, SMALL_NET, random_batch
 def make(algo: str, *overrides: str):
     cfg = compose_config(f"algo={algo}", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
     torch.manual_seed(0)
-    return instantiate(cfg.algo, observation_space=OBS_SPACE, action_space=ACTION_SPACE,
+    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=ACTION_SPACE,
                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
 
 

@@ -43,14 +43,13 @@ class DQN:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 gamma: float = 0.99, n_step: int = 1, batch_size: int = 64, learning_starts: int = 1000,
+                 gamma: float = 0.99, batch_size: int = 64, learning_starts: int = 1000,
                  train_every: int = 4, gradient_steps: int = 1, target_update_every: int = 1000,
                  tau: float = 1.0, double_q: bool = False, loss: str = "huber",
                  max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None,
                  final_lr_fraction: float = 1.0):
         self.device = torch.device(device)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
-        self.n_step = check_int("algo.n_step", n_step, minimum=1)   # the buffer builds the n-step returns
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
         self.train_every = check_int("algo.train_every", train_every, minimum=1)

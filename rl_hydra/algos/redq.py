@@ -71,7 +71,7 @@ class REDQ:
                  batch_size: int = 256, learning_starts: int = 5000, train_every: int = 1,
                  gradient_steps: int = 20, policy_delay: int = 20, initial_alpha: float = 1.0,
                  learn_alpha: bool = True, target_entropy: float | str = "auto",
-                 max_grad_norm: float | None = None, actor_q: str = "mean", n_step: int = 1,
+                 max_grad_norm: float | None = None, actor_q: str = "mean",
                  gsde_resample_every: int = -1):
         del total_steps  # REDQ has no schedule over the run
         self.device = torch.device(device)
@@ -83,7 +83,6 @@ class REDQ:
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
-        self.n_step = check_int("algo.n_step", n_step, minimum=1)   # > 1 is refused: capabilities.n_step
         self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
