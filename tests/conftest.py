@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -23,6 +24,25 @@ def compose_config(*overrides: str) -> DictConfig:
     """The config `python train.py <overrides>` would run, without Hydra's run-dir keys."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
+
+
+def algo_keys(option: str, **overrides) -> dict:
+    """The keys conf/algo/<option>.yaml gives its class (no preset; not its optimizer, and not
+    n_step, which a feed-forward agent never gets), with `overrides`: what a test that builds an
+    agent by hand passes, since the algorithms' keys have no Python defaults."""
+    return {**_algo_keys(option), **overrides}
+
+
+@functools.lru_cache(maxsize=None)
+def _algo_keys(option: str) -> dict:
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(compose_config(f"algo={option}", "~algo_env").algo, resolve=True)
+    recurrent = get_class(node.pop("_target_")).capabilities.recurrent
+    for key in ("optimizer", *(() if recurrent else ("n_step",))):
+        node.pop(key, None)
+    return node
 
 
 def env_overrides(group: str) -> list[str]:

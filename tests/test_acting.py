@@ -24,6 +24,7 @@ from rl_hydra.networks.noisy import noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.optim import LeanAdam
+from tests.conftest import algo_keys
 
 OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
 
@@ -33,7 +34,7 @@ def make_agent(algo_class=DQN, network=QNetwork, **network_kwargs):
     torch.manual_seed(0)
     return algo_class(env.observation_space, env.action_space,
                       functools.partial(network, hidden_sizes=[32, 32], **network_kwargs),
-                      functools.partial(LeanAdam, lr=1e-3), total_steps=100)
+                      functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
 
 
 def torch_greedy(agent, obs=OBS, noise: bool = True) -> np.ndarray:
@@ -169,7 +170,7 @@ def test_an_empty_hidden_sizes_is_a_linear_network_and_the_log_says_so(caplog):
     env = gym.make("CartPole-v1")
     with caplog.at_level("INFO", logger="rl_hydra"):
         agent = DQN(env.observation_space, env.action_space, functools.partial(QNetwork, hidden_sizes=[]),
-                    functools.partial(LeanAdam, lr=1e-3), total_steps=100)
+                    functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
     assert [type(layer) for layer in agent.q_net.net] == [nn.Linear]
     assert "network.hidden_sizes=[]: a linear network (no hidden layer)" in caplog.text
     assert_acts_like_its_action_values(agent)

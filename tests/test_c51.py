@@ -15,6 +15,7 @@ from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
+from tests.conftest import algo_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -70,7 +71,8 @@ def test_projection_by_hand():
 
 def make_c51(**kwargs) -> C51:
     network = functools.partial(CategoricalNetwork, hidden_sizes=[32])
-    return C51(OBS_SPACE, ACTION_SPACE, network, ADAM, total_steps=1000, num_atoms=11, v_min=-5, v_max=5, **kwargs)
+    return C51(OBS_SPACE, ACTION_SPACE, network, ADAM, total_steps=1000,
+               **algo_keys("c51", num_atoms=11, v_min=-5, v_max=5, **kwargs))
 
 
 def filled_buffer(n: int = 200, **kwargs) -> ReplayBuffer:
@@ -118,7 +120,7 @@ def test_importance_weights_scale_each_samples_share_of_the_loss():
 def test_bad_support_is_refused(key, value):
     with pytest.raises(ConfigError, match=f"algo.{key}"):
         C51(OBS_SPACE, ACTION_SPACE, functools.partial(CategoricalNetwork, hidden_sizes=[8]), ADAM,
-            total_steps=10, **{key: value})
+            total_steps=10, **algo_keys("c51", **{key: value}))
 
 
 # the reward every step until the episode ends: the discounted returns lie between 0 and reward / (1 - gamma)

@@ -161,3 +161,44 @@ def test_groups_that_do_not_fit_are_one_error_line_and_exit_2(tmp_path, monkeypa
     code, out, err = cli(monkeypatch, capsys, *TINY, *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert code == 2 and out == [] and len(err) == 1 and message in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+def python_defaults(target: type) -> dict:
+    """The keyword defaults of a class's constructor, its parents' included (subclasses pass **kwargs on)."""
+    import inspect
+
+    found = {}
+    for klass in reversed(target.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            found.update({name: p.default for name, p in inspect.signature(init).parameters.items()
+                          if p.default is not inspect.Parameter.empty})
+    return found
+
+
+def own_groups(option_file) -> bool:
+    """Whether a group's option file names its class itself (a file extending another option of
+    the group, network/rainbow.yaml of c51.yaml say, is a variant with values of its own)."""
+    return "_target_" in OmegaConf.load(option_file)
+
+
+@pytest.mark.parametrize("group", ["algo", "network", "buffer"])
+def test_yaml_is_the_one_source_of_default_values(group):
+    """A constructor's keyword default, where one exists, equals what its config file gives:
+    no second, silently different default in Python."""
+    checked = 0
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        if group != "algo" and not own_groups(path):
+            continue
+        cfg = compose_config(f"{group}={path.stem}", "~algo_env",
+                             *(["env=pendulum"] if path.stem in ("redq", "sac") else []))
+        node = cfg[group]
+        for part in ([node] if "_target_" in node else [v for v in node.values() if isinstance(v, DictConfig)]):
+            defaults = python_defaults(get_class(part._target_))
+            values = OmegaConf.to_container(part, resolve=True)
+            for key, default in defaults.items():
+                if key in values and not (isinstance(values[key], dict) and "_target_" in values[key]):
+                    default = list(default) if isinstance(default, tuple) else default
+                    assert default == values[key], f"{path.stem}: {key} = {default!r} in Python, {values[key]!r} in YAML"
+                    checked += 1
+    assert checked

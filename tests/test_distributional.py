@@ -22,6 +22,7 @@ from rl_hydra.training import agent_node
 from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
+from tests.conftest import algo_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)
@@ -198,7 +199,7 @@ def test_qr_dqn_acts_on_the_mean_where_mean_and_median_disagree():
     # action 0: median 2, mean -5/3;  action 1: median 1, mean 2/3  -> the mean picks action 1
     quantiles = [[-10.0, 2.0, 3.0], [0.0, 1.0, 1.0]]
     agent = QRDQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions, n_quantiles: FixedQuantiles(quantiles),
-                  ADAM, total_steps=100, num_quantiles=3)
+                  ADAM, total_steps=100, **algo_keys("qr_dqn", num_quantiles=3))
     median_choice = torch.tensor(quantiles).median(dim=1).values.argmax()
     assert median_choice == 0
     actions, _ = agent.act(np.zeros((3, 4), dtype=np.float32), explore=False)
@@ -207,7 +208,7 @@ def test_qr_dqn_acts_on_the_mean_where_mean_and_median_disagree():
 
 def test_iqn_acts_on_the_mean_of_k_sampled_quantiles():
     agent = IQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions: StepQuantileFunction(), ADAM,
-                total_steps=100, num_quantile_samples=64)
+                total_steps=100, **algo_keys("iqn", num_quantile_samples=64))
     values = agent.action_values(torch.zeros(2, 4))                   # (2, 2)
     assert values.shape == (2, 2) and bool((values[:, 0] < 0).all())
     actions, _ = agent.act(np.zeros((2, 4), dtype=np.float32), explore=False)
@@ -218,12 +219,12 @@ def test_iqn_acts_on_the_mean_of_k_sampled_quantiles():
 
 AGENTS = {  # small versions of each agent for unit tests
     "qr_dqn": lambda **kw: QRDQN(OBS_SPACE, ACTION_SPACE, functools.partial(QuantileNetwork, hidden_sizes=[32]),
-                                 ADAM, total_steps=1000, num_quantiles=5, **kw),
+                                 ADAM, total_steps=1000, **algo_keys("qr_dqn", num_quantiles=5, **kw)),
     "iqn": lambda **kw: IQN(OBS_SPACE, ACTION_SPACE,
                             functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32],
                                               head_hidden_sizes=[]),
-                            ADAM, total_steps=1000, num_tau_samples=6, num_tau_prime_samples=5,
-                            num_quantile_samples=4, **kw),
+                            ADAM, total_steps=1000, **algo_keys("iqn", num_tau_samples=6, num_tau_prime_samples=5,
+                                                                num_quantile_samples=4, **kw)),
 }
 
 
@@ -384,7 +385,8 @@ def test_iqn_greedy_actions_are_deterministic_for_the_same_input():
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
     agent = IQN(env.observation_space, env.action_space, functools.partial(ImplicitQuantileNetwork, hidden_sizes=[8],
-                head_hidden_sizes=[8]), functools.partial(LeanAdam, lr=1e-3), total_steps=100, num_quantile_samples=4)
+                head_hidden_sizes=[8]), functools.partial(LeanAdam, lr=1e-3), total_steps=100,
+                **algo_keys("iqn", num_quantile_samples=4))
     obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
     first = agent.act(obs, explore=False)[0]
     assert all(np.array_equal(agent.act(obs, explore=False)[0], first) for _ in range(5))

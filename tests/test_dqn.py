@@ -12,6 +12,7 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.mlp import QNetwork
+from tests.conftest import algo_keys
 
 OBS = gym.spaces.Box(-1, 1, (3,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(2)
@@ -22,7 +23,7 @@ def make_dqn(**overrides) -> DQN:
                   optimizer=functools.partial(torch.optim.Adam, lr=1e-2), total_steps=1000,
                   learning_starts=0, target_update_every=3, seed=0)
     kwargs.update(overrides)
-    return DQN(OBS, ACTIONS, **kwargs)
+    return DQN(OBS, ACTIONS, **algo_keys("dqn", **kwargs))
 
 
 def random_batch(n=8) -> Batch:
@@ -143,4 +144,4 @@ def test_bad_hyperparameters_raise_one_line_config_errors(key, value, message):
 def test_dqn_refuses_continuous_actions():
     with pytest.raises(ConfigError, match="algo=dqn needs a discrete action space"):
         DQN(OBS, gym.spaces.Box(-1, 1, (1,)), network=functools.partial(QNetwork),
-            optimizer=functools.partial(torch.optim.Adam, lr=1e-3), total_steps=10)
+            optimizer=functools.partial(torch.optim.Adam, lr=1e-3), total_steps=10, **algo_keys("dqn"))

@@ -118,7 +118,7 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
     if (algo, env) in EMPTY_HEAD_PRESETS:   # each stream one linear map of the product features
         one_linear(heads[0].value), one_linear(heads[0].advantage)
     if parts:
-        assert agent.noisy and agent.n_step == buffer.n_step == 3 and hasattr(buffer, "update_priorities")
+        assert agent.noisy and buffer.n_step == 3 and hasattr(buffer, "update_priorities")
     fill(buffer, observation_space, int(action_space.n), steps=32)
     for _ in range(2):
         batch = buffer.sample(agent.batch_size)

@@ -22,6 +22,7 @@ from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
+from tests.conftest import algo_keys
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
 GRIDS = gym.spaces.Box(0, 1, (6, 10, 10), dtype=np.bool_)
@@ -90,14 +91,15 @@ def test_drqns_lstm_sits_on_a_cnn():
 
 
 AGENTS = {
-    "dqn": lambda: DQN(GRIDS, ACTIONS, functools.partial(QNetwork, hidden_sizes=[32]), ADAM, total_steps=100),
+    "dqn": lambda: DQN(GRIDS, ACTIONS, functools.partial(QNetwork, hidden_sizes=[32]), ADAM, total_steps=100,
+                       **algo_keys("dqn")),
     "qr_dqn": lambda: QRDQN(GRIDS, ACTIONS, functools.partial(QuantileNetwork, hidden_sizes=[32]), ADAM,
-                            total_steps=100, num_quantiles=5),
+                            total_steps=100, **algo_keys("qr_dqn", num_quantiles=5)),
     "iqn": lambda: IQN(GRIDS, ACTIONS, functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32],
                                                          head_hidden_sizes=[]), ADAM, total_steps=100,
-                       num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4),
+                       **algo_keys("iqn", num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4)),
     "c51": lambda: C51(GRIDS, ACTIONS, functools.partial(CategoricalNetwork, hidden_sizes=[32]), ADAM,
-                       total_steps=100, num_atoms=11),
+                       total_steps=100, **algo_keys("c51", num_atoms=11)),
 }
 
 
@@ -121,7 +123,7 @@ def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
 
 def test_drqn_learns_on_frames_from_its_sequence_buffer():
     agent = DRQN(GRIDS, ACTIONS, functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8), ADAM,
-                 total_steps=100, batch_size=2)
+                 total_steps=100, **algo_keys("drqn", batch_size=2))
     buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS)
     rng = np.random.default_rng(0)
     state = None

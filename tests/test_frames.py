@@ -87,7 +87,7 @@ def test_after_the_ring_wraps_only_rows_with_their_whole_stack_are_drawn():
 
 
 def test_prioritized_replay_shares_frames_too():
-    shared, naive = pair(80, num_envs=2, n_step=3, cls=PrioritizedReplayBuffer)
+    shared, naive = pair(80, num_envs=2, n_step=3, cls=PrioritizedReplayBuffer, beta_steps=100)
     fill([shared, naive], 400, num_envs=2)
     batch = assert_same_batches(shared, naive, draws=256)
     drawable = set(((shared.oldest + shared.behind * 2 + np.arange(len(shared))) % shared.capacity).tolist())

@@ -24,7 +24,7 @@ from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disable
 from rl_hydra.networks.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.optim import LeanAdam
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, algo_keys
 
 B, OBS_DIM, A, N, T = 5, 4, 3, 7, 6
 OBS = torch.randn(B, OBS_DIM, generator=torch.Generator().manual_seed(1))
@@ -263,7 +263,7 @@ def test_a_dueling_dqn_acts_through_the_mirror_as_torch_does():
     torch.manual_seed(0)
     agent = DQN(env.observation_space, env.action_space,
                 functools.partial(QNetwork, hidden_sizes=[32, 32], dueling=True),
-                functools.partial(LeanAdam, lr=1e-3), total_steps=100)
+                functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
     obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
     assert call_mirror(agent, "action_values", obs) is not None
     with torch.no_grad():

@@ -29,7 +29,7 @@ ACTIONS = gym.spaces.Discrete(3)
 
 
 def make_buffer(capacity=16, **kwargs) -> PrioritizedReplayBuffer:
-    return PrioritizedReplayBuffer(capacity, OBS, ACTIONS, **{"seed": 0, **kwargs})
+    return PrioritizedReplayBuffer(capacity, OBS, ACTIONS, **{"seed": 0, "beta_steps": 100_000, **kwargs})
 
 
 def add_steps(buffer, steps, num_envs=1):

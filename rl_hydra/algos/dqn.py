@@ -43,11 +43,11 @@ class DQN:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 gamma: float = 0.99, batch_size: int = 64, learning_starts: int = 1000,
-                 train_every: int = 4, gradient_steps: int = 1, target_update_every: int = 1000,
-                 tau: float = 1.0, double_q: bool = False, loss: str = "huber",
-                 max_grad_norm: float | None = 10.0, exploration: DictConfig | dict | None = None,
-                 final_lr_fraction: float = 1.0):
+                 gamma: float, batch_size: int, learning_starts: int, train_every: int, gradient_steps: int,
+                 target_update_every: int, tau: float, double_q: bool, max_grad_norm: float | None,
+                 exploration: DictConfig | dict, final_lr_fraction: float, loss: str = "huber"):
+        # the keys have no defaults here: their values are the config's (conf/algo/base/dqn.yaml). `loss`
+        # is DQN's own key (algo/dqn.yaml), which its subclasses, with losses of their own, never set
         self.device = torch.device(device)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
@@ -60,7 +60,7 @@ class DQN:
         self.loss_kind = check_choice("algo.loss", loss, TD_LOSSES)
         self.max_grad_norm = None if max_grad_norm is None else check_float(
             "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
-        exploration = dict(exploration or {"start": 1.0, "end": 0.05, "fraction": 0.1})
+        exploration = dict(exploration)
         start = check_float("algo.exploration.start", exploration.get("start"), 0.0, 1.0)
         end = check_float("algo.exploration.end", exploration.get("end"), 0.0, 1.0)
         fraction = check_float("algo.exploration.fraction", exploration.get("fraction"), 0.0, 1.0)

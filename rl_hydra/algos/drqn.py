@@ -45,7 +45,7 @@ class DRQN(DQN):
     capabilities: ClassVar[Capabilities] = Capabilities(
         actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True)
 
-    def __init__(self, *args: Any, burn_in: int = 0, n_step: int = 1, **kwargs: Any):
+    def __init__(self, *args: Any, burn_in: int, n_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.burn_in = check_int("algo.burn_in", burn_in, minimum=0)
         self.n_step = check_int("algo.n_step", n_step, minimum=1)

@@ -46,8 +46,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.5, beta: float = 0.4,
-                 beta_final: float = 1.0, beta_steps: int | None = 100_000, epsilon: float = 1e-6,
+                 n_step: int = 1, gamma: float = 0.99, *, beta_steps: int | None, alpha: float = 0.5,
+                 beta: float = 0.4, beta_final: float = 1.0, epsilon: float = 1e-6,
                  share_frames: bool | str = "auto", sum_tree: str = "auto"):
         super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma,
                          share_frames)

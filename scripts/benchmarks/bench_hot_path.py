@@ -54,9 +54,18 @@ def per_call_us(fn, calls: int) -> float:
 
 
 def make_agent(algo_class, network, optimizer, batch_size: int = 64, **kwargs):
+    """The algorithm with its config's keys (they have no Python defaults), at batch 64."""
+    from omegaconf import OmegaConf
+
+    from rl_hydra.api import compose_train_config
+
+    keys = OmegaConf.to_container(compose_train_config(f"algo={algo_class.name}", "~algo_env").algo, resolve=True)
+    for key in ("_target_", "optimizer", "n_step"):
+        keys.pop(key, None)
     env = gym.make("CartPole-v1")
     return algo_class(env.observation_space, env.action_space, functools.partial(network, hidden_sizes=[256, 256]),
-                      optimizer, total_steps=50_000, batch_size=batch_size, max_grad_norm=10.0, **kwargs)
+                      optimizer, total_steps=50_000, **{**keys, "batch_size": batch_size, "max_grad_norm": 10.0,
+                                                        **kwargs})
 
 
 def random_batch(size: int = 64) -> Batch:

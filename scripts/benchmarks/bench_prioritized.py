@@ -86,11 +86,11 @@ def sampling_candidates(capacity: int, obs_dim: int | None, batch_size: int) -> 
     """obs_dim None: Atari frames (filled_with_frames)."""
     if obs_dim is None:
         uniform = filled_with_frames(ReplayBuffer, capacity)
-        prioritized = {tree: filled_with_frames(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity)
+        prioritized = {tree: filled_with_frames(partial(PrioritizedReplayBuffer, sum_tree=tree, beta_steps=100_000), capacity)
                        for tree in TREES}
     else:
         uniform = filled(ReplayBuffer, capacity, obs_dim)
-        prioritized = {tree: filled(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity, obs_dim)
+        prioritized = {tree: filled(partial(PrioritizedReplayBuffer, sum_tree=tree, beta_steps=100_000), capacity, obs_dim)
                        for tree in TREES}
     new_priorities = torch.rand(batch_size)  # what an update hands back (B,)
 
@@ -115,7 +115,7 @@ def update_candidates(capacity: int, batch_size: int) -> dict:
     agents = [build_agent(cfg, env.observation_space, env.action_space, torch.device("cpu"))
               for _ in range(1 + len(TREES))]
     uniform = filled(ReplayBuffer, capacity, 4)
-    prioritized = [filled(partial(PrioritizedReplayBuffer, sum_tree=tree), capacity, 4) for tree in TREES]
+    prioritized = [filled(partial(PrioritizedReplayBuffer, sum_tree=tree, beta_steps=100_000), capacity, 4) for tree in TREES]
 
     def uniform_step():
         agents[0].update(uniform.sample(batch_size))
