@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra.config import CONF_DIR
 from rl_hydra.launch import launch
-from rl_hydra.runs.loading import Run, load_run
+from rl_hydra.run import Run, load_run
 
 
 def compose_train_config(*overrides: str) -> DictConfig:

@@ -10,10 +10,34 @@ against it. How to add one: docs/extending.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+
+class Batch(NamedTuple):
+    """What a transition buffer's `sample_batches` yields and a feed-forward agent's `update` takes."""
+    obs: torch.Tensor          # (B, *obs_shape) float32, or uint8 / bool as the env produced them
+    actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
+    rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
+    next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
+    terminated: torch.Tensor   # (B,) float32, 1 where the episode ended in a terminal state (no bootstrap)
+    truncated: torch.Tensor    # (B,) float32, 1 where a time limit cut the episode
+    discounts: torch.Tensor    # (B,) float32 gamma^k: the bootstrap value's discount after the k rewards summed
+    weights: torch.Tensor      # (B,) float32 importance weights of the samples (1 under uniform replay)
+    indices: torch.Tensor      # (B,) int64 the rows sampled (a prioritized buffer updates their priorities)
+
+
+class SequenceBatch(NamedTuple):
+    """What a sequence buffer's `sample_batches` yields and a recurrent agent's `update` takes."""
+    obs: torch.Tensor            # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
+    actions: torch.Tensor        # (L, B) int64 for Discrete
+    rewards: torch.Tensor        # (L, B) float32
+    terminated: torch.Tensor     # (L, B) float32, 1 where the episode ended in a terminal state
+    mask: torch.Tensor           # (L, B) float32, 1 on real steps, 0 on padding after the episode's end
+    episode_start: torch.Tensor  # (B,) bool, the chunk's first step is its episode's first step
+    state: tuple[torch.Tensor, ...]  # each (B, ...): the actor's state before the chunk's first step
 
 
 @dataclass(frozen=True)

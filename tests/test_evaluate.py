@@ -13,7 +13,7 @@ import yaml
 from rl_hydra import train
 from rl_hydra.runs.aggregate import (bootstrap_ci, configuration_of, distinguishing_labels, interquartile_mean,
                                      legend_label, line_styles, run_dirs)
-from rl_hydra.runs.report import main as evaluate_main
+from rl_hydra.report import main as evaluate_main
 from tests.conftest import ROOT, TINY
 
 QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]

@@ -21,7 +21,7 @@ from rl_hydra.config import flat_config
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loggers import CSVLogger, TensorBoardLogger, build_loggers
 from rl_hydra.loops.runner import Runner
-from rl_hydra.runs.report import main as evaluate_main
+from rl_hydra.report import main as evaluate_main
 from tests.conftest import ROOT, TINY, compose_config, run_cli, stop_at
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]   # train/* rows too

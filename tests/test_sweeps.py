@@ -63,7 +63,7 @@ def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
 
 def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
     """One healthy job among three that fail: a diverging lr, an env that raises, and both."""
-    from rl_hydra.runs.report import main as evaluate_main
+    from rl_hydra.report import main as evaluate_main
 
     output = sweep(tmp_path, "algo.optimizer.lr=1e-3,1e9", f"env.wrappers=[],{CRASHING_ENV}",
                    "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,

@@ -20,11 +20,10 @@ from torch import nn
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import gather_actions
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, check_float, check_int
 from rl_hydra.losses import weighted_mean
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Batch, Capabilities
 
 
 def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,

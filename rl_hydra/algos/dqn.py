@@ -22,13 +22,12 @@ from torch import nn
 
 from rl_hydra.algos.common import (LinearSchedule, is_raw_pixels, make_optimizer, observation_tensor, optimizer_step,
                                    require_discrete, update_target)
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Batch, Capabilities
 
 log = logging.getLogger(__name__)
 

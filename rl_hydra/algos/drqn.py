@@ -16,10 +16,9 @@ import torch.nn.functional as F
 
 from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.buffers.sequence import SequenceBatch
 from rl_hydra.config import check_int
 from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Capabilities, SequenceBatch
 
 
 def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,

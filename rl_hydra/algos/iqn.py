@@ -21,10 +21,9 @@ from torch import nn
 from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Batch, Capabilities
 
 
 class IQN(DQN):

@@ -18,11 +18,10 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Batch, Capabilities
 
 
 def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -19,9 +19,8 @@ from torch import nn
 
 from rl_hydra.algos.common import (flat_dim, make_optimizer, observation_tensor, optimizer_step, require_box,
                                    update_target)
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
-from rl_hydra.protocols import Capabilities
+from rl_hydra.protocols import Batch, Capabilities
 
 
 # --- the math -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from and the discount gamma^k for the k rewards actually summed.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -18,20 +18,9 @@ import torch
 from rl_hydra import host_memory
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.protocols import Batch
 
 log = logging.getLogger(__name__)
-
-
-class Batch(NamedTuple):
-    obs: torch.Tensor          # (B, *obs_shape) float32, or uint8 / bool as the env produced them
-    actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
-    rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
-    next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
-    terminated: torch.Tensor   # (B,) float32, 1 where the episode ended in a terminal state (no bootstrap)
-    truncated: torch.Tensor    # (B,) float32, 1 where a time limit cut the episode
-    discounts: torch.Tensor    # (B,) float32 gamma^k: the bootstrap value's discount after the k rewards summed
-    weights: torch.Tensor      # (B,) float32 importance weights of the samples (1 under uniform replay)
-    indices: torch.Tensor      # (B,) int64 the rows sampled (a prioritized buffer updates their priorities)
 
 
 STORED = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")  # columns, in Batch's order

@@ -17,7 +17,7 @@ frames were overwritten is no longer drawn.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -27,16 +27,7 @@ from rl_hydra import host_memory
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, human_bytes, observation_dtype
 from rl_hydra.config import ConfigError, check_choice, check_int
-
-
-class SequenceBatch(NamedTuple):
-    obs: torch.Tensor            # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
-    actions: torch.Tensor        # (L, B) int64 for Discrete
-    rewards: torch.Tensor        # (L, B) float32
-    terminated: torch.Tensor     # (L, B) float32, 1 where the episode ended in a terminal state
-    mask: torch.Tensor           # (L, B) float32, 1 on real steps, 0 on padding after the episode's end
-    episode_start: torch.Tensor  # (B,) bool, the chunk's first step is its episode's first step
-    state: tuple[torch.Tensor, ...]  # each (B, ...): the actor's state before the chunk's first step
+from rl_hydra.protocols import SequenceBatch
 
 
 class SequenceBuffer:

@@ -20,7 +20,7 @@ from rl_hydra.config import ConfigError, check_choice, check_int, resolve_device
 from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, distinguishing_labels, eval_curve,
                                      markdown_table, plot_learning_curves, provenance_of, run_dirs,
                                      tracker_store_in)
-from rl_hydra.runs.loading import CHECKPOINTS, load_run
+from rl_hydra.run import CHECKPOINTS, load_run
 from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 
 USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
@@ -83,7 +83,7 @@ def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
     if cfg.video:   # before the JSON: a run whose video fails is reported failed, with nothing written
-        from rl_hydra.runs.video import record_gif
+        from rl_hydra.video import record_gif
 
         record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
     out = run_dir / "eval" / f"{setting(cfg)}.json"
