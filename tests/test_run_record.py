@@ -43,7 +43,13 @@ def snapshot(path: Path) -> dict[str, tuple]:
 
 
 def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
-    """`python train.py argv...` in this process: (exit code, stdout lines, stderr lines)."""
+    """`python train.py argv...` in this process: (exit code, stdout lines, stderr lines). Hydra's
+    job logging leaves its console handler (on this test's captured stdout) on the root logger:
+    the root logger is put back as it was."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["train.py", *argv])
     try:
@@ -51,6 +57,9 @@ def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
         code = 0
     except SystemExit as exit_:
         code = exit_.code
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err.splitlines()
 
