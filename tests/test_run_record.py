@@ -4,6 +4,7 @@ provenance, and rl-hydra-verify re-makes a run's first steps exactly."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import errno
 import hashlib
@@ -48,8 +49,10 @@ def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
     the root logger is put back as it was."""
     import logging
 
+    from hydra.core.singleton import Singleton
+
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers, level, hydra_state = list(root.handlers), root.level, copy.deepcopy(Singleton.get_state())
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["train.py", *argv])
     try:
@@ -57,9 +60,10 @@ def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
         code = 0
     except SystemExit as exit_:
         code = exit_.code
-    finally:
+    finally:   # and Hydra's process-wide singletons (its version_base, config, ...), as hydra.main left them
         root.handlers[:] = handlers
         root.setLevel(level)
+        Singleton.set_state(hydra_state)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err.splitlines()
 
