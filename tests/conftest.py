@@ -90,6 +90,20 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "t
                           text=True, timeout=timeout, env=env)
 
 
+@pytest.fixture(autouse=True)
+def root_logger_as_it_was():
+    """Hydra's job logging, run in-process (an @hydra.main app, a sweeper's battery), leaves its
+    handlers on the root logger, bound to that test's captured stdout: every test gets the root
+    logger back as it found it, so a later test does not log to a closed stream."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture
 def compose_cfg():
     return compose_config

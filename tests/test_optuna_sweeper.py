@@ -177,6 +177,7 @@ def flaky(cfg):
 
 @pytest.mark.usefixtures("hydra_restore_singletons")
 def test_failed_trials_are_told_failed_and_the_search_goes_on(hydra_sweep_runner, tmp_path, capsys, caplog):
+    caplog.set_level("INFO")   # the sweeper logs before any job sets up Hydra's logging
     search = run_search(hydra_sweep_runner, tmp_path, "hydra/sweeper/sampler=grid", "+x=choice(0.1,0.3,0.5,0.9)",
                         "hydra.sweeper.n_trials=4", "hydra.sweeper.max_failure_rate=1.0",
                         "hydra.sweeper.direction=maximize", *storage(tmp_path), task=flaky)
@@ -265,6 +266,7 @@ def test_several_directions_save_the_pareto_front(hydra_sweep_runner, tmp_path):
 @pytest.mark.usefixtures("hydra_restore_singletons")
 def test_a_preset_sampler_key_another_sampler_does_not_take_is_left_out(hydra_sweep_runner, tmp_path, capsys,
                                                                         caplog):
+    caplog.set_level("INFO")   # the sweeper logs before any job sets up Hydra's logging
     run_search(hydra_sweep_runner, tmp_path, "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=1",
                "hydra.sweeper.sampler.n_startup_trials=4", "+x=interval(0,1)", "hydra.sweeper.n_trials=1")
     assert "RandomSampler takes no n_startup_trials: left out" in logged(capsys, caplog)
