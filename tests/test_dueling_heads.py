@@ -104,7 +104,9 @@ def test_the_presets_with_an_empty_head_are_among_those_tested():
         assert composed(f"algo={algo}", f"env={env}", "network.dueling=true").network.head_hidden_sizes == []
 
 
-@pytest.mark.parametrize("parts", [(), ALL_PARTS], ids=["dueling", "dueling+noisy+n3+prioritized"])
+# every part at once on every preset doubles the file's time: the slow suite runs it (pytest -m slow)
+@pytest.mark.parametrize("parts", [(), pytest.param(ALL_PARTS, marks=pytest.mark.slow)],
+                         ids=["dueling", "dueling+noisy+n3+prioritized"])
 @pytest.mark.parametrize("algo, env", PRESETS, ids=[f"{a}_{e}" for a, e in PRESETS])
 def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
     cfg = preset_config(algo, env, *parts)

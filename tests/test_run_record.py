@@ -147,6 +147,7 @@ def test_a_second_process_is_refused_while_one_holds_the_run(finished, monkeypat
 SLOW = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.001}]"
 
 
+@pytest.mark.slow   # real processes (the in-process lock test above runs by default)
 def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp_path):
     args = [sys.executable, str(ROOT / "train.py"), *RECORD, "train.total_steps=2000", SLOW, f"hydra.run.dir={tmp_path}"]
     first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -161,6 +162,7 @@ def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp
     assert steps == list(range(50, 2001, 50))
 
 
+@pytest.mark.slow   # real processes (the in-process lock test above runs by default)
 def test_two_sweeps_into_one_sweep_directory_leave_every_job_whole(tmp_path):
     """Each job is trained by one sweep; the other sweep's launch of it is refused (a failed job
     of that sweep) or finds it finished."""
@@ -359,6 +361,7 @@ def test_a_full_disk_under_the_log_or_tensorboard_is_one_warning_and_the_record_
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+@pytest.mark.slow   # a real tmpfs filled up, then grown: mounting needs root
 def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(tmp_path):
     """A small tmpfs fills up during the run (mounting one needs root: skipped elsewhere)."""
     mount = tmp_path / "small"
