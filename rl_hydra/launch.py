@@ -70,6 +70,7 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
         if finished is not None:
             log.info("%s already holds a finished run (step %d); not training again",
                      directory.path, finished["global_step"])
+            remove_debris(directory)
             return finished
         return _train(cfg, directory, resume, overrides, hydra_cfg, config_changes)
     except (ConfigError, RunBusy) as error:
@@ -253,6 +254,14 @@ def record_refusal(directory: RunDirectory, cfg: DictConfig, overrides: Sequence
             return
         record_config(directory, cfg, overrides, hydra_cfg, None)
         directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, _target_name(cfg))})
+
+
+def remove_debris(directory: RunDirectory) -> None:
+    """A finished run is never written again, so the temp files of a process killed while it
+    finished (its provenance, say) are removed here, under the lock; nothing else is touched."""
+    if directory.temp_files():
+        with contextlib.suppress(RunError, OSError), RunLock(directory):
+            directory.remove_temp_files()
 
 
 def remove_refused_run(directory: RunDirectory) -> None:

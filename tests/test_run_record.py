@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import csv
 import errno
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -184,7 +185,7 @@ def test_two_sweeps_into_one_sweep_directory_leave_every_job_whole(tmp_path):
 
 
 # --- faults -------------------------------------------------------------------------------
-def _train_in_child(run_dir: str, overrides: list[str], kill_at_replace: int | None) -> None:
+def _train_in_child(run_dir: str, config: str, kill_at_replace: int | None) -> None:
     """A training process (started by a forkserver that has imported torch): launch, or resume
     when the directory holds a run. `kill_at_replace`: SIGKILL itself inside that checkpoint write,
     between writing the temp file and renaming it over last.pt."""
@@ -201,9 +202,9 @@ def _train_in_child(run_dir: str, overrides: list[str], kill_at_replace: int | N
         os.replace = dying_replace
     directory = RunDirectory(run_dir)
     resume = directory.config_yaml.is_file()
-    cfg = OmegaConf.load(directory.config_yaml) if resume else compose_config(*overrides)
+    cfg = OmegaConf.load(directory.config_yaml) if resume else OmegaConf.create(config)   # RECORD's, composed once
     try:
-        launch(cfg, run_dir, resume=resume, overrides=overrides)
+        launch(cfg, run_dir, resume=resume, overrides=RECORD)
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
         os._exit(error.code)
@@ -216,9 +217,14 @@ def forkserver():
     return context
 
 
+@functools.lru_cache(maxsize=None)
+def record_config() -> str:
+    return OmegaConf.to_yaml(compose_config(*RECORD))
+
+
 def train_in_child(context, run_dir: Path, kill_after_s: float | None = None,
                    kill_at_replace: int | None = None) -> int | None:
-    child = context.Process(target=_train_in_child, args=(str(run_dir), RECORD, kill_at_replace))
+    child = context.Process(target=_train_in_child, args=(str(run_dir), record_config(), kill_at_replace))
     child.start()
     if kill_after_s is not None:
         child.join(kill_after_s)

@@ -131,11 +131,15 @@ class RunDirectory:
         """Whether a run has trained here (checkpoints or metrics exist)."""
         return self.checkpoints.is_dir() or self.metrics_csv.is_file()
 
+    def temp_files(self) -> list[Path]:
+        """The temp files of atomic writes that a killed process left."""
+        return [tmp for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval") if folder.is_dir()
+                for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}")]
+
     def remove_temp_files(self) -> None:
-        """Remove the temp files of atomic writes that a killed process left (call with the lock held)."""
-        for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval"):
-            for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}") if folder.is_dir() else ():
-                tmp.unlink(missing_ok=True)
+        """Remove what `temp_files` finds (call with the lock held)."""
+        for tmp in self.temp_files():
+            tmp.unlink(missing_ok=True)
 
     def checkpoint_step(self, name: str = "last") -> int | None:
         """The env step checkpoint `name` was saved at, or None when there is none (or it is unreadable)."""
