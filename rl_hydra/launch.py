@@ -141,9 +141,9 @@ def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: li
         except Exception as error:  # noqa: BLE001 - every failure becomes one line and an exit code
             failure, status = classify(error, cfg, directory, committed=bool(session))
             if log_file:   # the console gets the line from the caller; the run's log keeps it too
-                log_file[0].handle(logging.makeLogRecord(
-                    {"name": "rl_hydra", "levelno": logging.ERROR if failure.code != EXIT_INTERRUPTED else logging.WARNING,
-                     "levelname": "ERROR" if failure.code != EXIT_INTERRUPTED else "WARNING", "msg": str(failure)}))
+                level = logging.WARNING if failure.code == EXIT_INTERRUPTED else logging.ERROR
+                log_file[0].handle(logging.makeLogRecord({"name": "rl_hydra", "levelno": level, "msg": str(failure),
+                                                          "levelname": logging.getLevelName(level)}))
             if session:
                 end_session(session[0], directory, status)
             raise failure from (error if failure.code == EXIT_CONFIG else None)
@@ -158,11 +158,9 @@ def classify(error: Exception, cfg: DictConfig, directory: RunDirectory, committ
 
     if isinstance(error, RunFailed):
         return error, "failed"
-    if isinstance(error, (ConfigError, RunBusy)):
-        return RunFailed(str(error), EXIT_CONFIG), "failed"
     if isinstance(error, WriteFailed):
         return RunFailed(write_failure(directory, error), EXIT_FAILED), "failed"
-    if isinstance(error, RunError):
+    if isinstance(error, (ConfigError, RunError)):   # a bad config, a busy or unfitting directory or checkpoint
         return RunFailed(str(error), EXIT_CONFIG), "failed"
     if isinstance(error, TrainingDiverged):
         return RunFailed(f"training diverged: {error}", EXIT_FAILED), "failed"
