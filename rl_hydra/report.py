@@ -18,10 +18,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.config import ConfigError, check_choice, check_int, resolve_device
 from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, distinguishing_labels, eval_curve,
-                                     markdown_table, plot_learning_curves, provenance_of, run_dirs,
+                                     markdown_table, plot_learning_curves, run_dirs,
                                      tracker_store_in)
 from rl_hydra.run import CHECKPOINTS, load_run
-from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
+from rl_hydra.runs import provenance
+from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_bytes
 
 USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
        (python scripts/evaluate.py in a checkout: the same)
@@ -121,7 +122,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
         base = {"run": name, "configuration": labels[configurations[run_dir]],
                 "overrides": configurations[run_dir],
                 "seed": OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("seed"),
-                "provenance": provenance_of(run_dir)}
+                "provenance": provenance.latest(RunDirectory(run_dir))}
         summary = _summary(run_dir)
         try:
             if summary.get("status") == "failed":

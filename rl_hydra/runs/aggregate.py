@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import textwrap
 from collections import defaultdict
@@ -14,6 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
+from rl_hydra.runs.provenance import code_version
 from rl_hydra.runs.run_dir import atomic_write_bytes
 
 
@@ -91,24 +91,6 @@ def distinguishing_labels(configurations: Iterable[tuple[str, ...]]) -> tuple[di
     labels = {c: " ".join(o for o in c if o not in shared) or ("(only the shared overrides)" if c else "(defaults)")
               for c in configurations}
     return labels, sorted(shared)
-
-
-def provenance_of(run_dir: Path) -> dict[str, Any]:
-    """The last session of <run>/provenance.json (the code and libraries the run ended with); {}
-    for a run older than that file or one whose file cannot be read: the tables say unknown."""
-    try:
-        session = json.loads((run_dir / "provenance.json").read_text())["sessions"][-1]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return {}
-    return session if isinstance(session, dict) else {}
-
-
-def code_version(session: dict[str, Any]) -> str | None:
-    """The short commit (+ "-dirty" for uncommitted changes), or the package version outside git."""
-    commit = session.get("git_commit")
-    if commit:
-        return str(commit)[:8] + ("-dirty" if session.get("git_dirty") else "")
-    return session.get("rl_hydra")
 
 
 def _versions(values: Iterable[str | None]) -> str:

@@ -96,9 +96,21 @@ class Session:
 
 
 def latest(directory: RunDirectory) -> dict[str, Any]:
-    """The latest session's record ({} for a run without provenance.json)."""
-    sessions = (read(directory) or {}).get("sessions") or [{}]
-    return sessions[-1]
+    """The latest session's record: the code and libraries the run ended with ({} for a run older
+    than provenance.json, or one whose file cannot be read)."""
+    try:
+        session = read(directory)["sessions"][-1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+    return session if isinstance(session, dict) else {}
+
+
+def code_version(record: dict[str, Any]) -> str | None:
+    """The short commit (+ "-dirty" for uncommitted changes), or the package version outside git."""
+    commit = record.get("git_commit")
+    if commit:
+        return str(commit)[:8] + ("-dirty" if record.get("git_dirty") else "")
+    return record.get("rl_hydra")
 
 
 def tags(directory: RunDirectory) -> dict[str, str]:
@@ -110,7 +122,6 @@ def tags(directory: RunDirectory) -> dict[str, str]:
 def short_tags(directory: RunDirectory) -> list[str]:
     """`commit:0123abcd-dirty`, `torch:2.13.0`, ...: W&B's tags are short strings."""
     record = latest(directory)
-    commit = record.get("git_commit")
-    code = f"commit:{commit[:8]}{'-dirty' if record.get('git_dirty') else ''}" if commit else None
+    code = f"commit:{code_version(record)}" if record.get("git_commit") else None
     versions = [f"{key}:{record[key]}" for key in ("rl_hydra", "torch", "gymnasium") if record.get(key)]
     return [tag for tag in (code, *versions) if tag]
