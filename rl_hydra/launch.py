@@ -216,9 +216,7 @@ class HeldBackLog:
 
     def release(self, log_file: logging.Handler | None = None) -> None:
         """Stop holding back: show the held records on the console and write them all to `log_file`."""
-        self.root.removeHandler(self.memory)
-        for handler in self.console:
-            handler.removeFilter(self.passes)
+        self.stop()
         for record in self.memory.buffer:
             for handler in self.console if record.levelno < logging.WARNING else ():
                 if record.levelno >= handler.level:
@@ -228,10 +226,14 @@ class HeldBackLog:
         self.memory.buffer.clear()
 
     def discard(self) -> None:
+        self.stop()
+        self.memory.buffer.clear()
+
+    def stop(self) -> None:
+        """Stop keeping records and let the console show everything again."""
         self.root.removeHandler(self.memory)
         for handler in self.console:
             handler.removeFilter(self.passes)
-        self.memory.buffer.clear()
 
 
 @contextlib.contextmanager

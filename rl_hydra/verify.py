@@ -43,7 +43,8 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     DEFAULT_STEPS; "all": as far as its recorded config goes) into a temporary directory and compare.
     Raises RunError for a directory that cannot be verified."""
     directory = RunDirectory(run_dir)
-    cfg, limit, note = recorded_config(directory)
+    sessions = (provenance.read(directory) or {}).get("sessions") or [{}]
+    cfg, limit, note = recorded_config(directory, sessions)
     recorded = read_rows(directory.metrics_csv)
     if not recorded:
         raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
@@ -55,7 +56,6 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     else:
         target = min(int(steps), last)
     target = max(target, int(recorded[0]["step"]))   # at least one logged row
-    sessions = (provenance.read(directory) or {}).get("sessions") or [{}]
     device, rtol, device_note = pick_device(cfg, sessions[0], rtol)
     with tempfile.TemporaryDirectory(prefix="rl-hydra-verify-") as tmp:
         rerun_dir = RunDirectory(tmp)
@@ -78,7 +78,7 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
                           f"; {explain or 'the code and library versions are the same'}")
 
 
-def recorded_config(directory: RunDirectory) -> tuple[DictConfig, int, str]:
+def recorded_config(directory: RunDirectory, sessions: list[dict[str, Any]]) -> tuple[DictConfig, int, str]:
     """(the config the run's first session trained with, how far it alone made the record, a note).
     A resume that changed the config (train.total_steps=... extends the schedules) is undone,
     and only the steps before it are compared."""
@@ -87,7 +87,6 @@ def recorded_config(directory: RunDirectory) -> tuple[DictConfig, int, str]:
         raise RunError(f"{directory.path} is not a run directory (no .hydra/config.yaml)")
     cfg = OmegaConf.load(path)
     limit, note = math.inf, ""
-    sessions = (provenance.read(directory) or {}).get("sessions") or []
     changed = [s for s in sessions[1:] if s.get("config_changes")]
     for session in reversed(changed):
         for key, (old, _) in session["config_changes"].items():
