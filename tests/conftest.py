@@ -69,6 +69,14 @@ def run_training(run_dir: Path, *overrides: str) -> dict:
     return run(compose_config(*overrides), run_dir)
 
 
+def metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv without its wall-clock columns (time/*): what a same-seed run reproduces exactly."""
+    import csv
+
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+
+
 def stop_at(monkeypatch, step: int) -> None:
     """The run gets a stop request during the vector step that reaches `step`, as after SIGTERM:
     it stops there, before what falls due at that step (the resumed run does that first)."""

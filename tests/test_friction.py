@@ -9,8 +9,8 @@ import pytest
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs.run_dir import RunDirectory
-from tests.conftest import TINY, compose_config, run_cli
-from tests.test_run_record import RECORD, cli, metric_rows
+from tests.conftest import TINY, compose_config, metric_rows, run_cli
+from tests.test_run_record import RECORD, cli
 
 
 @pytest.mark.parametrize("args", [["train.total_steps=abc"], ["train.total_steps=-5"], ["train.total_steps=1.5"],

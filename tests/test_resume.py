@@ -1,6 +1,5 @@
 """Resume restores exactly what was saved; a stopped and resumed run equals an uninterrupted one."""
 
-import csv
 import json
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from omegaconf import OmegaConf
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.training import build_components, run
-from tests.conftest import ROOT, TINY, compose_config, run_cli, stop_at
+from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli, stop_at
 
 FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
         "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
@@ -43,11 +42,6 @@ def assert_same(a, b, path="state"):
             assert_same(x, y, f"{path}[{i}]")
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
-
-
-def metric_rows(run_dir):
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -5,7 +5,6 @@ provenance, and rl-hydra-verify re-makes a run's first steps exactly."""
 from __future__ import annotations
 
 import copy
-import csv
 import errno
 import functools
 import hashlib
@@ -26,7 +25,7 @@ from omegaconf import OmegaConf
 from rl_hydra.cli import main as cli_main
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory, RunLock
-from tests.conftest import ROOT, TINY, compose_config, run_cli
+from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
 
 # a run with updates, evaluations, log rows and checkpoints, in about half a second
 RECORD = [*TINY, "train.total_steps=400", "train.eval_every=200", "train.log_every=50",
@@ -67,12 +66,6 @@ def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
         Singleton.set_state(hydra_state)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err.splitlines()
-
-
-def metric_rows(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without its wall-clock columns."""
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
 
 
 @pytest.fixture(scope="module")
