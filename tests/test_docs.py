@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -24,3 +27,72 @@ def test_every_installed_command_the_readme_names_is_declared():
     scripts = re.findall(r'^(rl-hydra-[a-z]+) = ', (ROOT / "pyproject.toml").read_text(), flags=re.M)
     named = set(re.findall(r"`(rl-hydra-[a-z]+)", README))
     assert named and named <= set(scripts)
+
+
+# --- the README's Layout names what is in the tree --------------------------------------------
+
+README_LINES = (ROOT / "README.md").read_text().splitlines()
+NOT_IN_LAYOUT = {"README.md", ".gitignore"}   # tracked top-level files the Layout need not name
+
+
+def layout_names() -> set[str]:
+    """The paths the README's Layout block names, from the repository root (directories end in /).
+
+    A line is its names, separated by single spaces, then two or more spaces and what they are;
+    a line indented under a directory names paths inside it (the first name of the nearest
+    less-indented line)."""
+    text = "\n".join(README_LINES) + "\n"
+    block = re.search(r"^## Layout\n.*?^```\n(.*?)^```", text, flags=re.M | re.S)
+    assert block, "README.md has no ``` block under ## Layout"
+    names, parents = set(), []   # parents: (indent, directory) of the lines above
+    for line in block.group(1).splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        base = parents[-1][1] if parents else ""
+        named = [base + name for name in re.split(r" {2,}", line.strip())[0].split(" ")]
+        names.update(named)
+        if named[0].endswith("/"):
+            parents.append((indent, named[0]))
+    return names
+
+
+def tracked_tree() -> tuple[set[str], set[str]]:
+    """(files, directories ending in /) that git tracks and that are on disk: untracked junk never counts."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the Layout is checked against git's list of files")
+    files = {path for path in listed.split("\0") if path and (ROOT / path).exists()}
+    dirs = {"/".join(parts[:i]) + "/" for parts in (f.split("/") for f in files) for i in range(1, len(parts))}
+    return files, dirs
+
+
+def test_the_readme_layout_names_only_what_is_in_the_tree():
+    files, dirs = tracked_tree()
+    missing = sorted(name for name in layout_names() if name not in (dirs if name.endswith("/") else files))
+    assert not missing, f"README.md's Layout names what the tree does not hold: {missing}"
+
+
+def test_the_readme_layout_names_every_top_level_entry_conf_group_script_and_package_module():
+    files, dirs = tracked_tree()
+    wanted = {path.split("/")[0] + ("/" if "/" in path else "") for path in files} - NOT_IN_LAYOUT
+    wanted |= {d for d in dirs if d.startswith("conf/") and d.count("/") == 2}               # conf's groups
+    wanted |= {p for p in files | dirs if re.fullmatch(r"scripts/[^/]+(\.py|/)", p)}         # scripts, their folders
+    wanted |= {p for p in files if re.fullmatch(r"rl_hydra/[^/]+\.py", p)} - {"rl_hydra/__init__.py"}
+    wanted |= {d for d in dirs if d.count("/") == 2 and d.startswith("rl_hydra/") and d + "__init__.py" in files}
+    unnamed = sorted(wanted - layout_names())
+    assert not unnamed, f"README.md's Layout does not name: {unnamed}"
+
+
+def test_the_readme_links_every_docs_page_and_only_pages_that_exist():
+    files, _ = tracked_tree()
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", "\n".join(README_LINES)))
+    pages = {path for path in files if re.fullmatch(r"docs/[^/]+\.md", path)}
+    assert linked == pages, f"not linked: {sorted(pages - linked)}, no such page: {sorted(linked - pages)}"
+
+
+def test_the_readme_is_at_most_150_lines():
+    assert len(README_LINES) <= 150, f"README.md has {len(README_LINES)} lines; move detail into docs/"
