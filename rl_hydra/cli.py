@@ -152,7 +152,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 # what a resume may change: how long and how it runs, never what it trains (env, algorithm,
 # network, buffer, seed: the checkpoint holds their state)
-RESUMABLE = ("train.", "checkpoint.", "logger.", "device", "torch_threads", "compile", "flush_denormal")
+RESUMABLE = ("train.", "checkpoint.", "logger.", "device", "torch_threads", "compile", "flush_denormal", "fast_paths")
 
 
 def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictConfig, dict[str, list]]:

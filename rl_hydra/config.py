@@ -171,6 +171,7 @@ def validate_run_config(cfg: DictConfig) -> None:
     cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1)
     check_choice("compile", cfg.get("compile", False), (True, False))
     check_choice("flush_denormal", cfg.get("flush_denormal", True), (True, False))
+    check_choice("fast_paths", cfg.get("fast_paths", True), (True, False))
     resolve_device(cfg.device)
     cfg.train.total_steps = check_int("train.total_steps", cfg.train.total_steps, minimum=1)
     for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):

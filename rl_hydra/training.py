@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
-from rl_hydra import host_memory
+from rl_hydra import speed
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
@@ -46,7 +46,7 @@ def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
 def process_settings(cfg: DictConfig) -> Iterator[None]:
     """A run's process-wide settings, undone when it ends, also on error: its torch CPU threads,
     whether denormal numbers are flushed to zero, and the seeds of Python's, numpy's and torch's
-    global generators.
+    global generators; and whether the speed layer's fast paths run (rl_hydra/speed).
 
     Flushing: Adam's moving averages of weights whose gradient is (nearly) always zero, e.g.
     behind dead ReLUs, decay into the denormal range, and every update then pays for the slow
@@ -55,10 +55,12 @@ def process_settings(cfg: DictConfig) -> Iterator[None]:
     rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
            torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
     try:
-        torch.set_num_threads(cfg.torch_threads)
-        torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
-        seed_everything(cfg.seed)
-        yield
+        with speed.enabled(bool(cfg.get("fast_paths", True))):
+            speed.log_fallbacks()
+            torch.set_num_threads(cfg.torch_threads)
+            torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
+            seed_everything(cfg.seed)
+            yield
     finally:
         torch.set_num_threads(threads)
         torch.set_flush_denormal(flushing)
@@ -85,7 +87,7 @@ def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.
                   network=build(cfg.network, "network"), device=device,
                   total_steps=cfg.train.total_steps, seed=cfg.seed)
     # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
-    host_memory.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
+    speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
     return agent
 
 

@@ -21,9 +21,9 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.mlp import QNetwork, mlp
 from rl_hydra.networks.noisy import noise_disabled, resample_noise
-from rl_hydra.networks.numpy_mirror import call_mirror, numpy_forward
+from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import QuantileNetwork
-from rl_hydra.optim import LeanAdam
+from rl_hydra.speed.lean_adam import LeanAdam
 from tests.conftest import algo_keys
 
 OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)

@@ -138,7 +138,7 @@ def test_hot_path_script_prints_every_piece_and_its_ratio():
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    for piece in ("numpy forward", "torch forward", "SameStepVectorEnv", "gymnasium SyncVectorEnv",
+    for piece in ("numpy forward", "torch forward", "LeanSyncVectorEnv", "gymnasium SyncVectorEnv",
                   "LeanAdam", "torch Adam(fused=True)", "sample_batches(64, 128)", "128 x sample(64)",
                   "closed-form gradient", "autograd, term by term", "QR-DQN (10 quantiles)",
                   "QR-DQN (170, batch 128)"):

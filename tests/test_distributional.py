@@ -380,7 +380,7 @@ def test_learns_cartpole_quickly(tmp_path, algo):
 
 
 def test_iqn_greedy_actions_are_deterministic_for_the_same_input():
-    from rl_hydra.optim import LeanAdam
+    from rl_hydra.speed.lean_adam import LeanAdam
 
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)

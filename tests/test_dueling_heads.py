@@ -26,7 +26,7 @@ from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.networks.numpy_mirror import numpy_forward
+from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, compose_config

@@ -13,7 +13,8 @@ from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
-from rl_hydra.envs.make import SameStepVectorEnv, final_observations
+from rl_hydra.envs.make import final_observations
+from rl_hydra.speed import same_step_vector_env
 
 ACTIONS = gym.spaces.Discrete(3)
 
@@ -36,7 +37,7 @@ class RandomFrames(gym.Env):
 
 
 def fill(buffers, steps: int, num_envs: int = 2, seed: int = 0):
-    env = SameStepVectorEnv([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
+    env = same_step_vector_env([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     ends = 0
@@ -146,7 +147,7 @@ def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3
 
 def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
     """Steps of `num_envs` frame-stacking envs into `buffers`; returns the episodes begun per env."""
-    env = SameStepVectorEnv([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
+    env = same_step_vector_env([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     episodes = np.ones(num_envs, dtype=np.int64)

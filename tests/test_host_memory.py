@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from rl_hydra import host_memory
+from rl_hydra import speed
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.networks.mlp import QNetwork
-from rl_hydra.networks.numpy_mirror import numpy_forward
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from rl_hydra.optim import LeanAdam
+from rl_hydra.speed import host_memory
+from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.training import build_agent
 from tests.conftest import compose_config
 
@@ -69,7 +69,7 @@ def test_relocated_weights_keep_values_objects_and_the_numpy_mirror():
     host_memory.relocate([net])
     assert list(net.parameters()) == params and all(torch.equal(p, b) for p, b in zip(params, before))
     assert in_one_huge_page_mapping(params)
-    optimizer = LeanAdam(params, lr=0.1)
+    optimizer = speed.adam(params, lr=0.1)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     for _ in range(2):  # the mirror's numpy views follow the new storage: optimizer steps show through
         net(torch.from_numpy(obs)).sum().backward()
@@ -79,7 +79,7 @@ def test_relocated_weights_keep_values_objects_and_the_numpy_mirror():
     assert in_one_huge_page_mapping(moments)
     checkpoint = io.BytesIO()
     torch.save(optimizer.state_dict(), checkpoint)
-    resumed = LeanAdam(params, lr=0.1)  # a resumed run's optimizer keeps its moments there too
+    resumed = speed.adam(params, lr=0.1)  # a resumed run's optimizer keeps its moments there too
     resumed.load_state_dict(torch.load(io.BytesIO(checkpoint.getvalue())))
     loaded = [resumed.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
     assert in_one_huge_page_mapping(loaded) and all(torch.equal(a, b) for a, b in zip(loaded, moments))

@@ -18,8 +18,8 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.envs.make import SameStepVectorEnv
-from rl_hydra.optim import LeanAdam
+from rl_hydra.speed.vector_env import LeanSyncVectorEnv
+from rl_hydra.speed.lean_adam import LeanAdam
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def test_lean_adam_skips_a_parameter_without_gradient_like_torch():
 
 @pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2)])
 def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env_id, num_envs):
-    ours = SameStepVectorEnv([lambda: gym.make(env_id)] * num_envs)
+    ours = LeanSyncVectorEnv([lambda: gym.make(env_id)] * num_envs)
     theirs = SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
     seeds = list(range(num_envs))
     assert np.array_equal(ours.reset(seed=seeds)[0], theirs.reset(seed=seeds)[0])

@@ -21,9 +21,9 @@ from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.networks.numpy_mirror import call_mirror, numpy_forward
+from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
-from rl_hydra.optim import LeanAdam
+from rl_hydra.speed.lean_adam import LeanAdam
 from tests.conftest import CONF_DIR, algo_keys
 
 B, OBS_DIM, A, N, T = 5, 4, 3, 7, 6

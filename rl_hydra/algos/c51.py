@@ -14,7 +14,6 @@ from dataclasses import replace
 
 from typing import Callable, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -22,7 +21,6 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import gather_actions
 from rl_hydra.config import ConfigError, check_float, check_int
 from rl_hydra.losses import weighted_mean
-from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 from rl_hydra.protocols import Batch, Capabilities
 
 
@@ -65,15 +63,6 @@ class C51(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_atoms)
 
-    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        logits = numpy_forward(self.q_net, obs)                                            # (B, A, N) or None
-        if logits is None or self.support.device.type != "cpu":
-            return None
-        probs = np.exp(logits - logits.max(axis=2, keepdims=True))                         # (B, A, N) softmax,
-        probs /= probs.sum(axis=2, keepdims=True)                                          # as torch computes it
-        return np.dot(probs, self.support.numpy())                                         # (B, A)
-
-    @mirrored_by(action_values_numpy)
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = sum_i p_i(s, a) z_i: (B, obs_dim) -> (B, A)."""
         return self.expected_values(self.q_net(obs))

@@ -20,13 +20,13 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from rl_hydra import speed
 from rl_hydra.algos.common import (LinearSchedule, is_raw_pixels, make_optimizer, observation_tensor, optimizer_step,
                                    require_discrete, update_target)
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.networks.numpy_mirror import call_mirror, mirrored_by, numpy_forward
 from rl_hydra.protocols import Batch, Capabilities
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,6 @@ class DQN:
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions)
 
-    @mirrored_by(lambda self, obs: numpy_forward(self.q_net, obs))
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs)
@@ -138,8 +137,8 @@ class DQN:
 
     def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
-        if not is_raw_pixels(obs):  # vectors: the numpy mirror of action_values where one exists, else torch
-            values = call_mirror(self, "action_values", np.asarray(obs, dtype=np.float32))   # (n, A) or None
+        if not is_raw_pixels(obs):  # vectors: the speed layer's numpy mirror of action_values where it has one
+            values = speed.numpy_action_values(self, np.asarray(obs, dtype=np.float32))   # (n, A) or None
             if values is not None:
                 return values.argmax(axis=1)
         with torch.no_grad():

@@ -13,14 +13,12 @@ from dataclasses import replace
 
 from typing import Callable, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
-from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 from rl_hydra.protocols import Batch, Capabilities
 
 
@@ -57,12 +55,6 @@ class QRDQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_quantiles)
 
-    def action_values_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        quantiles = numpy_forward(self.q_net, obs)                                       # (B, A, N) or None
-        # sum / N: ndarray.mean runs Python-level code on every call
-        return None if quantiles is None else quantiles.sum(axis=2) / self.num_quantiles  # (B, A)
-
-    @mirrored_by(action_values_numpy)
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs).mean(dim=2)

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import host_memory
+from rl_hydra import speed
 from rl_hydra.config import ConfigError
 
 
@@ -47,7 +47,7 @@ class SharedFrames:
         self.capacity, self.num_envs, self.device = capacity, num_envs, device
         self.stack, *frame_shape = tuple(observation_space.shape)
         self.frame_shape = tuple(frame_shape)
-        storage = host_memory.zeros({"frames": ((capacity, *frame_shape), torch.uint8),
+        storage = speed.zeros({"frames": ((capacity, *frame_shape), torch.uint8),
                                      "starts": ((capacity,), torch.bool)}, torch.device("cpu"))
         self.frames, self.starts = storage["frames"].numpy(), storage["starts"].numpy()
         self.first_stacks: dict[int, np.ndarray] = {}    # row -> its whole observation (a start)
@@ -131,7 +131,7 @@ class FrameRings:
     def __init__(self, num_envs: int, frames_per_env: int, observation_space: gym.Space):
         self.stack, *frame_shape = tuple(observation_space.shape)
         self.frames_per_env = frames_per_env
-        self.frames = host_memory.zeros({"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)},
+        self.frames = speed.zeros({"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)},
                                         torch.device("cpu"))["frames"].numpy()   # (n, K, H, W)
         self.written = np.zeros(num_envs, dtype=np.int64)       # frames written per env so far
         self.episode_begins = np.ones(num_envs, dtype=bool)    # the next observation starts an episode

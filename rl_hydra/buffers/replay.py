@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import host_memory
+from rl_hydra import speed
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.protocols import Batch
@@ -138,7 +138,7 @@ class ReplayBuffer:
         check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row,
                           kind=self.describe())
         # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
-        self.storage = host_memory.zeros(columns, self.device)
+        self.storage = speed.zeros(columns, self.device)
         assert tuple(self.storage) == tuple(key for key in STORED if key in columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import host_memory
+from rl_hydra import speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, human_bytes, observation_dtype
 from rl_hydra.config import ConfigError, check_choice, check_int
@@ -69,7 +69,7 @@ class SequenceBuffer:
         check_host_memory(total, self.device, capacity, total // capacity, kind=self.describe(), row="chunk",
                           detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
                                  f"plus the actor's state per chunk)")
-        stored = host_memory.zeros(layout, self.device)
+        stored = speed.zeros(layout, self.device)
         self.episode_start = stored.pop("episode_start")
         self.steps = stored
         self.states: list[torch.Tensor] = []   # (capacity, ...) per state tensor; shapes known at the first add
@@ -167,7 +167,7 @@ class SequenceBuffer:
             self.open_first[i] += self.stride   # one frame per step within an episode
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
-        self.states = host_memory.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
+        self.states = speed.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
         self.open_states = [torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype,
                                         device=self.device) for s in state]
 

@@ -9,12 +9,13 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra import speed
 from rl_hydra.config import ConfigError
-from rl_hydra.envs.learning import LearningSignal, learning_signal
+from rl_hydra.envs.learning import learning_signal
 
 
 # the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
@@ -98,40 +99,6 @@ def missing_dependency(env_id: str, error: Exception) -> str:
     return f"env.id={env_id} cannot be made: {message}"
 
 
-class SameStepVectorEnv(SyncVectorEnv):
-    """SyncVectorEnv with SAME_STEP autoreset whose step, for Box observations, skips the
-    generic space utilities (iterate, concatenate, deepcopy) that cost more than a
-    CartPole step itself; it returns what SyncVectorEnv.step returns (tested against it)."""
-
-    learning: LearningSignal | None = None   # what the loops store, where it differs from the env's step
-
-    def __init__(self, env_fns: list[Callable[[], gym.Env]]):
-        super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-        self._lean = isinstance(self.single_observation_space, gym.spaces.Box)
-        # a Python int passes Discrete.contains (which CartPole asserts) faster than a numpy one
-        self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
-
-    def step(self, actions):
-        if not self._lean:
-            return super().step(actions)
-        infos: dict[str, Any] = {}
-        if self._int_actions:
-            actions = np.asarray(actions).tolist()
-        for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(actions[i])
-            self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
-            if terminated or truncated:
-                infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, i)
-                obs, info = env.reset()
-            self._env_obs[i] = obs
-            if info:
-                infos = self._add_info(infos, info, i)
-        self._autoreset_envs = self._terminations | self._truncations
-        # a fresh array each step (reset writes into self._observations, so it is not handed out)
-        observations = np.array(self._env_obs, dtype=self.single_observation_space.dtype)
-        return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
-
-
 def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable[[], gym.Env]:
     """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with
     `env.max_episode_steps`, then each of `env.wrappers` in order."""
@@ -167,7 +134,7 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
     `env.learning` is the group's learning-only transform (envs/learning.py), or None.
     """
     num_envs = num_envs or env_cfg.num_envs
-    env = SameStepVectorEnv([env_factory(env_cfg, render_mode)] * num_envs)
+    env = speed.same_step_vector_env([env_factory(env_cfg, render_mode)] * num_envs)
     _, info = env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
     env.learning = learning_signal(env_cfg, num_envs, info)

@@ -12,11 +12,8 @@ the atom logits.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
-
-from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 
 class DuelingHead(nn.Module):
@@ -31,18 +28,6 @@ class DuelingHead(nn.Module):
         self.value, self.advantage = value, advantage
         self.num_actions, self.outputs_per_action = num_actions, outputs_per_action
 
-    def forward_numpy(self, features: np.ndarray) -> np.ndarray | None:
-        value = numpy_forward(self.value, features)                             # (..., K) or None
-        advantage = numpy_forward(self.advantage, features)                     # (..., A * K) or None
-        if value is None or advantage is None:
-            return None
-        A, K = self.num_actions, self.outputs_per_action
-        value = value.reshape(*value.shape[:-1], 1, K)                          # (..., 1, K)
-        advantage = advantage.reshape(*advantage.shape[:-1], A, K)              # (..., A, K)
-        q = value + advantage - advantage.mean(axis=-2, keepdims=True)          # (..., A, K)
-        return q.reshape(*q.shape[:-2], A * K)                                  # (..., A * K)
-
-    @mirrored_by(forward_numpy)
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         A, K = self.num_actions, self.outputs_per_action
         value = self.value(features).unflatten(-1, (1, K))                      # (..., 1, K)

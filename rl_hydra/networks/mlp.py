@@ -8,7 +8,6 @@ import logging
 from typing import Callable, Sequence
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -16,7 +15,6 @@ from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.noisy import NoisyLinear
-from rl_hydra.networks.numpy_mirror import mirrored_by, numpy_forward
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +125,6 @@ class QNetwork(nn.Module):
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
 
-    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        return None if self.observation_encoder is not None else numpy_forward(self.net, obs)
-
-    @mirrored_by(forward_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
         return self.net(encode(self.observation_encoder, obs))                 # (B, A)
@@ -153,11 +147,6 @@ class PerActionNetwork(nn.Module):
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
 
-    def forward_numpy(self, obs: np.ndarray) -> np.ndarray | None:
-        out = None if self.observation_encoder is not None else numpy_forward(self.net, obs)  # (B, A * N) or None
-        return None if out is None else out.reshape(-1, self.num_actions, self.values_per_action)  # (B, A, N)
-
-    @mirrored_by(forward_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
         features = encode(self.observation_encoder, obs)                              # (B, F)

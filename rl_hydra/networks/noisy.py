@@ -17,12 +17,9 @@ import contextlib
 import math
 from typing import Iterator
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from rl_hydra.networks.numpy_mirror import mirrored_by, parameter_view
 
 
 def scale_noise(epsilon: torch.Tensor) -> torch.Tensor:
@@ -67,23 +64,6 @@ class NoisyLinear(nn.Module):
                 self._noise = drawn, (scale_noise(self.epsilon_in), scale_noise(self.epsilon_out))
         return self._noise[1]
 
-    def forward_numpy(self, x: np.ndarray) -> np.ndarray | None:
-        """`forward` in numpy (the acting mirror, networks/numpy_mirror.py): the same products, in
-        the same order, from the same parameters and the noise this layer holds."""
-        views = [parameter_view(t) for t in (self.weight_mu, self.bias_mu, self.weight_sigma, self.bias_sigma)]
-        if any(v is None for v in views):
-            return None
-        weight_mu_t, bias_mu, weight_sigma_t, bias_sigma = views                # (p, q), (q,), (p, q), (q,)
-        if not self.noise_enabled:
-            return np.dot(x, weight_mu_t) + bias_mu
-        # f(eps) = sign(eps) sqrt(|eps|): exact in both libraries (sqrt is correctly rounded)
-        f_in, f_out = (np.sign(e) * np.sqrt(np.abs(e)) for e in (self.epsilon_in.numpy(), self.epsilon_out.numpy()))
-        bias = bias_mu + bias_sigma * f_out                                      # (q,)
-        if x.size <= 8 * self.in_features:
-            return np.dot(x, weight_mu_t) + bias + f_out * np.dot(x * f_in, weight_sigma_t)
-        return np.dot(x, weight_mu_t + weight_sigma_t * np.outer(f_in, f_out)) + bias
-
-    @mirrored_by(forward_numpy)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (..., p)
         if not self.noise_enabled:

@@ -5,7 +5,7 @@
 
   act       DQN's epsilon-greedy act at batch 1 (epsilon 0.04): the numpy mirror on the CPU
             weights against the torch forward it replaces
-  env step  SameStepVectorEnv.step against gymnasium's SyncVectorEnv (SAME_STEP), one CartPole;
+  env step  LeanSyncVectorEnv.step against gymnasium's SyncVectorEnv (SAME_STEP), one CartPole;
             the bare env (gym.make) is the floor
   adam      LeanAdam.step against torch.optim.Adam(fused=True).step on the zoo's 2x256 Q-network
   sampling  one zoo training phase's 128 batches of 64 from 50k CartPole transitions:
@@ -39,11 +39,11 @@ from rl_hydra.algos.common import optimizer_step  # noqa: E402
 from rl_hydra.algos.dqn import DQN  # noqa: E402
 from rl_hydra.algos.qr_dqn import QRDQN  # noqa: E402
 from rl_hydra.buffers.replay import Batch, ReplayBuffer  # noqa: E402
-from rl_hydra.envs.make import SameStepVectorEnv  # noqa: E402
+from rl_hydra.speed.vector_env import LeanSyncVectorEnv  # noqa: E402
 from rl_hydra.losses import quantile_huber_loss  # noqa: E402
 from rl_hydra.networks.mlp import QNetwork  # noqa: E402
 from rl_hydra.networks.quantile import QuantileNetwork  # noqa: E402
-from rl_hydra.optim import LeanAdam  # noqa: E402
+from rl_hydra.speed.lean_adam import LeanAdam  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -99,7 +99,7 @@ def candidates() -> dict[str, dict[str, callable]]:
     torch_only.load_state_dict(dqn.state_dict())
     torch_only.action_values = torch_only.action_values  # an instance attribute: act skips the numpy mirror
 
-    ours_env = SameStepVectorEnv([lambda: gym.make("CartPole-v1")])
+    ours_env = LeanSyncVectorEnv([lambda: gym.make("CartPole-v1")])
     gym_env = SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=AutoresetMode.SAME_STEP)
     bare = gym.make("CartPole-v1")
     for env in (ours_env, gym_env, bare):
@@ -137,7 +137,7 @@ def candidates() -> dict[str, dict[str, callable]]:
     return {
         "act": {"numpy forward": lambda: dqn.act(obs, explore=True),
                 "torch forward": lambda: torch_only.act(obs, explore=True)},
-        "env step": {"SameStepVectorEnv": lambda: ours_env.step(actions),
+        "env step": {"LeanSyncVectorEnv": lambda: ours_env.step(actions),
                      "gymnasium SyncVectorEnv": lambda: gym_env.step(actions), "bare env": bare_step},
         "adam": {"LeanAdam": optimizer_steps(lean), "torch Adam(fused=True)": optimizer_steps(plain)},
         "sampling": {"sample_batches(64, 128)": lambda: list(buffer.sample_batches(64, 128)),

@@ -58,7 +58,7 @@ def update_seconds(encoder: str, obs_shape: tuple, dtype, hidden: int, batch: in
     import torch.nn.functional as F
 
     from rl_hydra.networks.mlp import QNetwork
-    from rl_hydra.optim import LeanAdam
+    from rl_hydra.speed.lean_adam import LeanAdam
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

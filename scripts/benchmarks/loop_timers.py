@@ -54,7 +54,7 @@ def main() -> None:
     from rl_hydra.algos.dqn import DQN
     from rl_hydra.api import compose_train_config
     from rl_hydra.buffers.replay import ReplayBuffer
-    from rl_hydra.envs import make
+    from rl_hydra.speed.vector_env import LeanSyncVectorEnv
     from rl_hydra.loops import off_policy, rollout
     from rl_hydra.loops.evaluate import Evaluator
     from rl_hydra.loops.runner import Runner
@@ -70,7 +70,7 @@ def main() -> None:
             (Evaluator, "run", "evaluate"), (Runner, "write_row", "write_row"),
             (Runner, "save_checkpoint", "save_checkpoint"), (DQN, "act", "act"), (DQN, "update", "update"),
             (ReplayBuffer, "add", "buffer.add"), (ReplayBuffer, "sample", "buffer.sample"),
-            (make.SameStepVectorEnv, "step", "env.step"), (rollout, "final_observations", "final_observations")]:
+            (LeanSyncVectorEnv, "step", "env.step"), (rollout, "final_observations", "final_observations")]:
         wrap(owner, name, label, totals, calls)
 
     with tempfile.TemporaryDirectory() as run_dir:

@@ -193,7 +193,7 @@ def our_value(cfg, key: str):
             return None
         import hydra.utils
 
-        parameter = inspect.signature(hydra.utils.get_class(target)).parameters.get(option)
+        parameter = inspect.signature(hydra.utils.get_object(target)).parameters.get(option)
         return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
@@ -216,9 +216,9 @@ def mismatches(cfg, zoo: Zoo) -> list[str]:
              for key, value in expected.items() if not same(our_value(cfg, key), value)]
     for prefix in ("algo.optimizer",) if zoo.algo in DQN_FAMILY else [f"algo.{n}_optimizer" for n in
                                                                         ("actor", "critic", "alpha")]:
-        target = cfg.algo[prefix.split(".")[1]]._target_
-        if not issubclass(hydra.utils.get_class(target), torch.optim.Adam):
-            found.append(f"{prefix}._target_ is {target}, not an Adam (SB3's optimizer)")
+        node = cfg.algo[prefix.split(".")[1]]
+        if not isinstance(hydra.utils.instantiate(node)([torch.nn.Parameter(torch.zeros(1))]), torch.optim.Adam):
+            found.append(f"{prefix}._target_ is {node._target_}, which makes no Adam (SB3's optimizer)")
     return found
 
 

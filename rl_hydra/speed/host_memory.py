@@ -9,7 +9,8 @@ hypervisor). On 2 MiB pages a replay buffer of a few MB, or a network with its t
 Adam moments, needs a handful of entries. Measured in docs/benchmark.md.
 
 Linux only (madvise(MADV_HUGEPAGE) with transparent huge pages in `madvise` or `always`
-mode). Elsewhere, or where the kernel refuses, the tensors are the same in ordinary pages.
+mode). Elsewhere (`probe` fails) rl_hydra.speed makes ordinary tensors; where the kernel refuses
+the advice, the tensors are the same in ordinary pages.
 Each tensor has a storage of its own size, so torch.save writes only its bytes.
 """
 
@@ -84,3 +85,18 @@ def relocate(modules: Iterable[nn.Module]) -> None:
         new = {id(p): slot.copy_(p) for p, slot in zip(params, zeros_like([p.detach() for p in params]))}
     for module in modules:
         module._apply(lambda t: new.get(id(t), t))
+
+
+def probe() -> None:
+    """Raises unless huge pages can be asked for here and a relocated module keeps its values
+    and Parameter objects (nn.Module._apply still swaps tensors in place of the old ones)."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        raise AttributeError("mmap.MADV_HUGEPAGE is missing (not Linux, or Python built without it)")
+    made = zeros({"a": ((3, 5), torch.float32), "b": ((7,), torch.int64)}, torch.device("cpu"))
+    if made["a"].shape != (3, 5) or made["b"].dtype != torch.int64 or made["a"].any() or made["b"].any():
+        raise ValueError("zeros gave other shapes, dtypes or values than asked")
+    layer = nn.Linear(3, 2)
+    weight, before = layer.weight, layer.weight.detach().clone()
+    relocate([layer])
+    if layer.weight is not weight or not torch.equal(layer.weight, before):
+        raise ValueError("relocate changed a parameter's object or values")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import torch
+from torch import nn
 from torch.optim import optimizer as torch_optimizer
 
-from rl_hydra import host_memory
-
 FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # the kernel behind torch.optim.Adam(fused=True)
+
+MomentAllocator = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
 def undecorated(method: Callable) -> Callable:
@@ -30,13 +31,15 @@ class LeanAdam(torch.optim.Adam):
     gradients, plain Adam options and no step hooks, this step creates the state as torch does
     and makes the very calls torch's fused path makes, so parameters and state come out identical
     (tests/test_lean_paths.py). The state_dict is torch's (checkpoints load into either class);
-    every other case goes through torch's own step.
+    every other case goes through torch's own step. `allocate_moments(tensors)` gives zeros like
+    each tensor (rl_hydra.speed passes its huge-page allocator); by default, torch.zeros_like.
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter] | Iterable[dict], lr: float | torch.Tensor = 1e-3,
+    def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict], lr: float | torch.Tensor = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 fused: bool = True, **kwargs):
+                 fused: bool = True, allocate_moments: MomentAllocator | None = None, **kwargs):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **kwargs)
+        self.allocate_moments = allocate_moments or plain_zeros_like
 
     # torch wraps these (and its step) in a lazy torch._dynamo.disable whose first call imports
     # torch._dynamo, seconds of every training process. The optimizer is never traced
@@ -62,25 +65,23 @@ class LeanAdam(torch.optim.Adam):
             adam_step = adam_step.__wrapped__
         return torch.optim.Optimizer.profile_hook_step(adam_step)(self, closure)
 
-    @staticmethod
-    def _init_state(params: list[torch.Tensor], states: list[dict]) -> None:
-        """The state torch's fused Adam creates, its moments (contiguous, as the parameters
-        are) side by side in one region of huge pages on the CPU (rl_hydra.host_memory)."""
+    def _init_state(self, params: list[torch.Tensor], states: list[dict]) -> None:
+        """The state torch's fused Adam creates, its moments from `allocate_moments`."""
         missing = [(p, state) for p, state in zip(params, states) if not state]
         new = [p for p, _ in missing]
-        moments = host_memory.zeros_like(new * 2)
+        moments = self.allocate_moments(new * 2)
         for i, (p, state) in enumerate(missing):
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
             state["exp_avg"], state["exp_avg_sq"] = moments[i], moments[len(new) + i]
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: dict) -> None:
-        """torch's, then the loaded moments copied into one region, where `_init_state` puts
-        fresh ones (a resumed run keeps its Adam moments in huge pages too)."""
+        """torch's, then the loaded moments copied to where `_init_state` puts fresh ones (a
+        resumed run keeps its Adam moments in huge pages too)."""
         self._torch_load_state_dict(state_dict)
         moments = [(state, key) for state in self.state.values() for key in ("exp_avg", "exp_avg_sq")
                    if key in state]
-        slots = host_memory.zeros_like([state[key] for state, key in moments])
+        slots = self.allocate_moments([state[key] for state, key in moments])
         for (state, key), slot in zip(moments, slots):
             state[key] = slot.copy_(state[key])
 
@@ -103,3 +104,39 @@ class LeanAdam(torch.optim.Adam):
         return None
 
     step.hooked = True  # keeps torch from wrapping it in its (costly) hook wrapper: hooks take _torch_step
+
+
+def plain_zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.zeros_like(t, memory_format=torch.preserve_format) for t in tensors]
+
+
+def probe() -> None:
+    """Raises unless the private torch API LeanAdam uses is here and its step follows Adam's rule.
+
+    The reference is Adam's update written out in float64 (Kingma & Ba 2015, with L2 weight decay
+    as torch adds it), not torch's own step, whose first call would import torch._dynamo
+    (seconds); tests/test_lean_paths.py checks the step against torch's bit for bit."""
+    if FUSED_ADAM is None:
+        raise AttributeError(f"torch {torch.__version__} has no torch._fused_adam_")
+    for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"):
+        getattr(torch_optimizer, name)
+    torch.optim.Optimizer.profile_hook_step  # noqa: B018 (its presence is what is checked)
+    lr, (beta1, beta2), eps, weight_decay = 0.1, (0.8, 0.9), 1e-8, 0.01
+    generator = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(3, 2, generator=generator)), nn.Parameter(torch.randn(2, generator=generator))]
+    expected = [p.detach().double().clone() for p in params]
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in expected]
+    optimizer = LeanAdam(params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    has_step_hooks(optimizer)
+    for t in range(1, 4):
+        grads = [torch.randn(p.shape, generator=generator) for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer.step()
+        for p, (m, v), g in zip(expected, moments, grads):
+            g = g.double() + weight_decay * p
+            m.mul_(beta1).add_((1 - beta1) * g)
+            v.mul_(beta2).add_((1 - beta2) * g * g)
+            p -= lr / (1 - beta1 ** t) * m / (v.sqrt() / (1 - beta2 ** t) ** 0.5 + eps)
+    if not all(torch.allclose(p.detach().double(), want, rtol=1e-5, atol=1e-6) for p, want in zip(params, expected)):
+        raise ArithmeticError("torch._fused_adam_ no longer computes Adam's step from the arguments LeanAdam passes")
