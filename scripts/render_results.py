@@ -10,7 +10,7 @@ between `<!-- results:SPEC -->` and `<!-- /results:SPEC -->`, SPEC being one of
     NAME/ROW          one line per seed of row ROW and a line of medians (its `seed_columns`)
     plot:NAME         the record's plot, docs/img/NAME.png (per-seed points, or curves where recorded)
     tried:TOPIC       the records of TOPIC that were not adopted, each with its reason
-    index:TOPIC       the records of TOPIC shown in no other block, with their commands
+    index:TOPIC       the adopted records of TOPIC that no table or plot shows, with their commands
 
 A block whose record does not exist yet is left as it is. The tables come only from the records:
 a doc that disagrees with its data fails tests/test_results.py.
@@ -148,8 +148,9 @@ def markdown(columns: list[dict], lines: list[list[str]]) -> str:
 
 
 def footer(record: dict, command: str | None = None) -> str:
-    return (f"`{command or record['command']}` ([record](../results/{record['name']}.json): "
-            f"seeds, commits, machine and load)")
+    command = command or record["command"]
+    link = f"[record](../results/{record['name']}.json)"
+    return f"`{command}` ({link})" if command else f"The {link} names each row's command."
 
 
 def rows_table(record: dict) -> str:
@@ -186,8 +187,10 @@ def tried_table(records: dict, topic: str) -> str:
 
 
 def index_list(records: dict, topic: str, shown: set[str]) -> str:
-    return "\n".join(f"- [{r['title']}](../results/{r['name']}.json): `{r['command']}`"
-                     for r in records.values() if r["topic"] == topic and r["name"] not in shown) or "(none)"
+    """The adopted records of `topic` that no table or plot shows (the others are in its tried table)."""
+    return "\n".join(f"- [{r['title']}](../results/{r['name']}.json)" + (f": `{r['command']}`" if r["command"] else "")
+                     for r in records.values()
+                     if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown) or "(none)"
 
 
 # --- plots ---------------------------------------------------------------------------------------
@@ -303,9 +306,9 @@ def main(argv: list[str] | None = None) -> None:
         if text != pages[path]:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
-    for name in sorted(shown_records(pages)):
-        if name in records and "plot" in records[name]:
-            draw(records[name], DOCS / "img" / f"{name}.png")
+    plots = {spec[len("plot:"):] for text in pages.values() for spec, _ in blocks(text) if spec.startswith("plot:")}
+    for name in sorted(plots & set(records)):
+        draw(records[name], DOCS / "img" / f"{name}.png")
     for problem in medians:
         print(f"warning: {problem}", file=sys.stderr)
 

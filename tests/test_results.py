@@ -45,9 +45,9 @@ def test_every_block_names_a_record_or_topic_that_exists():
 
 def test_every_record_is_shown_or_listed_in_the_docs():
     shown = render_results.shown_records(PAGES)
-    listed = {spec.split(":")[1] for text in PAGES.values() for spec, _ in render_results.blocks(text)
-              if spec.startswith(("tried:", "index:"))}
-    unseen = [name for name, record in RECORDS.items() if name not in shown and record["topic"] not in listed]
+    listed = {spec for text in PAGES.values() for spec, _ in render_results.blocks(text)}
+    unseen = [name for name, record in RECORDS.items() if name not in shown and
+              f"{'tried' if record['status'] == 'not adopted' else 'index'}:{record['topic']}" not in listed]
     assert not unseen, f"records that no docs page shows or lists: {unseen}"
 
 
@@ -100,3 +100,9 @@ def test_a_record_that_is_not_well_formed_is_refused_naming_its_file(tmp_path, c
     (tmp_path / "toy.json").write_text(json.dumps({**RECORD, **change}))
     with pytest.raises(ValueError, match=re.escape(message)):
         render_results.load_records(tmp_path)
+
+
+def test_every_link_to_a_record_names_one_that_exists():
+    for path, text in PAGES.items():
+        for name in re.findall(r"\]\(\.\./results/([^)]+)\.json\)", text):
+            assert name in RECORDS, f"{path.name} links results/{name}.json, which does not exist"
