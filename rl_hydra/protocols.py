@@ -18,7 +18,8 @@ import torch
 
 class Batch(NamedTuple):
     """What a transition buffer's `sample_batches` yields and a feed-forward agent's `update` takes."""
-    obs: torch.Tensor          # (B, *obs_shape) float32, or uint8 / bool as the env produced them
+    obs: torch.Tensor          # (B, *obs_shape) float32, uint8 / bool as the env produced them, or integer
+                               # indices (Discrete, MultiDiscrete); a Dict observation: {part: (B, *shape)}
     actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
     rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
     next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
@@ -32,6 +33,7 @@ class Batch(NamedTuple):
 class SequenceBatch(NamedTuple):
     """What a sequence buffer's `sample_batches` yields and a recurrent agent's `update` takes."""
     obs: torch.Tensor            # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
+                                 # (a dict of such tensors for a Dict observation: envs/spaces.py)
     actions: torch.Tensor        # (L, B) int64 for Discrete
     rewards: torch.Tensor        # (L, B) float32
     terminated: torch.Tensor     # (L, B) float32, 1 where the episode ended in a terminal state
@@ -109,7 +111,8 @@ class Agent(Protocol):
     """The discount; a transition buffer gets it to build n-step returns and each batch's discounts."""
 
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
-        """Actions (num_envs, ...) for a batch of observations (num_envs, ...).
+        """Actions (num_envs, ...) for a batch of observations (num_envs, ...), or for a dict of parts
+        {part: (num_envs, ...)} of a Dict or Tuple observation (envs/spaces.py).
 
         `explore=True` while training (epsilon-greedy, a sampled policy, ...; the agent keeps its own
         exploration schedule and RNG), `explore=False` for greedy evaluation and predict, where it

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -12,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
+from rl_hydra.envs.wrappers import ObservationParts
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 
@@ -38,7 +40,10 @@ class Run:
         self.device = resolve_device(device)
         state = self.directory.load_checkpoint(checkpoint, map_location=self.device)
         env = make_env(self.cfg.env, seed=0, num_envs=1)  # for the spaces, wrappers included
+        self.observation_space = env.single_observation_space
         self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
+        # how the env makes a flat dict of parts of its Dict or Tuple observations (predict takes either)
+        self.parts = next((layer for layer in _wrappers(env.envs[0]) if isinstance(layer, ObservationParts)), None)
         env.close()
         try:
             self.agent.load_state_dict(state["agent"])
@@ -69,18 +74,29 @@ class Run:
         return bool(self.agent.capabilities.recurrent)
 
     def predict(self, obs, state: Any = None, deterministic: bool = True):
-        """Actions for one observation (obs_dim,) or a batch (n, obs_dim) (frames: (C, H, W) or (n, C, H, W)).
+        """Actions for one observation (obs_dim,) or a batch (n, obs_dim) (frames: (C, H, W) or
+        (n, C, H, W); a Discrete env's index or indices; a Dict or Tuple env's observation as the
+        env gives it, whose parts are taken as the run's env takes them, text dropped).
 
         Feed-forward agents return the actions; recurrent agents return
         (actions, state): pass the state back with the next observation.
         """
-        obs = np.asarray(obs)
-        if not is_raw_pixels(obs):
-            obs = obs.astype(np.float32, copy=False)
-        observation = getattr(self.agent, "observation", None)   # a vector's size, or the Box of frames
-        single = obs.ndim == (len(observation.shape) if hasattr(observation, "shape") else 1)
+        space = self.observation_space
+        if isinstance(space, gym.spaces.Dict):
+            if not isinstance(obs, dict) or set(space.spaces) - set(obs):
+                obs = self.parts.observation(obs)   # the env's own Dict or Tuple observation
+            obs = {key: np.asarray(obs[key]) for key in space.spaces}
+            key, part = next(iter(space.spaces.items()))
+            single = obs[key].ndim == len(part.shape)
+            batch = {k: v[None] for k, v in obs.items()} if single else obs
+        else:
+            obs = np.asarray(obs)
+            if isinstance(space, gym.spaces.Box) and not is_raw_pixels(obs):
+                obs = obs.astype(np.float32, copy=False)
+            single = obs.ndim == len(space.shape)
+            batch = obs[None] if single else obs
         with torch.no_grad():
-            actions, state = self.agent.act(obs[None] if single else obs, state, explore=not deterministic)
+            actions, state = self.agent.act(batch, state, explore=not deterministic)
         actions = actions[0] if single else actions
         return (actions, state) if self.recurrent else actions
 
@@ -93,6 +109,12 @@ class Run:
             env.close()
         return {"returns": returns.tolist(), "lengths": lengths.tolist(), "return_mean": float(returns.mean()),
                 "return_std": float(returns.std()), "episodes": episodes, "seed": seed}
+
+
+def _wrappers(env: gym.Env):
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env
 
 
 def load_run(path: str | Path, checkpoint: str = "best", device: str = "cpu") -> Run:

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from rl_hydra.config import ConfigError, check_float
+from rl_hydra.envs import spaces
+from rl_hydra.envs.spaces import parts
 
 
 def require_discrete(action_space: gym.Space, algo: str) -> int:
@@ -31,10 +33,26 @@ def require_box(action_space: gym.Space, algo: str) -> int:
     return int(action_space.shape[0])
 
 
-def flat_dim(observation_space: gym.Space) -> int:
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise ConfigError(f"vector observations (a 1-d Box) are supported; the env has {observation_space}")
-    return int(observation_space.shape[0])
+def vector_features(observation_space: gym.Space, algo: str) -> tuple[nn.Module | None, int]:
+    """For an algorithm whose networks read vectors (SAC, REDQ): (an encoder without weights that
+    makes one of each observation, or None for a 1-d Box; the vector's size). Discrete and
+    MultiDiscrete parts become one-hot, MultiBinary bits floats; an image is one ConfigError line."""
+    from rl_hydra.networks.encoders import make_encoder, network_input
+
+    observation = network_input(observation_space)
+    if isinstance(observation, int):
+        return None, observation
+    for name, part in parts(observation_space).items():
+        if isinstance(part, gym.spaces.Box) and len(part.shape) > 1:
+            where = f"observation part {name!r}" if name else "observations"
+            raise ConfigError(f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
+                              f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them")
+    return make_encoder(observation)
+
+
+def num_rows(obs) -> int:
+    """How many observations a batch (an array or a dict of parts) holds."""
+    return spaces.num_rows(obs)
 
 
 def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter],
@@ -52,9 +70,12 @@ def is_raw_pixels(obs: np.ndarray) -> bool:
     return obs.dtype == np.uint8 or obs.dtype == np.bool_
 
 
-def observation_tensor(obs: np.ndarray, device: torch.device) -> torch.Tensor:
-    """`obs` as a tensor on `device`: float32, or uint8/bool kept as they are (raw pixels);
-    arrays on the CPU that need no conversion are shared, not copied."""
+def observation_tensor(obs: np.ndarray | dict[str, np.ndarray], device: torch.device) -> torch.Tensor | dict:
+    """`obs` as a tensor on `device`: float32, or uint8/bool kept as they are (raw pixels); a
+    dict of parts as a dict of such tensors. Arrays on the CPU that need no conversion are shared,
+    not copied. (Indices become float32 too: encoders read them back with .long(), exactly.)"""
+    if isinstance(obs, dict):
+        return {key: observation_tensor(np.asarray(part), device) for key, part in obs.items()}
     if device.type == "cpu" and (obs.dtype == np.float32 or is_raw_pixels(obs)):
         return torch.from_numpy(obs)  # shares the memory: cheaper than as_tensor, once per env step
     if is_raw_pixels(obs):

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from rl_hydra import speed
-from rl_hydra.algos.common import (LinearSchedule, is_raw_pixels, make_optimizer, observation_tensor, optimizer_step,
+from rl_hydra.algos.common import (LinearSchedule, make_optimizer, num_rows, observation_tensor, optimizer_step,
                                    require_discrete, update_target)
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
@@ -68,7 +68,7 @@ class DQN:
         self.lr_factor = LinearSchedule(1.0, check_float("algo.final_lr_fraction", final_lr_fraction, 0.0, 1.0),
                                         total_steps - self.learning_starts)
 
-        self.observation = network_input(observation_space)   # a vector's size, or the Box of frames or grids
+        self.observation = network_input(observation_space)   # a vector's size, or the space (frames, indices, parts)
         self.num_actions = require_discrete(action_space, self.name)
         self.q_net = self.make_network(network).to(self.device)
         self.noisy = has_noisy_layers(self.q_net)
@@ -88,7 +88,7 @@ class DQN:
         return network(self.observation, self.num_actions)
 
     def action_values(self, obs: torch.Tensor) -> torch.Tensor:
-        """Values used to pick the greedy action: (B, obs_dim) -> (B, A)."""
+        """Values used to pick the greedy action: (B, obs_dim) (or a dict of parts) -> (B, A)."""
         return self.q_net(obs)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -127,7 +127,7 @@ class DQN:
         if not explore:
             with noise_disabled(self.q_net) if self.noisy else contextlib.nullcontext():  # deterministic
                 return self.greedy_actions(obs, explore=False), state
-        n = obs.shape[0]
+        n = num_rows(obs)
         random_rows = self.explore_rows(n)
         if np.count_nonzero(random_rows) == n:  # skip the forward pass
             return self.rng.integers(self.num_actions, size=n), state
@@ -137,7 +137,7 @@ class DQN:
 
     def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
-        if not is_raw_pixels(obs):  # vectors: the speed layer's numpy mirror of action_values where it has one
+        if isinstance(self.observation, int):  # vectors: the speed layer's numpy mirror of action_values, if any
             values = speed.numpy_action_values(self, np.asarray(obs, dtype=np.float32))   # (n, A) or None
             if values is not None:
                 return values.argmax(axis=1)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rl_hydra.algos.common import observation_tensor
+from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.config import check_int
 from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
@@ -38,6 +38,11 @@ def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
     return returns, gamma**horizon, last
 
 
+def time_slice(obs, steps: slice):
+    """Steps `steps` of a sequence of observations (T, B, ...), or of each of its parts."""
+    return {key: part[steps] for key, part in obs.items()} if isinstance(obs, dict) else obs[steps]
+
+
 class DRQN(DQN):
     name: ClassVar[str] = "drqn"
     # its sequence buffer is uniform; it sums n-step returns over its own sequences
@@ -59,7 +64,7 @@ class DRQN(DQN):
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Greedy (or epsilon-greedy) actions and the next state; `state=None` is the initial state.
         The network always runs, even for random actions, so the state follows every observation."""
-        n = obs.shape[0]
+        n = num_rows(obs)
         if state is None:
             state = self.initial_state(n)
         with torch.no_grad():
@@ -76,10 +81,10 @@ class DRQN(DQN):
         episode, whose initial state is exact (zeros) and whose first steps are trained on."""
         if self.burn_in == 0:
             return self.q_net(batch.obs, batch.state)[0]
-        head, state = self.q_net(batch.obs[: self.burn_in], batch.state)             # (burn_in, B, A)
+        head, state = self.q_net(time_slice(batch.obs, slice(None, self.burn_in)), batch.state)  # (burn_in, B, A)
         opens = batch.episode_start[:, None]                                         # (B, 1)
         state = tuple(torch.where(opens, s, s.detach()) for s in state)              # (B, H) each
-        tail, _ = self.q_net(batch.obs[self.burn_in :], state)                       # (L + 1 - burn_in, B, A)
+        tail, _ = self.q_net(time_slice(batch.obs, slice(self.burn_in, None)), state)  # (L + 1 - burn_in, B, A)
         return torch.cat([head, tail])                                               # (L + 1, B, A)
 
     def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import observation_tensor
+from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.config import check_float, check_int
@@ -59,14 +59,14 @@ class IQN(DQN):
             return super().greedy_actions(obs, explore=True)
         with torch.no_grad():
             obs_t = observation_tensor(obs, self.device)                          # (B, obs_dim)
-            taus = self.greedy_taus.expand(obs_t.shape[0], -1)                     # (B, K)
+            taus = self.greedy_taus.expand(num_rows(obs_t), -1)                   # (B, K)
             return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy()
 
     def action_values(self, obs: torch.Tensor, net: nn.Module | None = None,
                       taus: torch.Tensor | None = None) -> torch.Tensor:
         """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
         if taus is None:
-            taus = self.sample_taus(obs.shape[0], self.num_quantile_samples)   # (B, K)
+            taus = self.sample_taus(num_rows(obs), self.num_quantile_samples)   # (B, K)
         net = self.q_net if net is None else net
         return net(obs, taus).mean(dim=2)                                   # (B, A)
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import (flat_dim, make_optimizer, observation_tensor, optimizer_step, require_box,
-                                   update_target)
+from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, update_target,
+                                   vector_features)
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.protocols import Batch, Capabilities
 
@@ -78,7 +78,10 @@ class REDQ:
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; "
                               f"the env has {action_space}")
-        self.observation_dim = flat_dim(observation_space)
+        # indices and bits become one vector (one-hot, floats) before the actor and the critics; None: a Box vector
+        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
+        if self.observation_encoder is not None:
+            self.observation_encoder.to(self.device)
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
         self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
@@ -119,6 +122,11 @@ class REDQ:
         # the actor's metrics between its (delayed) updates are those of its last update
         self.last_actor_metrics: dict[str, torch.Tensor] = {}
 
+    def features(self, obs):
+        """The vector the actor and the critics read: `obs` itself (a Box vector), or its parts
+        one-hot and side by side (B, obs_dim)."""
+        return obs if self.observation_encoder is None else self.observation_encoder(obs)
+
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()                                          # ()
@@ -127,7 +135,7 @@ class REDQ:
     @torch.no_grad()
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
-        obs_t = observation_tensor(obs, self.device)
+        obs_t = self.features(observation_tensor(obs, self.device))
         if explore:
             unit = self.actor.sample(obs_t, self.generator, noise=self.held_exploration_noise(len(obs)))[0]
         else:
@@ -150,13 +158,13 @@ class REDQ:
         self.exploration_noise = None   # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
         if self.updates % self.policy_delay == 0:  # the 1st, (1 + d)-th, ... update
-            self.last_actor_metrics = self.update_actor_and_alpha(batch.obs)
+            self.last_actor_metrics = self.update_actor_and_alpha(self.features(batch.obs))
         self.updates += 1
         return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
 
     def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
         # the random draws happen here, so that critic_loss is a pure function (compile=true)
-        next_noise = self.standard_normal(batch.next_obs.shape[0])                          # (B, A) or gSDE's (F, A)
+        next_noise = self.standard_normal(batch.rewards.shape[0])                          # (B, A) or gSDE's (F, A)
         subset = sample_subset(self.ensemble_size, self.subset_size, self.generator, self.device)  # (M,)
         critic_loss, q_values = self.critic_loss(batch, next_noise, subset, self.alpha)     # (), (B, N)
         optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
@@ -166,12 +174,13 @@ class REDQ:
     def critic_loss(self, batch: Batch, next_noise: torch.Tensor, subset: torch.Tensor,
                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ensemble's summed MSE to the REDQ target, and the critics' Q-values (B, N)."""
+        obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)              # (B, obs_dim) each
         with torch.no_grad():
-            next_actions, next_log_prob = self.actor.sample(batch.next_obs, noise=next_noise)  # (B, A), (B,)
-            next_q = self.critic_target(batch.next_obs, next_actions, members=subset)         # (B, M)
+            next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)        # (B, A), (B,)
+            next_q = self.critic_target(next_obs, next_actions, members=subset)               # (B, M)
             targets = redq_target(batch.rewards, batch.terminated, next_q, next_log_prob,
                                   alpha, self.gamma)                                          # (B,)
-        q_values = self.critic(batch.obs, self.actor.from_env(batch.actions))                 # (B, N)
+        q_values = self.critic(obs, self.actor.from_env(batch.actions))                       # (B, N)
         return ensemble_mse(q_values, targets), q_values
 
     def update_actor_and_alpha(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:

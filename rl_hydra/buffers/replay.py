@@ -1,6 +1,8 @@
 """Uniform replay of single transitions in preallocated tensors (a ring buffer), with n-step returns.
 
-Rows are stored as the env produced them, one per env and step. With `n_step` > 1 each sampled
+Rows are stored as the env produced them, one per env and step; each part of an observation (a
+Dict observation's image and direction, say) in a column of its own, in its own compact dtype
+(envs/spaces.py), and a batch gives them back as a dict. With `n_step` > 1 each sampled
 row becomes an n-step transition at sample time (`n_step_returns`): the discounted sum of the
 next rewards of the same env, stopped where its episode ended, the observation to bootstrap
 from and the discount gamma^k for the k rewards actually summed.
@@ -18,12 +20,19 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.envs import spaces
 from rl_hydra.protocols import Batch
 
 log = logging.getLogger(__name__)
 
 
 STORED = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")  # columns, in Batch's order
+
+
+def column(field: str, part: str) -> str:
+    """The storage column of an observation field's part: "obs" for a one-array observation,
+    "obs/image" for a part of a Dict one."""
+    return f"{field}/{part}" if part else field
 
 
 def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,9 +51,9 @@ def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> 
 
 def observation_dtype(observation_space: gym.Space) -> torch.dtype:
     """Raw pixels are kept as the env produced them (uint8 frames, bool grids; networks scale
-    them); everything else is stored as float32."""
-    return {np.dtype(np.uint8): torch.uint8, np.dtype(np.bool_): torch.bool}.get(
-        np.dtype(observation_space.dtype), torch.float32)
+    them), indices in the smallest integer type that holds them, bits as bool; other values as
+    float32 (envs/spaces.py storage_dtype). A one-array space's; a Dict's parts: spaces.layout."""
+    return spaces.torch_dtype(spaces.storage_dtype(observation_space))
 
 
 def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
@@ -85,6 +94,14 @@ def as_numpy(value) -> np.ndarray:
     return value.cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
 
 
+def split_rows(value, size: int) -> list:
+    """A batch field (a tensor, or a dict of parts) cut into consecutive pieces of `size` rows."""
+    if isinstance(value, dict):
+        pieces = {key: part.split(size) for key, part in value.items()}
+        return [dict(zip(pieces, piece)) for piece in zip(*pieces.values())]
+    return list(value.split(size))
+
+
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     if isinstance(action_space, gym.spaces.Discrete):
         return (), torch.int64
@@ -122,12 +139,14 @@ class ReplayBuffer:
             log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
                      self.capacity, num_envs)
         self.device = torch.device(device)
-        obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
+        parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
+        self.parts = list(parts)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
-        columns = {"obs": rows(obs_shape, obs_dtype), "actions": rows(action_shape, action_dtype),
-                   "rewards": rows(()), "next_obs": rows(obs_shape, obs_dtype), "terminated": rows(()),
-                   "truncated": rows(())}
+        observations = {field: {column(field, part): rows(shape, dtype) for part, (shape, dtype) in parts.items()}
+                        for field in ("obs", "next_obs")}
+        columns = {**observations["obs"], "actions": rows(action_shape, action_dtype), "rewards": rows(()),
+                   **observations["next_obs"], "terminated": rows(()), "truncated": rows(())}
         # one frame per row (buffers/frames.py) instead of the two observation columns
         self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device) if share else None
         if share:
@@ -136,10 +155,12 @@ class ReplayBuffer:
                                   for shape, dtype in columns.values()) // self.capacity
                               + (self.frames.bytes_per_row if share else 0))
         check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row,
-                          kind=self.describe())
-        # add and sample pair columns with values by position (STORED's order); on the CPU in huge pages
+                          kind=self.describe(), detail="" if share else
+                          f" (an observation: {spaces.describe_layout(observation_space)}, stored twice)")
+        # add and sample pair columns with values by position (STORED's order, an observation's
+        # parts in spaces.parts order); on the CPU in huge pages
         self.storage = speed.zeros(columns, self.device)
-        assert tuple(self.storage) == tuple(key for key in STORED if key in columns)
+        assert tuple(self.storage) == tuple(columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())
                            if self.device.type == "cpu" else None)
@@ -179,7 +200,7 @@ class ReplayBuffer:
 
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         """Store one transition per env; arguments are arrays or tensors with a leading num_envs axis."""
-        values = (obs, actions, rewards, next_obs, terminated, truncated)  # STORED's order
+        values = (*spaces.split(obs), actions, rewards, *spaces.split(next_obs), terminated, truncated)  # columns'
         n = len(rewards)
         if self.frames is not None:
             frame_rows = (self.pos + np.arange(n)) % self.capacity
@@ -221,7 +242,10 @@ class ReplayBuffer:
                 columns = [torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views]
             else:
                 columns = [column[idx] for column in self.storage.values()]
-            return Batch(*columns, discounts=discounts, weights=weights, indices=idx)
+            k = len(self.parts)   # the columns: obs parts, actions, rewards, next_obs parts, terminated, truncated
+            return Batch(spaces.join(self.parts, columns[:k]), columns[k], columns[k + 1],
+                         spaces.join(self.parts, columns[k + 2: 2 * k + 2]), *columns[2 * k + 2:],
+                         discounts=discounts, weights=weights, indices=idx)
         return self.n_step_batch(idx, weights)
 
     def n_step_batch(self, idx: torch.Tensor, weights: torch.Tensor) -> Batch:
@@ -237,12 +261,12 @@ class ReplayBuffer:
                      truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
                      weights=weights, indices=idx)
 
-    def observations(self, idx: torch.Tensor, last: torch.Tensor,
-                     ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def observations(self, idx: torch.Tensor, last: torch.Tensor, ended: torch.Tensor) -> tuple:
         """The observations of rows `idx` (B,) and the next observations of rows `last` (B,),
         where `ended` (B,) says whether the episode ended at that row."""
         if self.frames is None:
-            return self.storage["obs"][idx], self.storage["next_obs"][last]
+            return tuple(spaces.join(self.parts, [self.storage[column(field, part)][rows] for part in self.parts])
+                         for field, rows in (("obs", idx), ("next_obs", last)))
         obs = self.frames.observations(idx.cpu().numpy())
         next_obs = self.frames.next_observations(last.cpu().numpy(), ended.cpu().numpy())
         return torch.from_numpy(obs).to(self.device), torch.from_numpy(next_obs).to(self.device)
@@ -266,7 +290,7 @@ class ReplayBuffer:
         per_gather = max(1, self.max_gather_rows // batch_size)
         for start in range(0, count, per_gather):
             rows = self.sample(batch_size * min(per_gather, count - start))
-            yield from (Batch(*fields) for fields in zip(*(column.split(batch_size) for column in rows)))
+            yield from (Batch(*fields) for fields in zip(*(split_rows(value, batch_size) for value in rows)))
 
     def state_dict(self) -> dict:
         """Views of the stored rows, not copies: a checkpoint streams them to disk from where they

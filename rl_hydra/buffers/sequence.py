@@ -25,8 +25,9 @@ import torch
 
 from rl_hydra import speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
-from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, human_bytes, observation_dtype
+from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column, human_bytes
 from rl_hydra.config import ConfigError, check_choice, check_int
+from rl_hydra.envs import spaces
 from rl_hydra.protocols import SequenceBatch
 
 
@@ -47,28 +48,32 @@ class SequenceBuffer:
         self.stride = stride
         self.device = torch.device(device)
         self.num_envs = num_envs
-        obs_shape, obs_dtype = tuple(observation_space.shape), observation_dtype(observation_space)
+        parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
+        self.parts = list(parts)
+        self.obs_columns = [column("obs", part) for part in self.parts]   # "obs", or "obs/<part>" each
         action_shape, action_dtype = action_layout(action_space)
         check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
         share = shares_frames(observation_space, share_frames)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
-        observations = {} if share else {"obs": steps(length + 1, obs_shape, obs_dtype)}
+        observations = {} if share else {column("obs", part): steps(length + 1, shape, dtype)
+                                         for part, (shape, dtype) in parts.items()}
         layout = {**observations, "actions": steps(length, action_shape, action_dtype),
                   "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
                   "episode_start": ((capacity,), torch.bool)}
         total = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values())
         self.frames: FrameRings | None = None
         if share:   # each env's frames once; a chunk is its env and first frame (int64 each)
-            frames_per_env = -(-capacity // num_envs) * stride + length + obs_shape[0]
+            frames_per_env = -(-capacity // num_envs) * stride + length + observation_space.shape[0]
             self.frames = FrameRings(num_envs, frames_per_env, observation_space)
             self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
             self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
             total += num_envs * frames_per_env * self.frames.frame_bytes + 16 * capacity
+        observed = "" if share else f"; an observation: {spaces.describe_layout(observation_space)}"
         check_host_memory(total, self.device, capacity, total // capacity, kind=self.describe(), row="chunk",
                           detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
-                                 f"plus the actor's state per chunk)")
+                                 f"plus the actor's state per chunk{observed})")
         stored = speed.zeros(layout, self.device)
         self.episode_start = stored.pop("episode_start")
         self.steps = stored
@@ -79,9 +84,10 @@ class SequenceBuffer:
         self.generator.manual_seed(seed)
 
         # the open chunk of each env; row i holds env i's steps since its chunk began
-        numpy_obs_dtype = torch.empty(0, dtype=obs_dtype).numpy().dtype
+        numpy_dtype = lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype  # noqa: E731
         self.open = {**({} if share else
-                        {"obs": np.zeros((num_envs, length + 1, *obs_shape), numpy_obs_dtype)}),
+                        {column("obs", part): np.zeros((num_envs, length + 1, *shape), numpy_dtype(dtype))
+                         for part, (shape, dtype) in parts.items()}),
                      "actions": np.zeros((num_envs, length, *action_shape),
                                          np.int64 if action_dtype == torch.int64 else np.float32),
                      "rewards": np.zeros((num_envs, length), np.float32),
@@ -107,8 +113,9 @@ class SequenceBuffer:
             self._allocate_states(state)
         rows, t = np.arange(self.num_envs), self.open_length
         if self.frames is None:
-            self.open["obs"][rows, t] = obs
-            self.open["obs"][rows, t + 1] = next_obs
+            for key, part, next_part in zip(self.obs_columns, spaces.split(obs), spaces.split(next_obs)):
+                self.open[key][rows, t] = part
+                self.open[key][rows, t + 1] = next_part
         else:
             oldest = self.frames.add(as_numpy(obs), as_numpy(next_obs))      # (n,) each observation's oldest frame
             self.open_first[t == 0] = oldest[t == 0]                          # where a chunk opens with this step
@@ -145,7 +152,7 @@ class SequenceBuffer:
             if key == "mask":
                 column[:length, self.pos] = 1.0
             else:
-                real = self.open[key][i, : length + 1 if key == "obs" else length]
+                real = self.open[key][i, : length + 1 if key in self.obs_columns else length]
                 column[: len(real), self.pos] = torch.as_tensor(real, dtype=column.dtype, device=self.device)
         if self.frames is not None:
             self.chunk_env[self.pos], self.chunk_first[self.pos] = i, self.open_first[i]
@@ -159,7 +166,8 @@ class SequenceBuffer:
         """Start env i's next chunk `stride` steps after the one just stored (same episode)."""
         keep = self.sequence_length - self.stride
         for key, window in self.open.items():
-            window[i, : keep + (key == "obs")] = window[i, self.stride : self.sequence_length + (key == "obs")].copy()
+            more = key in self.obs_columns   # observations have one step more than actions
+            window[i, : keep + more] = window[i, self.stride : self.sequence_length + more].copy()
         for open_state in self.open_states:
             open_state[i, :keep] = open_state[i, self.stride :].clone()
         self.open_length[i], self.open_episode_start[i] = keep, False
@@ -187,11 +195,13 @@ class SequenceBuffer:
 
     def batch_at(self, idx: torch.Tensor) -> SequenceBatch:
         """The chunks `idx` (B,) as (time, batch, ...) tensors."""
-        steps = {key: column[:, idx] for key, column in self.steps.items()}
+        steps = {key: stored[:, idx] for key, stored in self.steps.items()}
         if self.frames is not None:
             rows = idx.cpu().numpy()
             obs = self.frames.stacks(self.chunk_env[rows], self.chunk_first[rows], self.sequence_length + 1)
             steps["obs"] = obs.to(self.device)                                   # (L + 1, B, S, H, W)
+        else:   # (L + 1, B, *shape), or a dict of them: one per part
+            steps["obs"] = spaces.join(self.parts, [steps.pop(key) for key in self.obs_columns])
         return SequenceBatch(**steps, episode_start=self.episode_start[idx], state=tuple(s[idx] for s in self.states))
 
     def sample_batches(self, batch_size: int, count: int) -> Iterator[SequenceBatch]:

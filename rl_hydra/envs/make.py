@@ -14,12 +14,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, check_choice
 from rl_hydra.envs.learning import learning_signal
+from rl_hydra.envs.wrappers import ObservationParts, needs_parts
 
 
 # the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
-EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": ("ale_py", "cv2"), "minatar": "minatar"}
+EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": ("ale_py", "cv2"), "minatar": "minatar",
+                 "popgym": "popgym", "minigrid": "minigrid"}
 
 
 def install_hint(extra: str) -> str:
@@ -55,19 +57,30 @@ def _register_minatar() -> None:
     minatar.gym.register_envs()
 
 
+def _import(module: str) -> Callable[[], None]:
+    return lambda: importlib.import_module(module)   # the package registers its ids on import
+
+
 # id namespaces whose package registers its ids only when imported or asked: namespace -> (extra, register)
 NAMESPACES = {"ALE": ("atari", _register_ale), "MinAtar": ("minatar", _register_minatar)}
+# the same for ids that begin with a prefix: popgym-RepeatPreviousEasy-v0, MiniGrid-Empty-5x5-v0
+PREFIXES = {"popgym-": ("popgym", _import("popgym")), "MiniGrid-": ("minigrid", _import("minigrid")),
+            "BabyAI-": ("minigrid", _import("minigrid"))}
 
 
 def register_namespace(env_id: str) -> None:
-    """Ids such as ALE/Pong-v5 or MinAtar/Breakout-v1 register themselves: the namespace's package
-    is loaded and registers its ids (or one line names the extra to install)."""
+    """Ids such as ALE/Pong-v5, MinAtar/Breakout-v1, popgym-... or MiniGrid-... register
+    themselves: the package is loaded and registers its ids (or one line names the extra to install)."""
     namespace = env_id.split("/", 1)[0] if "/" in env_id else None
-    if namespace not in NAMESPACES:
-        return
-    extra, register = NAMESPACES[namespace]
+    if namespace in NAMESPACES:
+        prefix, (extra, register) = namespace + "/", NAMESPACES[namespace]
+    else:
+        prefix = next((prefix for prefix in PREFIXES if env_id.startswith(prefix)), None)
+        if prefix is None:
+            return
+        extra, register = PREFIXES[prefix]
     require_extra(extra, env_id)
-    if not any(name.startswith(namespace + "/") for name in gym.registry):
+    if not any(name.startswith(prefix) for name in gym.registry):
         register()
 
 
@@ -101,11 +114,13 @@ def missing_dependency(env_id: str, error: Exception) -> str:
 
 def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable[[], gym.Env]:
     """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with
-    `env.max_episode_steps`, then each of `env.wrappers` in order."""
+    `env.max_episode_steps`, then each of `env.wrappers` in order, then, for a Dict or Tuple
+    observation, `ObservationParts` (a flat dict of parts; text dropped unless `env.keep_text`)."""
     check_extra(env_cfg)
     check_env_id(env_cfg.id)
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
     wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
+    keep_text = check_choice("env.keep_text", env_cfg.get("keep_text", False), (True, False))
 
     def factory() -> gym.Env:
         try:
@@ -119,6 +134,8 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
             except (ValueError, TypeError) as error:  # a wrapper library's own check of its arguments
                 raise ConfigError(f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: "
                                   f"{str(error).splitlines()[0]}") from None
+        if needs_parts(env.observation_space):
+            env = ObservationParts(env, keep_text=keep_text)
         return env
 
     return factory
@@ -142,9 +159,16 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
 
 
 def final_observations(next_obs, done, info: dict[str, Any]):
-    """next_obs with the rows of finished episodes replaced by their real last observation."""
+    """next_obs with the rows of finished episodes replaced by their real last observation (for
+    a dict of parts, in each part)."""
     if not np.count_nonzero(done):  # cheaper than .any() on a small array, and this runs every step
         return next_obs
+    if isinstance(next_obs, dict):
+        real = {key: part.copy() for key, part in next_obs.items()}
+        for i in done.nonzero()[0]:
+            for key, part in real.items():
+                part[i] = info["final_obs"][i][key]
+        return real
     real = next_obs.copy()
     for i in done.nonzero()[0]:
         real[i] = info["final_obs"][i]

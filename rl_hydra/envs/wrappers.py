@@ -7,12 +7,18 @@ space its observations lie in (`gymnasium.utils.env_checker.check_env` passes).
 
 from __future__ import annotations
 
-from typing import Sequence
+import logging
+import zlib
+from collections import OrderedDict
+from typing import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from rl_hydra.config import ConfigError, check_int
+from rl_hydra.envs.spaces import is_text
+
+log = logging.getLogger(__name__)
 
 
 class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -80,3 +86,86 @@ class ChannelsFirst(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
+
+
+def needs_parts(space: gym.Space) -> bool:
+    """Whether `ObservationParts` has work to do: a Tuple, or a Dict with a nested or text part."""
+    if isinstance(space, gym.spaces.Tuple):
+        return True
+    return isinstance(space, gym.spaces.Dict) and any(
+        isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)) or is_text(part) for part in space.spaces.values())
+
+
+def _leaves(space: gym.Space, path: tuple = ()) -> Iterator[tuple[tuple, gym.Space]]:
+    """(path, space) of each part of a Dict or Tuple space that is neither, depth first."""
+    if isinstance(space, gym.spaces.Dict):
+        for key, part in space.spaces.items():
+            yield from _leaves(part, (*path, key))
+    elif isinstance(space, gym.spaces.Tuple):
+        for index, part in enumerate(space.spaces):
+            yield from _leaves(part, (*path, index))
+    else:
+        yield path, space
+
+
+_said: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    """Say it once per process (each env copy builds its own wrapper)."""
+    if message not in _said:
+        _said.add(message)
+        log.info(message)
+
+
+class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """A Dict or Tuple observation, nested or not, as a flat Dict of its parts, each named by its
+    path: "image", "direction" (MiniGrid), "0", "1", "2" (Blackjack's Tuple), "pos.x" (nested).
+
+    What the replay buffer stores part by part and the networks encode part by part (envs/spaces.py).
+    Text parts (gymnasium's Text, MiniGrid's mission) have no encoder: they are dropped, with a log
+    line, or with `keep_text` kept as their first TEXT_WORDS words, each a hashed index in
+    1..VOCABULARY (0 pads), a MultiDiscrete part the networks encode as they encode any other.
+    `make_env` adds it after `env.wrappers` where the observation needs it (`needs_parts`).
+    """
+
+    TEXT_WORDS, VOCABULARY = 16, 1000
+
+    def __init__(self, env: gym.Env, keep_text: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, keep_text=keep_text)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            raise ConfigError(f"ObservationParts needs a Dict or Tuple observation space; the env has {space}")
+        self.keep_text = keep_text
+        self.paths: list[tuple[str, tuple, bool]] = []   # (part name, path, is text)
+        parts: dict[str, gym.Space] = {}
+        for path, part in _leaves(space):
+            name = ".".join(map(str, path))
+            if is_text(part):
+                if not keep_text:
+                    _log_once(f"observation part {name!r} ({type(part).__name__}) is text, which no network "
+                              f"encodes: dropped (env.keep_text=true keeps its words as indices)")
+                    continue
+            self.paths.append((name, path, is_text(part)))
+            parts[name] = gym.spaces.MultiDiscrete([self.VOCABULARY + 1] * self.TEXT_WORDS) if is_text(part) else part
+        if not parts:
+            raise ConfigError(f"observations of {space} have only text parts, which no network encodes; "
+                              f"set env.keep_text=true to keep them as word indices")
+        self.observation_space = gym.spaces.Dict(OrderedDict(parts))
+
+    def observation(self, observation) -> dict:
+        out = {}
+        for name, path, text in self.paths:
+            value = observation
+            for key in path:
+                value = value[key]
+            out[name] = self.words(value) if text else value
+        return out
+
+    @classmethod
+    def words(cls, text: str) -> np.ndarray:
+        """The first TEXT_WORDS words of `text`, lower-cased, each hashed to 1..VOCABULARY; 0 pads."""
+        ids = [zlib.crc32(word.encode()) % cls.VOCABULARY + 1 for word in str(text).lower().split()]
+        ids = ids[: cls.TEXT_WORDS] + [0] * max(0, cls.TEXT_WORDS - len(ids))
+        return np.asarray(ids, dtype=np.int64)

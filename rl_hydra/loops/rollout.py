@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rl_hydra.envs import spaces
 from rl_hydra.envs.make import final_observations
 from rl_hydra.envs.state import capture_env_state, restore_env_state
 from rl_hydra.loops.monitor import EpisodeStats
@@ -76,7 +77,8 @@ class Rollout:
         env_state = capture_env_state(self.env) if self.obs is not None else None
         if env_state is None:
             return {"exact": False}
-        state = {"exact": True, "state": env_state, "obs": torch.from_numpy(np.array(self.obs)),
+        state = {"exact": True, "state": env_state,
+                 "obs": spaces.apply(self.obs, lambda part: torch.from_numpy(np.array(part))),
                  "episode_return": torch.from_numpy(self.episodes.episode_return.copy()),
                  "episode_length": torch.from_numpy(self.episodes.episode_length.copy())}
         if self.actor_state is not None:
@@ -89,7 +91,7 @@ class Rollout:
                      "the resumed run starts fresh episodes", self.env.envs[0].spec.id)
             return
         restore_env_state(self.env, state["state"])
-        self.obs = state["obs"].numpy().copy()
+        self.obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())
         self.episodes.episode_return[:] = state["episode_return"].numpy()
         self.episodes.episode_length[:] = state["episode_length"].numpy()
         self.actor_state = tuple(state["actor_state"]) if "actor_state" in state else None

@@ -5,10 +5,21 @@ The network config's `encoder` picks one and it is checked against the env's obs
 - `flat`: vectors as they are (no module, so a vector network is exactly its MLP);
 - `nature_cnn`: the Nature DQN convolutions (Mnih et al. 2015) for (C, 84, 84) frame stacks;
 - `minatar_cnn`: MinAtar's one 3x3 convolution of 16 channels (Young & Tian 2019) for (C, 10, 10) grids;
+- `grid_cnn`: BabyAI's small convolutions (2x2 filters of 16, 32 and 64 with a max-pool) for
+  (C, H, W) grids of 7 to 16 cells a side (MiniGrid's 7x7 view);
 - `auto`: the one that fits the observation's shape.
 
 Raw uint8 frames and bool grids go in as the env produced them (the replay buffer keeps that
-dtype, four or more times smaller than float32); the encoder scales them to [0, 1] itself.
+dtype, four or more times smaller than float32); the encoder scales them to [0, 1] itself
+(uint8 by 1/255, or by 1/high where the space declares a smaller bound, as MiniGrid's grid does).
+
+Other spaces (envs/spaces.py) are encoded part by part and the features concatenated:
+- Discrete: the index, one-hot, or a learned embedding of `network.discrete_embedding` features;
+- MultiDiscrete: each dimension so (one multi-hot vector, or one embedding per dimension);
+- MultiBinary: its bits as floats;
+- a Dict of parts (Dict and Tuple observations, made flat by the env): one encoder per part,
+  chosen as above (an image part gets a CNN), in the order of the parts.
+Those encoders take any leading axes: (B, ...) while acting, (T, B, ...) in DRQN's sequences.
 """
 
 from __future__ import annotations
@@ -18,10 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, check_int
+from rl_hydra.envs.spaces import check_observation_space
 
-ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn")
+ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
 CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}   # the (height, width) each is built for
+GRID_SIDES = (7, 16)   # grid_cnn's smallest and largest side
 
 
 class ScaleObservation(nn.Module):
@@ -49,6 +62,15 @@ def minatar_cnn(channels: int) -> nn.Sequential:
                          nn.Flatten())                                      # (B, 1024)
 
 
+def grid_cnn(channels: int) -> nn.Sequential:
+    """(B, C, H, W) -> (B, 64 * h * w), H and W in 7..16: BabyAI's (Chevalier-Boisvert et al. 2019)
+    convolutions for MiniGrid's symbolic view, 7x7 -> 1x1."""
+    return nn.Sequential(nn.Conv2d(channels, 16, 2), nn.ReLU(), nn.MaxPool2d(2),   # (B, 16, (H-1)//2, (W-1)//2)
+                         nn.Conv2d(16, 32, 2), nn.ReLU(),                          # (B, 32, .. - 1, .. - 1)
+                         nn.Conv2d(32, 64, 2), nn.ReLU(),                          # (B, 64, .. - 2, .. - 2)
+                         nn.Flatten())
+
+
 def describe(observation: int | gym.Space) -> str:
     return f"vectors of {observation}" if isinstance(observation, int) else str(observation)
 
@@ -61,41 +83,164 @@ def choose_encoder(observation: int | gym.Space, kind: str) -> str:
     fits = {"flat": len(shape) == 1 or kind == "flat"}
     for name, size in CNN_INPUTS.items():
         fits[name] = len(shape) == 3 and shape[1:] == size
+    fits["grid_cnn"] = len(shape) == 3 and all(GRID_SIDES[0] <= side <= GRID_SIDES[1] for side in shape[1:])
     if kind == "auto":
-        for name in ("flat", *CNN_INPUTS):
+        for name in ("flat", *CNN_INPUTS, "grid_cnn"):
             if fits[name]:
                 return name
         raise ConfigError(f"network.encoder=auto has no encoder for observations {describe(observation)}; "
                           "encoders: vectors (flat), (C, 84, 84) frame stacks (nature_cnn), (C, 10, 10) grids "
-                          "(minatar_cnn); network.encoder=flat flattens anything")
+                          "(minatar_cnn), (C, 7..16, 7..16) grids (grid_cnn); network.encoder=flat flattens anything")
     if not fits[kind]:
-        wanted = "vectors" if kind == "flat" else f"(C, {CNN_INPUTS[kind][0]}, {CNN_INPUTS[kind][1]}) inputs"
+        wanted = ("vectors" if kind == "flat" else "(C, H, W) inputs with H and W in 7..16" if kind == "grid_cnn"
+                  else f"(C, {CNN_INPUTS[kind][0]}, {CNN_INPUTS[kind][1]}) inputs")
         raise ConfigError(f"network.encoder={kind} needs {wanted} but the env has {describe(observation)}; "
                           f"use network.encoder=auto")
     return kind
 
 
-def make_encoder(observation: int | gym.Space, kind: str = "auto") -> tuple[nn.Module | None, int]:
-    """(the encoder, or None for a vector passed as it is; its output size)."""
+def pixel_scale(space: gym.spaces.Box) -> float:
+    """uint8 values are scaled by 1/255, or by 1/high where every bound is smaller (MiniGrid's
+    object, colour and state indices); other dtypes are taken as they are."""
+    if space.dtype != np.uint8:
+        return 1.0
+    high = int(np.max(space.high))
+    return 1.0 / (high if 0 < high < 255 else 255.0)
+
+
+def make_encoder(observation: int | gym.Space, kind: str = "auto",
+                 discrete_embedding: int | None = None) -> tuple[nn.Module | None, int]:
+    """(the encoder, or None for a vector passed as it is; its output size). `discrete_embedding`:
+    None encodes Discrete and MultiDiscrete parts one-hot, an integer d embeds each index in d features."""
+    if discrete_embedding is not None:
+        check_int("network.discrete_embedding", discrete_embedding, minimum=1)
+    if not isinstance(observation, (int, gym.spaces.Box)):
+        return part_encoders(observation, kind, discrete_embedding)
     kind = choose_encoder(observation, kind)
     if isinstance(observation, int) or (kind == "flat" and len(observation.shape) == 1
                                         and observation.dtype == np.float32):
         return None, observation if isinstance(observation, int) else int(observation.shape[0])
-    scale = ScaleObservation(1.0 / 255.0 if observation.dtype == np.uint8 else 1.0)
+    scale = ScaleObservation(pixel_scale(observation))
     shape = tuple(observation.shape)
     if kind == "flat":
         return nn.Sequential(scale, nn.Flatten()), int(np.prod(shape))
-    body = nature_cnn(shape[0]) if kind == "nature_cnn" else minatar_cnn(shape[0])
+    body = {"nature_cnn": nature_cnn, "minatar_cnn": minatar_cnn, "grid_cnn": grid_cnn}[kind](shape[0])
     with torch.no_grad():
         size = body(torch.zeros(1, *shape)).shape[1]
     return nn.Sequential(scale, body), int(size)
 
 
-def network_input(observation_space: gym.Space) -> int | gym.spaces.Box:
+class OneHot(nn.Module):
+    """Indices (..., *shape) of a Discrete (shape ()) or MultiDiscrete space -> (..., sum(nvec)):
+    one 1 per dimension, at that dimension's offset plus its index (one-hot for a Discrete)."""
+
+    def __init__(self, nvec: np.ndarray, start: np.ndarray):
+        super().__init__()
+        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
+        self.event_dims, self.size = nvec.ndim, int(nvec.sum())
+        offsets = np.concatenate([[0], np.cumsum(nvec.ravel())[:-1]]) - start.ravel()
+        self.register_buffer("offsets", torch.as_tensor(offsets), persistent=False)   # (K,)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # obs: (..., *shape) integers, K = prod(shape) of them per observation
+        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets   # (..., K)
+        out = torch.zeros(*index.shape[:-1], self.size, device=obs.device)                          # (..., sum(nvec))
+        return out.scatter_(-1, index, 1.0)
+
+
+class Embedding(nn.Module):
+    """Indices (..., *shape) of a Discrete or MultiDiscrete space -> (..., K * dim): a learned
+    vector of `dim` per dimension and value, the K dimensions' vectors side by side."""
+
+    def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int):
+        super().__init__()
+        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
+        self.event_dims, self.size = nvec.ndim, int(nvec.size) * dim
+        offsets = np.concatenate([[0], np.cumsum(nvec.ravel())[:-1]]) - start.ravel()
+        self.register_buffer("offsets", torch.as_tensor(offsets), persistent=False)   # (K,)
+        self.table = nn.Embedding(int(nvec.sum()), dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets   # (..., K)
+        return self.table(index).flatten(-2)                                                        # (..., K * dim)
+
+
+class FlatPart(nn.Module):
+    """A part (..., *shape) as (..., prod(shape)) floats, scaled by `scale`: vectors, MultiBinary bits."""
+
+    def __init__(self, shape: tuple[int, ...], scale: float = 1.0):
+        super().__init__()
+        self.event_dims, self.scale = len(shape), scale
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flat = obs.reshape(*obs.shape[: obs.dim() - self.event_dims], -1).float()                  # (..., F)
+        return flat * self.scale if self.scale != 1.0 else flat
+
+
+class ImagePart(nn.Module):
+    """A Box encoder for (N, *shape) inputs (a CNN) applied to (..., *shape): the leading axes
+    are folded into N and unfolded after."""
+
+    def __init__(self, encoder: nn.Module, shape: tuple[int, ...]):
+        super().__init__()
+        self.encoder, self.shape = encoder, shape
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        leading = obs.shape[: obs.dim() - len(self.shape)]
+        return self.encoder(obs.reshape(-1, *self.shape)).reshape(*leading, -1)                    # (..., F)
+
+
+class PartsEncoder(nn.Module):
+    """A dict of parts {name: (..., *shape)} -> (..., sum of the part encoders' features), in the
+    order of the parts."""
+
+    def __init__(self, encoders: dict[str, nn.Module]):
+        super().__init__()
+        self.names = list(encoders)
+        self.parts = nn.ModuleList(encoders.values())   # by position: part names may hold dots
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([encoder(obs[name]) for name, encoder in zip(self.names, self.parts)], dim=-1)
+
+
+def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, name: str = "") -> tuple[nn.Module, int]:
+    """The encoder of one part (any leading axes) and its output size."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        nvec = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
+        encoder = OneHot(nvec, space.start) if discrete_embedding is None else Embedding(nvec, space.start,
+                                                                                        discrete_embedding)
+        return encoder, encoder.size
+    if isinstance(space, gym.spaces.MultiBinary):
+        return FlatPart(tuple(space.shape)), int(np.prod(space.shape))
+    shape = tuple(space.shape)
+    if len(shape) <= 1:   # a vector part, or a number: as it is, whatever CNN network.encoder names
+        return FlatPart(shape, pixel_scale(space) if space.dtype == np.uint8 else 1.0), int(np.prod(shape))
+    try:
+        encoder, size = make_encoder(space, kind)
+    except ConfigError as error:
+        if not name:
+            raise
+        raise ConfigError(f"observation part {name!r}: {error}") from None
+    return ImagePart(encoder, shape), size
+
+
+def part_encoders(space: gym.Space, kind: str, discrete_embedding: int | None) -> tuple[nn.Module, int]:
+    """One encoder for a single non-Box space, or a PartsEncoder of one per part of a Dict."""
+    check_observation_space(space)
+    if not isinstance(space, gym.spaces.Dict):
+        return part_encoder(space, kind, discrete_embedding)
+    encoders, size = {}, 0
+    for name, part in space.spaces.items():
+        encoders[name], features = part_encoder(part, kind, discrete_embedding, name)
+        size += features
+    return PartsEncoder(encoders), size
+
+
+def network_input(observation_space: gym.Space) -> int | gym.Space:
     """What an algorithm passes a network factory: the size of a vector observation (so that a
-    network on vectors is built exactly as from an int), or the Box of an image observation."""
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise ConfigError(f"observations must be a Box (vectors, frame stacks or grids); the env has {observation_space}")
-    if len(observation_space.shape) == 1:
+    network on vectors is built exactly as from an int), or the space itself (frames, grids,
+    indices, a Dict of parts). Spaces that have no encoder are one ConfigError line."""
+    check_observation_space(observation_space)
+    if isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1:
         return int(observation_space.shape[0])
     return observation_space

@@ -105,8 +105,9 @@ def encode(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
 class QNetwork(nn.Module):
     """Q(s, .): observation (B, *observation_shape) -> action values (B, num_actions).
 
-    `observation` is a vector's size, or the observation space of frames or grids; `encoder`
-    (networks/encoders.py) turns it into the features the MLP reads.
+    `observation` is a vector's size, or the observation space (frames, grids, indices, a Dict of
+    parts); `encoder` (networks/encoders.py) turns it into the features the MLP reads, with
+    Discrete indices one-hot or embedded in `discrete_embedding` features.
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
     have their own copy of the last hidden layer (with hidden_sizes=[], each stream is one Linear
@@ -117,9 +118,10 @@ class QNetwork(nn.Module):
 
     def __init__(self, observation: int | gym.Space, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto",
+                 discrete_embedding: int | None = None):
         super().__init__()
-        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
         self.net = action_value_mlp(features, num_actions, 1, hidden_sizes, activation,
                                     layer_norm=layer_norm, dropout=dropout,
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
@@ -138,10 +140,11 @@ class PerActionNetwork(nn.Module):
     def __init__(self, observation: int | gym.Space, num_actions: int, values_per_action: int,
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
                  layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto"):
+                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto",
+                 discrete_embedding: int | None = None):
         super().__init__()
         self.num_actions, self.values_per_action = num_actions, values_per_action
-        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
         self.net = action_value_mlp(features, num_actions, values_per_action, hidden_sizes, activation,
                                     layer_norm=layer_norm, dropout=dropout,
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)

@@ -54,7 +54,7 @@ class ImplicitQuantileNetwork(nn.Module):
     def __init__(self, observation: int | gym.Space, num_actions: int, embedding_dim: int = 64,
                  hidden_sizes: Sequence[int] = (256,), head_hidden_sizes: Sequence[int] = (256,),
                  activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
-                 encoder: str = "auto"):
+                 encoder: str = "auto", discrete_embedding: int | None = None):
         super().__init__()
         self.embedding_dim = check_int("network.embedding_dim", embedding_dim, minimum=1)
         if len(hidden_sizes) < 1:
@@ -62,7 +62,7 @@ class ImplicitQuantileNetwork(nn.Module):
                               f"layer for the state features psi(s), e.g. [256]")
         feature_dim = hidden_sizes[-1]
         linear = linear_layer(noisy, noisy_sigma0)
-        self.observation_encoder, features = make_encoder(observation, encoder)   # None for vectors
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
         self.psi = mlp(features, None, hidden_sizes, activation, linear=linear)  # (B, F) -> (B, D)
         self.phi = nn.Sequential(nn.Linear(embedding_dim, feature_dim), activation_class(activation)())
         self.head = action_value_mlp(feature_dim, num_actions, 1, head_hidden_sizes, activation,

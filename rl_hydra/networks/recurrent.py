@@ -18,16 +18,20 @@ State = tuple[torch.Tensor, torch.Tensor]
 
 
 class RecurrentQNetwork(nn.Module):
-    """Q(o_1..o_t, .): a sequence (T, B, obs_dim) and a state -> values (T, B, num_actions) and the next state."""
+    """Q(o_1..o_t, .): a sequence (T, B, obs_dim) and a state -> values (T, B, num_actions) and the next state.
+    Observations of other spaces (T, B, *shape), or a dict of parts, are encoded as QNetwork's are."""
 
     def __init__(self, observation: int | gym.Space, num_actions: int, encoder_sizes: Sequence[int] = (64,),
                  lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu",
-                 encoder: str = "auto"):
+                 encoder: str = "auto", discrete_embedding: int | None = None):
         super().__init__()
         self.lstm_size = check_int("network.lstm_size", lstm_size, minimum=1)
-        self.observation_shape = (observation,) if isinstance(observation, int) else tuple(observation.shape)
+        # the Box encoders read (N, *shape) and are folded over the time axis here; the others
+        # (indices, a Dict of parts) take any leading axes themselves
+        self.observation_shape = ((observation,) if isinstance(observation, int) else tuple(observation.shape)
+                                  if isinstance(observation, gym.spaces.Box) else None)
         # frames or grids: a CNN (networks/encoders.py) before the MLP encoder; None for vectors
-        self.observation_encoder, features = make_encoder(observation, encoder)
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)
         self.encoder = mlp(features, None, encoder_sizes, activation)
         self.lstm = nn.LSTM(encoder_sizes[-1] if encoder_sizes else features, lstm_size)
         self.head = mlp(lstm_size, num_actions, head_sizes, activation)
@@ -47,7 +51,9 @@ class RecurrentQNetwork(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """(..., *observation_shape) -> (..., E): the CNN (if any) over every step, then the MLP."""
-        if self.observation_encoder is not None:
+        if self.observation_encoder is not None and self.observation_shape is None:
+            obs = self.observation_encoder(obs)                                # (..., F)
+        elif self.observation_encoder is not None:
             leading = obs.shape[: obs.dim() - len(self.observation_shape)]
             obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
         return self.encoder(obs)

@@ -1,0 +1,271 @@
+"""Observation spaces beyond Box: Discrete, MultiDiscrete, MultiBinary, Dict and Tuple, stored part by
+part in compact dtypes, encoded part by part, for every algorithm (envs/spaces.py, networks/encoders.py)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+
+from rl_hydra.algos.c51 import C51
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.algos.drqn import DRQN
+from rl_hydra.algos.iqn import IQN
+from rl_hydra.algos.qr_dqn import QRDQN
+from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
+from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.config import ConfigError
+from rl_hydra.envs import spaces
+from rl_hydra.envs.wrappers import ObservationParts
+from rl_hydra.networks.categorical import CategoricalNetwork
+from rl_hydra.networks.encoders import Embedding, OneHot, make_encoder, network_input
+from rl_hydra.networks.mlp import QNetwork
+from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
+from rl_hydra.networks.recurrent import RecurrentQNetwork
+from rl_hydra.training import agent_node, build_agent
+from tests.conftest import TINY, algo_keys, compose_config, run_training
+
+DISCRETE = gym.spaces.Discrete(500)                                   # Taxi's states
+MULTI_DISCRETE = gym.spaces.MultiDiscrete([3, 4, 5])
+MULTI_BINARY = gym.spaces.MultiBinary(6)
+DICT = gym.spaces.Dict({"image": gym.spaces.Box(0, 10, (3, 7, 7), np.uint8), "direction": gym.spaces.Discrete(4),
+                        "bits": gym.spaces.MultiBinary(2), "position": gym.spaces.Box(-1, 1, (2,), np.float32)})
+SPACES = {"discrete": DISCRETE, "multi_discrete": MULTI_DISCRETE, "multi_binary": MULTI_BINARY, "dict": DICT}
+ACTIONS = gym.spaces.Discrete(3)
+ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
+
+
+def batch_of(space: gym.Space, n: int, seed: int = 0):
+    """n observations of `space` as the vector env gives them: an array, or a dict of arrays."""
+    space.seed(seed)
+    samples = [space.sample() for _ in range(n)]
+    if isinstance(space, gym.spaces.Dict):
+        return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in space.spaces}
+    return np.stack([np.asarray(s) for s in samples])
+
+
+# --- storage ------------------------------------------------------------------------------
+@pytest.mark.parametrize("space, dtype", [
+    (gym.spaces.Discrete(16), np.uint8), (DISCRETE, np.int16), (gym.spaces.Discrete(3, start=-1), np.int16),
+    (gym.spaces.Discrete(70_000), np.int32), (MULTI_DISCRETE, np.uint8), (MULTI_BINARY, np.bool_),
+    (gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), np.uint8), (gym.spaces.Box(-1, 1, (3,), np.float64), np.float32),
+])
+def test_each_part_is_stored_in_the_smallest_dtype_that_holds_it(space, dtype):
+    assert spaces.storage_dtype(space) == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("space, obs_bytes", [(DISCRETE, 2), (MULTI_DISCRETE, 3), (MULTI_BINARY, 6),
+                                              (DICT, 147 + 1 + 2 + 8)])
+def test_replay_keeps_each_part_in_its_column_and_gives_back_what_went_in(space, obs_bytes):
+    buffer = ReplayBuffer(50, space, ACTIONS, num_envs=2, seed=0)
+    # per transition: the observation twice, an int64 action and four float32 columns
+    assert buffer.bytes_per_row == 2 * obs_bytes + 8 + 3 * 4
+    obs, next_obs = batch_of(space, 2, seed=1), batch_of(space, 2, seed=2)
+    buffer.add(obs, np.array([0, 2]), np.array([1.0, -1.0]), next_obs, np.zeros(2, bool), np.zeros(2, bool))
+    batch = buffer.batch_at(torch.tensor([1, 0]))
+    for got, wanted in ((batch.obs, obs), (batch.next_obs, next_obs)):
+        for got_part, wanted_part in zip(spaces.split(got), spaces.split(wanted)):
+            assert np.array_equal(got_part.numpy(), np.asarray(wanted_part)[[1, 0]])
+    for column, (shape, dtype) in zip(spaces.split(batch.obs), spaces.layout(space).values()):
+        assert column.dtype == dtype and tuple(column.shape[1:]) == shape
+
+
+def test_the_buffer_logs_bytes_per_transition_and_the_observation_layout(caplog):
+    with caplog.at_level(logging.INFO, logger="rl_hydra.buffers.replay"):
+        ReplayBuffer(1000, DISCRETE, ACTIONS)
+        ReplayBuffer(1000, DICT, ACTIONS)
+    assert "1000 transitions x 24 B = 24.0 KB (an observation: 2 B: int16, stored twice)" in caplog.text
+    # gymnasium's Dict sorts its keys
+    assert "(an observation: 158 B: bits (2,) bool, direction uint8, image (3, 7, 7) uint8, position (2,) float32" in (
+        caplog.text)
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_n_step_and_gathered_batches_of_dict_observations(buffer_class):
+    options = {"beta_steps": 10} if buffer_class is PrioritizedReplayBuffer else {}
+    buffer = buffer_class(40, DICT, ACTIONS, num_envs=2, seed=0, n_step=3, gamma=0.9, **options)
+    for t in range(12):
+        buffer.add(batch_of(DICT, 2, seed=t), np.array([0, 1]), np.ones(2), batch_of(DICT, 2, seed=t + 1),
+                   np.array([t == 5, False]), np.zeros(2, bool))
+    batches = list(buffer.sample_batches(4, 3))
+    assert len(batches) == 3 and all(set(b.obs) == set(DICT.spaces) and b.obs["image"].shape == (4, 3, 7, 7)
+                                     for b in batches)
+    restored = buffer_class(40, DICT, ACTIONS, num_envs=2, seed=0, n_step=3, gamma=0.9, **options)
+    restored.load_state_dict(buffer.state_dict())
+    for got, wanted in zip(restored.sample(5), buffer.sample(5)):
+        for got_part, wanted_part in zip(spaces.split(got), spaces.split(wanted)):
+            assert torch.equal(got_part, wanted_part)
+
+
+def test_a_sequence_buffer_stores_dict_parts_and_gives_time_major_dicts():
+    buffer = SequenceBuffer(10, sequence_length=3, stride=3, observation_space=DICT, action_space=ACTIONS, num_envs=2)
+    state = (torch.zeros(2, 4),)
+    for t in range(3):
+        buffer.add(batch_of(DICT, 2, seed=t), np.array([0, 1]), np.ones(2), batch_of(DICT, 2, seed=t + 1),
+                   np.zeros(2, bool), np.zeros(2, bool), state)
+    assert buffer.steps["obs/direction"].dtype == torch.uint8
+    batch = buffer.batch_at(torch.tensor([0, 1]))
+    assert batch.obs["image"].shape == (4, 2, 3, 7, 7) and batch.obs["direction"].shape == (4, 2)
+    # step t + 1's observation of env 0 is the next observation of its step t
+    assert np.array_equal(batch.obs["direction"][1:, 0].numpy(), [batch_of(DICT, 2, seed=t + 1)["direction"][0]
+                                                                  for t in range(3)])
+
+
+# --- encoders -----------------------------------------------------------------------------
+def test_indices_are_one_hot_or_embedded_inside_the_network():
+    obs = torch.tensor([0, 499, 7], dtype=torch.int16)
+    encoder, size = make_encoder(DISCRETE)
+    assert size == 500 and torch.equal(encoder(obs), F.one_hot(obs.long(), 500).float())
+    embedded, size = make_encoder(DISCRETE, discrete_embedding=8)
+    assert isinstance(embedded, Embedding) and size == 8 and embedded(obs).shape == (3, 8)
+    with pytest.raises(ConfigError, match="network.discrete_embedding=0 is out of range"):
+        make_encoder(DISCRETE, discrete_embedding=0)
+
+
+def test_multi_discrete_is_one_one_hot_per_dimension_side_by_side_and_starts_count():
+    encoder = OneHot(np.array([3, 4]), np.array([0, -1]))
+    out = encoder(torch.tensor([[2, -1], [0, 2]]))
+    assert torch.equal(out, torch.tensor([[0, 0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0, 1]], dtype=torch.float32))
+
+
+def test_part_encoders_take_any_leading_axes_and_concatenate_in_part_order():
+    encoder, size = make_encoder(DICT)
+    assert size == 2 + 4 + 64 + 2   # bits, one-hot direction, grid_cnn on the 7x7 image, the vector (sorted keys)
+    obs = {key: torch.as_tensor(value) for key, value in batch_of(DICT, 6).items()}
+    flat = encoder(obs)                                                        # (6, F)
+    timed = encoder({key: value.reshape(2, 3, *value.shape[1:]) for key, value in obs.items()})   # (2, 3, F)
+    torch.testing.assert_close(timed.reshape(6, -1), flat)
+    assert torch.equal(flat[:, 2:6], F.one_hot(obs["direction"].long(), 4).float())
+
+
+@pytest.mark.parametrize("space, message", [
+    (gym.spaces.Text(5), r"observations of Text\(1, 5, charset=.*\) have no encoder; supported: Box, Discrete, "
+                         r"MultiDiscrete, MultiBinary, or a Dict or Tuple of them; add a wrapper to env.wrappers"),
+    (gym.spaces.Graph(gym.spaces.Box(0, 1, (2,)), None), "observations of Graph.* have no encoder"),
+    (gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Sequence(gym.spaces.Discrete(2))}),
+     "observation part 'b' of Sequence.* have no encoder"),
+    (gym.spaces.Box(0, 1, (2, 3)), r"network.encoder=auto has no encoder for observations Box\(0.0, 1.0, \(2, 3\)"),
+])
+def test_a_space_without_an_encoder_is_one_line_naming_it_and_what_to_do(space, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        DQN(space, ACTIONS, functools.partial(QNetwork, hidden_sizes=[8]), ADAM, total_steps=100, **algo_keys("dqn"))
+    assert "\n" not in str(error.value)
+
+
+# --- every algorithm on every space ---------------------------------------------------------
+NETWORKS = {
+    "dqn": (DQN, functools.partial(QNetwork, hidden_sizes=[16]), {}),
+    "qr_dqn": (QRDQN, functools.partial(QuantileNetwork, hidden_sizes=[16]), {"num_quantiles": 5}),
+    "iqn": (IQN, functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]),
+            {"num_tau_samples": 4, "num_tau_prime_samples": 4, "num_quantile_samples": 4}),
+    "c51": (C51, functools.partial(CategoricalNetwork, hidden_sizes=[16], dueling=True, noisy=True),
+            {"num_atoms": 11}),
+}
+
+
+@pytest.mark.parametrize("space", sorted(SPACES))
+@pytest.mark.parametrize("algo", sorted(NETWORKS))
+def test_every_q_algorithm_acts_and_learns_on_every_space(algo, space):
+    algo_class, network, keys = NETWORKS[algo]
+    space = SPACES[space]
+    agent = algo_class(space, ACTIONS, network, ADAM, total_steps=100, **algo_keys(algo, **keys))
+    buffer = ReplayBuffer(64, space, ACTIONS, num_envs=2, seed=0, gamma=agent.gamma)
+    for t in range(10):
+        obs = batch_of(space, 2, seed=t)
+        actions, _ = agent.act(obs, explore=True)
+        buffer.add(obs, actions, np.ones(2), batch_of(space, 2, seed=t + 1), np.zeros(2, bool), np.zeros(2, bool))
+    assert np.isfinite(float(agent.update(buffer.sample(8))["loss"]))
+    greedy, _ = agent.act(batch_of(space, 3, seed=99), explore=False)
+    assert greedy.shape == (3,) and np.array_equal(greedy, agent.act(batch_of(space, 3, seed=99), explore=False)[0])
+
+
+@pytest.mark.parametrize("space", sorted(SPACES))
+def test_drqn_acts_and_learns_on_every_space(space):
+    space = SPACES[space]
+    agent = DRQN(space, ACTIONS, functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8,
+                                                   discrete_embedding=4), ADAM,
+                 total_steps=100, **algo_keys("drqn", batch_size=2, burn_in=1))
+    buffer = SequenceBuffer(20, 4, 2, space, ACTIONS)
+    state = None
+    for t in range(12):
+        before = agent.initial_state(1) if state is None else state
+        obs = batch_of(space, 1, seed=t)
+        actions, state = agent.act(obs, state, explore=True)
+        buffer.add(obs, actions, np.ones(1), batch_of(space, 1, seed=t + 1), np.array([t == 11]), np.zeros(1, bool),
+                   before)
+    assert np.isfinite(float(agent.update(buffer.sample(2))["loss"]))
+
+
+@pytest.mark.parametrize("algo", ["sac", "redq"])
+@pytest.mark.parametrize("space", ["discrete", "multi_discrete", "multi_binary"])
+def test_sac_and_redq_read_indices_and_bits_one_hot(algo, space):
+    space, action_space = SPACES[space], gym.spaces.Box(-1, 1, (2,), np.float32)
+    cfg = compose_config(f"algo={algo}", "env=pendulum", "~algo_env", "network.actor.hidden_sizes=[16]",
+                         "network.critic.hidden_sizes=[16]", "algo.ensemble_size=2")
+    agent = instantiate(agent_node(cfg), observation_space=space, action_space=action_space,
+                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=100, seed=0)
+    buffer = ReplayBuffer(64, space, action_space, seed=0)
+    for t in range(10):
+        obs = batch_of(space, 1, seed=t)
+        actions, _ = agent.act(obs, explore=True)
+        buffer.add(obs, actions, np.ones(1), batch_of(space, 1, seed=t + 1), np.zeros(1, bool), np.zeros(1, bool))
+    assert np.isfinite(float(agent.update(buffer.sample(8))["critic_loss"]))
+
+
+def test_sac_refuses_an_image_part_in_one_line():
+    cfg = compose_config("algo=sac", "env=pendulum", "~algo_env")
+    with pytest.raises(ConfigError, match=r"algo=sac reads vectors, indices and bits, not images \(observation part "
+                                          r"'image': Box\(0, 10, \(3, 7, 7\), uint8\)\)"):
+        build_agent(cfg, DICT, gym.spaces.Box(-1, 1, (1,)), torch.device("cpu"))
+
+
+def test_a_vector_observation_still_reaches_the_network_as_its_size():
+    assert network_input(gym.spaces.Box(-1, 1, (4,))) == 4
+    assert network_input(DISCRETE) is DISCRETE
+
+
+# --- Dict and Tuple envs --------------------------------------------------------------------
+class NestedEnv(gym.Env):
+    """A Tuple of a Discrete, a Dict (a vector and a text) and a MultiBinary."""
+
+    observation_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Dict(
+        {"pos": gym.spaces.Box(-1, 1, (2,), np.float32), "note": gym.spaces.Text(20)}), gym.spaces.MultiBinary(2)))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return (1, {"pos": np.zeros(2, np.float32), "note": "go to the door"}, np.array([1, 0], np.int8)), {}
+
+    def step(self, action):
+        return self.reset()[0], 1.0, True, False, {}
+
+
+def test_observation_parts_flattens_nested_spaces_and_drops_text_with_a_log_line(caplog):
+    with caplog.at_level(logging.INFO, logger="rl_hydra.envs.wrappers"):
+        env = ObservationParts(NestedEnv())
+    assert list(env.observation_space.spaces) == ["0", "1.pos", "2"]
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and obs["0"] == 1
+    assert "observation part '1.note' (Text) is text, which no network encodes: dropped" in caplog.text
+    kept = ObservationParts(NestedEnv(), keep_text=True)
+    words = kept.reset(seed=0)[0]["1.note"]
+    assert kept.observation_space.contains(kept.reset(seed=0)[0])
+    assert np.count_nonzero(words) == 4 and np.array_equal(words, ObservationParts.words("Go to the DOOR"))
+
+
+def test_blackjack_s_tuple_trains_end_to_end(tmp_path):
+    summary = run_training(tmp_path / "run", "env=gym", "env.id=Blackjack-v1", *TINY, "algo.learning_starts=100")
+    assert summary["status"] == "completed" and summary["global_step"] == 300
+
+
+def test_drqn_trains_on_a_discrete_env_end_to_end(tmp_path):
+    summary = run_training(tmp_path / "run", "algo=drqn", "env=gym", "env.id=FrozenLake-v1", *TINY,
+                           "algo.learning_starts=100")
+    assert summary["status"] == "completed"
