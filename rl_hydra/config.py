@@ -6,12 +6,13 @@ what is allowed; the CLI prints that line and exits with status 2.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,20 +23,59 @@ class ConfigError(ValueError):
     """A config value that cannot work; the message is one user-facing line."""
 
 
+# --- composing with Hydra ---------------------------------------------------------------
+@contextlib.contextmanager
+def hydra_scope(config_dir: Path = CONF_DIR) -> Iterator[None]:
+    """A Hydra scope of its own for Hydra's compose API, with `config_dir` as the primary config
+    directory (version_base 1.3). It nests (hydra.initialize_config_dir alone refuses to inside a
+    running Hydra app) and leaves Hydra's global state as it found it: the GlobalHydra, version
+    base and job runtime that initialize sets are the very objects they were before."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import JobRuntime
+    from hydra.version import VersionBase
+
+    saved = {cls: Singleton._instances.pop(cls, None) for cls in (GlobalHydra, VersionBase, JobRuntime)}
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            yield
+    finally:
+        for cls, instance in saved.items():
+            if instance is None:
+                Singleton._instances.pop(cls, None)
+            else:
+                Singleton._instances[cls] = instance
+
+
+@functools.lru_cache(maxsize=None)
+def compose_option(group: str, option: str) -> DictConfig:
+    """conf/<group>/<option>.yaml as Hydra composes it on its own, its defaults list followed:
+    `compose_option("algo", "c51").algo._target_`, `compose_option("env", "cartpole_novel").env.id`
+    (read-only; cached). Works inside a running Hydra app too (hydra_scope). A missing option
+    raises Hydra's MissingConfigException."""
+    from hydra import compose
+
+    with hydra_scope():
+        cfg = compose(config_name=f"{group}/{option}")
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
 # --- env groups, presets and run names ---------------------------------------------------
 ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}   # old names that still work, not shown as choices
 
+
 @functools.lru_cache(maxsize=None)
 def group_env_id(choice: str) -> str | None:
-    """The `id` an env group's file sets (following its defaults list), or None (env=gym: `???`)."""
-    path = CONF_DIR / "env" / f"{choice}.yaml"
-    if not path.is_file():
+    """The `id` an env group sets (following its defaults list), or None (env=gym: `???`; no such group)."""
+    from hydra.errors import MissingConfigException
+
+    try:
+        env = compose_option("env", choice).env
+    except MissingConfigException:
         return None
-    node = OmegaConf.load(path)
-    if "id" in node:
-        return None if OmegaConf.is_missing(node, "id") else node.id
-    parents = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-    return group_env_id(parents[0]) if parents else None
+    return None if OmegaConf.is_missing(env, "id") else env.id
 
 
 def env_groups_for(env_id: str) -> list[str]:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from rl_hydra.config import CONF_DIR, ConfigError
+from rl_hydra.config import CONF_DIR, ConfigError, compose_option
 from rl_hydra.protocols import Capabilities
 
 ACTION_KINDS = {"discrete": "a discrete action space", "continuous": "a continuous (Box) action space"}
@@ -94,30 +93,11 @@ def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> 
 @functools.lru_cache(maxsize=None)
 def algo_options() -> dict[str, type]:
     """{option: class} for the algo options (conf/algo/*.yaml) whose class imports and declares
-    its capabilities."""
+    its capabilities; each option's `_target_` as Hydra composes it (`base/c51@_here_` followed)."""
     options = {}
     for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
         with contextlib.suppress(Exception):
-            algo = get_class(algo_target(path))
+            algo = get_class(compose_option("algo", path.stem).algo._target_)
             if isinstance(getattr(algo, "capabilities", None), Capabilities):
                 options[path.stem] = algo
     return options
-
-
-def algo_target(path: Path) -> str:
-    """An algo file's `_target_`: its own, else the last one among the algo files its defaults
-    list extends (`base/c51@_here_`), read without composing the whole config."""
-    node = OmegaConf.load(path)
-    if "_target_" in node:
-        return str(node["_target_"])
-    target = None
-    for entry in node.get("defaults") or []:
-        name = entry if isinstance(entry, str) else None
-        if name and not name.startswith("/") and name != "_self_":
-            extended = CONF_DIR / "algo" / f"{name.split('@')[0]}.yaml"
-            if extended.is_file():
-                with contextlib.suppress(KeyError):   # base/dqn.yaml: shared keys, no target
-                    target = algo_target(extended)
-    if target is None:
-        raise KeyError(f"{path} names no _target_")
-    return target

@@ -1,4 +1,5 @@
-"""Env groups, the presets that follow the env they were tuned for, and run directory names."""
+"""Env groups, the presets that follow the env they were tuned for, and run directory names;
+compose_option, Hydra composing one group option (an env group's id, an algo's class) on its own."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import json
 import sys
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobRuntime
+from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
 from rl_hydra.api import _compose
-from rl_hydra.config import ConfigError, check_preset, env_label, group_env_id, run_env_name
+from rl_hydra.config import ConfigError, check_preset, compose_option, env_label, group_env_id, run_env_name
 from rl_hydra.envs import make
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
+from tests.test_run_record import cli
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "algo_env").glob("*.yaml"))
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
@@ -137,3 +144,40 @@ def test_gymnasium_s_own_missing_dependency_error_is_turned_into_the_extra():
     assert make.missing_dependency("LunarLander-v3", error) == (
         'env.id=LunarLander-v3 needs the box2d extra (Box2D is not installed, run `pip install swig`): '
         'pip install -e ".[box2d]"')
+
+
+def hydra_state() -> dict:
+    return {cls: Singleton._instances.get(cls) for cls in (GlobalHydra, VersionBase, JobRuntime)}
+
+
+def test_compose_option_composes_a_group_option_through_its_defaults_list():
+    from rl_hydra.fit import algo_options
+
+    assert compose_option("algo", "c51").algo._target_ == "rl_hydra.algos.c51.C51"   # base/c51@_here_ followed
+    assert compose_option("env", "cartpole_novel").env.id == "CartPole-v1"            # - cartpole_no_velocity
+    assert group_env_id("gym") is None and group_env_id("no_such_env") is None        # id: ???
+    assert algo_options()["rainbow"].__name__ == "C51" and algo_options()["dopamine_iqn"].__name__ == "IQN"
+
+
+def test_compose_option_leaves_hydra_as_it_found_it_outside_and_inside_a_composed_app():
+    compose_option.cache_clear()
+    before = hydra_state()
+    assert compose_option("env", "acrobot").env.id == "Acrobot-v1"
+    assert hydra_state() == before and not GlobalHydra.instance().is_initialized()
+    with initialize_config_dir(config_dir=str(CONF_DIR), job_name="mine", version_base="1.3"):
+        inside = hydra_state()
+        hydra = GlobalHydra.instance().hydra
+        assert compose_option("env", "pendulum").env.id == "Pendulum-v1"
+        assert hydra_state() == inside and GlobalHydra.instance().hydra is hydra
+        assert JobRuntime.instance().get("name") == "mine"
+        assert compose(config_name="train", overrides=["env=acrobot"]).env.id == "Acrobot-v1"   # still usable
+    assert not GlobalHydra.instance().is_initialized()
+
+
+def test_compose_option_runs_inside_a_running_hydra_app(monkeypatch, capsys):
+    """The run directory's name (`rl_hydra.env_name`, resolved by Hydra inside its app) composes the env group."""
+    compose_option.cache_clear()
+    group_env_id.cache_clear()
+    code, out, err = cli(monkeypatch, capsys, "env=cartpole_novel", "--cfg", "all", "--resolve")
+    assert code == 0 and any(line.strip().startswith("dir: outputs/") and line.endswith("_dqn_cartpole_novel")
+                             for line in out), (out, err)
