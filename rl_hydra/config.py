@@ -204,9 +204,22 @@ def resolve_device(name: Any) -> "torch.device":
     return torch.device(name)
 
 
+# how to give a required key (`???` in its group) that a command line left out
+REQUIRED_EXAMPLES = {"env.id": "e.g. env=gym env.id=MountainCar-v0"}
+
+
+def check_required(cfg: DictConfig) -> None:
+    """Refuse a config with a required key (`???`, such as env=gym's env.id) not given. Nothing is
+    resolved (OmegaConf.missing_keys would resolve `${hydra:...}`, which only a running job can)."""
+    for key in sorted(key for key, value in flat_config(cfg).items() if value == "???"):
+        raise ConfigError(f"{key} is required here (it is ??? in the chosen groups); "
+                          f"{REQUIRED_EXAMPLES.get(key, f'give {key}=...')}")
+
+
 def validate_run_config(cfg: DictConfig) -> None:
-    """Check the run-level keys of conf/train.yaml (the groups check themselves); integer keys
-    given as integral floats (`1e5`) are written back as ints."""
+    """Check the run-level keys of conf/train.yaml (the groups check themselves) and that no
+    required key is left `???`; integer keys given as integral floats (`1e5`) are written back as ints."""
+    check_required(cfg)
     cfg.seed = check_int("seed", cfg.seed, minimum=0)
     cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1)
     check_choice("compile", cfg.get("compile", False), (True, False))

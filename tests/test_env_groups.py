@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from rl_hydra.api import _compose
 from rl_hydra.config import ConfigError, check_preset, compose_option, env_label, group_env_id, run_env_name
 from rl_hydra.envs import make
+from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
 from tests.test_run_record import cli
 
@@ -144,6 +145,20 @@ def test_gymnasium_s_own_missing_dependency_error_is_turned_into_the_extra():
     assert make.missing_dependency("LunarLander-v3", error) == (
         'env.id=LunarLander-v3 needs the box2d extra (Box2D is not installed, run `pip install swig`): '
         'pip install -e ".[box2d]"')
+
+
+def test_a_required_key_left_out_is_refused_by_the_run_too(tmp_path):
+    """The check before the run composes a sweep's first job; a later job, or a config composed in
+    Python, is refused by the run, in one line."""
+    with pytest.raises(RunFailed) as refused:
+        launch(compose_config("env=gym", *TINY), tmp_path)
+    assert refused.value.code == 2 and "env.id is required here" in str(refused.value)
+    result = run_cli("-m", "env=cartpole,gym", *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "env=gym" in errors[0] and errors[0].endswith("env.id is required here (it is ??? in the chosen groups); "
+                                                         "e.g. env=gym env.id=MountainCar-v0")
+    assert errors[1].startswith("error: 1 of 2 jobs failed")
 
 
 def hydra_state() -> dict:

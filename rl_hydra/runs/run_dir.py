@@ -160,9 +160,13 @@ class RunDirectory:
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
         """What a run is, for summary.json: the algo and env options it chose (without
-        .hydra/hydra.yaml, `algo_name` and the env id), the env id and the seed."""
-        return {"algo": self.config_choice("algo") or algo_name, "env": self.config_choice("env") or cfg.env.id,
-                "env_id": cfg.env.id, "seed": cfg.seed}
+        .hydra/hydra.yaml, `algo_name` and the env id), the env id (None while a refused job's
+        env.id is still `???`) and the seed."""
+        from omegaconf import OmegaConf
+
+        env_id = OmegaConf.select(cfg, "env.id", throw_on_missing=False)
+        return {"algo": self.config_choice("algo") or algo_name, "env": self.config_choice("env") or env_id,
+                "env_id": env_id, "seed": cfg.seed}
 
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
