@@ -6,17 +6,19 @@ this module turns its RunFailed into one `error:` line on stderr and the exit co
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra import sweep_report
-from rl_hydra.config import CONF_DIR, flat_config
+from rl_hydra.config import CONF_DIR, ConfigError, check_required, flat_config, hydra_scope
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -57,72 +59,113 @@ def fail(message: str, code: int):
     sys.exit(code)
 
 
-def search_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path]:
-    """The config directories Hydra composes from: rl_hydra's, and those a `hydra.searchpath=[...]`
-    argument adds (`file://` entries; a `pkg://` one is not looked into)."""
-    dirs = [conf_dir]
-    for arg in argv:
-        if arg.startswith("hydra.searchpath="):
-            entries = arg.split("=", 1)[1].strip("[]").split(",")
-            dirs += [Path(entry.strip().strip("'\"")[len("file://"):]) for entry in entries
-                     if entry.strip().strip("'\"").startswith("file://")]
-    return dirs
+def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
+    """The command line as Hydra reads it: its flags (Hydra's own argument parser) and the
+    overrides, parsed by Hydra's override parser (a value that does not parse: one ConfigError line)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    args = get_args_parser().parse_args(argv)
+    try:
+        return args, OverridesParser.create().parse_overrides(args.overrides)
+    except OverrideParseException as error:
+        raise ConfigError(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
 
 
-def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Reject `group=option` arguments whose option file does not exist, in one line.
+def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train") -> None:
+    """The one check before Hydra runs: compose the config as the run will, with Hydra's compose
+    API, and turn Hydra's refusal into one ConfigError line (a group option that does not exist,
+    with the group's options; a key the config lacks, with the closest key and how to add one),
+    then refuse a required key (`???`) left out. A sweep (-m) is composed with each swept key's
+    first value, as its first job is; every value of a swept group must be one of its options."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
 
-    Hydra would also refuse them, but with a multi-line report; sweep lists
-    (`algo=dqn,iqn`) are checked value by value.
-    """
-    dirs = search_dirs(argv, conf_dir)
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+~")
-        if key not in GROUPS or "(" in value or value in ("null", ""):
-            continue
-        options = sorted({p.stem for d in dirs for p in (d / key).glob("*.yaml")})
-        for choice in value.strip("[]").split(","):   # a sweep list, or a list option (logger=[csv,mlflow])
-            if choice and choice not in options:
-                fail(f"{key}={choice} is not a config option; choose one of: {', '.join(options)}", EXIT_CONFIG)
+    with hydra_scope():
+        loader = GlobalHydra.instance().config_loader()
+        searchpath = [o.input_line for o in overrides if o.get_key_element() == "hydra.searchpath"]
+
+        def options(group: str) -> list[str]:   # a group's options, config dirs on hydra.searchpath included
+            return sorted(loader.get_group_options(group, config_name=config_name, overrides=searchpath))
+
+        chosen = [first_job(override, loader, options) if multirun else override.input_line
+                  for override in overrides]
+        try:
+            cfg = compose(config_name=config_name, overrides=chosen)
+        except MissingConfigException as error:
+            raise ConfigError(missing_option(error, overrides, options)) from None
+        except HydraException as error:   # ConfigCompositionException, ...
+            raise ConfigError(refused_override(error, chosen, config_name)) from None
+    check_required(cfg)
 
 
-def check_override_keys(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Reject `key=value` arguments whose key the composed config lacks, in one line with the
-    closest keys (Hydra's own report is six lines and exits 1), and a required key (`???`, such
-    as env=gym's env.id) that is not given. New keys need `+key=value`."""
+def first_job(override: Override, loader, options) -> str:
+    """The override as the first job of a sweep has it: a swept key's first value (an Optuna
+    interval's lower end), split as Hydra's basic sweeper splits it. Each value of a swept config
+    group must be one of the group's options."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not override.is_sweep_override():
+        return override.input_line
+    key = override.get_key_element()
+    if not override.is_discrete_sweep():
+        return f"{key}={override.value().start}"
+    override.config_loader = loader   # glob(...) lists the group's options through it
+    jobs = [f"{key}={value}" for value in override.sweep_string_iterator()]
+    allowed = options(override.key_or_group)
+    for job in OverridesParser.create().parse_overrides(jobs) if allowed else []:
+        value = job.value()
+        for choice in value if isinstance(value, list) else [value]:
+            if choice is not None and str(choice) not in allowed:
+                raise ConfigError(not_an_option(override.key_or_group, choice, allowed))
+    return jobs[0] if jobs else override.input_line
+
+
+def not_an_option(group: str, choice, allowed: list[str]) -> str:
+    return f"{group}={choice} is not a config option; choose one of: {', '.join(allowed)}"
+
+
+def missing_option(error, overrides: list[Override], options) -> str:
+    """One line for Hydra's MissingConfigException: a group option that does not exist."""
+    group, _, option = (error.missing_cfg_file or "").rpartition("/")
+    if not group:   # the primary config itself
+        return str(error).splitlines()[0]
+    if any(override.key_or_group == group for override in overrides):   # as given on the command line
+        return not_an_option(group, option, options(group))
+    return f"{str(error).splitlines()[0]}; choose one of: {', '.join(options(group))}"   # from a file's defaults
+
+
+def refused_override(error, chosen: list[str], config_name: str) -> str:
+    """One line for Hydra's refusal of an override: a key the config lacks gets the closest key
+    and how to add a new one (+key=...); any other refusal Hydra's words, joined."""
     import difflib
 
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    pairs = [arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith("-")]
-    keys = [key for key, _ in pairs if not key.startswith(("+", "~", "hydra.", "hydra/")) and key not in GROUPS
-            and "@" not in key]
-    # the groups as chosen (the first option of a sweep list), so that their keys are there
-    groups = [f"{key}={value if value.startswith('[') else value.split(',')[0]}" for key, value in pairs
-              if key.lstrip("+~") in GROUPS and not key.startswith("~") and "(" not in value]
-    try:
-        searchpath = [arg for arg in argv if arg.startswith("hydra.searchpath=")]   # config dirs of one's own
-        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=[*groups, *searchpath])
-    except Exception:  # noqa: BLE001 - whatever fails here, Hydra reports itself
-        return
-    for key in sorted(OmegaConf.missing_keys(cfg) - {key.lstrip("+") for key, _ in pairs}):
-        fail(f"{key} is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"
-             if key == "env.id" else f"{key} is required here (it is ??? in the chosen groups); give {key}=...",
-             EXIT_CONFIG)
-    # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
-    known = {".".join(key.split(".")[:n]) for key in flat_config(cfg) for n in range(1, key.count(".") + 2)}
-    for key in keys:
-        parent = key.rsplit(".", 1)[0]
-        indexes_a_list = isinstance(OmegaConf.select(cfg, parent, default=None), ListConfig)  # hidden_sizes.0=64
-        if key not in known and not indexes_a_list:
-            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}? " if close else ""
-            fail(f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "
-                 f"python train.py --cfg job shows every key)", EXIT_CONFIG)
+    parsed = OverridesParser.create().parse_overrides(chosen)
+    cause = error.__cause__
+    key = getattr(cause, "full_key", None) if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) else None
+    if key not in {override.key_or_group for override in parsed}:   # not an override's key the config lacks
+        lines = [line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()]
+        if cause is not None and str(cause).strip():
+            lines.append(str(cause).strip().splitlines()[0])
+        return "; ".join(lines) or type(error).__name__
+    try:   # the config without the refused key, for the closest one
+        others = [override.input_line for override in parsed if override.key_or_group != key]
+        cfg = compose(config_name=config_name, overrides=others, return_hydra_config=key.startswith("hydra."))
+    except HydraException:
+        known = []
+    else:   # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
+        known = sorted({".".join(k.split(".")[:n]) for k in flat_config(cfg) for n in range(1, k.count(".") + 2)})
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "
+            f"python train.py --cfg job shows every key)")
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
@@ -224,13 +267,20 @@ def resume_main(run_dir: str, overrides: list[str]) -> None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    resume = [arg for arg in argv if arg.startswith("resume=")]
-    if resume:
-        resume_main(resume[-1].split("=", 1)[1], [arg for arg in argv if not arg.startswith("resume=")])
-        return
-    check_group_choices(argv)
-    check_override_keys(argv)
+    """`python train.py [flags] [overrides]`: a resume, or a Hydra run or sweep once its config
+    composes (check_config); a refusal is one `error:` line and exit code 2."""
+    try:
+        args, overrides = command_line(sys.argv[1:])
+        resume = [override.value() for override in overrides if override.key_or_group == "resume"]
+        if resume:
+            resume_main(str(resume[-1]), [o.input_line for o in overrides if o.key_or_group != "resume"])
+            return
+        if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):
+            multirun = args.multirun or any(o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN"
+                                            for o in overrides)
+            check_config(overrides, multirun=multirun, config_name=args.config_name or "train")
+    except ConfigError as error:
+        fail(str(error), EXIT_CONFIG)
     hydra_main()
     if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)

@@ -11,11 +11,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rl_hydra.cli import check_group_choices
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner, StopRequested
 from rl_hydra.training import run
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli, stop_at
+from tests.test_run_record import cli
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=10", "algo.gradient_steps=2"]
 CRASHING_ENV = "[{_target_:tests.helpers.RaiseAfter,_partial_:true,steps:120}]"
@@ -135,11 +135,10 @@ def compose_with_hydra(*overrides: str):
         return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
 
 
-def test_an_unknown_preset_is_one_line_naming_the_presets(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        check_group_choices(["-m", "+hparams_search=dqn_cartpol"])
-    assert exit_.value.code == 2
-    assert f"choose one of: {', '.join(PRESETS)}" in capsys.readouterr().err
+def test_an_unknown_preset_is_one_line_naming_the_presets(monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "-m", "+hparams_search=dqn_cartpol")
+    assert code == 2 and len(err) == 1
+    assert err[0] == f"error: hparams_search=dqn_cartpol is not a config option; choose one of: {', '.join(PRESETS)}"
 
 
 needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.rl_hydra_optuna_sweeper", "optuna"),

@@ -1,0 +1,76 @@
+"""The one check before Hydra runs (rl_hydra/cli.py check_config): the command line read by Hydra's
+own parsers and composed once with Hydra's compose API, each refusal one `error:` line and exit 2."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from rl_hydra import cli as cli_module
+from rl_hydra.cli import check_config, command_line
+from rl_hydra.config import ConfigError
+from tests.conftest import TINY
+from tests.test_run_record import cli
+
+OPTIONS = {"algo": "c51, dopamine_iqn, dqn, drqn, iqn, qr_dqn, rainbow, redq, sac",
+           "logger": "csv, mlflow, tensorboard, wandb"}
+NEW_KEY = "(a new key is added with +{key}=...; python train.py --cfg job shows every key)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["algo=foo"], f"algo=foo is not a config option; choose one of: {OPTIONS['algo']}"),
+    (["logger=[csv,foo]"], f"logger=foo is not a config option; choose one of: {OPTIONS['logger']}"),
+    (["-m", "algo=dqn,foo"], f"algo=foo is not a config option; choose one of: {OPTIONS['algo']}"),  # every value
+    (["-m", "logger=[csv],[csv,foo]"], "logger=foo is not a config option"),
+    (["hydra/launcher=nope"], "hydra/launcher=nope is not a config option; choose one of: basic"),
+    (["algo.gama=0.9"], "algo.gama is not a key of the config; did you mean algo.gamma? " + NEW_KEY.format(key="algo.gama")),
+    (["-m", "algo=dqn,iqn", "train.total_step=10"], "train.total_step is not a key of the config; did you mean "
+                                                    "train.total_steps?"),
+    (["-m", "algo.optimizer.lr=tag(log,interval(1e-4,1e-2))", "algo.gama=1"], "did you mean algo.gamma?"),
+    (["hydra.run.dirr=x"], "hydra.run.dirr is not a key of the config; did you mean hydra.run.dir?"),
+    (["env=gym"], "env.id is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"),
+    (["-m", "env=gym,cartpole"], "env.id is required here"),   # a sweep: its first job, composed as Hydra will
+    (["algo=dqn,iqn"], "Ambiguous value for argument 'algo=dqn,iqn'; 1. To use it as a list"),   # without -m
+    (["algo.gamma=[1"], "cannot parse 'algo.gamma=[1'"),
+    (["env.id=Foo=Bar"], "cannot parse 'env.id=Foo=Bar'"),     # an = in a value is quoted: env.id='Foo=Bar'
+    (["~no_such_key"], "Could not delete from config. 'no_such_key' does not exist"),
+    (["+seed=1"], "Could not append to config. An item is already at 'seed'; Either remove + prefix"),
+])
+def test_each_refusal_before_the_run_is_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    code, out, err = cli(monkeypatch, capsys, *args, *TINY, f"hydra.run.dir={tmp_path / 'run'}",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 2 and out == [] and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_values_hand_splitting_would_break_compose_as_hydra_reads_them(monkeypatch, capsys):
+    code, out, err = cli(monkeypatch, capsys, "env=gym", "env.id='Foo=Bar'", "--cfg", "job")
+    assert code == 0 and "  id: Foo=Bar" in out, err
+    code, out, err = cli(monkeypatch, capsys, "logger=[csv,tensorboard]", "hydra.job.name='a,b'",
+                         "+where='${hydra:runtime.output_dir}/x'", "--cfg", "job")   # resolved by the job alone
+    assert code == 0 and "  csv:" in out and "  tensorboard:" in out, err
+    # a sweep: a quoted value with a comma is one value; a list of options is checked option by option
+    check_config(command_line(["-m", "env=gym", "env.id='A,B=C',D", "logger=[csv],[csv,tensorboard]"])[1],
+                 multirun=True)
+    with pytest.raises(ConfigError, match="^algo.gama is not a key"):   # the first job: env.id='A,B=C' composed
+        check_config(command_line(["-m", "env=gym", "env.id='A,B=C',D", "algo.gama=1"])[1], multirun=True)
+
+
+def test_no_function_of_the_cli_splits_an_override_by_hand():
+    source = inspect.getsource(cli_module)
+    for hand_parsing in ('split("=', "split('=", 'split(",")', 'strip("[]")', "partition(\"=\")"):
+        assert hand_parsing not in source, hand_parsing
+
+
+def test_list_indexes_new_keys_and_config_dirs_on_the_searchpath_go_through(tmp_path, monkeypatch, capsys):
+    code, out, err = cli(monkeypatch, capsys, "network.hidden_sizes.0=32", "+algo.new_key=1", "~algo_env", "--cfg",
+                         "job")
+    assert code == 0 and "  - 32" in "\n".join(out) and "  new_key: 1" in out, err
+    (tmp_path / "conf" / "env").mkdir(parents=True)
+    (tmp_path / "conf" / "env" / "mine.yaml").write_text("defaults:\n  - cartpole\n  - _self_\nnum_envs: 2\n")
+    mine = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    code, out, err = cli(monkeypatch, capsys, mine, "env=mine", "--cfg", "job")
+    assert code == 0 and "  num_envs: 2" in out, err
+    code, _, err = cli(monkeypatch, capsys, mine, "env=nope", "--cfg", "job")
+    assert code == 2 and len(err) == 1 and "env=nope is not a config option; choose one of: acrobot" in err[0]
+    assert ", mine, " in err[0]   # the options of every config dir
