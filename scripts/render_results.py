@@ -112,6 +112,29 @@ def interquartile_mean(values: list[float]) -> float:
     return sum(middle) / len(middle)
 
 
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def dump(record: dict) -> str:
+    """A record as JSON, lists of values and small flat objects on one line each."""
+    def text(value, indent: int) -> str:
+        pad, inner = " " * indent, " " * (indent + 1)
+        flat = lambda v: not isinstance(v, (dict, list)) or (isinstance(v, list) and all(map(flat, v)))  # noqa: E731
+        if isinstance(value, list) and all(flat(v) and not isinstance(v, list) for v in value) or (
+                isinstance(value, dict) and all(map(flat, value.values()))
+                and len(json.dumps(value, ensure_ascii=False)) + indent < 110):
+            return json.dumps(value, ensure_ascii=False)
+        if isinstance(value, list):
+            return "[\n" + ",\n".join(inner + text(v, indent + 1) for v in value) + "\n" + pad + "]"
+        if isinstance(value, dict):
+            return "{\n" + ",\n".join(f"{inner}{json.dumps(k)}: {text(v, indent + 1)}" for k, v in value.items()) + (
+                "\n" + pad + "}")
+        return json.dumps(value, ensure_ascii=False)
+
+    return text(record, 0) + "\n"
+
+
 # --- cells and tables ----------------------------------------------------------------------------
 def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
     """`fmt` filled from `context`; `{key*:spec}` is the row's per-seed values of key, joined.
@@ -148,8 +171,12 @@ def markdown(columns: list[dict], lines: list[list[str]]) -> str:
 
 
 def footer(record: dict, command: str | None = None) -> str:
-    command = command or record["command"]
+    """How to make the table again: `rerun` where the scripts have changed since (null: they no longer
+    make it, and the record's commit still has them), else the command that made it."""
     link = f"[record](../results/{record['name']}.json)"
+    if "rerun" in record and record["rerun"] is None:
+        return f"Made with `{record['command']}`, which the current scripts no longer run (the {link} names its commit)."
+    command = record.get("rerun") or command or record["command"]
     return f"`{command}` ({link})" if command else f"The {link} names each row's command."
 
 
@@ -188,8 +215,12 @@ def tried_table(records: dict, topic: str) -> str:
 
 def index_list(records: dict, topic: str, shown: set[str]) -> str:
     """The adopted records of `topic` that no table or plot shows (the others are in its tried table)."""
-    return "\n".join(f"- [{r['title']}](../results/{r['name']}.json)" + (f": `{r['command']}`" if r["command"] else "")
-                     for r in records.values()
+    def how(r: dict) -> str:
+        command = r.get("rerun", r["command"]) or r["command"]
+        gone = " (no longer run by the current scripts)" if "rerun" in r and r["rerun"] is None else ""
+        return f": `{command}`{gone}" if command else ""
+
+    return "\n".join(f"- [{r['title']}](../results/{r['name']}.json){how(r)}" for r in records.values()
                      if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown) or "(none)"
 
 

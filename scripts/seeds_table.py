@@ -1,23 +1,28 @@
-"""Train one config on several seeds, one after another, and print a markdown table.
+"""Train one config on several seeds, one after another, and print its table.
 
     python scripts/seeds_table.py algo=qr_dqn env=cartpole
     python scripts/seeds_table.py --seeds 0 1 2 algo=iqn env=cartpole algo.num_tau_samples=16
+    python scripts/seeds_table.py --at-steps 1000 2000 3000 algo=redq env=pendulum   # returns at those steps too
+    python scripts/seeds_table.py --runs outputs/seeds/<stamp>/seed_*                # finished runs, train nothing
+    python scripts/seeds_table.py --record results/iqn_cartpole.json --topic distributional algo=iqn env=cartpole
 
 Each seed runs `python train.py <overrides> seed=S` in its own run directory
-(outputs/seeds/<time>_<algo>_<env>/seed_S unless --out is given); the table is read
-back from each run's summary.json: final evaluation return (the last evaluation,
-`eval_return_mean`), best evaluation return, wall time and steps per second, then the
-median over seeds. Seeds run one after another so that wall times are comparable;
-`--jobs 2` runs two at a time (faster, but each run's wall time then includes the
-other's contention for the CPU).
+(outputs/seeds/<time>_<algo>_<env>/seed_S unless --out is given); the table is read back from each
+run's summary.json (the last evaluation's return, the best one, the step it first reached
+train.stop_at_return, updates, wall time, steps per second) and, with --at-steps, metrics.csv's
+eval/return_mean at those steps, then the medians. Seeds run one after another so that wall times
+compare; `--jobs 2` runs two at a time (each wall time then includes the other's contention).
+The table is a record in results/' format (results/README.md); --record writes it there.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
 import json
+import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import render_results  # noqa: E402
+
+KEYS = {"return": "eval_return_mean", "best": "best_eval_return_mean", "solved_at": "solved_at_step",
+        "updates": "updates", "wall": "wall_time_s", "sps": "steps_per_second"}
+COLUMNS = [("final eval return", "{return:,.1f}"), ("best eval return", "{best:,.1f}"),
+           ("solved at step", "{solved_at:,.0f}"), ("updates", "{updates:,.0f}"), ("wall time (s)", "{wall:,.1f}"),
+           ("steps/s", "{sps:,.0f}")]
 
 
 def option(overrides: list[str], key: str, default: str) -> str:
@@ -33,41 +46,45 @@ def option(overrides: list[str], key: str, default: str) -> str:
     return values[-1] if values else default
 
 
-def run_seed(overrides: list[str], seed: int, run_dir: Path, quiet: bool) -> dict:
+def run_seed(overrides: list[str], seed: int, run_dir: Path, quiet: bool) -> Path:
     command = [sys.executable, str(ROOT / "train.py"), *overrides, f"seed={seed}",
                f"hydra.run.dir={run_dir}", "train.progress=false"]
     print(f"seed {seed}: {shlex.join(command[1:])}", file=sys.stderr, flush=True)
     output = subprocess.DEVNULL if quiet else None
-    result = subprocess.run(command, cwd=ROOT, stdout=output, stderr=output)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        return {"status": f"failed (exit {result.returncode}, no summary.json)"}
-    return json.loads(summary_path.read_text())
+    subprocess.run(command, cwd=ROOT, stdout=output, stderr=output)
+    return run_dir
 
 
-def fmt(value, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def read_run(run_dir: Path, at_steps: list[int]) -> dict:
+    """The run's figures by record key (None where it has none)."""
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text()) if path.is_file() else {}
+    values = {key: summary.get(name) for key, name in KEYS.items()}
+    by_step = {}
+    if at_steps and (run_dir / "metrics.csv").is_file():
+        with open(run_dir / "metrics.csv", newline="") as f:
+            by_step = {int(r["step"]): float(r["eval/return_mean"]) for r in csv.DictReader(f) if r.get("eval/return_mean")}
+    values.update({f"return_{step}": by_step.get(step) for step in at_steps})
+    values["seed"] = summary.get("seed", run_dir.name)
+    return values
 
 
-def table(rows: list[tuple[int, dict]], target: float | None) -> str:
-    lines = ["| seed | final eval return | best eval return | solved at step | wall time (s) | steps/s | status |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for seed, s in rows:
-        solved = s.get("solved_at_step")
-        lines.append(f"| {seed} | {fmt(s.get('eval_return_mean'))} | {fmt(s.get('best_eval_return_mean'))} | "
-                     f"{'-' if solved is None else f'{solved:,}'} | "
-                     f"{fmt(s.get('wall_time_s'))} | {fmt(s.get('steps_per_second'), 0)} | {s.get('status')} |")
-
-    def median(key: str):
-        values = [s[key] for _, s in rows if s.get(key) is not None]
-        return statistics.median(values) if values else None
-
-    lines.append(f"| median | {fmt(median('eval_return_mean'))} | {fmt(median('best_eval_return_mean'))} | "
-                 f"| {fmt(median('wall_time_s'))} | {fmt(median('steps_per_second'), 0)} | |")
-    if target is not None:
-        hits = sum(1 for _, s in rows if (s.get("eval_return_mean") or float("-inf")) >= target)
-        lines.append(f"\nfinal eval return >= {target:g} on {hits} of {len(rows)} seeds")
-    return "\n".join(lines)
+def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) -> dict:
+    keys = [*KEYS, *(f"return_{step}" for step in at_steps)]
+    per_seed = {key: [run[key] for run in runs] for key in keys if any(run[key] is not None for run in runs)}
+    summary = {key: render_results.median([v for v in column if v is not None]) for key, column in per_seed.items()}
+    columns = [*COLUMNS, *((f"return @ {step:,}", f"{{return_{step}:,.1f}}") for step in at_steps)]
+    name = args.record.stem if args.record else "seeds_table"
+    return {"name": name, "title": " ".join(overrides) or "python train.py", "topic": args.topic,
+            "status": "adopted", "reason": None,
+            "command": "python scripts/seeds_table.py " + shlex.join(sys.argv[1:]), "overrides": overrides,
+            "seeds": [run["seed"] for run in runs], "commit": None, "date": datetime.date.today().isoformat(),
+            "machine": {"cpu": os.uname().machine, "cores": os.cpu_count(), "load": f"{os.getloadavg()[0]:.2f} (1 min)"},
+            "peer": None, "source": "scripts/seeds_table.py", "notes": [],
+            "columns": [{"header": "config", "format": "{label}", "align": "left"},
+                        {"header": "final eval return", "format": "{return:,.1f}"}],
+            "seed_columns": [{"header": h, "format": f} for h, f in columns if f[1:].split(":")[0] in per_seed],
+            "rows": [{"id": "config", "label": " ".join(overrides), "per_seed": per_seed, "summary": summary}]}
 
 
 def seeds_apart(argv: list[str]) -> list[str]:
@@ -86,21 +103,34 @@ def main() -> None:
     # the seeds are the integers right after --seeds; the overrides (key=value) may follow them
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], metavar="SEED")
     parser.add_argument("--out", type=Path, default=None, help="parent folder of the per-seed run directories")
+    parser.add_argument("--at-steps", type=int, nargs="+", default=[], help="also eval/return_mean at these steps")
+    parser.add_argument("--runs", type=Path, nargs="+", help="tabulate these finished run directories instead")
     parser.add_argument("--target", type=float, default=None, help="also count seeds whose final return reaches this")
     parser.add_argument("--quiet", action="store_true", help="hide each run's own log output")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default: one after another)")
+    parser.add_argument("--record", type=Path, help="write the table's record here (results/<name>.json)")
+    parser.add_argument("--topic", default="runs", help="the record's docs page (dqn, distributional, ...)")
     args, overrides = parser.parse_known_args(seeds_apart(sys.argv[1:]))
     if any(o.startswith("seed=") for o in overrides):
         parser.error("pass seeds with --seeds, not seed=")
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    tag = f"{option(overrides, 'algo', 'dqn')}_{option(overrides, 'env', 'cartpole')}"
-    out = args.out or ROOT / "outputs" / "seeds" / f"{stamp}_{tag}"
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        summaries = pool.map(lambda seed: run_seed(overrides, seed, out / f"seed_{seed}", args.quiet), args.seeds)
-        rows = list(zip(args.seeds, summaries))
-    print(f"python scripts/seeds_table.py {shlex.join(sys.argv[1:])}\n")
-    print(table(rows, args.target))
-    print(f"\nrun directories: {out}")
+    if args.runs:
+        run_dirs = args.runs
+    else:
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        tag = f"{option(overrides, 'algo', 'dqn')}_{option(overrides, 'env', 'cartpole')}"
+        out = args.out or ROOT / "outputs" / "seeds" / f"{stamp}_{tag}"
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            run_dirs = list(pool.map(lambda seed: run_seed(overrides, seed, out / f"seed_{seed}", args.quiet),
+                                     args.seeds))
+    result = record([read_run(d, args.at_steps) for d in run_dirs], overrides, args.at_steps, args)
+    if args.record:
+        args.record.write_text(render_results.dump(result))
+    print(render_results.seeds_table(result, "config"))
+    if args.target is not None:
+        finals = result["rows"][0]["per_seed"].get("return", [])
+        hits = sum(1 for r in finals if r is not None and r >= args.target)
+        print(f"\nfinal eval return >= {args.target:g} on {hits} of {len(finals)} seeds")
+    print(f"\nrun directories: {', '.join(map(str, sorted({d.parent for d in run_dirs})))}")
 
 
 if __name__ == "__main__":

@@ -1,330 +1,407 @@
-"""Speed of rl-hydra against Stable-Baselines3 and against this machine's floor (issue #8).
+"""Ours against a peer (Stable-Baselines3 / sb3-contrib) on the same hyperparameters: one runner for
+every comparison.
 
-Every measurement runs in its own fresh Python process (scripts/benchmarks/benchmark_worker.py) with
-one torch thread, so neither side warms caches for the other. Within each pair (one seed)
-our run and SB3's alternate, and the side that goes first alternates from pair to pair.
+    python scripts/benchmarks/benchmark.py cartpole --seeds 4             # DQN, QR-DQN: Zoo, one update per step, solve
+    python scripts/benchmarks/benchmark.py suite discrete_zoo --seeds 3   # a suite's rows against their Zoo entries
+    python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
+    python scripts/benchmarks/benchmark.py minatar --algos qr_dqn iqn rainbow --quantiles 50 --sides ours
+    python scripts/benchmarks/benchmark.py atari --seeds 2                # Pong: training steps/s over 20k steps
+    ... [--only-seeds 1 2] [--steps 300] [--out DIR] [--record results/NAME.json] [--table-only]
 
-  zoo       DQN and QR-DQN with the RL Baselines3 Zoo CartPole-v1 hyperparameters (50k steps,
-            a training phase of 128 updates every 256 steps), ours against SB3 / sb3-contrib
-  per_step  the same with one update of batch 128 after every env step (20k steps)
-  solve     our default `algo=dqn env=cartpole` preset (stops at the first evaluation that
-            averages 500) against SB3's whole zoo run
-  floor     N pure updates of the same network, batch and optimizer (N = the run's updates) plus
-            M random-action CartPole steps (M = the run's steps), each timed in isolation, in
-            two processes of half the work each, one just before our run and one just after;
-            our wall time over the floor of the same pair is the loop's overhead (the machine's
-            speed drifts by tens of percent over minutes: a floor timed apart from the run it
-            divides would measure the drift too)
-  redq      REDQ critic-ensemble updates/s, batched against a per-critic loop
-            (scripts/benchmarks/bench_ensemble.py), and env steps/s of a short REDQ run at the default
-            G = 20; a CUDA column when torch.cuda.is_available()
+Every run is a fresh process of this script with one torch thread: ours through rl_hydra.api.train
+(the path of train.py) into a run directory under --out, the peer through scripts/benchmarks/sb3_peer.py.
+For each seed, for each case, the two sides run back to back, the peer first on odd seeds, so that
+drifting load falls on both alike. Returns are the final greedy evaluation (10 episodes, env i
+seeded seed + 1,000,000 + i on both sides); wall time is the whole run (build, training with our
+periodic evaluations and checkpoints, the final evaluation). A finished run is kept as JSON under
+--out and skipped when the command runs again. Before anything runs, each case's composed config
+is checked against its SB3 hyperparameters key by key (scripts/benchmarks/zoo.py).
 
-Both sides get the same seeds and hyperparameters; the final evaluation is greedy, on the
-same number of episodes, from the same initial states. Wall time is the whole run: building,
-training, the final evaluation (and on our side its metrics and checkpoints).
-
-    pip install -e ".[bench]"                         # pins stable-baselines3 and sb3-contrib
-    python scripts/benchmarks/benchmark.py --out docs/benchmark_results.md     # all suites, 5 pairs
-    python scripts/benchmarks/benchmark.py --suites zoo floor --algos dqn --pairs 3
-    python scripts/benchmarks/benchmark.py --only ours           # without SB3 (also what happens if it is missing)
-    python scripts/benchmarks/benchmark.py --compile             # adds our runs with compile=true (ours only)
+The result is a record in results/' format (results/README.md): printed as tables, written to
+<out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
+the docs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
-import shlex
+import hashlib
 import json
+import math
 import os
-import statistics
+import platform
+import shlex
+import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_match import (BUDGETS, ENV_ID, ZOO, Setting, expected_updates, our_overrides,  # noqa: E402
-                             preset_overrides, redq_overrides, sb3_job, setting_for)
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT / "scripts")]
+import render_results  # noqa: E402
+from minatar_sb3 import HP, our_overrides as minatar_overrides, peer_spec as minatar_peer  # noqa: E402
+from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = Path(__file__).resolve().parent / "benchmark_worker.py"
-RESULT_MARK = "BENCHMARK_RESULT "
-SUITES = ("zoo", "per_step", "solve", "floor", "redq")
+RESULT = "BENCHMARK_RESULT "
+TOPIC = {"cartpole": "benchmark", "suite": "suite", "minatar": "pixels", "atari": "pixels"}
 
 
-# --- running jobs --------------------------------------------------------------------------
-def run_job(job: dict, label: str) -> dict | None:
-    """Run one job in a fresh process; None (and its stderr shown) if it failed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
+@dataclass
+class Case:
+    id: str
+    label: str
+    ours: list[str]            # train.py overrides, without the seed
+    peer: dict | None          # scripts/benchmarks/sb3_peer.py's spec; None: ours only
+    steps: int
+    zoo: object = None         # zoo.Zoo: what the composed config is checked against
+    window: list[int] | None = None
+    reference: float | None = None
+
+
+# --- the sets of cases ---------------------------------------------------------------------------
+def budget(steps: int) -> list[str]:
+    return [f"train.total_steps={steps}", f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
+            "train.stop_at_return=null"]
+
+
+def cartpole_cases(args) -> list[Case]:
+    cases = []
+    for algo in args.algos:
+        for regime, zoo in (("zoo", ZOO[f"{algo}_cartpole"]), ("per_step", per_step(ZOO[f"{algo}_cartpole"]))):
+            steps = args.steps or zoo.steps
+            cases.append(Case(f"{algo}_{regime}", f"{algo}, {zoo.source}, {steps:,} steps",
+                              [f"algo={algo}", "env=cartpole", "~algo_env", *overrides(zoo), *budget(steps)],
+                              sb3_spec(zoo, "CartPole-v1", steps), steps, zoo))
+    if "dqn" in args.algos:   # our preset stops at the first evaluation averaging 500; SB3 runs its zoo budget
+        steps = args.steps or ZOO["dqn_cartpole"].steps
+        cases.append(Case("dqn_solve", "time to solve: our DQN preset against SB3's zoo run",
+                          ["algo=dqn", "env=cartpole", f"train.total_steps={steps}"],
+                          sb3_spec(ZOO["dqn_cartpole"], "CartPole-v1", steps), steps))
+    return cases
+
+
+def suite_cases(args) -> list[Case]:
+    from rl_hydra.api import compose_train_config
+    from rl_hydra.config import ConfigError
+    from rl_hydra.suite import load_suite
+
+    suite = load_suite(args.name)
+    unknown = sorted(set(args.rows or []) - {r.name for r in suite.rows})
+    if unknown:
+        raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
+                          f"choose among: {', '.join(r.name for r in suite.rows)}")
+    rows = [r for r in suite.rows if not args.rows or r.name in args.rows]
+    skipped = [r.name for r in rows if r.name not in ZOO]
+    if skipped:
+        print(f"no SB3 counterpart, skipped: {', '.join(skipped)}", file=sys.stderr)
+    args.seeds = args.seeds or suite.seeds
+    cases = []
+    for row in (r for r in rows if r.name in ZOO):
+        row.steps = args.steps or row.steps
+        cfg = compose_train_config(*row.train_overrides())
+        steps = cfg.train.total_steps
+        cases.append(Case(row.name, row.name, row.train_overrides(), sb3_spec(ZOO[row.name], cfg.env.id, steps),
+                          steps, ZOO[row.name], reference=row.reference))
+    return cases
+
+
+def minatar_cases(args) -> list[Case]:
+    cases = []
+    for game in args.games:
+        for algo in args.algos:
+            job = {"algo": algo, "game": game, "steps": args.steps or 300_000, "warmup": args.learning_starts,
+                   "quantiles": args.quantiles, "eval_episodes": EVAL_EPISODES, "seed": 0}
+            name = f"{algo}{args.quantiles}" if algo == "qr_dqn" and args.quantiles != HP["quantiles"] else algo
+            ours = [o for o in minatar_overrides(job) if not o.startswith("seed=")]
+            cases.append(Case(f"{name}_{game}", f"{name}, {game}", ours, minatar_peer(job), job["steps"]))
+    return cases
+
+
+def atari_cases(args) -> list[Case]:
+    """DQN with the Nature CNN: batch 32, one update every 4 steps, --learning-starts random steps,
+    then --steps timed ones (window: steps/s over those); both sides with the same preprocessing."""
+    warmup, steps = args.learning_starts, args.steps or 20_000
+    total = warmup + steps + 1   # the final evaluation falls after the window
+    ours = ["algo=dqn", "env=atari", f"env.id={args.game}", "network.encoder=nature_cnn", "network.hidden_sizes=[512]",
+            "algo.batch_size=32", "algo.train_every=4", "algo.gradient_steps=1", f"algo.learning_starts={warmup}",
+            "algo.optimizer.lr=1e-4", "algo.gamma=0.99", "algo.target_update_every=250", "algo.exploration.start=1.0",
+            "algo.exploration.end=0.01", "algo.exploration.fraction=0.1", f"buffer.capacity={args.capacity}",
+            f"train.total_steps={total}", f"train.eval_every={total}", "train.eval_episodes=1",
+            f"train.checkpoint_every={total}", f"train.log_every={math.gcd(warmup, steps)}", "logger=[csv]",
+            "checkpoint.save_buffer=false"]
+    kwargs = dict(learning_rate=1e-4, buffer_size=args.capacity, learning_starts=warmup, batch_size=32, tau=1.0,
+                  gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1000, exploration_fraction=0.1,
+                  exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
+                  optimize_memory_usage=True, replay_buffer_kwargs={"handle_timeout_termination": False})
+    window = [warmup, warmup + steps]
+    peer = {"algo": "dqn", "policy": "CnnPolicy", "env": {"atari": args.game}, "kwargs": kwargs, "steps": total,
+            "window": window}
+    return [Case("dqn_" + args.game.split("/")[-1], f"DQN, {args.game}, {steps:,} timed steps", ours, peer, total,
+                 window=window)]
+
+
+CASES = {"cartpole": cartpole_cases, "suite": suite_cases, "minatar": minatar_cases, "atari": atari_cases}
+
+
+def check(cases: list[Case]) -> list[str]:
+    """'case: key ...' for each key where a case's composed config is not its SB3 hyperparameters."""
+    from rl_hydra.api import compose_train_config
+
+    return [f"{case.id}: {line}" for case in cases if case.zoo is not None and case.peer is not None
+            for line in mismatches(compose_train_config(*case.ours), case.zoo)]
+
+
+# --- running -------------------------------------------------------------------------------------
+def digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def job_for(case: Case, side: str, seed: int, args) -> tuple[dict, Path]:
+    """The worker's job and where its result is kept (named by what it runs, so a changed case runs anew)."""
+    if side == "ours":
+        job = {"overrides": [*case.ours, f"seed={seed}", "torch_threads=1", "train.progress=false",
+                             f"device={args.device}"], "window": case.window}
+        key = f"{case.id}_{digest(job)}_seed{seed}"
+        job["run_dir"] = str(args.out / "runs" / key)
+    else:   # the same peer run serves every case that asks for it (cartpole's solve and zoo cases)
+        job = {"spec": case.peer, "seed": seed, "eval_episodes": EVAL_EPISODES, "device": args.device}
+        key = f"{case.peer['algo']}_{digest(job)}_seed{seed}"
+    return job, args.out / side / f"{key}.json"
+
+
+def run_side(case: Case, side: str, seed: int, args) -> dict | None:
+    job, path = job_for(case, side, seed, args)
+    label = f"seed {seed}: {side} {case.id}"
+    if path.is_file():
+        print(f"  {label}: found, reused", file=sys.stderr)
+        return json.loads(path.read_text())
+    if side == "ours":
+        shutil.rmtree(job["run_dir"], ignore_errors=True)   # an unfinished run of an earlier call
     print(f"  {label} ...", end="", file=sys.stderr, flush=True)
-    proc = subprocess.run([sys.executable, str(WORKER), json.dumps(job)], cwd=ROOT, capture_output=True,
-                          text=True, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
+    proc = subprocess.run([sys.executable, __file__, "--worker", side, json.dumps(job)], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
     if proc.returncode or not lines:
         print(f" failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
         return None
-    result = json.loads(lines[-1][len(RESULT_MARK):])
-    seconds = result.get("wall_s", result.get("update_s", 0) + result.get("env_s", 0))  # a run or a floor
-    print(f" {seconds:.1f} s" if seconds else " done", file=sys.stderr)
+    result = {**json.loads(lines[-1][len(RESULT):]), "load": os.getloadavg()[0],
+              "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+    print(f" {result['wall_s']:.1f} s", file=sys.stderr)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
-def floor_job(setting: Setting, seed: int, args: argparse.Namespace, half: int) -> dict:
-    """Half of the floor (half 0: the first N // 2 updates and M // 2 env steps; half 1: the rest)."""
-    updates, steps = expected_updates(setting.hp, setting.total_steps), setting.total_steps
-    part = lambda total: total // 2 if half == 0 else total - total // 2  # noqa: E731
-    return {"kind": "floor", "overrides": our_overrides(setting, seed, args), "device": args.device,
-            "updates": part(updates), "env_id": ENV_ID, "env_steps": part(steps)}
+def run_all(cases: list[Case], seeds: list[int], args) -> list[str]:
+    """For each seed, each case: ours and the peer back to back, the peer first on odd seeds; the runs that failed."""
+    failed = []
+    for seed in seeds:
+        for case in cases:
+            sides = [s for s in ("ours", "peer") if s in args.sides and (s == "ours" or case.peer)]
+            for side in sides if seed % 2 == 0 else sides[::-1]:
+                if run_side(case, side, seed, args) is None:
+                    failed.append(f"seed {seed}: {side} {case.id}")
+    return failed
 
 
-def joined_floor(halves: list[dict | None]) -> dict | None:
-    """One floor from its two halves: their seconds added; None if either failed."""
-    if not all(halves):
+def worker(side: str, job: dict) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    if side == "peer":
+        import sb3_peer
+
+        return sb3_peer.run(job["spec"], job["seed"], job["eval_episodes"], job["device"])
+    import csv
+
+    from rl_hydra.api import train
+
+    start = time.perf_counter()
+    train(*job["overrides"], run_dir=job["run_dir"])
+    wall = time.perf_counter() - start
+    run_dir = Path(job["run_dir"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    result = {"wall_s": wall, "steps": summary["global_step"], "updates": summary.get("updates"),
+              "eval_return": summary["eval_return_mean"], "solved_at_step": summary.get("solved_at_step")}
+    if job.get("window"):
+        with open(run_dir / "metrics.csv", newline="") as f:
+            elapsed = {int(r["step"]): float(r["time/elapsed_s"]) for r in csv.DictReader(f) if r.get("time/elapsed_s")}
+        start_step, end_step = job["window"]
+        result["window_sps"] = (end_step - start_step) / (elapsed[end_step] - elapsed[start_step])
+    return result
+
+
+# --- the record ----------------------------------------------------------------------------------
+def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
+    found = {side: [] for side in ("ours", "peer")}
+    for seed in seeds:
+        for side in found:
+            path = job_for(case, side, seed, args)[1] if side == "ours" or case.peer else None
+            found[side].append(json.loads(path.read_text()) if path and path.is_file() else None)
+    values = {}
+    for side, results in found.items():
+        values[f"{side}_return"] = [r and r.get("eval_return") for r in results]
+        values[f"{side}_wall"] = [r and r["wall_s"] for r in results]
+        values[f"{side}_sps"] = [r and r.get("window_sps", r["steps"] / r["wall_s"]) for r in results]
+    values["ratio"] = [o / p if o and p else None for o, p in zip(values["ours_wall"], values["peer_wall"])]
+    values["solved_at"] = [r and r.get("solved_at_step") for r in found["ours"]]
+    return {key: column for key, column in values.items() if any(v is not None for v in column)}
+
+
+def summary_of(per_seed: dict) -> dict:
+    summary = {}
+    for key, column in per_seed.items():
+        values = [v for v in column if v is not None]
+        if values:
+            summary[key] = render_results.median(values)
+    ratios = [v for v in per_seed.get("ratio", []) if v is not None]
+    if ratios:
+        summary.update(ratio_min=min(ratios), ratio_max=max(ratios))
+    for side in ("ours", "peer"):
+        values = [v for v in per_seed.get(f"{side}_return", []) if v is not None]
+        if values:
+            summary[f"{side}_iqm"] = render_results.interquartile_mean(values)
+    return summary
+
+
+COLUMNS = [("ours return", "{ours_return:,.1f}"), ("SB3 return", "{peer_return:,.1f}"),
+           ("ours wall (s)", "{ours_wall:,.1f}"), ("SB3 wall (s)", "{peer_wall:,.1f}"),
+           ("wall ours / SB3", "{ratio:.2f}"), ("ours steps/s", "{ours_sps:,.1f}"), ("SB3 steps/s", "{peer_sps:,.1f}")]
+
+
+def machine(load_before: float, device: str) -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").is_file():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "load": f"{load_before:.2f} -> {os.getloadavg()[0]:.2f} (1 min)",
+            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu", "torch_threads": 1,
+            "python": platform.python_version(), "torch": torch.__version__}
+
+
+def commit() -> str | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
         return None
-    return {"update_s": sum(h["update_s"] for h in halves), "env_s": sum(h["env_s"] for h in halves),
-            "optimizer": halves[0]["optimizer"]}
+    return head + ("+dirty" if dirty else "")
 
 
-def side_job(setting: Setting, side: str, seed: int, args: argparse.Namespace) -> dict:
-    if side == "sb3":
-        return sb3_job(setting, seed, args)
-    if side == "ours_preset":
-        return {"kind": "ours", "overrides": preset_overrides(seed, args)}
-    return {"kind": "ours", "overrides": our_overrides(setting, seed, args, compile_update=side == "ours_compiled")}
+def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_before: float) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        peer = {"name": "stable-baselines3 / sb3-contrib", "version": version("stable-baselines3")}
+    except PackageNotFoundError:
+        peer = None
+    rows, notes = [], []
+    for case in cases:
+        per_seed = per_seed_values(case, seeds, args)
+        done = sum(v is not None for v in per_seed.get("ours_return", []))
+        rows.append({"id": case.id, "label": case.label, "steps": case.steps, "seeds_done": f"{done}/{len(seeds)}",
+                     "reference": case.reference, "overrides": case.ours, "per_seed": per_seed,
+                     "summary": summary_of(per_seed)})
+        if "solved_at" in per_seed:
+            rows[-1]["seed_columns"] = [*({"header": h, "format": f} for h, f in COLUMNS),
+                                        {"header": "solved at step", "format": "{solved_at:,}"}]
+        if case.zoo is not None:
+            notes += [f"{case.id}: {note}" for note in expected_config(case.zoo)[1]]
+    name = args.record.stem if args.record else f"{args.set}_{args.out.name}"
+    return {"name": name, "title": f"benchmark.py {args.set}: ours against SB3", "topic": TOPIC[args.set],
+            "status": "adopted", "reason": None, "command": "python scripts/benchmarks/benchmark.py " + shlex.join(argv),
+            "overrides": [], "seeds": seeds, "commit": commit(), "date": datetime.date.today().isoformat(),
+            "machine": machine(load_before, args.device), "peer": peer if "peer" in args.sides else None,
+            "source": "scripts/benchmarks/benchmark.py", "notes": notes,
+            "columns": [{"header": "case", "format": "{label}", "align": "left"},
+                        {"header": "seeds", "format": "{seeds_done}"},
+                        *({"header": h, "format": f} for h, f in COLUMNS)],
+            "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS], "rows": rows}
 
 
-def pair_order(sides: list[str], pair: int) -> list[str]:
-    """The runs of one pair: the sides in plan order in even pairs and in reverse order in odd
-    ones (each goes first equally often), with the floor's two halves just before and just
-    after our run, so that the floor is timed around the run it divides."""
-    order = [side for side in (sides if pair % 2 == 0 else sides[::-1]) if side != "floor"]
-    if "floor" in sides:
-        at = order.index("ours")
-        order[at:at + 1] = ["floor", "ours", "floor"]
-    return order
-
-
-def run_pairs(plan: list[tuple[Setting, list[str]]], args: argparse.Namespace) -> dict[str, dict[str, list]]:
-    """results[setting name][side][pair]; a pair's floor is its two halves joined."""
-    results = {setting.name: {side: [] for side in sides} for setting, sides in plan}
-    for pair in range(args.pairs):
-        seed = args.seed + pair
-        for setting, sides in plan:
-            halves = []
-            for side in pair_order(sides, pair):
-                label = f"pair {pair + 1}/{args.pairs}, seed {seed}: {side} {setting.name}"
-                if side == "floor":
-                    label += f" ({len(halves) + 1}/2)"
-                    halves.append(run_job(floor_job(setting, seed, args, len(halves)), label))
-                else:
-                    results[setting.name][side].append(run_job(side_job(setting, side, seed, args), label))
-            if "floor" in sides:
-                results[setting.name]["floor"].append(joined_floor(halves))
-    return results
-
-
-# --- tables ----------------------------------------------------------------------------------
-def fmt(value, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def pairs_table(left: list, right: list, names: tuple[str, str], seeds: list[int], extra=()) -> str:
-    """One row per pair and a row of medians (the ratio's is the median of the per-pair ratios)."""
-    a, b = names
-    of = lambda key, run: run and (run[key] / run["wall_s"] if key == "steps" else run[key])  # noqa: E731
-    columns = [  # (header, value of a pair (x, y), digits)
-        (f"{a} wall (s)", lambda x, y: of("wall_s", x), 1), (f"{b} wall (s)", lambda x, y: of("wall_s", y), 1),
-        (f"{a} / {b} wall", lambda x, y: x and y and x["wall_s"] / y["wall_s"], 2),
-        (f"{a} steps/s", lambda x, y: of("steps", x), 0), (f"{b} steps/s", lambda x, y: of("steps", y), 0),
-        (f"{a} final eval", lambda x, y: of("eval_return", x), 1),
-        (f"{b} final eval", lambda x, y: of("eval_return", y), 1)]
-    if not any(right):  # --only ours
-        columns = [c for c in columns if c[0].startswith(f"{a} ") and not c[0].startswith(f"{a} / ")]
-    columns += extra
-    values = [[get(x, y) for _, get, _ in columns] for x, y in zip(left, right)]
-    rows = [[str(i + 1), str(seeds[i]), *(fmt(v, d) for v, (_, _, d) in zip(row, columns))]
-            for i, row in enumerate(values)]
-    medians = [median(column) for column in zip(*values)]
-    rows.append(["median", "", *(fmt(v, d) for v, (_, _, d) in zip(medians, columns))])
-    return table(["pair", "seed", *(header for header, _, _ in columns)], rows)
-
-
-# --- the floor and REDQ -----------------------------------------------------------------------
-def floor_section(settings: list[Setting], results: dict, args: argparse.Namespace) -> str:
-    """Per setting, medians over the pairs; each ratio is the median of the per-pair ratios
-    (a run over the floor timed around it in the same pair). Also the split of our run into its
-    own updates (timed inside the run) and the rest."""
-    rows, inside = [], []
-    for setting in settings:
-        runs = results[setting.name]
-        floors = runs["floor"]
-        totals = [f and f["update_s"] + f["env_s"] for f in floors]
-
-        def over_floor(side: str) -> tuple[float | None, list[float | None]]:
-            """The median wall time, and each pair's run over its own floor (None where either is missing)."""
-            walls = [r and r["wall_s"] for r in runs.get(side, [None] * len(floors))]
-            return median(walls), [w and t and w / t for w, t in zip(walls, totals)]
-
-        (ours, ours_ratios), (theirs, theirs_ratios) = over_floor("ours"), over_floor("sb3")
-        rows.append([setting.name, f"{expected_updates(setting.hp, setting.total_steps):,}",
-                     fmt(median(f and f["update_s"] for f in floors), 2), f"{setting.total_steps:,}",
-                     fmt(median(f and f["env_s"] for f in floors), 2), fmt(median(totals), 2), fmt(ours),
-                     fmt(median(ours_ratios), 2), ", ".join(fmt(ratio, 2) for ratio in ours_ratios),
-                     fmt(theirs), fmt(median(theirs_ratios), 2)])
-        timed = [r if r and "update_s" in r else None for r in runs["ours"]]
-        inside.append([setting.name, fmt(ours), fmt(median(r and r["update_s"] for r in timed), 2),
-                       fmt(median(r and r["wall_s"] - r["update_s"] for r in timed), 2),
-                       fmt(median(r and f and r["wall_s"] / (r["update_s"] + f["env_s"])
-                                  for r, f in zip(timed, floors)), 2)])
-    optimizer = next((f["optimizer"] for s in settings for f in results[s.name]["floor"] if f), "?")
-    headers = ["setting", "updates N", "N pure updates (s)", "env steps M", "M pure env steps (s)",
-               "floor (s)", "ours wall (s)", "ours / floor", "ours / floor per pair", "SB3 wall (s)", "SB3 / floor"]
-    return (f"## The floor\n\nN updates of the run's own network, loss and optimizer ({optimizer}, gradients "
-            f"clipped as in the run) on one fixed batch, plus M {ENV_ID} steps with random actions "
-            f"(gymnasium, one env), each timed in isolation in every pair: half of both in a fresh "
-            f"process just before our run and the other half in one just after it; no sampling, acting, "
-            f"logging, evaluation or target syncs. A wall time over the floor is the loop's overhead "
-            f"factor. Times are medians of {args.pairs} pairs; each ratio is the median of the per-pair "
-            f"ratios (one pair's run over the same pair's floor).\n\n"
-            + table(headers, rows)
-            + "\n\nInside our run: the seconds its own updates took (a timer around each), timed at the "
-            "same moments as the rest of the run, so free of the drift between processes; the rest is "
-            "everything else (acting, env steps, sampling, bookkeeping, setup, evaluation, checkpoints). "
-            "The last column divides the wall time by the run's own updates plus the pair's M pure env "
-            "steps.\n\n"
-            + table(["setting", "ours wall (s)", "its updates (s)", "the rest (s)",
-                     "ours / (its updates + M pure env steps)"], inside))
-
-
-def run_redq(args: argparse.Namespace, devices: list[str]) -> dict[str, list]:
-    """Per device: batched and looped ensemble updates/s, their ratio, then REDQ run steps/s."""
-    columns = {}
-    for device in devices:
-        ensemble_args = ["--device", device, "--iters", str(args.ensemble_iters),
-                         "--repeats", str(args.ensemble_repeats), "--warmup", str(max(1, args.ensemble_iters // 10))]
-        ensemble = run_job({"kind": "ensemble", "args": ensemble_args}, f"REDQ ensemble on {device}")
-        runs = [run_job({"kind": "ours", "overrides": redq_overrides(args, device, flag)},
-                        f"REDQ run on {device}, compile={str(flag).lower()}")
-                for flag in ([False, True] if args.compile else [False])]
-        columns[device] = [ensemble and ensemble[key] for key in ("batched", "looped", "ratio")]
-        columns[device] += [run and run["steps"] / run["wall_s"] for run in runs]
-    return columns
-
-
-def redq_section(columns: dict[str, list], args: argparse.Namespace) -> str:
-    labels = [("batched ensemble, updates/s", 1), ("per-critic loop, updates/s", 1), ("batched / looped", 2),
-              ("REDQ run, env steps/s", 1), ("REDQ run with compile=true, env steps/s", 1)]
-    rows = [[label, *(fmt(values[i], digits) for values in columns.values())]
-            for i, (label, digits) in enumerate(labels[: len(next(iter(columns.values())))])]
-    return (f"## REDQ\n\nCritic-ensemble updates (N = 10 critics of 2x256, batch 256, Pendulum sizes: "
-            f"scripts/benchmarks/bench_ensemble.py, median of {args.ensemble_repeats} x {args.ensemble_iters}) and a "
-            f"{args.redq_steps:,}-step REDQ run on Pendulum-v1 with conf/algo/redq.yaml as it is (G = 20 "
-            f"critic updates per env step), learning from step {args.redq_learning_starts}; its steps/s "
-            f"include those random warm-up steps and the final evaluation.\n\n"
-            + table(["", *columns], rows))
-
-
-def build_plan(args: argparse.Namespace, with_sb3: bool) -> tuple[list[Setting], list[tuple[Setting, list[str]]]]:
-    """The settings compared with SB3, and for each the sides that run in every pair."""
-    budgets = {"zoo": args.zoo_steps, "per_step": args.per_step_steps}
-    settings = [setting_for(algo, regime, budgets[regime])
-                for regime in ("zoo", "per_step") if regime in args.suites for algo in args.algos]
-    # the floor in every pair, timed around our run (pair_order), so drift touches both alike
-    sides = ["ours", *(["floor"] if "floor" in args.suites else []), *(["sb3"] if with_sb3 else []),
-             *(["ours_compiled"] if args.compile else [])]
-    plan = [(setting, list(sides)) for setting in settings]
-    if "solve" in args.suites:
-        dqn_zoo = next((s for s, _ in plan if s.name == "dqn zoo"), None)
-        if dqn_zoo is None:
-            plan.append((setting_for("dqn", "zoo", args.zoo_steps), ["ours_preset", *(["sb3"] if with_sb3 else [])]))
-        else:
-            dict(plan)[dqn_zoo].append("ours_preset")
-    return settings, plan
-
-
-def report(args, info, settings, results, with_sb3: bool, redq: dict | None) -> str:
-    seeds = [args.seed + i for i in range(args.pairs)]
-    parts = [f"# rl-hydra speed benchmark\n\n`python scripts/benchmarks/benchmark.py {shlex.join(sys.argv[1:])}`  \n"
-             f"{datetime.date.today()}; CPU {info.get('cpu')}; CUDA {info.get('cuda') or 'none'}; python "
-             f"{info.get('python')}, torch {info.get('torch')}, gymnasium {info.get('gymnasium')}, "
-             f"stable-baselines3 {info.get('stable_baselines3')}, sb3-contrib {info.get('sb3_contrib')}; "
-             f"one torch thread per process; device {args.device}; final evaluation: {args.eval_episodes} "
-             f"greedy episodes."]
-    names = ("ours", "SB3") if with_sb3 else ("ours", "-")
-    for setting in settings:
-        runs = results[setting.name]
-        updates = {side: fmt(median(r and r["updates"] for r in runs[side]), 0) for side in ("ours", "sb3") if side in runs}
-        parts.append(f"## {setting.title}\n\nUpdates per run (median): "
-                     + ", ".join(f"{side} {count}" for side, count in updates.items()) + "\n\n"
-                     + pairs_table(runs["ours"], runs.get("sb3", [None] * args.pairs), names, seeds))
-    if "solve" in args.suites:
-        runs = results["dqn zoo"]
-        solved = ("solved at step", lambda x, y: x and x.get("solved_at_step"), 0)
-        parts.append("## Time to solve: our `algo=dqn env=cartpole` preset against SB3's zoo run\n\n"
-                     "Ours stops at the first evaluation (every 2,500 steps, 10 episodes) that averages 500; "
-                     "SB3 runs its whole zoo budget. `-` under solved: not within the budget.\n\n"
-                     + pairs_table(runs["ours_preset"], runs.get("sb3", [None] * args.pairs),
-                                   ("ours preset", "SB3 zoo"), seeds, extra=[solved]))
-    if args.compile:
-        for setting in settings:
-            runs = results[setting.name]
-            parts.append(f"## compile=true against compile=false (ours): {setting.title}\n\n"
-                         + pairs_table(runs["ours_compiled"], runs["ours"], ("compile", "eager"), seeds))
-    if "floor" in args.suites and settings:
-        parts.append(floor_section(settings, results, args))
-    if redq:
-        parts.append(redq_section(redq, args))
-    return "\n\n".join(parts) + "\n"
-
-
+# --- the command ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES))
-    parser.add_argument("--algos", nargs="+", choices=sorted(ZOO), default=sorted(ZOO))
-    parser.add_argument("--pairs", type=int, default=5, help="pairs (seeds) per comparison")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first pair; pair i uses seed + i")
-    parser.add_argument("--only", choices=["both", "ours"], default="both", help="ours: skip the SB3 side")
-    parser.add_argument("--compile", action="store_true", help="also run ours with compile=true")
-    parser.add_argument("--device", default="cpu", help="device of both sides' runs (cpu or cuda)")
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--zoo-steps", type=int, default=BUDGETS["zoo"])
-    parser.add_argument("--per-step-steps", type=int, default=BUDGETS["per_step"])
-    parser.add_argument("--solve-steps", type=int, default=None, help="budget of the preset run (default: its own)")
-    parser.add_argument("--redq-steps", type=int, default=1000)
-    parser.add_argument("--redq-learning-starts", type=int, default=256)
-    parser.add_argument("--ensemble-iters", type=int, default=100)
-    parser.add_argument("--ensemble-repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, help="also write the markdown report here")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("set", choices=tuple(CASES))
+    parser.add_argument("name", nargs="?", help="suite: a conf/suite/ name")
+    parser.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: 3; suite: the suite's own)")
+    parser.add_argument("--only-seeds", type=int, nargs="+", help="run only these of the seeds; the table shows all")
+    parser.add_argument("--sides", nargs="+", default=["ours", "peer"], choices=("ours", "peer"))
+    parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
+    parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
+    parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow")
+    parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"], help="minatar games")
+    parser.add_argument("--quantiles", type=int, default=HP["quantiles"], help="minatar: QR-DQN's, both sides")
+    parser.add_argument("--learning-starts", type=int, help="minatar (5000) and atari (1000): random warm-up steps")
+    parser.add_argument("--game", default="ALE/Pong-v5", help="atari")
+    parser.add_argument("--capacity", type=int, default=50_000, help="atari: replay capacity, both sides")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, help="where runs and results go (default: outputs/benchmarks/<set>)")
+    parser.add_argument("--record", type=Path, help="also write the record here (results/<name>.json)")
+    parser.add_argument("--table-only", action="store_true", help="the record from the results found; run nothing")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     return parser
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        print(RESULT + json.dumps(worker(argv[1], json.loads(argv[2]))), flush=True)
+        return
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    defaults = {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"]}
+    args.algos = args.algos or defaults.get(args.set, [])
+    args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
+    args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
+    if args.set == "suite" and not args.name:
+        parser.error("suite needs a suite's name, e.g. discrete_zoo")
+    from rl_hydra.config import ConfigError
 
-    with_sb3 = args.only == "both"
-    if with_sb3 and not all(importlib.util.find_spec(p) for p in ("stable_baselines3", "sb3_contrib")):
-        print("stable-baselines3 / sb3-contrib are not installed (pip install -e '.[bench]'); "
-              "running our side only", file=sys.stderr)
-        with_sb3 = False
-    info = run_job({"kind": "probe"}, "versions") or {}
-    settings, plan = build_plan(args, with_sb3)
-    results = run_pairs(plan, args)
-    redq = run_redq(args, ["cpu", "cuda"] if info.get("cuda") else ["cpu"]) if "redq" in args.suites else None
-    text = report(args, info, settings, results, with_sb3, redq)
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
+    try:
+        cases = CASES[args.set](args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    seeds = list(range(args.seeds or 3))
+    outside = sorted(set(args.only_seeds or []) - set(seeds))
+    if outside:
+        parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {len(seeds)} runs seeds 0 to {len(seeds) - 1}")
+    sideless = [case.id for case in cases if case.peer is None]
+    if args.sides == ["peer"] and sideless:
+        parser.error(f"{', '.join(sideless)}: no SB3 side to run; add --sides ours")
+    found = check(cases) if "peer" in args.sides else []
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
+    if found:
+        print("error: our config and SB3's hyperparameters differ (above); nothing was run", file=sys.stderr)
+        sys.exit(2)
+    load_before = os.getloadavg()[0]
+    failed = [] if args.table_only else run_all(cases, [s for s in seeds if not args.only_seeds or s in args.only_seeds],
+                                                 args)
+    result = record(cases, seeds, args, argv, load_before)
+    text = render_results.dump(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "record.json").write_text(text)
+    if args.record:
+        args.record.write_text(text)
+    print(render_results.rows_table(result))
+    for row in result["rows"]:
+        print(f"\n{row['label']}\n\n{render_results.seeds_table(result, row['id'])}")
+    if failed:
+        print(f"error: runs that failed: {'; '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""The peer side of scripts/benchmarks/benchmark.py: one Stable-Baselines3 / sb3-contrib run from a spec.
+
+    {"algo": "dqn" | "qr_dqn" | "sac", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
+     "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
+     "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id}}
+
+`run(spec, seed, eval_episodes, device)` builds, learns and evaluates greedily on `eval_episodes`
+envs, env i seeded seed + 1,000,000 + i as our evaluation seeds them. Wall time is all three;
+`window` asks for the steps/s between those two env steps as well.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+EVAL_SEED_OFFSET = 1_000_000
+
+
+def lr_schedule(value):
+    """The Zoo's `lin_<lr>`: from lr at the start to 0 at the end (of SB3's progress_remaining)."""
+    if isinstance(value, str):
+        initial = float(value.removeprefix("lin_"))
+        return lambda progress_remaining: progress_remaining * initial
+    return value
+
+
+def env_maker(env: dict, seed: int):
+    """A function making one gymnasium env: by id; our env group's own (id, kwargs and wrappers of
+    the composed config); or SB3's Atari preprocessing set as ours is (a vector env, then)."""
+    import gymnasium as gym
+
+    if "gym" in env:
+        return lambda: gym.make(env["gym"])
+    if "ours" in env:
+        from hydra.utils import instantiate
+
+        from rl_hydra.api import compose_train_config
+
+        cfg = compose_train_config(*env["ours"]).env
+        if cfg.id.startswith("MinAtar/"):
+            import minatar.gym
+
+            minatar.gym.register_envs()
+
+        def make():
+            made = gym.make(cfg.id, **cfg.get("kwargs", {}))
+            for wrapper in cfg.get("wrappers") or []:
+                made = instantiate(wrapper)(made)
+            return made
+        return make
+    import ale_py
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
+
+    gym.register_envs(ale_py)
+    # ALE emits every frame (the wrapper skips 4); sticky actions and the episode limit as ours
+    atari = make_atari_env(env["atari"], n_envs=1, seed=seed,
+                           env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25, "full_action_space": False,
+                                       "max_num_frames_per_episode": 108000},
+                           wrapper_kwargs={"noop_max": 30, "frame_skip": 4, "screen_size": 84,
+                                           "terminal_on_life_loss": False, "clip_reward": True})
+    return VecTransposeImage(VecFrameStack(atari, n_stack=4))
+
+
+def minatar_cnn():
+    """MinAtar's convolution (16 3x3 filters, stride 1, no padding, ReLU) as SB3's features extractor:
+    (B, C, 10, 10) -> (B, 1024); SB3's own q-network MLP adds the 128 units and the output."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    class MinAtarConv(BaseFeaturesExtractor):
+        def __init__(self, observation_space):
+            super().__init__(observation_space, features_dim=16 * 8 * 8)
+            self.conv = nn.Sequential(nn.Conv2d(observation_space.shape[0], 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+
+        def forward(self, obs):
+            return self.conv(obs.float())
+
+    return MinAtarConv
+
+
+def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
+    from sb3_contrib import QRDQN
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    marks: dict[int, float] = {}
+    window = spec.get("window") or []
+
+    class Marks(BaseCallback):
+        # _on_step runs after each env step, before that step's training phase: the step before
+        # it is the one our loop has finished when it logs that step
+        def _on_step(self) -> bool:
+            if self.num_timesteps - 1 in window:
+                marks[self.num_timesteps - 1] = time.perf_counter()
+            return True
+
+    make = env_maker(spec["env"], seed)
+    policy_kwargs = dict(spec.get("policy_kwargs") or {})
+    if spec.get("extractor") == "minatar_cnn":
+        policy_kwargs["features_extractor_class"] = minatar_cnn()
+    kwargs = {**spec["kwargs"], "learning_rate": lr_schedule(spec["kwargs"].get("learning_rate", 3e-4))}
+    start = time.perf_counter()
+    env = make if "atari" in spec["env"] else DummyVecEnv([lambda: Monitor(make())])
+    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC}[spec["algo"]](
+        spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+    learn_start = time.perf_counter()
+    model.learn(total_timesteps=spec["steps"], callback=Marks())
+    learn_s = time.perf_counter() - learn_start
+    result = {"learn_s": learn_s, "steps": model.num_timesteps, "updates": model._n_updates}
+    if window:
+        result["window_sps"] = (window[1] - window[0]) / (marks[window[1]] - marks[window[0]])
+    if "atari" not in spec["env"]:
+        eval_env = DummyVecEnv([lambda: Monitor(make())] * eval_episodes)
+        eval_env.seed(seed + EVAL_SEED_OFFSET)   # env i starts from seed + 1e6 + i, as ours
+        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True,
+                                     return_episode_rewards=True)
+        result.update(eval_return=statistics.mean(returns), eval_returns=[float(r) for r in returns])
+    result["wall_s"] = time.perf_counter() - start
+    return result

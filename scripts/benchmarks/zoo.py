@@ -1,0 +1,235 @@
+"""RL Baselines3 Zoo's hyperparameters in SB3's own names, and their translation to our config keys.
+
+`expected_config(zoo)` says which value of our composed config gives SB3's run (a key not
+named there is not compared); `mismatches(cfg, zoo)` names every key where a composed config
+differs, before anything runs; `overrides(zoo)` are the train.py overrides that give exactly
+that config when no preset applies (`~algo_env`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+EVAL_EPISODES = 10   # the final evaluation of both sides
+DQN_FAMILY = ("dqn", "qr_dqn")
+
+
+@dataclass
+class Zoo:
+    """One SB3 run: `hp` are the keyword arguments SB3 gets (net_arch, n_quantiles and log_std_init go
+    into policy_kwargs), `steps` the Zoo's budget (n_timesteps)."""
+    algo: str
+    hp: dict
+    steps: int
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+
+# rl-baselines3-zoo hyperparams/dqn.yml, qrdqn.yml and sac.yml (LunarLander: its -v2 entry)
+_CARTPOLE = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+                 target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                 exploration_final_eps=0.04, net_arch=[256, 256])
+PER_STEP = dict(train_freq=1, gradient_steps=1, batch_size=128)   # one update of batch 128 per env step
+_ONE_UPDATE_PER_STEP = dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+                            target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+                            exploration_final_eps=0.1, net_arch=[256, 256])
+_MOUNTAIN_CAR = dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
+                     target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
+                     exploration_final_eps=0.07, net_arch=[256, 256])
+ZOO = {
+    "dqn_cartpole": Zoo("dqn", dict(_CARTPOLE), 50_000, "dqn.yml CartPole-v1"),
+    "qr_dqn_cartpole": Zoo("qr_dqn", dict(_CARTPOLE, n_quantiles=10), 50_000, "qrdqn.yml CartPole-v1"),
+    "dqn_acrobot": Zoo("dqn", dict(_ONE_UPDATE_PER_STEP), 100_000, "dqn.yml Acrobot-v1"),
+    "dqn_mountain_car": Zoo("dqn", dict(_MOUNTAIN_CAR), 120_000, "dqn.yml MountainCar-v0"),
+    "dqn_lunar_lander": Zoo("dqn", dict(_ONE_UPDATE_PER_STEP), 100_000, "dqn.yml LunarLander-v2"),
+    "qr_dqn_acrobot": Zoo("qr_dqn", dict(_ONE_UPDATE_PER_STEP, n_quantiles=25), 100_000, "qrdqn.yml Acrobot-v1"),
+    "qr_dqn_mountain_car": Zoo("qr_dqn", dict(_MOUNTAIN_CAR, n_quantiles=25), 120_000, "qrdqn.yml MountainCar-v0"),
+    "qr_dqn_lunar_lander": Zoo("qr_dqn", dict(
+        learning_rate="lin_1.5e-3", batch_size=128, buffer_size=100_000, learning_starts=10_000, gamma=0.995,
+        target_update_interval=1, train_freq=256, gradient_steps=-1, exploration_fraction=0.24,
+        exploration_final_eps=0.18, net_arch=[256, 256], n_quantiles=25), 100_000, "qrdqn.yml LunarLander-v2",
+        ["25 quantiles on both sides, not the Zoo's 170: our preset's choice for a CPU, given to SB3 too"]),
+    "sac_mountain_car_continuous": Zoo("sac", dict(
+        learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
+        gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True, log_std_init=-3.67, net_arch=[64, 64]), 50_000,
+        "sac.yml MountainCarContinuous-v0"),
+    # the Zoo's MuJoCo entry: SB3's defaults with 10,000 random steps first
+    "sac_hopper": Zoo("sac", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "sac.yml Hopper"),
+}
+
+# SB3 2.9.2's defaults for what the Zoo leaves out (tests/test_suite_sb3.py checks them against the
+# installed classes); SB3's Adam has torch's defaults, sb3-contrib's QR-DQN eps 0.01 / batch
+SB3_DEFAULTS = {
+    "dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=10),
+    "qr_dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=None),
+    "sac": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
+                gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
+                target_entropy="auto", use_sde=False, sde_sample_freq=-1),
+}
+ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)   # torch.optim.Adam's defaults
+SB3_LOG_STD_INIT = -3.0   # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
+POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init")
+
+
+def per_step(zoo: Zoo, steps: int = 20_000) -> Zoo:
+    """The same run with one update of batch 128 after every env step."""
+    return Zoo(zoo.algo, {**zoo.hp, **PER_STEP}, steps, zoo.source + ", one update of batch 128 per step")
+
+
+def target_update_every(hp: dict, exact: bool = True) -> int:
+    """SB3 syncs the target every `target_update_interval` *env steps*, checked before each step's
+    training phase; ours counts *updates*. With train_freq >= interval a sync falls between any two
+    phases: ours is a sync every `gradient_steps` updates. With train_freq < interval SB3 syncs every
+    interval / train_freq phases. exact=False also accepts an interval that train_freq does not
+    divide: SB3 then syncs after alternately floor and ceil(interval / train_freq) phases, on average
+    every interval / train_freq * gradient_steps updates, returned when that is a whole number."""
+    interval, train_freq = hp["target_update_interval"], hp["train_freq"]
+    if train_freq >= interval:
+        return hp["gradient_steps"]
+    mean = interval * hp["gradient_steps"] / train_freq
+    if interval % train_freq and (exact or mean != int(mean)):
+        raise ValueError(f"target_update_interval={interval} is not a multiple of train_freq={train_freq}")
+    return int(mean)
+
+
+def expected_updates(hp: dict, total_steps: int) -> int:
+    """Updates of our loop: gradient_steps at each multiple of train_freq from learning_starts on."""
+    train_freq = hp["train_freq"]
+    phases = [s for s in range(train_freq, total_steps + 1, train_freq) if s >= hp["learning_starts"]]
+    return len(phases) * hp["gradient_steps"]
+
+
+def learning_rate(value) -> tuple[float, float]:
+    """SB3's learning_rate (a number, or the Zoo's lin_<lr>) as (our lr, our final_lr_fraction)."""
+    if isinstance(value, str):
+        if not value.startswith("lin_"):
+            raise ValueError(f"learning_rate={value!r}: only numbers and lin_<lr> are translated")
+        return float(value.removeprefix("lin_")), 0.0
+    return float(value), 1.0
+
+
+def adam(prefix: str, lr, eps: float) -> tuple[dict, float]:
+    our_lr, final = learning_rate(lr)
+    return {f"{prefix}.lr": our_lr, f"{prefix}.eps": eps, f"{prefix}.betas": list(ADAM["betas"]),
+            f"{prefix}.weight_decay": ADAM["weight_decay"]}, final
+
+
+def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
+    """Our config keys and the values that give SB3's run, and notes on what is not exact."""
+    hp = {**SB3_DEFAULTS[zoo.algo], **zoo.hp}
+    notes = list(zoo.notes)
+    gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]   # -1: one per step
+    common = {"env.num_envs": 1, "algo.n_step": 1, "buffer._target_": "rl_hydra.buffers.replay.ReplayBuffer",
+              "algo.batch_size": hp["batch_size"], "buffer.capacity": hp["buffer_size"],
+              "algo.learning_starts": hp["learning_starts"], "algo.gamma": hp["gamma"], "algo.tau": hp["tau"],
+              "algo.train_every": hp["train_freq"], "algo.gradient_steps": gradient_steps,
+              "train.eval_episodes": EVAL_EPISODES}
+    if zoo.algo in DQN_FAMILY:
+        sync = {**hp, "gradient_steps": gradient_steps}
+        interval, train_freq = hp["target_update_interval"], hp["train_freq"]
+        if train_freq < interval and interval % train_freq:
+            notes.append(f"target sync: SB3 syncs every {interval} env steps, after alternately "
+                         f"{interval // train_freq} and {interval // train_freq + 1} phases of {gradient_steps} "
+                         f"updates; ours every {target_update_every(sync, exact=False)} updates, SB3's mean")
+        optimizer, final = adam("algo.optimizer", hp["learning_rate"],
+                                0.01 / hp["batch_size"] if zoo.algo == "qr_dqn" else ADAM["eps"])
+        expected = {**common, **optimizer, "algo.final_lr_fraction": final,
+                    "algo.target_update_every": target_update_every(sync, exact=False), "algo.double_q": False,
+                    "algo.exploration.start": hp["exploration_initial_eps"],
+                    "algo.exploration.end": hp["exploration_final_eps"],
+                    "algo.exploration.fraction": hp["exploration_fraction"], "algo.max_grad_norm": hp["max_grad_norm"],
+                    "network.hidden_sizes": hp["net_arch"], "network.activation": "relu",
+                    "network.layer_norm": False, "network.dropout": 0.0, "network.dueling": False,
+                    "network.noisy": False}
+        if zoo.algo == "qr_dqn":
+            expected.update({"algo.num_quantiles": hp["n_quantiles"], "algo.kappa": 1.0})
+        else:
+            expected["algo.loss"] = "huber"
+        if final != 1.0:
+            notes.append(f"learning rate {hp['learning_rate']}: SB3 sets it from its progress at each training "
+                         "phase, ours from the env step at each update")
+        return expected, notes
+    if hp["target_update_interval"] != 1:
+        raise ValueError("SAC: only target_update_interval=1 has a counterpart here")
+    ent = hp["ent_coef"]
+    learned = isinstance(ent, str)
+    alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
+    expected = {**common, "algo.ensemble_size": 2, "algo.subset_size": 2, "algo.actor_q": "min",
+                "algo.policy_delay": 1, "algo.learn_alpha": learned, "algo.initial_alpha": alpha,
+                "algo.target_entropy": hp["target_entropy"], "algo.max_grad_norm": None}
+    for name in ("actor", "critic", "alpha"):
+        optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
+        if final != 1.0:
+            raise ValueError("SAC: a decaying learning rate has no counterpart here")
+        expected.update(optimizer)
+    for net in ("actor", "critic"):
+        expected.update({f"network.{net}.hidden_sizes": hp["net_arch"], f"network.{net}.activation": "relu"})
+    expected["network.actor.gsde"] = hp["use_sde"]
+    if hp["use_sde"]:   # SB3's gSDE: full_std, use_expln=False, clip_mean=2.0, learn_features: ours throughout
+        expected.update({"network.actor.gsde_log_std_init": hp.get("log_std_init", SB3_LOG_STD_INIT),
+                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+    return expected, notes
+
+
+def overrides(zoo: Zoo) -> list[str]:
+    """train.py overrides that set every expected key (`++`: added where the config lacks it)."""
+    def value(v) -> str:
+        if isinstance(v, bool) or v is None:
+            return {True: "true", False: "false", None: "null"}[v]
+        return f"[{','.join(map(str, v))}]" if isinstance(v, list) else str(v)
+
+    expected = expected_config(zoo)[0]
+    return ["buffer=replay", *(f"++{key}={value(v)}" for key, v in expected.items() if key != "buffer._target_")]
+
+
+def our_value(cfg, key: str):
+    """`key` of the composed config; an optimizer option it does not set has the class's default."""
+    import hydra.utils
+    from omegaconf import OmegaConf
+
+    missing = object()
+    value = OmegaConf.select(cfg, key, default=missing)
+    if value is missing:
+        prefix, option = key.rsplit(".", 1)
+        target = OmegaConf.select(cfg, f"{prefix}._target_")
+        if target is None:
+            return None
+        parameter = inspect.signature(hydra.utils.get_object(target)).parameters.get(option)
+        return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def same(ours, expected) -> bool:
+    if isinstance(expected, (list, tuple)):
+        return isinstance(ours, (list, tuple)) and len(ours) == len(expected) and all(map(same, ours, expected))
+    if isinstance(expected, bool) or expected is None or isinstance(expected, str):
+        return ours == expected and type(ours) is type(expected)
+    return isinstance(ours, (int, float)) and not isinstance(ours, bool) and math.isclose(ours, expected, rel_tol=1e-9)
+
+
+def mismatches(cfg, zoo: Zoo) -> list[str]:
+    """Each key where our composed config differs from SB3's hyperparameters, said in one line."""
+    import hydra.utils
+    import torch
+
+    expected, _ = expected_config(zoo)
+    found = [f"{key} is {our_value(cfg, key)!r} in our config; SB3's run means {value!r}"
+             for key, value in expected.items() if not same(our_value(cfg, key), value)]
+    names = ("optimizer",) if zoo.algo in DQN_FAMILY else ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
+    for name in names:
+        node = cfg.algo[name]
+        if not isinstance(hydra.utils.instantiate(node)([torch.nn.Parameter(torch.zeros(1))]), torch.optim.Adam):
+            found.append(f"algo.{name}._target_ is {node._target_}, which makes no Adam (SB3's optimizer)")
+    return found
+
+
+def sb3_spec(zoo: Zoo, env_id: str, steps: int) -> dict:
+    """The peer's job: SB3's class, its keyword arguments and the env (scripts/benchmarks/sb3_peer.py)."""
+    hp = dict(zoo.hp)
+    policy_kwargs = {key: hp.pop(key) for key in POLICY_KEYS if key in hp}
+    if zoo.algo in DQN_FAMILY:
+        hp.update(tau=1.0, exploration_initial_eps=1.0)
+    return {"algo": zoo.algo, "policy": "MlpPolicy", "env": {"gym": env_id}, "kwargs": hp,
+            "policy_kwargs": policy_kwargs, "steps": steps}
