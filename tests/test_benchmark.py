@@ -130,6 +130,31 @@ def test_minatar_cases_name_other_quantile_counts_and_compose_rainbow_from_its_p
     assert cfg.algo.max_grad_norm is None and cfg.algo.optimizer.eps == 0.01 / 32
 
 
+def test_the_atari_case_is_the_general_purpose_dqn_on_sb3s_values_not_the_dopamine_preset():
+    case = benchmark.atari_cases(parse("atari", "--steps", "100", "--capacity", "1000"))[0]
+    cfg, sb3 = compose_config(*case.ours, "seed=0"), case.peer["kwargs"]
+    assert cfg.preset is None and case.window == [1000, 1100] and cfg.train.total_steps == 1101
+    assert (cfg.algo.max_grad_norm, cfg.algo.optimizer.get("eps")) == (sb3["max_grad_norm"], None) == (10, None)
+    assert (cfg.algo.optimizer.lr, cfg.algo.batch_size, cfg.algo.gamma) == (sb3["learning_rate"], 32, sb3["gamma"])
+    assert (cfg.algo.train_every, cfg.algo.learning_starts, cfg.buffer.capacity) == (
+        sb3["train_freq"], sb3["learning_starts"], sb3["buffer_size"])
+    assert cfg.algo.target_update_every * cfg.algo.train_every == sb3["target_update_interval"]
+    assert (cfg.network.encoder, list(cfg.network.hidden_sizes)) == ("nature_cnn", [512])
+
+
+@pytest.mark.slow   # ~25 s each: the smallest budget the command takes, one seed, both sides
+@pytest.mark.parametrize("command", [
+    ["minatar", "--games", "Breakout", "--algos", "dqn", "--steps", "300", "--learning-starts", "100"],
+    ["atari", "--steps", "100", "--learning-starts", "100", "--capacity", "1000"]])
+def test_a_tiny_minatar_or_atari_run_of_both_sides_writes_its_record(tmp_path, command):
+    pytest.importorskip("sb3_contrib")
+    pytest.importorskip("minatar" if command[0] == "minatar" else "ale_py")
+    result = run(*command, "--seeds", "1", "--out", str(tmp_path), "--record", str(tmp_path / "tiny.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads((tmp_path / "tiny.json").read_text())["rows"][0]
+    assert row["seeds_done"] == "1/1" and row["per_seed"]["ours_sps"][0] and row["per_seed"]["peer_sps"][0]
+
+
 @pytest.mark.slow   # ~40 s: two tiny cases on each side, then the same command again
 def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path):
     pytest.importorskip("sb3_contrib")

@@ -123,10 +123,13 @@ def minatar_cases(args) -> list[Case]:
 
 def atari_cases(args) -> list[Case]:
     """DQN with the Nature CNN: batch 32, one update every 4 steps, --learning-starts random steps,
-    then --steps timed ones (window: steps/s over those); both sides with the same preprocessing."""
+    then --steps timed ones (window: steps/s over those); both sides with the same preprocessing.
+    Ours without the dqn_atari preset (~algo_env), whose Dopamine values (no gradient clipping, Adam
+    eps 1.5e-4) are not SB3's: the general-purpose DQN clips at 10, as SB3 does."""
     warmup, steps = args.learning_starts, args.steps or 20_000
     total = warmup + steps + 1   # the final evaluation falls after the window
-    ours = ["algo=dqn", "env=atari", f"env.id={args.game}", "network.encoder=nature_cnn", "network.hidden_sizes=[512]",
+    ours = ["algo=dqn", "env=atari", f"env.id={args.game}", "~algo_env", "network.encoder=nature_cnn",
+            "network.hidden_sizes=[512]",
             "algo.batch_size=32", "algo.train_every=4", "algo.gradient_steps=1", f"algo.learning_starts={warmup}",
             "algo.optimizer.lr=1e-4", "algo.gamma=0.99", "algo.target_update_every=250", "algo.exploration.start=1.0",
             "algo.exploration.end=0.01", "algo.exploration.fraction=0.1", f"buffer.capacity={args.capacity}",
