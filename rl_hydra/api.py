@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rl_hydra.config import CONF_DIR
+from rl_hydra.config import hydra_scope
 from rl_hydra.launch import launch
 from rl_hydra.run import Run, load_run
 
@@ -20,7 +20,7 @@ def compose_train_config(*overrides: str) -> DictConfig:
 def _compose(overrides) -> tuple[DictConfig, DictConfig]:
     """(the run's config, the part of Hydra's own node a run directory keeps: the run directory,
     the group choices and the overrides)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with hydra_scope():   # also from inside a running Hydra app, whose state it leaves as it was
         cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
         hydra_cfg = OmegaConf.create({"run": {"dir": cfg.hydra.run.dir},
                                       "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},

@@ -89,3 +89,16 @@ def test_a_failed_sweep_job_says_its_error_once(tmp_path):
     said = (result.stdout + result.stderr).splitlines()
     assert len([line for line in said if "algo.gamma=2 is out of range" in line]) == 1, said
     assert "error: 1 of 2 jobs failed" in result.stderr
+
+
+def test_the_python_api_composes_inside_a_running_hydra_app():
+    """A notebook or a Hydra app of one's own may call rl_hydra.api.compose_train_config; Hydra's
+    global state is the caller's again afterwards."""
+    from hydra import compose, initialize_config_dir
+
+    from rl_hydra.api import compose_train_config
+    from tests.conftest import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        assert compose_train_config("algo=iqn").algo._target_ == "rl_hydra.algos.iqn.IQN"
+        assert compose(config_name="train").algo._target_ == "rl_hydra.algos.dqn.DQN"
