@@ -23,6 +23,7 @@ from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
+from rl_hydra.envs import wrappers
 from rl_hydra.envs.wrappers import ObservationParts
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.encoders import Embedding, OneHot, make_encoder, network_input
@@ -30,7 +31,7 @@ from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.training import agent_node, build_agent
-from tests.conftest import TINY, algo_keys, compose_config, run_training
+from tests.conftest import TINY, algo_keys, compose_config, run_training, skip_without_env_extra
 
 DISCRETE = gym.spaces.Discrete(500)                                   # Taxi's states
 MULTI_DISCRETE = gym.spaces.MultiDiscrete([3, 4, 5])
@@ -269,3 +270,57 @@ def test_drqn_trains_on_a_discrete_env_end_to_end(tmp_path):
     summary = run_training(tmp_path / "run", "algo=drqn", "env=gym", "env.id=FrozenLake-v1", *TINY,
                            "algo.learning_starts=100")
     assert summary["status"] == "completed"
+
+
+# --- exact resume of toy-text envs ----------------------------------------------------------
+@pytest.mark.parametrize("args", [["env=taxi"], pytest.param(["env=frozen_lake"], marks=pytest.mark.slow),
+                                  ["env=gym", "env.id=Blackjack-v1"], ["algo=drqn", "env=cliff_walking"]])
+def test_a_stopped_and_resumed_toy_text_run_continues_its_very_episodes(tmp_path, monkeypatch, args):
+    from rl_hydra.loops.runner import StopRequested
+    from rl_hydra.runs.run_dir import RunDirectory
+    from rl_hydra.training import run
+    from tests.conftest import metric_rows, stop_at
+    from tests.test_resume import FAST, assert_same
+
+    cfg = compose_config(*FAST, *args, "train.total_steps=400")
+    uninterrupted = run(cfg, tmp_path / "a")
+    with monkeypatch.context() as patch:
+        stop_at(patch, 250)
+        with pytest.raises(StopRequested):
+            run(cfg, tmp_path / "b")
+    saved = RunDirectory(tmp_path / "b").load_checkpoint("last")
+    assert saved["env"]["exact"] is True   # the env's state, not fresh episodes
+    resumed = run(cfg, tmp_path / "b", resume=True)
+    assert resumed["eval_return_mean"] == uninterrupted["eval_return_mean"]
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
+    final_a, final_b = (RunDirectory(tmp_path / d).load_checkpoint("last") for d in "ab")
+    assert_same(final_a["agent"], final_b["agent"])
+    assert_same(final_a["buffer"], final_b["buffer"])
+
+
+# --- the env groups ---------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["algo=drqn", "env=popgym"], ["env=popgym", "env.id=popgym-CountRecallEasy-v0"],
+                                  ["env=popgym", "env.id=popgym-AutoencodeEasy-v0"],
+                                  ["env=minigrid"], ["algo=drqn", "env=minigrid"]])
+@pytest.mark.filterwarnings("ignore:.*share an object:UserWarning")   # gymnasium's checker on POPGym's infos
+def test_popgym_and_minigrid_ids_register_themselves_and_train(tmp_path, args):
+    skip_without_env_extra(*args)
+    summary = run_training(tmp_path / "run", *args, *TINY, "algo.learning_starts=100")
+    assert summary["status"] == "completed" and summary["global_step"] == 300
+
+
+def test_minigrid_s_view_is_channels_first_with_its_real_bounds_and_its_mission_is_dropped(caplog):
+    skip_without_env_extra("env=minigrid")
+    from rl_hydra.envs import make_env
+
+    with caplog.at_level(logging.INFO, logger="rl_hydra.envs.wrappers"):
+        env = make_env(compose_config("env=minigrid").env, seed=0)
+    space = env.single_observation_space
+    assert list(space.spaces) == ["direction", "image"] and space["image"].shape == (3, 7, 7)
+    assert space["image"].high.max() == 10 and make_encoder(space)[1] == 4 + 64   # one-hot direction, grid_cnn
+    said = "observation part 'mission' (MissionSpace) is text, which no network encodes: dropped"
+    assert said in caplog.text or any(line.startswith(said) for line in wrappers._said)   # said once per process
+    kept = make_env(compose_config("env=minigrid", "env.keep_text=true").env, seed=0)
+    assert kept.single_observation_space["mission"].shape == (ObservationParts.TEXT_WORDS,)
+    obs, _ = kept.reset(seed=0)
+    assert np.array_equal(obs["mission"][0], ObservationParts.words("get to the green goal square"))

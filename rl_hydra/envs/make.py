@@ -124,8 +124,9 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
 
     def factory() -> gym.Env:
         try:
-            env = gym.make(env_cfg.id, render_mode=render_mode,
-                           max_episode_steps=env_cfg.get("max_episode_steps"), **kwargs)
+            # render_mode only when asked for: some envs (POPGym's) take no such argument
+            rendering = {} if render_mode is None else {"render_mode": render_mode}
+            env = gym.make(env_cfg.id, max_episode_steps=env_cfg.get("max_episode_steps"), **rendering, **kwargs)
         except gym.error.DependencyNotInstalled as error:
             raise ConfigError(missing_dependency(env_cfg.id, error)) from None
         for k, wrap in enumerate(wrappers):

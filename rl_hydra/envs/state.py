@@ -2,7 +2,9 @@
 
 Classic-control envs keep their whole dynamic state in a few plain attributes
 (`state`, `steps_beyond_terminated`, `last_u`, the RNG) plus the TimeLimit
-counter, so a resumed run can continue the very episodes it stopped in. Other
+counter, and so do the toy-text ones (FrozenLake's, CliffWalking's and Taxi's
+state index `s` and last action, Taxi's orientation, Blackjack's hands as lists
+of ints), so a resumed run can continue the very episodes it stopped in. Other
 envs hold state in native objects (Box2D, MuJoCo, ALE) or in nested game objects
 and wrapper buffers (MinAtar, frame stacks): for them capture returns None and a
 resumed run starts fresh episodes.
@@ -16,12 +18,21 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-CAPTURABLE_MODULES = ("gymnasium.envs.classic_control.",)
+CAPTURABLE_MODULES = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
 _PLAIN = (bool, int, float, type(None))
 
 
 def can_capture(vec_env) -> bool:
     return all(type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES) for env in vec_env.envs)
+
+
+def _captured(value) -> bool:
+    """State a checkpoint keeps: arrays and lists of numbers (Blackjack's hands), numbers, numpy strings, None."""
+    if isinstance(value, list):
+        return all(isinstance(item, (np.number, np.bool_, *_PLAIN)) for item in value)
+    if isinstance(value, np.ndarray):   # numbers (FrozenLake's map of bytes is fixed, and torch holds no bytes)
+        return value.dtype.kind in "biuf"
+    return isinstance(value, (np.generic, *_PLAIN))
 
 
 def _to_checkpoint(value):
@@ -30,11 +41,13 @@ def _to_checkpoint(value):
         return torch.from_numpy(value.copy())
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, list):
+        return [_to_checkpoint(item) for item in value]
     return value
 
 
 def _from_checkpoint(value):
-    return value.numpy().copy() if torch.is_tensor(value) else value
+    return value.numpy().copy() if torch.is_tensor(value) else list(value) if isinstance(value, list) else value
 
 
 def capture_env_state(vec_env) -> list[dict[str, Any]] | None:
@@ -43,8 +56,7 @@ def capture_env_state(vec_env) -> list[dict[str, Any]] | None:
     states = []
     for env in vec_env.envs:
         core = env.unwrapped
-        attributes = {k: _to_checkpoint(v) for k, v in vars(core).items()
-                      if isinstance(v, (np.ndarray, np.generic, *_PLAIN)) and not k.startswith("_")}
+        attributes = {k: _to_checkpoint(v) for k, v in vars(core).items() if _captured(v) and not k.startswith("_")}
         wrappers, layer = [], env
         while isinstance(layer, gym.Wrapper):
             wrappers.append(getattr(layer, "_elapsed_steps", None))

@@ -72,7 +72,7 @@ class Rollout:
 
     def state_dict(self) -> dict[str, Any]:
         """The env's state, observations, episode counters and actor state, where the env can be
-        captured exactly (classic control); otherwise only `exact: False`, and a resume starts
+        captured exactly (classic control, toy text); otherwise only `exact: False`, and a resume starts
         fresh episodes (and says so)."""
         env_state = capture_env_state(self.env) if self.obs is not None else None
         if env_state is None:
@@ -87,7 +87,7 @@ class Rollout:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state.get("exact", True):
-            log.info("env.id=%s cannot be captured for an exact resume (classic-control envs can): "
+            log.info("env.id=%s cannot be captured for an exact resume (classic-control and toy-text envs can): "
                      "the resumed run starts fresh episodes", self.env.envs[0].spec.id)
             return
         restore_env_state(self.env, state["state"])

@@ -60,16 +60,22 @@ def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes
         log.info("%s=[]: a linear network (no hidden layer)", key)
 
 
-def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5) -> Callable[[int, int], nn.Module]:
-    """What builds a network's Linear layers: nn.Linear, or NoisyLinear with sigma0 = `noisy_sigma0`."""
+def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True) -> Callable[[int, int], nn.Module]:
+    """What builds a network's Linear layers: nn.Linear (without its bias where `bias` is false),
+    or NoisyLinear with sigma0 = `noisy_sigma0`."""
     check_choice("network.noisy", noisy, (True, False))
     sigma0 = check_float("network.noisy_sigma0", noisy_sigma0, 0.0)
+    if not check_choice("network.bias", bias, (True, False)):
+        if noisy:
+            raise ConfigError("network.bias=false is not supported with network.noisy=true (noisy layers keep "
+                              "their noisy bias); set one of them back")
+        return functools.partial(nn.Linear, bias=False)
     return functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
 
 
 def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hidden_sizes: Sequence[int],
                      activation: str = "relu", *, layer_norm: bool = False, dropout: float = 0.0,
-                     dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
+                     dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True,
                      hidden_key: str = "network.hidden_sizes") -> nn.Sequential:
     """An MLP (..., in_dim) -> (..., num_actions * K) for K = `outputs_per_action` values per
     action (1, quantiles, atoms), action-major; `hidden_key` names `hidden_sizes` in messages.
@@ -85,7 +91,7 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     """
     check_choice("network.dueling", dueling, (True, False))
     hidden_sizes = [check_int(f"{hidden_key}[{i}]", size, minimum=1) for i, size in enumerate(hidden_sizes)]
-    options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0))
+    options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0, bias))
     if not dueling:
         return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)
     # the streams' own layer: the last hidden one, or none for an empty head (each stream one Linear)
@@ -112,19 +118,20 @@ class QNetwork(nn.Module):
     `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
     have their own copy of the last hidden layer (with hidden_sizes=[], each stream is one Linear
     of the features), Q = V + A - mean_a A. `noisy`: every Linear is a NoisyLinear (factorised
-    noise, sigma0 = `noisy_sigma0`).
+    noise, sigma0 = `noisy_sigma0`). `bias=false`: Linear layers without a bias (hidden_sizes=[] on
+    one-hot states is then exactly a Q-table, whose unvisited entries keep their initial values).
     See `action_value_mlp`.
     """
 
     def __init__(self, observation: int | gym.Space, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0,
                  dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto",
-                 discrete_embedding: int | None = None):
+                 discrete_embedding: int | None = None, bias: bool = True):
         super().__init__()
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
         self.net = action_value_mlp(features, num_actions, 1, hidden_sizes, activation,
                                     layer_norm=layer_norm, dropout=dropout,
-                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
+                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0, bias=bias)
         note_if_linear(hidden_sizes)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

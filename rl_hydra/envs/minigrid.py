@@ -1,0 +1,33 @@
+"""MiniGrid's observation (Chevalier-Boisvert et al. 2023) as the networks read it."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from rl_hydra.config import ConfigError
+
+
+class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """MiniGrid's view, an (H, W, 3) grid of object, colour and state indices, channels first
+    (3, H, W) as the CNN encoders read it, with its real bounds: MiniGrid declares 255, but each
+    channel's largest index is 10, 5 and 2, and the network scales uint8 grids by 1/high (so by
+    1/10, not 1/255). The other parts (direction, mission) pass as they are."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Dict) or "image" not in space.spaces or len(space["image"].shape) != 3:
+            raise ConfigError(f"MiniGridImage needs MiniGrid's Dict observation with an (H, W, 3) image; the env has "
+                              f"{space}")
+        from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+
+        height, width, channels = space["image"].shape
+        largest = np.array([max(OBJECT_TO_IDX.values()), max(COLOR_TO_IDX.values()), max(STATE_TO_IDX.values())])
+        high = np.broadcast_to(largest[:channels, None, None], (channels, height, width)).astype(np.uint8)
+        image = gym.spaces.Box(np.zeros_like(high), high, dtype=np.uint8)
+        self.observation_space = gym.spaces.Dict({**space.spaces, "image": image})
+
+    def observation(self, observation: dict) -> dict:
+        return {**observation, "image": np.ascontiguousarray(np.moveaxis(observation["image"], -1, 0))}
