@@ -39,7 +39,7 @@ class Run:
         self.checkpoint = checkpoint
         self.device = resolve_device(device)
         state = self.directory.load_checkpoint(checkpoint, map_location=self.device)
-        env = make_env(self.cfg.env, seed=0, num_envs=1)  # for the spaces, wrappers included
+        env = make_env(self.cfg.env, seed=0, num_envs=1, vectorization="sync")  # its spaces and wrappers
         self.observation_space = env.single_observation_space
         self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
         # how the env makes a flat dict of parts of its Dict or Tuple observations (predict takes either)

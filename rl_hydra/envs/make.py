@@ -9,13 +9,14 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import VectorEnv
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra import speed
 from rl_hydra.config import ConfigError, check_choice
 from rl_hydra.envs.learning import learning_signal
+from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
 
 
@@ -143,8 +144,9 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
 
 
 def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
-             render_mode: str | None = None) -> SyncVectorEnv:
-    """A seeded SyncVectorEnv of `num_envs` copies (default `env.num_envs`).
+             render_mode: str | None = None, vectorization: str | None = None) -> VectorEnv:
+    """A seeded vector env of `num_envs` copies (default `env.num_envs`), stepped as
+    `vectorization` (default `env.vectorization`: sync, async or envpool; envs/vector.py) says.
 
     Autoreset is SAME_STEP: when an episode ends, `step` already returns the
     first observation of the next one, and the real final observation is in
@@ -152,7 +154,7 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
     `env.learning` is the group's learning-only transform (envs/learning.py), or None.
     """
     num_envs = num_envs or env_cfg.num_envs
-    env = speed.same_step_vector_env([env_factory(env_cfg, render_mode)] * num_envs)
+    env = vector_env(env_cfg, [env_factory(env_cfg, render_mode)] * num_envs, seed, render_mode, vectorization)
     _, info = env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
     env.learning = learning_signal(env_cfg, num_envs, info)

@@ -87,8 +87,8 @@ class Rollout:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state.get("exact", True):
-            log.info("env.id=%s cannot be captured for an exact resume (classic-control and toy-text envs can): "
-                     "the resumed run starts fresh episodes", self.env.envs[0].spec.id)
+            log.info("this env cannot be captured for an exact resume (classic-control and toy-text envs stepped "
+                     "with env.vectorization=sync can): the resumed run starts fresh episodes")
             return
         restore_env_state(self.env, state["state"])
         self.obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())
