@@ -167,3 +167,19 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
     assert record["peer"]["version"] and record["rows"][1]["per_seed"]["peer_return"][0] is not None
     again = run(*command)
     assert again.returncode == 0 and again.stderr.count("found, reused") == 4, again.stderr[-3000:]
+
+
+def test_vector_envs_times_each_vectorization_and_records_its_ratio_to_sync(tmp_path, capsys):
+    import vector_envs
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_results
+
+    out = tmp_path / "vector_envs_cartpole.json"
+    vector_envs.main(["--env", "cartpole", "--envs", "2", "--modes", "sync", "async", "--steps", "50",
+                      "--rounds", "2", "--record", str(out)])
+    record = json.loads(out.read_text())
+    assert render_results.check_record(record, out.stem) == []
+    sync, asynchronous = record["rows"]
+    assert sync["summary"]["ratio"] == 1.0 and len(asynchronous["per_seed"]["steps_per_s"]) == 2
+    assert "| async |" in capsys.readouterr().out
