@@ -19,6 +19,7 @@ from torch import nn
 
 from rl_hydra import speed
 from rl_hydra.algos.common import compile_pure_methods
+from rl_hydra.buffers.device import build_on_device
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
@@ -110,7 +111,9 @@ def build_components(cfg: DictConfig, device: torch.device):
     agent = build_agent(cfg, **spaces, device=device)
     # a transition buffer builds the n-step returns (algo.n_step); a recurrent agent sums them over its sequences
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
-    buffer = build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=device, seed=cfg.seed, **returns)
+    buffer = build_on_device(lambda storage: build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs,
+                                                   device=storage, seed=cfg.seed, **returns),
+                             cfg.buffer.get("device", "auto"), device)
     return agent, env, buffer
 
 

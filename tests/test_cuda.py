@@ -127,3 +127,16 @@ def test_device_side_nan_check_names_the_same_first_bad_update(tmp_path, monkeyp
     # reads its flag after the phase, and must still name that update and that step
     assert diverging_update(tmp_path / "host", monkeypatch, on_device=False) == \
         diverging_update(tmp_path / "device", monkeypatch, on_device=True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("where", ["cpu", "cuda", "auto"])
+def test_a_cuda_run_trains_with_its_buffer_on_either_side(tmp_path, where):
+    from rl_hydra.buffers.device import DeviceFeed
+
+    cfg = compose_config(*TINY_CUDA, *CASES["dqn"], f"buffer.device={where}")
+    agent, env, buffer = build_components(cfg, torch.device("cuda"))
+    assert isinstance(buffer, DeviceFeed) == (where == "cpu")
+    assert buffer.storage["rewards"].is_cuda == (where != "cpu")
+    summary = run_training(tmp_path / where, *TINY_CUDA, *CASES["dqn"], f"buffer.device={where}")
+    assert summary["updates"] > 0

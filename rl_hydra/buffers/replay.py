@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from rl_hydra import speed
+from rl_hydra.buffers.device import DeviceMemoryShort
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import Batch
 
@@ -59,14 +60,18 @@ def observation_dtype(observation_space: gym.Space) -> torch.dtype:
 def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
                       kind: str = "replay buffer", row: str = "transition", detail: str = "") -> None:
     """Say which buffer this is (`kind`: its describe()) and how much memory it takes (capacity
-    rows of `row`s); refuse one the machine cannot hold (CPU buffers)."""
-    log.info("%s: %d %ss x %s = %s%s", kind, capacity, row, human_bytes(bytes_per_row),
-             human_bytes(total_bytes), detail)
-    available = available_memory() if device.type == "cpu" else None
+    rows of `row`s); refuse one that its device cannot hold (the machine's available memory, or
+    a GPU's free memory)."""
+    log.info("%s: %d %ss x %s = %s%s%s", kind, capacity, row, human_bytes(bytes_per_row), human_bytes(total_bytes),
+             detail, f", in {device}'s memory" if device.type == "cuda" else "")
+    if device.type == "cuda":
+        available, where = torch.cuda.mem_get_info(device)[0], f"{device} has"
+    else:
+        available, where = (available_memory() if device.type == "cpu" else None), "this machine has"
     if available is not None and total_bytes > available:
-        raise ConfigError(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
-                          f"per {row}) but this machine has {human_bytes(available)} available; "
-                          f"lower buffer.capacity (at most {available // bytes_per_row})")
+        raise DeviceMemoryShort(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
+                                f"per {row}) but {where} {human_bytes(available)} free; "
+                                f"lower buffer.capacity (at most {available // bytes_per_row})")
 
 
 def available_memory() -> int | None:
