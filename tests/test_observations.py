@@ -66,7 +66,7 @@ def test_each_part_is_stored_in_the_smallest_dtype_that_holds_it(space, dtype):
                                               (DICT, 147 + 1 + 2 + 8)])
 def test_replay_keeps_each_part_in_its_column_and_gives_back_what_went_in(space, obs_bytes):
     buffer = ReplayBuffer(50, space, ACTIONS, num_envs=2, seed=0)
-    # per transition: the observation twice, an int64 action and four float32 columns
+    # per transition: the observation twice, an int64 action and three float32 columns
     assert buffer.bytes_per_row == 2 * obs_bytes + 8 + 3 * 4
     obs, next_obs = batch_of(space, 2, seed=1), batch_of(space, 2, seed=2)
     buffer.add(obs, np.array([0, 2]), np.array([1.0, -1.0]), next_obs, np.zeros(2, bool), np.zeros(2, bool))
@@ -261,9 +261,20 @@ def test_observation_parts_flattens_nested_spaces_and_drops_text_with_a_log_line
     assert np.count_nonzero(words) == 4 and np.array_equal(words, ObservationParts.words("Go to the DOOR"))
 
 
-def test_blackjack_s_tuple_trains_end_to_end(tmp_path):
-    summary = run_training(tmp_path / "run", "env=gym", "env.id=Blackjack-v1", *TINY, "algo.learning_starts=100")
-    assert summary["status"] == "completed" and summary["global_step"] == 300
+def test_blackjack_s_tuple_trains_end_to_end_and_predicts_from_the_env_s_own_observations(tmp_path):
+    from rl_hydra import train
+
+    run = train("env=gym", "env.id=Blackjack-v1", *TINY, "algo.learning_starts=100", run_dir=tmp_path / "run",
+                checkpoint="last")
+    assert run.summary["status"] == "completed" and run.summary["global_step"] == 300
+    raw, _ = gym.make("Blackjack-v1").reset(seed=0)            # a tuple, as gymnasium gives it
+    action = run.predict(raw)
+    assert action in (0, 1) and action == run.predict({"0": raw[0], "1": raw[1], "2": raw[2]})
+    batch = {"0": np.array([raw[0], 20]), "1": np.array([raw[1], 5]), "2": np.array([raw[2], 0])}
+    assert run.predict(batch).shape == (2,) and run.predict(batch)[0] == action
+    assert run.evaluate(episodes=3)["episodes"] == 3
+    taxi = train("env=taxi", *TINY, "algo.learning_starts=100", run_dir=tmp_path / "taxi", checkpoint="last")
+    assert taxi.predict(328) in range(6) and taxi.predict([328, 0]).shape == (2,)
 
 
 def test_drqn_trains_on_a_discrete_env_end_to_end(tmp_path):

@@ -141,14 +141,13 @@ class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         self.paths: list[tuple[str, tuple, bool]] = []   # (part name, path, is text)
         parts: dict[str, gym.Space] = {}
         for path, part in _leaves(space):
-            name = ".".join(map(str, path))
-            if is_text(part):
-                if not keep_text:
-                    _log_once(f"observation part {name!r} ({type(part).__name__}) is text, which no network "
-                              f"encodes: dropped (env.keep_text=true keeps its words as indices)")
-                    continue
-            self.paths.append((name, path, is_text(part)))
-            parts[name] = gym.spaces.MultiDiscrete([self.VOCABULARY + 1] * self.TEXT_WORDS) if is_text(part) else part
+            name, text = ".".join(map(str, path)), is_text(part)
+            if text and not keep_text:
+                _log_once(f"observation part {name!r} ({type(part).__name__}) is text, which no network "
+                          f"encodes: dropped (env.keep_text=true keeps its words as indices)")
+                continue
+            self.paths.append((name, path, text))
+            parts[name] = gym.spaces.MultiDiscrete([self.VOCABULARY + 1] * self.TEXT_WORDS) if text else part
         if not parts:
             raise ConfigError(f"observations of {space} have only text parts, which no network encodes; "
                               f"set env.keep_text=true to keep them as word indices")

@@ -214,7 +214,7 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
         return FlatPart(tuple(space.shape)), int(np.prod(space.shape))
     shape = tuple(space.shape)
     if len(shape) <= 1:   # a vector part, or a number: as it is, whatever CNN network.encoder names
-        return FlatPart(shape, pixel_scale(space) if space.dtype == np.uint8 else 1.0), int(np.prod(shape))
+        return FlatPart(shape, pixel_scale(space)), int(np.prod(shape))
     try:
         encoder, size = make_encoder(space, kind)
     except ConfigError as error:
