@@ -13,7 +13,6 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
-from rl_hydra.envs.wrappers import ObservationParts
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 
@@ -42,8 +41,10 @@ class Run:
         env = make_env(self.cfg.env, seed=0, num_envs=1, vectorization="sync")  # its spaces and wrappers
         self.observation_space = env.single_observation_space
         self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
-        # how the env makes a flat dict of parts of its Dict or Tuple observations (predict takes either)
-        self.parts = next((layer for layer in _wrappers(env.envs[0]) if isinstance(layer, ObservationParts)), None)
+        # how the env turns gymnasium's Dict or Tuple observations into a flat dict of parts (its
+        # observation wrappers, innermost first, ObservationParts last): predict takes either
+        self.observation_wrappers = [layer for layer in reversed(list(_wrappers(env.envs[0])))
+                                     if isinstance(layer, gym.ObservationWrapper)]
         env.close()
         try:
             self.agent.load_state_dict(state["agent"])
@@ -75,16 +76,18 @@ class Run:
 
     def predict(self, obs, state: Any = None, deterministic: bool = True):
         """Actions for one observation (obs_dim,) or a batch (n, obs_dim) (frames: (C, H, W) or
-        (n, C, H, W); a Discrete env's index or indices; a Dict or Tuple env's observation as the
-        env gives it, whose parts are taken as the run's env takes them, text dropped).
+        (n, C, H, W); a Discrete env's index or indices; for a Dict or Tuple env, a dict of its
+        parts as the run's env gives them, one or a batch, or one observation as gymnasium's env
+        gives it, which the run's observation wrappers turn into parts, text dropped).
 
         Feed-forward agents return the actions; recurrent agents return
         (actions, state): pass the state back with the next observation.
         """
         space = self.observation_space
         if isinstance(space, gym.spaces.Dict):
-            if not isinstance(obs, dict) or set(space.spaces) - set(obs):
-                obs = self.parts.observation(obs)   # the env's own Dict or Tuple observation
+            if not isinstance(obs, dict) or set(obs) != set(space.spaces):   # one as gymnasium's env gives it
+                for wrapper in self.observation_wrappers:
+                    obs = wrapper.observation(obs)
             obs = {key: np.asarray(obs[key]) for key in space.spaces}
             key, part = next(iter(space.spaces.items()))
             single = obs[key].ndim == len(part.shape)

@@ -335,3 +335,13 @@ def test_minigrid_s_view_is_channels_first_with_its_real_bounds_and_its_mission_
     assert kept.single_observation_space["mission"].shape == (ObservationParts.TEXT_WORDS,)
     obs, _ = kept.reset(seed=0)
     assert np.array_equal(obs["mission"][0], ObservationParts.words("get to the green goal square"))
+
+
+def test_a_minigrid_run_predicts_from_gymnasium_s_own_observation_and_from_its_parts(tmp_path):
+    skip_without_env_extra("env=minigrid")
+    from rl_hydra import train
+
+    run = train("env=minigrid", *TINY, "algo.learning_starts=100", run_dir=tmp_path / "run", checkpoint="last")
+    raw, _ = gym.make("MiniGrid-Empty-5x5-v0").reset(seed=0)   # image (7, 7, 3), direction, mission
+    parts = {"direction": raw["direction"], "image": np.moveaxis(raw["image"], -1, 0)}
+    assert run.predict(raw) == run.predict(parts) and run.predict(raw) in range(7)
