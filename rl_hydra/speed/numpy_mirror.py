@@ -20,6 +20,7 @@ never answer differently from the torch method it stands for, so it is exact by 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = {
 _views: dict[int, tuple[int, torch.Size, np.ndarray]] = {}
 
 
+@functools.lru_cache(maxsize=None)   # keyed by the function object: an override is another function
 def twin_of(method: Callable) -> Callable[[Any, np.ndarray], np.ndarray | None] | None:
     """The numpy twin of a torch method (a function defined in a class), or None."""
     return TWINS.get(f"{getattr(method, '__module__', '')}.{getattr(method, '__qualname__', '')}")
