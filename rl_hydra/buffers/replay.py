@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 STORED = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")  # columns, in Batch's order
 
 
-def column(field: str, part: str) -> str:
+def column_name(field: str, part: str) -> str:
     """The storage column of an observation field's part: "obs" for a one-array observation,
     "obs/image" for a part of a Dict one."""
     return f"{field}/{part}" if part else field
@@ -148,7 +148,7 @@ class ReplayBuffer:
         self.parts = list(parts)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
-        observations = {field: {column(field, part): rows(shape, dtype) for part, (shape, dtype) in parts.items()}
+        observations = {field: {column_name(field, part): rows(shape, dtype) for part, (shape, dtype) in parts.items()}
                         for field in ("obs", "next_obs")}
         columns = {**observations["obs"], "actions": rows(action_shape, action_dtype), "rewards": rows(()),
                    **observations["next_obs"], "terminated": rows(()), "truncated": rows(())}
@@ -270,7 +270,7 @@ class ReplayBuffer:
         """The observations of rows `idx` (B,) and the next observations of rows `last` (B,),
         where `ended` (B,) says whether the episode ended at that row."""
         if self.frames is None:
-            return tuple(spaces.join(self.parts, [self.storage[column(field, part)][rows] for part in self.parts])
+            return tuple(spaces.join(self.parts, [self.storage[column_name(field, part)][rows] for part in self.parts])
                          for field, rows in (("obs", idx), ("next_obs", last)))
         obs = self.frames.observations(idx.cpu().numpy())
         next_obs = self.frames.next_observations(last.cpu().numpy(), ended.cpu().numpy())

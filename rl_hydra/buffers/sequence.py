@@ -25,7 +25,7 @@ import torch
 
 from rl_hydra import speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
-from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column, human_bytes
+from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column_name, human_bytes
 from rl_hydra.config import ConfigError, check_choice, check_int
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import SequenceBatch
@@ -50,14 +50,14 @@ class SequenceBuffer:
         self.num_envs = num_envs
         parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
         self.parts = list(parts)
-        self.obs_columns = [column("obs", part) for part in self.parts]   # "obs", or "obs/<part>" each
+        self.obs_columns = [column_name("obs", part) for part in self.parts]   # "obs", or "obs/<part>" each
         action_shape, action_dtype = action_layout(action_space)
         check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
         share = shares_frames(observation_space, share_frames)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
-        observations = {} if share else {column("obs", part): steps(length + 1, shape, dtype)
+        observations = {} if share else {column_name("obs", part): steps(length + 1, shape, dtype)
                                          for part, (shape, dtype) in parts.items()}
         layout = {**observations, "actions": steps(length, action_shape, action_dtype),
                   "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
@@ -86,7 +86,7 @@ class SequenceBuffer:
         # the open chunk of each env; row i holds env i's steps since its chunk began
         numpy_dtype = lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype  # noqa: E731
         self.open = {**({} if share else
-                        {column("obs", part): np.zeros((num_envs, length + 1, *shape), numpy_dtype(dtype))
+                        {column_name("obs", part): np.zeros((num_envs, length + 1, *shape), numpy_dtype(dtype))
                          for part, (shape, dtype) in parts.items()}),
                      "actions": np.zeros((num_envs, length, *action_shape),
                                          np.int64 if action_dtype == torch.int64 else np.float32),
