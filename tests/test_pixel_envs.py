@@ -27,10 +27,11 @@ MINATAR_CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "
 
 @pytest.fixture
 def atari():
-    """compose(*overrides).env of env=atari; skips without the atari extra."""
+    """compose(*overrides).env of env=atari, its own values (no algorithm's Atari preset); skips
+    without the atari extra."""
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    return lambda *overrides: compose_config("env=atari", *overrides).env
+    return lambda *overrides: compose_config("env=atari", "~algo_env", *overrides).env
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def vector_env(env_cfg: DictConfig, env_fns: list[Callable[[], gym.Env]], seed: 
                render_mode: str | None = None, vectorization: str | None = None) -> VectorEnv:
     """The envs of `env_fns` stepped as `vectorization` (default `env.vectorization`) says;
     rendering always steps them `sync`, in this process."""
-    how = vectorization or env_cfg.vectorization
+    how = vectorization or env_cfg.get("vectorization") or "sync"   # a run recorded before the key: sync
     if how not in VECTORIZATIONS:
         raise ConfigError(f"env.vectorization={how!r} is not allowed; choose one of: {', '.join(VECTORIZATIONS)}")
     if how == "sync" or render_mode is not None:

@@ -87,8 +87,10 @@ class Rollout:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state.get("exact", True):
-            log.info("this env cannot be captured for an exact resume (classic-control and toy-text envs stepped "
-                     "with env.vectorization=sync can): the resumed run starts fresh episodes")
+            envs = getattr(self.env, "envs", None)   # in this process (env.vectorization=sync)
+            log.info("%s cannot be captured for an exact resume (classic-control and toy-text envs stepped with "
+                     "env.vectorization=sync can): the resumed run starts fresh episodes",
+                     f"env.id={envs[0].spec.id}" if envs else "this env")
             return
         restore_env_state(self.env, state["state"])
         self.obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())
