@@ -118,3 +118,28 @@ def test_every_loop_trains_with_async_envs(algo, env_option, tmp_path):
     summary = run_training(tmp_path / "run", f"algo={algo}", f"env={env_option}", "env.num_envs=2",
                            "env.vectorization=async", "algo.learning_starts=100", *TINY)
     assert summary["global_step"] >= 300 and summary["updates"] > 0
+
+
+@pytest.mark.parametrize("num_envs", [1, 3, 8])
+def test_the_replay_ratio_does_not_depend_on_the_number_of_envs(num_envs):
+    """One phase per multiple of train_every crossed from learning_starts on: 8 envs with
+    train_every=4 run two phases a vector step, as 8 single steps would."""
+    from types import SimpleNamespace
+
+    from rl_hydra.loops.schedule import Schedule
+
+    agent = SimpleNamespace(learning_starts=10, train_every=4)
+    schedule, phases = Schedule(total_steps=10_000, eval_every=10_000, log_every=10_000, checkpoint_every=10_000), 0
+    while schedule.step < 1000:
+        phases += schedule.phases_due(agent, num_envs)
+        schedule.advance(num_envs)
+    one_env = sum(1 for step in range(1, schedule.step + 1) if step >= 10 and step % 4 == 0)
+    assert phases == one_env
+
+
+def test_a_run_of_eight_envs_makes_the_updates_of_one(tmp_path):
+    common = ("algo=dqn", "env=cartpole", *TINY, "algo.learning_starts=100", "algo.train_every=4",
+              "algo.gradient_steps=1", "train.total_steps=304")   # 38 vector steps of 8
+    one = run_training(tmp_path / "one", *common)
+    eight = run_training(tmp_path / "eight", *common, "env.num_envs=8")
+    assert one["global_step"] == eight["global_step"] and one["updates"] == eight["updates"] > 0

@@ -77,11 +77,12 @@ class Runner:
 
     # --- called by the loops ----------------------------------------------------------
     def run_due_updates(self) -> None:
-        """The training phase, when the vector step being taken falls due for one:
+        """The training phases that the vector step being taken falls due for, each of
         `agent.gradient_steps` updates on freshly sampled batches."""
         agent, buffer = self.agent, self.buffer
-        if self.schedule.updates_due(agent, self.env.num_envs) and len(buffer):
-            for batch in buffer.sample_batches(agent.batch_size, agent.gradient_steps):
+        phases = self.schedule.phases_due(agent, self.env.num_envs)
+        if phases and len(buffer):
+            for batch in buffer.sample_batches(agent.batch_size, phases * agent.gradient_steps):
                 self.update_on(batch)
 
     def update_on(self, batch) -> None:

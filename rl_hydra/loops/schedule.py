@@ -29,11 +29,14 @@ class Schedule:
         self.step = 0
         self._next_due = 0
 
-    def updates_due(self, agent, num_envs: int) -> bool:
-        """Whether the vector step being taken starts a training phase: it crosses a multiple
-        of `agent.train_every` and reaches `agent.learning_starts`."""
-        after = self.step + num_envs
-        return after >= agent.learning_starts and crossed(self.step, after, agent.train_every)
+    def phases_due(self, agent, num_envs: int) -> int:
+        """How many training phases the vector step being taken starts: one per multiple of
+        `agent.train_every` it crosses from `agent.learning_starts` on. A vector step of 8 envs
+        with train_every=4 starts two, so the replay ratio does not depend on `env.num_envs`."""
+        before, after = self.step, self.step + num_envs
+        if after < agent.learning_starts:
+            return 0
+        return after // agent.train_every - max(before, agent.learning_starts - 1) // agent.train_every
 
     def advance(self, num_steps: int) -> Due | None:
         """Count `num_steps` env steps; what falls due at them, or None when nothing does."""
