@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from rl_hydra.config import ConfigError
 from tests.conftest import ROOT, compose_config
 
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
@@ -20,9 +21,7 @@ CARTPOLE = ZOO["dqn_cartpole"].hp
 
 
 def parse(*argv: str, out=None) -> argparse.Namespace:
-    args = benchmark.build_parser().parse_args(list(argv))
-    args.algos = args.algos or {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"]}.get(args.set, [])
-    args.learning_starts = args.learning_starts or 1000
+    args = benchmark.with_defaults(benchmark.build_parser().parse_args(list(argv)))
     args.out = out
     return args
 
@@ -140,6 +139,21 @@ def test_the_atari_case_is_the_general_purpose_dqn_on_sb3s_values_not_the_dopami
         sb3["train_freq"], sb3["learning_starts"], sb3["buffer_size"])
     assert cfg.algo.target_update_every * cfg.algo.train_every == sb3["target_update_interval"]
     assert (cfg.network.encoder, list(cfg.network.hidden_sizes)) == ("nature_cnn", [512])
+
+
+def test_the_atari_cases_keep_one_update_per_four_env_steps_with_many_envs():
+    dqn, iqn, rainbow = benchmark.atari_cases(parse("atari", "--num-envs", "8", "--vectorization", "async",
+                                                    "--steps", "800", "--algos", "dqn", "iqn", "rainbow"))
+    sb3 = dqn.peer["kwargs"]
+    assert (sb3["train_freq"], sb3["gradient_steps"]) == (1, 2)   # SB3 counts vector steps of 8
+    assert dqn.peer["env"] == {"atari": "ALE/Pong-v5", "num_envs": 8, "subprocesses": True}
+    for case, preset in ((dqn, None), (iqn, "iqn_atari"), (rainbow, "rainbow_atari")):
+        cfg = compose_config(*case.ours, "seed=0")
+        assert (cfg.env.num_envs, cfg.env.vectorization, cfg.preset and cfg.preset.name) == (8, "async", preset)
+        assert (cfg.algo.batch_size, cfg.algo.train_every, cfg.algo.gradient_steps) == (32, 4, 1)
+        assert case.window == [1000, 1800] and (case.peer is None) == (preset is not None)
+    with pytest.raises(ConfigError, match="--num-envs 6: --learning-starts and --steps must be multiples of it"):
+        benchmark.atari_cases(parse("atari", "--num-envs", "6"))
 
 
 @pytest.mark.slow   # ~25 s each: the smallest budget the command takes, one seed, both sides

@@ -6,6 +6,8 @@ every comparison.
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
     python scripts/benchmarks/benchmark.py minatar --algos qr_dqn iqn rainbow --quantiles 50 --sides ours
     python scripts/benchmarks/benchmark.py atari --seeds 2                # Pong: training steps/s over 20k steps
+    python scripts/benchmarks/benchmark.py atari --game ALE/Breakout-v5 --device cuda --num-envs 8 \
+        --vectorization async --algos dqn iqn rainbow                   # the GPU path (docs/parallel.md)
     ... [--only-seeds 1 2] [--steps 300] [--out DIR] [--record results/NAME.json] [--table-only]
 
 Every run is a fresh process of this script with one torch thread: ours through rl_hydra.api.train
@@ -122,29 +124,45 @@ def minatar_cases(args) -> list[Case]:
 
 
 def atari_cases(args) -> list[Case]:
-    """DQN with the Nature CNN: batch 32, one update every 4 steps, --learning-starts random steps,
-    then --steps timed ones (window: steps/s over those); both sides with the same preprocessing.
-    Ours without the dqn_atari preset (~algo_env), whose Dopamine values (no gradient clipping, Adam
-    eps 1.5e-4) are not SB3's: the general-purpose DQN clips at 10, as SB3 does."""
-    warmup, steps = args.learning_starts, args.steps or 20_000
+    """Batch 32 and one update every 4 env steps with the Nature CNN: --learning-starts random
+    steps, then --steps timed ones (window: steps/s over those) with --num-envs envs stepped as
+    --vectorization says. DQN against SB3's on the same preprocessing, ours without the dqn_atari
+    preset (~algo_env), whose Dopamine values (no gradient clipping, Adam eps 1.5e-4) are not
+    SB3's: the general-purpose DQN clips at 10, as SB3 does. IQN and Rainbow (ours only: SB3 has
+    neither) run their Atari presets on the same budget."""
+    from rl_hydra.config import ConfigError
+
+    warmup, steps, n = args.learning_starts, args.steps or 20_000, args.num_envs
+    if warmup % n or steps % n or (n % 4 and 4 % n):
+        raise ConfigError(f"--num-envs {n}: --learning-starts and --steps must be multiples of it, and it of 4 "
+                          "(or it a divisor of 4), so that the window's ends are vector steps at one update a 4 steps")
     total = warmup + steps + 1   # the final evaluation falls after the window
-    ours = ["algo=dqn", "env=atari", f"env.id={args.game}", "~algo_env", "network.encoder=nature_cnn",
-            "network.hidden_sizes=[512]",
-            "algo.batch_size=32", "algo.train_every=4", "algo.gradient_steps=1", f"algo.learning_starts={warmup}",
-            "algo.optimizer.lr=1e-4", "algo.gamma=0.99", "algo.target_update_every=250", "algo.exploration.start=1.0",
-            "algo.exploration.end=0.01", "algo.exploration.fraction=0.1", f"buffer.capacity={args.capacity}",
-            f"train.total_steps={total}", f"train.eval_every={total}", "train.eval_episodes=1",
-            f"train.checkpoint_every={total}", f"train.log_every={math.gcd(warmup, steps)}", "logger=[csv]",
-            "checkpoint.save_buffer=false"]
+    budget_keys = [f"algo.learning_starts={warmup}", f"buffer.capacity={args.capacity}", f"env.num_envs={n}",
+                   f"env.vectorization={args.vectorization}", f"train.total_steps={total}",
+                   f"train.eval_every={total}", "train.eval_episodes=1", f"train.checkpoint_every={total}",
+                   f"train.log_every={math.gcd(warmup, steps)}", "logger=[csv]", "checkpoint.save_buffer=false"]
+    dqn = ["algo=dqn", "env=atari", f"env.id={args.game}", "~algo_env", "network.encoder=nature_cnn",
+           "network.hidden_sizes=[512]", "algo.batch_size=32", "algo.train_every=4", "algo.gradient_steps=1",
+           "algo.optimizer.lr=1e-4", "algo.gamma=0.99", "algo.target_update_every=250", "algo.exploration.start=1.0",
+           "algo.exploration.end=0.01", "algo.exploration.fraction=0.1", *budget_keys]
+    # SB3 counts train_freq in vector steps and runs gradient_steps per phase: one update per 4 env steps
+    train_freq, gradient_steps = (4 // n, 1) if n <= 4 else (1, n // 4)
     kwargs = dict(learning_rate=1e-4, buffer_size=args.capacity, learning_starts=warmup, batch_size=32, tau=1.0,
-                  gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1000, exploration_fraction=0.1,
-                  exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
+                  gamma=0.99, train_freq=train_freq, gradient_steps=gradient_steps, target_update_interval=1000,
+                  exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
                   optimize_memory_usage=True, replay_buffer_kwargs={"handle_timeout_termination": False})
     window = [warmup, warmup + steps]
-    peer = {"algo": "dqn", "policy": "CnnPolicy", "env": {"atari": args.game}, "kwargs": kwargs, "steps": total,
-            "window": window}
-    return [Case("dqn_" + args.game.split("/")[-1], f"DQN, {args.game}, {steps:,} timed steps", ours, peer, total,
-                 window=window)]
+    peer = {"algo": "dqn", "policy": "CnnPolicy", "kwargs": kwargs, "steps": total, "window": window,
+            "env": {"atari": args.game, "num_envs": n, "subprocesses": args.vectorization != "sync"}}
+    game, envs = args.game.split("/")[-1], "" if n == 1 else f", {n} envs ({args.vectorization})"
+    cases = []
+    for algo in args.algos:
+        ours = dqn if algo == "dqn" else [f"algo={algo}", "env=atari", f"env.id={args.game}",
+                                          f"algo_env={algo}_atari", *budget_keys]
+        suffix = "" if n == 1 else f"_{n}envs_{args.vectorization}"
+        cases.append(Case(f"{algo}_{game}{suffix}", f"{algo}, {args.game}, {steps:,} timed steps{envs}", ours,
+                          peer if algo == "dqn" else None, total, window=window))
+    return cases
 
 
 CASES = {"cartpole": cartpole_cases, "suite": suite_cases, "minatar": minatar_cases, "atari": atari_cases}
@@ -343,12 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sides", nargs="+", default=["ours", "peer"], choices=("ours", "peer"))
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
-    parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow")
+    parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow; "
+                                                   "atari: dqn iqn rainbow")
     parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"], help="minatar games")
     parser.add_argument("--quantiles", type=int, default=HP["quantiles"], help="minatar: QR-DQN's, both sides")
     parser.add_argument("--learning-starts", type=int, help="minatar (5000) and atari (1000): random warm-up steps")
     parser.add_argument("--game", default="ALE/Pong-v5", help="atari")
     parser.add_argument("--capacity", type=int, default=50_000, help="atari: replay capacity, both sides")
+    parser.add_argument("--num-envs", type=int, default=1, help="atari: envs stepped together, both sides")
+    parser.add_argument("--vectorization", default="sync", choices=("sync", "async", "envpool"),
+                        help="atari: ours as env.vectorization; SB3 steps its envs in subprocesses unless sync")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, help="where runs and results go (default: outputs/benchmarks/<set>)")
     parser.add_argument("--record", type=Path, help="also write the record here (results/<name>.json)")
@@ -357,17 +379,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The options whose default depends on the set, filled in."""
+    args.algos = args.algos or {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"], "atari": ["dqn"]}.get(args.set, [])
+    args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
+    args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         print(RESULT + json.dumps(worker(argv[1], json.loads(argv[2]))), flush=True)
         return
     parser = build_parser()
-    args = parser.parse_args(argv)
-    defaults = {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"]}
-    args.algos = args.algos or defaults.get(args.set, [])
-    args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
-    args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
+    args = with_defaults(parser.parse_args(argv))
     if args.set == "suite" and not args.name:
         parser.error("suite needs a suite's name, e.g. discrete_zoo")
     from rl_hydra.config import ConfigError

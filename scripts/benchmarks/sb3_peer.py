@@ -2,7 +2,7 @@
 
     {"algo": "dqn" | "qr_dqn" | "sac", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
      "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
-     "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id}}
+     "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id, "num_envs": N, "subprocesses": bool}}
 
 `run(spec, seed, eval_episodes, device)` builds, learns and evaluates greedily on `eval_episodes`
 envs, env i seeded seed + 1,000,000 + i as our evaluation seeds them. Wall time is all three;
@@ -51,11 +51,14 @@ def env_maker(env: dict, seed: int):
         return make
     import ale_py
     from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack, VecTransposeImage
 
     gym.register_envs(ale_py)
     # ALE emits every frame (the wrapper skips 4); sticky actions and the episode limit as ours
-    atari = make_atari_env(env["atari"], n_envs=1, seed=seed,
+    atari = make_atari_env(env["atari"], n_envs=env.get("num_envs", 1), seed=seed,
+                           vec_env_cls=SubprocVecEnv if env.get("subprocesses") else DummyVecEnv,
+                           # forked before CUDA starts, so the workers know ALE's ids
+                           vec_env_kwargs={"start_method": "fork"} if env.get("subprocesses") else None,
                            env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25, "full_action_space": False,
                                        "max_num_frames_per_episode": 108000},
                            wrapper_kwargs={"noop_max": 30, "frame_skip": 4, "screen_size": 84,
@@ -92,11 +95,12 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     window = spec.get("window") or []
 
     class Marks(BaseCallback):
-        # _on_step runs after each env step, before that step's training phase: the step before
-        # it is the one our loop has finished when it logs that step
+        # _on_step runs after each vector step, before that step's training phase: the vector
+        # step before it is the one our loop has finished when it logs that step
         def _on_step(self) -> bool:
-            if self.num_timesteps - 1 in window:
-                marks[self.num_timesteps - 1] = time.perf_counter()
+            finished = self.num_timesteps - self.training_env.num_envs
+            if finished in window:
+                marks[finished] = time.perf_counter()
             return True
 
     make = env_maker(spec["env"], seed)
