@@ -6,6 +6,7 @@ check they rely on is also exercised on the CPU, by treating every tensor as a d
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -13,8 +14,10 @@ import torch
 
 import rl_hydra.loops.monitor as monitor_module
 import rl_hydra.loops.runner as runner_module
+from rl_hydra import speed
 from rl_hydra.loops.runner import Runner, TrainingDiverged
-from rl_hydra.training import build_components, pick_loop
+from rl_hydra.speed import cuda_graph
+from rl_hydra.training import build_components, pick_loop, seed_everything
 from tests.conftest import TINY, compose_config, run_training
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
@@ -86,7 +89,8 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         obs = next_obs
     for transition in transitions[:-10]:
         buffer.add(*transition)
-    runner.update_on(buffer.sample(agent.batch_size))  # lazy optimizer state, cuBLAS
+    for _ in range(cuda_graph.WARMUP + 2):   # lazy optimizer state, cuBLAS, the gradient step's CUDA graph
+        runner.update_on(buffer.sample(agent.batch_size))
     runner.check_device_updates()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -140,3 +144,87 @@ def test_a_cuda_run_trains_with_its_buffer_on_either_side(tmp_path, where):
     assert buffer.storage["rewards"].is_cuda == (where != "cpu")
     summary = run_training(tmp_path / where, *TINY_CUDA, *CASES["dqn"], f"buffer.device={where}")
     assert summary["updates"] > 0
+
+
+# --- the gradient step replayed from a CUDA graph (rl_hydra/speed/cuda_graph.py) -----------------
+GRAPHED = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "iqn": ["algo=iqn"],
+           "rainbow": ["algo=rainbow"]}   # rainbow: C51, dueling noisy layers, prioritized 3-step replay
+
+
+def graph_config(algo: str, *overrides: str):
+    return compose_config(*TINY_CUDA, "env=cartpole", "network.hidden_sizes=[32,32]", "algo.batch_size=32",
+                          "algo.learning_starts=100",
+                          *GRAPHED[algo], *overrides)
+
+
+def some_batches(cfg, count: int) -> list:
+    """`count` batches of random CartPole play, on the GPU, the same for every agent that trains on them."""
+    _, env, buffer = build_components(cfg, torch.device("cuda"))
+    obs = env.reset(seed=0)[0]
+    for _ in range(300):
+        actions = env.action_space.sample()
+        next_obs, rewards, terminated, truncated, _ = env.step(actions)
+        buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
+        obs = next_obs
+    env.close()
+    return [buffer.sample(32) for _ in range(count)]
+
+
+def fresh_agent(cfg):
+    seed_everything(cfg.seed)   # the same initial weights for every agent of this config
+    return build_components(cfg, torch.device("cuda"))[0]
+
+
+def train_on(agent, batches: list, graphs: bool, steps_between: int = 0) -> list[float]:
+    torch.manual_seed(1)   # the noisy layers' draws
+    losses = []
+    with speed.enabled(graphs):
+        for batch in batches:
+            agent.explore_steps += steps_between   # env steps acted between updates (the lr schedule's clock)
+            losses.append(agent.update(batch)["loss"].clone())
+    return [float(loss) for loss in losses]
+
+
+def assert_same_weights(a, b) -> None:
+    for x, y in zip(a.q_net.state_dict().values(), b.q_net.state_dict().values()):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", sorted(GRAPHED))
+def test_a_replayed_gradient_step_trains_as_the_plain_one(algo):
+    cfg = graph_config(algo)
+    batches = some_batches(cfg, 12)
+    plain, graphed = fresh_agent(cfg), fresh_agent(cfg)
+    plain_losses, graphed_losses = train_on(plain, batches, graphs=False), train_on(graphed, batches, graphs=True)
+    assert cuda_graph._steps[graphed].graph is not None and plain not in cuda_graph._steps
+    assert graphed_losses == pytest.approx(plain_losses, rel=1e-5)
+    assert_same_weights(plain, graphed)
+    if algo == "iqn":   # its fractions' generator advanced alike
+        assert torch.equal(plain.tau_generator.get_state(), graphed.tau_generator.get_state())
+
+
+@needs_cuda
+def test_a_loaded_checkpoint_is_recorded_afresh():
+    cfg = graph_config("dqn")
+    batches, elsewhere = some_batches(cfg, 16), fresh_agent(cfg)
+    train_on(elsewhere, batches[8:], graphs=False)
+    plain, graphed = fresh_agent(cfg), fresh_agent(cfg)
+    for agent, graphs in ((plain, False), (graphed, True)):
+        train_on(agent, batches[:8], graphs)
+        # a copy, as from a file: Adam's load_state_dict keeps the very step tensors it is given
+        agent.load_state_dict(copy.deepcopy(elsewhere.state_dict()))
+        train_on(agent, batches[8:], graphs)
+    assert cuda_graph._steps[graphed].graph is not None
+    assert_same_weights(plain, graphed)
+
+
+@needs_cuda
+def test_a_decaying_learning_rate_is_never_replayed():
+    cfg = graph_config("dqn", "algo.final_lr_fraction=0.5")
+    batches = some_batches(cfg, 10)
+    plain, graphed = fresh_agent(cfg), fresh_agent(cfg)
+    train_on(plain, batches, graphs=False, steps_between=4)
+    train_on(graphed, batches, graphs=True, steps_between=4)
+    assert cuda_graph._steps[graphed].graph is None
+    assert_same_weights(plain, graphed)

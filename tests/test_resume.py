@@ -186,3 +186,21 @@ def test_a_resumed_runs_tensorboard_data_reads_back_whole(tmp_path, monkeypatch)
     csv_steps = [int(row["step"]) for row in metric_rows(tmp_path)]
     assert [e.step for e in events.Scalars("time/elapsed_s")] == csv_steps
     assert [e.step for e in events.Scalars("eval/return_mean")] == [200, 400, 600]
+
+
+@pytest.mark.parametrize("algo, env_option, key, generator", [("iqn", "cartpole", "tau_generator", "tau_generator"),
+                                                               ("redq", "pendulum", "generator", "generator")])
+def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, generator):
+    """A CUDA generator's state (seed and offset, 16 bytes) cannot set a CPU generator: the agent
+    is seeded from it instead, the same way each time (predicting with a GPU run on a laptop)."""
+    from rl_hydra.training import build_components
+
+    cfg = compose_config(f"algo={algo}", f"env={env_option}", *TINY)
+    agent = build_components(cfg, torch.device("cpu"))[0]
+    state = agent.state_dict()
+    state[key] = torch.tensor([7, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0], dtype=torch.uint8)
+    draws = []
+    for _ in range(2):
+        agent.load_state_dict(state)
+        draws.append(torch.rand(4, generator=getattr(agent, generator)))
+    assert torch.equal(draws[0], draws[1])

@@ -36,6 +36,7 @@ BREAKAGES = {
     "host_memory": lambda monkeypatch: monkeypatch.delattr(mmap, "MADV_HUGEPAGE"),         # not Linux
     "vector_env": lambda monkeypatch: monkeypatch.setattr(   # a gymnasium without a private buffer it writes
         vector_env, "PRIVATE_BUFFERS", (*vector_env.PRIVATE_BUFFERS, "_renamed_in_a_later_gymnasium")),
+    "cuda_graph": lambda monkeypatch: monkeypatch.delattr(torch.cuda, "graph"),   # a torch without it
 }
 
 
@@ -117,3 +118,61 @@ def test_fast_paths_is_checked_and_may_change_on_resume():
     assert "fast_paths" in RESUMABLE
     with pytest.raises(ConfigError, match="fast_paths='yes' is not allowed"):
         validate_run_config(compose_config("fast_paths=yes"))
+
+
+# --- cuda_graph: which gradient steps may be replayed (the replay itself: tests/test_cuda.py) ----------
+def built_agent(*overrides: str):
+    return plain_components(compose_config(*overrides, "env=cartpole", "network.hidden_sizes=[16]", *TINY))[0]
+
+
+@pytest.mark.parametrize("algo, base", [("dqn", "DQN"), ("qr_dqn", "QRDQN"), ("iqn", "IQN"), ("c51", "C51"),
+                                        ("rainbow", "C51")])
+def test_the_project_s_q_learning_steps_are_known_to_replay(algo, base):
+    from rl_hydra.speed.cuda_graph import known_base
+
+    assert known_base(built_agent(f"algo={algo}")).__name__ == base
+
+
+def test_a_step_the_layer_does_not_know_runs_plainly():
+    """A subclass's own loss, a compiled loss, a network class from outside the package, DRQN's
+    sequences: each could hold host-side state a replay would freeze, so none is replayed."""
+    from rl_hydra.algos.dqn import DQN
+    from rl_hydra.speed.cuda_graph import known_base
+
+    class OwnLoss(DQN):
+        def loss(self, batch):
+            return super().loss(batch)
+
+    class OwnNetworkBuilder(DQN):   # changes what is built, not what a step runs
+        def make_network(self, network):
+            return super().make_network(network)
+
+    class Scaled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) * 2.0
+
+    agent = built_agent("algo=dqn")
+    assert known_base(agent) is DQN
+    agent.__class__ = OwnNetworkBuilder
+    assert known_base(agent) is DQN
+    agent.__class__ = OwnLoss
+    assert known_base(agent) is None
+    agent.__class__ = DQN
+    agent.loss = torch.compile(agent.loss)   # what compile=true does
+    assert known_base(agent) is None
+    del agent.loss
+    agent.q_net = Scaled(agent.q_net)
+    assert known_base(agent) is None
+    drqn = plain_components(compose_config("algo=drqn", "env=cartpole", *TINY))[0]
+    assert known_base(drqn) is None
+
+
+def test_on_the_cpu_the_gradient_step_is_the_agent_s_own():
+    from rl_hydra.speed import cuda_graph
+
+    agent = built_agent("algo=dqn")
+    assert cuda_graph.graphed_step(agent) is None and agent not in cuda_graph._steps

@@ -152,15 +152,22 @@ class DQN:
         if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
             resample_noise(self.q_net)
             resample_noise(self.target_net)
-        loss, priorities, metrics = self.loss(batch)
-        optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
+        loss, priorities, metrics = speed.gradient_step(self, batch)
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
-        metrics = {"loss": loss.detach(), **metrics, "epsilon": self.epsilon}  # epsilon: a float, no tensor to build
+        metrics = {"loss": loss, **metrics, "epsilon": self.epsilon}  # epsilon: a float, no tensor to build
         if priorities is not None:  # read by a prioritized buffer, not a metric
             metrics["priorities"] = priorities
         return metrics
+
+    def gradient_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """One optimizer step on the batch's loss; (loss, priorities, metrics) as `loss` gives them.
+        It reads the batch and the weights and changes the weights only, so on a GPU the speed
+        layer may replay it from a CUDA graph."""
+        loss, priorities, metrics = self.loss(batch)
+        optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
+        return loss.detach(), priorities, metrics
 
     def state_dict(self) -> dict:
         return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import num_rows, observation_tensor
+from rl_hydra.algos.common import num_rows, observation_tensor, restore_generator
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.config import check_float, check_int
@@ -94,4 +94,4 @@ class IQN(DQN):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.tau_generator.set_state(state["tau_generator"])
+        restore_generator(self.tau_generator, state["tau_generator"])

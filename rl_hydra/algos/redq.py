@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, update_target,
-                                   vector_features)
+from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, restore_generator,
+                                   update_target, vector_features)
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.protocols import Batch, Capabilities
 
@@ -227,7 +227,7 @@ class REDQ:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.updates = state["updates"]
-        self.generator.set_state(state["generator"])
+        restore_generator(self.generator, state["generator"])
         self.last_actor_metrics = dict(state["last_actor_metrics"])
         noise = state.get("exploration_noise")   # absent from checkpoints made before gSDE
         self.exploration_noise = None if noise is None else noise.to(self.device)

@@ -6,6 +6,7 @@
 | `mirror` | numpy_mirror.py | the torch forward pass | `nn.Module`'s hook and child dicts |
 | `host_memory` | host_memory.py | `torch.zeros` | `mmap.MADV_HUGEPAGE`, `torch.frombuffer`, `nn.Module._apply` |
 | `vector_env` | vector_env.py | gymnasium's `SyncVectorEnv.step` | `SyncVectorEnv`'s private step buffers |
+| `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, run eagerly | `torch.cuda.CUDAGraph` and its generator registration |
 
 The rest of the package calls the functions below and never a fast path itself, so an algorithm
 reads like its paper and its author need not know the layer exists. Each fast path is probed
@@ -28,14 +29,16 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.speed import host_memory, lean_adam, numpy_mirror, vector_env
+from rl_hydra.speed import cuda_graph, host_memory, lean_adam, numpy_mirror, vector_env
 
 log = logging.getLogger(__name__)
 
 PLAIN_PATHS = {"adam": "torch.optim.Adam's own step", "mirror": "torch forward passes when acting",
-               "host_memory": "ordinary pages", "vector_env": "gymnasium's SyncVectorEnv.step"}
+               "host_memory": "ordinary pages", "vector_env": "gymnasium's SyncVectorEnv.step",
+               "cuda_graph": "eager gradient steps on CUDA"}
 PROBES: dict[str, Callable[[], None]] = {"adam": lean_adam.probe, "mirror": numpy_mirror.probe,
-                                         "host_memory": host_memory.probe, "vector_env": vector_env.probe}
+                                         "host_memory": host_memory.probe, "vector_env": vector_env.probe,
+                                         "cuda_graph": cuda_graph.probe}
 _switch = {"on": True}   # set only through `enabled`, which restores it
 
 
@@ -93,6 +96,14 @@ def numpy_action_values(agent: Any, obs: np.ndarray) -> np.ndarray | None:
     """`agent.action_values(obs)` computed in numpy (float32 (n, obs_dim) -> (n, A)), or None where
     the mirror is off or has no exact twin for it (then the caller runs torch)."""
     return numpy_mirror.call_mirror(agent, "action_values", obs) if active("mirror") else None
+
+
+# --- cuda graph --------------------------------------------------------------------------------
+def gradient_step(agent: Any, batch: Any) -> Any:
+    """`agent.gradient_step(batch)`; on a CUDA run, replayed from a CUDA graph where the step is
+    one the layer knows (cuda_graph.KNOWN) and nothing it reads has moved since it was recorded."""
+    replay = cuda_graph.graphed_step(agent) if active("cuda_graph") else None
+    return agent.gradient_step(batch) if replay is None else replay(batch)
 
 
 # --- host memory -------------------------------------------------------------------------------

@@ -1,0 +1,163 @@
+"""An agent's gradient step replayed as one CUDA graph.
+
+On a GPU, a small network's update is bound by the host: a Nature-CNN DQN update at batch 32
+launches about 150 kernels, one at a time from Python, and the GPU waits between them. A CUDA
+graph records those launches once and replays them with one call. What it records must read
+only tensors that stay where they are and change nothing on the host, so:
+
+- it replays only gradient steps known to be that: the project's own Q-learning agents'
+  (KNOWN), in an agent whose class, instance and networks override none of what they run. A
+  subclass with its own loss, a compiled loss, or a network class from outside the package
+  gets the plain step;
+- each batch is copied into the graph's own input tensors; the outputs (loss, priorities,
+  metrics) are the graph's tensors, rewritten by the next replay;
+- it records only after WARMUP calls in a row in which nothing it reads has moved: the same
+  parameter, buffer and optimizer-state tensors, learning rates and batch shapes. Anything that
+  moves (a loaded checkpoint, a learning rate that decays) drops the graph and runs the plain step;
+- random draws inside the step (IQN's fractions) come from generators registered with the
+  graph, which advance at every replay as they do when the step runs eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+WARMUP = 3   # plain calls in a row before recording: lazy state (optimizer moments, cuBLAS) is made by then
+
+# what each known agent's gradient step runs: an agent whose class resolves one of these to another
+# function than the known class does takes the plain step
+KNOWN: dict[str, tuple[str, ...]] = {
+    "rl_hydra.algos.dqn.DQN": ("gradient_step", "loss"),
+    "rl_hydra.algos.qr_dqn.QRDQN": ("gradient_step", "loss"),
+    "rl_hydra.algos.c51.C51": ("gradient_step", "loss", "expected_values"),
+    "rl_hydra.algos.iqn.IQN": ("gradient_step", "loss", "quantile_loss", "sample_taus", "action_values"),
+}
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def known_base(agent: Any) -> type | None:
+    """The nearest class in the agent's MRO whose gradient step is known to replay, if the agent
+    runs that very step (no override in its class or instance, no network class of its own)."""
+    base = next((cls for cls in type(agent).__mro__ if qualified_name(cls) in KNOWN), None)
+    if base is None:
+        return None
+    methods = KNOWN[qualified_name(base)]
+    if any(name in vars(agent) or getattr(type(agent), name) is not getattr(base, name) for name in methods):
+        return None
+    modules = [value for value in vars(agent).values() if isinstance(value, nn.Module)]
+    if not all(type(m).__module__.startswith(("rl_hydra.", "torch.nn.")) for module in modules for m in module.modules()):
+        return None
+    return base
+
+
+def generators(agent: Any) -> list[torch.Generator]:
+    """The agent's own CUDA generators (its default generator is registered by torch itself)."""
+    return [value for value in vars(agent).values() if isinstance(value, torch.Generator) and value.device.type == "cuda"]
+
+
+class GraphedStep:
+    """`agent.gradient_step(batch)`, replayed from a CUDA graph once it has run WARMUP times alike."""
+
+    def __init__(self, agent: Any):
+        self.agent = weakref.proxy(agent)
+        self.stream = torch.cuda.Stream(device=agent.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: Any = None
+        self.outputs: Any = None
+        self.recorded: tuple | None = None
+        self.seen: tuple | None = None
+        self.alike = 0
+        self.failed: str | None = None
+
+    def fingerprint(self, batch) -> tuple:
+        """What the recorded kernels depend on: where every tensor they read lives, and the batch's shapes."""
+        agent = self.agent
+        tensors = [t for value in vars(agent).values() if isinstance(value, nn.Module)
+                   for t in (*value.parameters(), *value.buffers())]
+        tensors += [t for state in agent.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+        lrs = tuple(group["lr"] for group in agent.optimizer.param_groups)
+        shapes = tuple(None if value is None else (tuple(value.shape), value.dtype, value.device)
+                       for value in batch if torch.is_tensor(value) or value is None)
+        return tuple(t.data_ptr() for t in tensors), lrs, shapes
+
+    def __call__(self, batch):
+        if self.failed:
+            return self.agent.gradient_step(batch)
+        seen = self.fingerprint(batch)
+        if self.graph is not None and seen == self.recorded:
+            return self.replay(batch)
+        self.graph, self.recorded = None, None   # something moved: record again once it settles
+        self.alike = self.alike + 1 if seen == self.seen else 1
+        self.seen = seen
+        if self.alike <= WARMUP:
+            return self.on_side_stream(lambda: self.agent.gradient_step(batch))
+        try:
+            self.record(batch)
+        except Exception as error:   # a step that cannot be recorded runs plainly from now on
+            self.graph, self.failed = None, f"{type(error).__name__}: {error}".splitlines()[0]
+            log.info("speed: cuda_graph falls back to the plain gradient step (%s)", self.failed)
+            torch.cuda.synchronize(self.agent.device)
+            return self.agent.gradient_step(batch)
+        self.recorded = seen
+        return self.replay(batch)
+
+    def on_side_stream(self, run: Callable[[], Any]) -> Any:
+        """Run on the recording stream, ordered after and before the work on the current one (the
+        warm-up runs where the recording will, so lazy per-stream state exists by then)."""
+        current = torch.cuda.current_stream(self.agent.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            result = run()
+        current.wait_stream(self.stream)
+        return result
+
+    def record(self, batch) -> None:
+        self.inputs = type(batch)(*(value.clone() if torch.is_tensor(value) and value.is_cuda else None
+                                    for value in batch))
+        graph = torch.cuda.CUDAGraph()
+        for generator in generators(self.agent):
+            graph.register_generator_state(generator)
+        self.stream.wait_stream(torch.cuda.current_stream(self.agent.device))
+        with torch.cuda.graph(graph, stream=self.stream):
+            self.outputs = self.agent.gradient_step(self.inputs)
+        torch.cuda.current_stream(self.agent.device).wait_stream(self.stream)
+        self.graph = graph
+
+    def replay(self, batch):
+        for static, value in zip(self.inputs, batch):
+            if static is not None:
+                static.copy_(value, non_blocking=True)
+        self.graph.replay()
+        return self.outputs
+
+
+_steps: "weakref.WeakKeyDictionary[Any, GraphedStep]" = weakref.WeakKeyDictionary()
+
+
+def graphed_step(agent: Any) -> GraphedStep | None:
+    """The agent's GraphedStep, made on first use; None where its step does not replay."""
+    if getattr(agent, "device", torch.device("cpu")).type != "cuda" or known_base(agent) is None:
+        return None
+    if agent not in _steps:
+        _steps[agent] = GraphedStep(agent)
+    return _steps[agent]
+
+
+def probe() -> None:
+    """Raises unless the CUDA graph API the replay uses is here; what only a CUDA build has is
+    checked where CUDA is (tests/test_cuda.py compares the replay with the plain step there)."""
+    for name in ("capture_begin", "capture_end", "replay"):
+        getattr(torch.cuda.CUDAGraph, name)
+    torch.cuda.graph  # noqa: B018 (its presence is what is checked)
+    if torch.cuda.is_available():
+        torch.cuda.CUDAGraph.register_generator_state  # noqa: B018
