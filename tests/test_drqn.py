@@ -1,4 +1,4 @@
-"""DRQN: the LSTM Q-network, the sequence buffer, the masked loss, the velocity mask, the recurrent loop."""
+"""DRQN: the recurrent Q-network (LSTM or GRU core), the sequence buffer, the masked loss, the velocity mask, the recurrent loop."""
 
 from __future__ import annotations
 
@@ -37,20 +37,32 @@ def test_network_shapes_and_initial_state():
     assert values.shape == (7, 2, 3) and h.shape == c.shape == (2, 5)
 
 
-def test_one_step_acting_equals_the_sequence_forward():
+@pytest.mark.parametrize("cell, parts", [("lstm", 2), ("gru", 1)])
+def test_one_step_acting_equals_the_sequence_forward(cell, parts):
     torch.manual_seed(0)
-    net = RecurrentQNetwork(4, 3, encoder_sizes=[16], lstm_size=8, head_sizes=[8])
+    net = RecurrentQNetwork(4, 3, encoder_sizes=[16], lstm_size=8, head_sizes=[8], cell=cell)
     obs = torch.randn(6, 5, 4)
-    start = (torch.randn(5, 8), torch.randn(5, 8))  # a stored, non-zero state
+    start = tuple(torch.randn(5, 8) for _ in range(parts))  # a stored, non-zero state: (h, c) or (h,)
     with torch.no_grad():
-        sequence_values, (h_seq, c_seq) = net(obs, start)
+        sequence_values, sequence_state = net(obs, start)
         state, step_values = start, []
         for t in range(6):
             values, state = net.act(obs[t], state)
             step_values.append(values)
     torch.testing.assert_close(torch.stack(step_values), sequence_values)
-    torch.testing.assert_close(state[0], h_seq)
-    torch.testing.assert_close(state[1], c_seq)
+    assert len(state) == len(sequence_state) == len(net.initial_state(5)) == parts
+    for step_part, sequence_part in zip(state, sequence_state):
+        torch.testing.assert_close(step_part, sequence_part)
+
+
+def test_checkpoints_that_named_the_core_lstm_still_load():
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(4, 3, lstm_size=5)
+    old = {key.replace("core.", "lstm."): value for key, value in net.state_dict().items()}
+    fresh = RecurrentQNetwork(4, 3, lstm_size=5)
+    fresh.load_state_dict(old)
+    obs, state = torch.randn(3, 2, 4), net.initial_state(2)
+    torch.testing.assert_close(fresh(obs, state)[0], net(obs, state)[0])
 
 
 def test_reset_state_zeroes_only_the_rows_that_start_an_episode():
@@ -254,6 +266,7 @@ def test_old_env_name_cartpole_novel_composes_like_cartpole_no_velocity(algo):
     (["buffer.sequence_length=0"], "buffer.sequence_length=0 is out of range"),
     (["buffer.stride=20"], "buffer.stride=20 is out of range"),
     (["algo.burn_in=-1"], "algo.burn_in=-1 is out of range"),
+    (["network.cell=rnn"], "network.cell='rnn' is not allowed; choose one of: lstm, gru"),
     (["network=dqn"], "but algo=drqn builds on rl_hydra.networks.recurrent.RecurrentQNetwork; leave network= out"),
 ])
 def test_bad_configs_fail_while_building(overrides, message):
@@ -310,22 +323,26 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     assert checked > 10 and buffer.episode_start[: len(buffer)].sum() > 3
 
 
-@pytest.mark.parametrize("env", ["cartpole_no_velocity", "cartpole"])
-def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env):
-    summary = run_training(tmp_path, "algo=drqn", f"env={env}", *TINY, "algo.learning_starts=100",
-                           "algo.train_every=50", "algo.gradient_steps=2", "algo.burn_in=2", "algo.batch_size=4")
+@pytest.mark.parametrize("env, cell", [("cartpole_no_velocity", "lstm"), ("cartpole", "lstm"),
+                                       ("cartpole_no_velocity", "gru")])
+def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env, cell):
+    summary = run_training(tmp_path, "algo=drqn", f"env={env}", f"network.cell={cell}", *TINY,
+                           "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2",
+                           "algo.burn_in=2", "algo.batch_size=4")
     assert summary["status"] == "completed" and summary["global_step"] == 300 and summary["updates"] == 10
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert rows[-1]["train/loss"] and rows[-1]["eval/return_mean"]
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
-    assert checkpoint["buffer"]["size"] > 0 and len(checkpoint["buffer"]["states"]) == 2
+    assert checkpoint["buffer"]["size"] > 0 and len(checkpoint["buffer"]["states"]) == {"lstm": 2, "gru": 1}[cell]
+    assert any(key.startswith("core.") for key in checkpoint["agent"]["q_net"])
 
 
-def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch, cell):
     # stopped mid-episode at step 307: the actor's state and the open chunks must carry over
     cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "train.total_steps=500", "train.eval_every=250",
                          "train.checkpoint_every=100", "algo.learning_starts=60", "algo.train_every=20",
-                         "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2")
+                         "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2", f"network.cell={cell}")
     uninterrupted = run(cfg, tmp_path / "a")
     with monkeypatch.context() as patch:
         stop_at(patch, 307)
@@ -344,9 +361,11 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
 
 
 @pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
-def test_drqn_learns_cartpole_without_velocities(tmp_path):
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_drqn_learns_cartpole_without_velocities(tmp_path, cell):
     """A short run with a generous bar: a constant action scores about 9, random play about 20."""
-    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", "train.total_steps=8000",
+    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", f"network.cell={cell}",
+                           "train.total_steps=8000",
                            "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
                            "device=cpu", "checkpoint.save_buffer=false")
     assert summary["best_eval_return_mean"] >= 50, summary

@@ -1,6 +1,6 @@
 """DRQN (Hausknecht & Stone 2015) trained on stored-state sequences with burn-in (R2D2, Kapturowski et al. 2019).
 
-Q-learning over fixed-length chunks: the LSTM unrolls each chunk from the hidden
+Q-learning over fixed-length chunks: the recurrent core unrolls each chunk from the hidden
 state the actor had at its first step, and every real step t gets the target
 r_t + gamma * Q_target(o_{t+1}, h_{t+1}) from the target network unrolled the same
 way. Exploration, target syncs, the optimizer step and checkpoints are DQN's.

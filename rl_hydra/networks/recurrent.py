@@ -1,4 +1,4 @@
-"""The recurrent Q-network of DRQN (Hausknecht & Stone 2015): MLP encoder, LSTM core, Q head."""
+"""The recurrent Q-network of DRQN (Hausknecht & Stone 2015): MLP encoder, LSTM or GRU core, Q head."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import check_int
+from rl_hydra.config import check_choice, check_int
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import mlp
 
-# The LSTM state (h, c), each (B, lstm_size): batch first, so rows can be stored and reset per env.
-State = tuple[torch.Tensor, torch.Tensor]
+# The core's state, each tensor (B, lstm_size): (h, c) for an LSTM, (h,) for a GRU. Batch first,
+# so rows can be stored and reset per env.
+State = tuple[torch.Tensor, ...]
+CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 class RecurrentQNetwork(nn.Module):
@@ -23,9 +25,10 @@ class RecurrentQNetwork(nn.Module):
 
     def __init__(self, observation: int | gym.Space, num_actions: int, encoder_sizes: Sequence[int] = (64,),
                  lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu",
-                 encoder: str = "auto", discrete_embedding: int | None = None):
+                 encoder: str = "auto", discrete_embedding: int | None = None, cell: str = "lstm"):
         super().__init__()
         self.lstm_size = check_int("network.lstm_size", lstm_size, minimum=1)
+        self.cell = check_choice("network.cell", cell, CELLS)
         # the Box encoders read (N, *shape) and are folded over the time axis here; the others
         # (indices, a Dict of parts) take any leading axes themselves
         self.observation_shape = ((observation,) if isinstance(observation, int) else tuple(observation.shape)
@@ -33,13 +36,14 @@ class RecurrentQNetwork(nn.Module):
         # frames or grids: a CNN (networks/encoders.py) before the MLP encoder; None for vectors
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)
         self.encoder = mlp(features, None, encoder_sizes, activation)
-        self.lstm = nn.LSTM(encoder_sizes[-1] if encoder_sizes else features, lstm_size)
+        self.core = CELLS[cell](encoder_sizes[-1] if encoder_sizes else features, lstm_size)
         self.head = mlp(lstm_size, num_actions, head_sizes, activation)
+        self._register_load_state_dict_pre_hook(rename_lstm)
 
     def initial_state(self, batch: int) -> State:
         """The state before an episode's first observation: zeros."""
         zeros = torch.zeros(batch, self.lstm_size, device=self.head[-1].weight.device)
-        return zeros, zeros.clone()
+        return (zeros, zeros.clone()) if self.cell == "lstm" else (zeros,)
 
     def reset_state(self, state: State, episode_start: np.ndarray | torch.Tensor) -> State:
         """`state` with the rows where a new episode starts replaced by the initial state."""
@@ -60,17 +64,27 @@ class RecurrentQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         features = self.features(obs)                                          # (T, B, E)
-        h, c = state                                                           # (B, H) each
-        outputs, (h, c) = self.lstm(features, (h[None].contiguous(), c[None].contiguous()))  # (T, B, H)
-        return self.head(outputs), (h[0], c[0])                                # (T, B, A), (B, H) each
+        layered = tuple(s[None].contiguous() for s in state)                   # (1, B, H) each
+        outputs, layered = self.core(features, layered if self.cell == "lstm" else layered[0])  # (T, B, H)
+        layered = layered if self.cell == "lstm" else (layered,)
+        return self.head(outputs), tuple(s[0] for s in layered)                # (T, B, A), (B, H) each
 
     def act(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """One step while collecting: obs (B, obs_dim) -> values (B, num_actions) and the next state.
 
-        The same LSTM weights as `forward`, through the single-step cell kernel: on CPU it
-        costs a fraction of a length-1 `nn.LSTM` call, and acting runs it at every env step.
+        The same weights as `forward`, through the single-step cell kernel: on CPU it costs a
+        fraction of a length-1 `nn.LSTM` (or `nn.GRU`) call, and acting runs it at every env step.
         """
-        lstm = self.lstm
-        h, c = torch.lstm_cell(self.features(obs), state, lstm.weight_ih_l0, lstm.weight_hh_l0,
-                               lstm.bias_ih_l0, lstm.bias_hh_l0)                  # (B, H) each
-        return self.head(h), (h, c)                                            # (B, A)
+        core, features = self.core, self.features(obs)
+        weights = core.weight_ih_l0, core.weight_hh_l0, core.bias_ih_l0, core.bias_hh_l0
+        if self.cell == "lstm":
+            state = torch.lstm_cell(features, state, *weights)                 # (h, c): (B, H) each
+        else:
+            state = (torch.gru_cell(features, state[0], *weights),)            # (h,): (B, H)
+        return self.head(state[0]), state                                      # (B, A)
+
+
+def rename_lstm(state_dict, prefix, *_) -> None:
+    """Checkpoints written before `network.cell` named the core `lstm`: their keys load into `core`."""
+    for key in [k for k in state_dict if k.startswith(prefix + "lstm.")]:
+        state_dict[prefix + "core." + key[len(prefix) + 5:]] = state_dict.pop(key)
