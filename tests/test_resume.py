@@ -204,3 +204,16 @@ def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, gen
         agent.load_state_dict(state)
         draws.append(torch.rand(4, generator=getattr(agent, generator)))
     assert torch.equal(draws[0], draws[1])
+
+
+def test_a_gpu_run_s_buffer_resumes_on_the_cpu():
+    """`--resume device=cpu` of a GPU run: the buffer's sampling generator takes the CUDA state's seed."""
+    from rl_hydra.training import build_components
+
+    buffer = build_components(compose_config("algo=dqn", "env=cartpole", *TINY), torch.device("cpu"))[2]
+    state = buffer.state_dict()
+    state["generator"] = torch.tensor([7, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0], dtype=torch.uint8)
+    buffer.load_state_dict(state)
+    first = torch.rand(4, generator=buffer.generator)
+    buffer.load_state_dict(state)
+    assert torch.equal(first, torch.rand(4, generator=buffer.generator))

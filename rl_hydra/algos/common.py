@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Callable, Iterable
 
 import gymnasium as gym
@@ -128,16 +127,6 @@ def compile_pure_methods(agent) -> None:
     """
     for name in agent.compiled_methods:
         setattr(agent, name, torch.compile(getattr(agent, name)))
-
-
-def restore_generator(generator: torch.Generator, state: torch.Tensor) -> None:
-    """`generator.set_state(state)`; a state saved on another kind of device (a GPU run's,
-    predicted with on a CPU, or back) belongs to another algorithm, so the generator is seeded
-    from it instead: the draws go on deterministically, though not as they would have there."""
-    if state.numel() == generator.get_state().numel():
-        generator.set_state(state)
-    else:
-        generator.manual_seed(int.from_bytes(hashlib.sha256(state.cpu().numpy().tobytes()).digest()[:8], "little"))
 
 
 @torch.no_grad()

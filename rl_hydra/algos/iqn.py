@@ -18,12 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import num_rows, observation_tensor, restore_generator
+from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.runs.rng import restore_generator
 
 
 class IQN(DQN):

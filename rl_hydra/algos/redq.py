@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, restore_generator,
-                                   update_target, vector_features)
+from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, update_target,
+                                   vector_features)
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.runs.rng import restore_generator
 
 
 # --- the math -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import Batch
+from rl_hydra.runs.rng import restore_generator
 
 log = logging.getLogger(__name__)
 
@@ -317,4 +318,4 @@ class ReplayBuffer:
         if self.frames is not None:
             self.frames.load_state_dict(state["frames"])
         self.pos, self.size = state["pos"], state["size"]
-        self.generator.set_state(state["generator"])
+        restore_generator(self.generator, state["generator"])

@@ -29,6 +29,7 @@ from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, 
 from rl_hydra.config import ConfigError, check_choice, check_int
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import SequenceBatch
+from rl_hydra.runs.rng import restore_generator
 
 
 class SequenceBuffer:
@@ -262,4 +263,4 @@ class SequenceBuffer:
         self.open_length[:] = state["open_length"].numpy()
         self.open_episode_start[:] = state["open_episode_start"].numpy()
         self.pos, self.size = state["pos"], size
-        self.generator.set_state(state["generator"])
+        restore_generator(self.generator, state["generator"])
