@@ -38,7 +38,7 @@ class RecurrentQNetwork(nn.Module):
         self.encoder = mlp(features, None, encoder_sizes, activation)
         self.core = CELLS[cell](encoder_sizes[-1] if encoder_sizes else features, lstm_size)
         self.head = mlp(lstm_size, num_actions, head_sizes, activation)
-        self._register_load_state_dict_pre_hook(rename_lstm)
+        self.register_load_state_dict_pre_hook(rename_lstm)
 
     def initial_state(self, batch: int) -> State:
         """The state before an episode's first observation: zeros."""
@@ -84,7 +84,7 @@ class RecurrentQNetwork(nn.Module):
         return self.head(state[0]), state                                      # (B, A)
 
 
-def rename_lstm(state_dict, prefix, *_) -> None:
+def rename_lstm(module, state_dict, prefix, *_) -> None:
     """Checkpoints written before `network.cell` named the core `lstm`: their keys load into `core`."""
     for key in [k for k in state_dict if k.startswith(prefix + "lstm.")]:
         state_dict[prefix + "core." + key[len(prefix) + 5:]] = state_dict.pop(key)
