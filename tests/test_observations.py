@@ -337,6 +337,25 @@ def test_minigrid_s_view_is_channels_first_with_its_real_bounds_and_its_mission_
     assert np.array_equal(obs["mission"][0], ObservationParts.words("get to the green goal square"))
 
 
+def test_minigrid_s_navigation_actions_are_its_first_three_and_a_run_acts_only_with_them(tmp_path):
+    skip_without_env_extra("env=minigrid")
+    from rl_hydra import train
+    from rl_hydra.envs import make_env
+
+    env = make_env(compose_config("env=minigrid", "env.id=MiniGrid-MemoryS7-v0", "env.actions=navigation").env, seed=0)
+    assert env.single_action_space == gym.spaces.Discrete(3)
+    env.reset(seed=0)
+    start = tuple(env.envs[0].unwrapped.agent_pos)
+    env.step(np.array([2]))   # forward, under MiniGrid's own number (the agent starts facing an open cell)
+    assert tuple(env.envs[0].unwrapped.agent_pos) == (start[0] + 1, start[1])
+    run = train("env=minigrid", "env.actions=navigation", *TINY, "algo.learning_starts=100",
+                run_dir=tmp_path / "run", checkpoint="last")
+    raw, _ = gym.make("MiniGrid-Empty-5x5-v0").reset(seed=0)
+    assert run.predict(raw) in range(3)
+    with pytest.raises(ConfigError, match="env.actions='nav' is not allowed; choose one of: all, navigation"):
+        make_env(compose_config("env=minigrid", "env.actions=nav").env, seed=0)
+
+
 def test_a_minigrid_run_predicts_from_gymnasium_s_own_observation_and_from_its_parts(tmp_path):
     skip_without_env_extra("env=minigrid")
     from rl_hydra import train
