@@ -26,7 +26,7 @@ from rl_hydra.envs import spaces
 from rl_hydra.envs import wrappers
 from rl_hydra.envs.wrappers import ObservationParts
 from rl_hydra.networks.categorical import CategoricalNetwork
-from rl_hydra.networks.encoders import Embedding, OneHot, make_encoder, network_input
+from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_encoder, network_input
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
@@ -38,7 +38,9 @@ MULTI_DISCRETE = gym.spaces.MultiDiscrete([3, 4, 5])
 MULTI_BINARY = gym.spaces.MultiBinary(6)
 DICT = gym.spaces.Dict({"image": gym.spaces.Box(0, 10, (3, 7, 7), np.uint8), "direction": gym.spaces.Discrete(4),
                         "bits": gym.spaces.MultiBinary(2), "position": gym.spaces.Box(-1, 1, (2,), np.float32)})
-SPACES = {"discrete": DISCRETE, "multi_discrete": MULTI_DISCRETE, "multi_binary": MULTI_BINARY, "dict": DICT}
+INDEX_GRID = gym.spaces.MultiDiscrete(np.broadcast_to(np.array([11, 6, 3])[:, None, None], (3, 7, 7)), dtype=np.uint8)
+SPACES = {"discrete": DISCRETE, "multi_discrete": MULTI_DISCRETE, "multi_binary": MULTI_BINARY, "dict": DICT,
+          "index_grid": INDEX_GRID}   # INDEX_GRID: MiniGrid's view, as envs/minigrid.py declares it
 ACTIONS = gym.spaces.Discrete(3)
 ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
 
@@ -136,6 +138,26 @@ def test_multi_discrete_is_one_one_hot_per_dimension_side_by_side_and_starts_cou
     assert torch.equal(out, torch.tensor([[0, 0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0, 1]], dtype=torch.float32))
 
 
+def test_an_index_grid_is_one_hot_per_channel_in_place_then_read_by_the_grid_cnn():
+    grid = torch.as_tensor(batch_of(INDEX_GRID, 5))                                   # (5, 3, 7, 7) uint8
+    encoder, size = make_encoder(INDEX_GRID)
+    indices = encoder.encoder[0]
+    assert isinstance(indices, GridIndices) and size == 64
+    expected = torch.cat([F.one_hot(grid[:, c].long(), n).permute(0, 3, 1, 2) for c, n in enumerate((11, 6, 3))], 1)
+    assert torch.equal(indices(grid), expected.float())                               # (5, 20, 7, 7)
+    timed = encoder(grid.reshape(5, 1, 3, 7, 7))                                      # DRQN's (T, B, ...) axes
+    torch.testing.assert_close(timed.reshape(5, -1), encoder(grid))
+    embedded, _ = make_encoder(INDEX_GRID, discrete_embedding=4)
+    table = embedded.encoder[0].table.weight                                          # (20, 4)
+    features = embedded.encoder[0](grid)                                              # (5, 3 * 4, 7, 7)
+    assert features.shape == (5, 12, 7, 7)
+    assert torch.equal(features[2, 4:8, 1, 3], table[11 + int(grid[2, 1, 1, 3])])      # colour: rows 11..16
+    flat, size = make_encoder(INDEX_GRID, "flat")                                     # or one multi-hot vector
+    assert isinstance(flat, OneHot) and size == 49 * 20
+    uneven = gym.spaces.MultiDiscrete(np.arange(2, 2 + 3 * 49).reshape(3, 7, 7))      # bounds vary inside a channel
+    assert isinstance(make_encoder(uneven)[0], OneHot)
+
+
 def test_part_encoders_take_any_leading_axes_and_concatenate_in_part_order():
     encoder, size = make_encoder(DICT)
     assert size == 2 + 4 + 64 + 2   # bits, one-hot direction, grid_cnn on the 7x7 image, the vector (sorted keys)
@@ -205,7 +227,7 @@ def test_drqn_acts_and_learns_on_every_space(space):
 
 
 @pytest.mark.parametrize("algo", ["sac", "redq"])
-@pytest.mark.parametrize("space", ["discrete", "multi_discrete", "multi_binary"])
+@pytest.mark.parametrize("space", ["discrete", "multi_discrete", "multi_binary", "index_grid"])
 def test_sac_and_redq_read_indices_and_bits_one_hot(algo, space):
     space, action_space = SPACES[space], gym.spaces.Box(-1, 1, (2,), np.float32)
     cfg = compose_config(f"algo={algo}", "env=pendulum", "~algo_env", "network.actor.hidden_sizes=[16]",
@@ -320,7 +342,7 @@ def test_popgym_and_minigrid_ids_register_themselves_and_train(tmp_path, args):
     assert summary["status"] == "completed" and summary["global_step"] == 300
 
 
-def test_minigrid_s_view_is_channels_first_with_its_real_bounds_and_its_mission_is_dropped(caplog):
+def test_minigrid_s_view_is_a_channels_first_index_grid_and_its_mission_is_dropped(caplog):
     skip_without_env_extra("env=minigrid")
     from rl_hydra.envs import make_env
 
@@ -328,7 +350,8 @@ def test_minigrid_s_view_is_channels_first_with_its_real_bounds_and_its_mission_
         env = make_env(compose_config("env=minigrid").env, seed=0)
     space = env.single_observation_space
     assert list(space.spaces) == ["direction", "image"] and space["image"].shape == (3, 7, 7)
-    assert space["image"].high.max() == 10 and make_encoder(space)[1] == 4 + 64   # one-hot direction, grid_cnn
+    assert space["image"] == gym.spaces.MultiDiscrete(INDEX_GRID.nvec, dtype=np.uint8)   # 11 objects, 6 colours, 3 states
+    assert make_encoder(space)[1] == 4 + 64   # one-hot direction, grid_cnn on the one-hot view
     said = "observation part 'mission' (MissionSpace) is text, which no network encodes: dropped"
     assert said in caplog.text or any(line.startswith(said) for line in wrappers._said)   # said once per process
     kept = make_env(compose_config("env=minigrid", "env.keep_text=true").env, seed=0)

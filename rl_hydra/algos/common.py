@@ -47,7 +47,7 @@ def vector_features(observation_space: gym.Space, algo: str) -> tuple[nn.Module 
             where = f"observation part {name!r}" if name else "observations"
             raise ConfigError(f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
                               f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them")
-    return make_encoder(observation)
+    return make_encoder(observation, "flat")   # an index grid too becomes one multi-hot vector
 
 
 def num_rows(obs) -> int:

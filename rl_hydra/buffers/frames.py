@@ -31,9 +31,11 @@ from rl_hydra.config import ConfigError
 
 
 def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
-    """`buffer.share_frames`: true, false, or auto (uint8 stacks of frames: (S >= 2, H, W))."""
+    """`buffer.share_frames`: true, false, or auto (uint8 stacks of frames: a Box (S >= 2, H, W);
+    a grid of indices, such as MiniGrid's MultiDiscrete view, is no stack)."""
     shape = tuple(observation_space.shape or ())
-    stacks = observation_space.dtype == np.uint8 and len(shape) == 3 and shape[0] >= 2
+    stacks = (isinstance(observation_space, gym.spaces.Box) and observation_space.dtype == np.uint8
+              and len(shape) == 3 and shape[0] >= 2)
     if setting is True and not stacks:
         raise ConfigError(f"buffer.share_frames=true needs observations that stack uint8 frames, (S >= 2, H, W); "
                           f"the env has {observation_space} (use buffer.share_frames=auto or false)")

@@ -10,9 +10,10 @@ from rl_hydra.config import ConfigError, check_choice
 
 class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """MiniGrid's view, an (H, W, 3) grid of object, colour and state indices, channels first
-    (3, H, W) as the CNN encoders read it, with its real bounds: MiniGrid declares 255, but each
-    channel's largest index is 10, 5 and 2, and the network scales uint8 grids by 1/high (so by
-    1/10, not 1/255). The other parts (direction, mission) pass as they are."""
+    (3, H, W) as the CNN encoders read it, and declared as what it is: a MultiDiscrete of 11
+    objects, 6 colours and 3 states per cell (MiniGrid declares a Box up to 255), so that the
+    network one-hots each channel before its CNN (networks/encoders.py) and the buffer keeps uint8s.
+    The other parts (direction, mission) pass as they are."""
 
     def __init__(self, env: gym.Env):
         gym.utils.RecordConstructorArgs.__init__(self)
@@ -24,9 +25,9 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 
         height, width, channels = space["image"].shape
-        largest = np.array([max(OBJECT_TO_IDX.values()), max(COLOR_TO_IDX.values()), max(STATE_TO_IDX.values())])
-        high = np.broadcast_to(largest[:channels, None, None], (channels, height, width)).astype(np.uint8)
-        image = gym.spaces.Box(np.zeros_like(high), high, dtype=np.uint8)
+        values = np.array([len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX)])[:channels]   # 11, 6, 3
+        image = gym.spaces.MultiDiscrete(np.broadcast_to(values[:, None, None], (channels, height, width)),
+                                         dtype=np.uint8)
         self.observation_space = gym.spaces.Dict({**space.spaces, "image": image})
 
     def observation(self, observation: dict) -> dict:

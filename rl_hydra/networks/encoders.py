@@ -15,7 +15,10 @@ dtype, four or more times smaller than float32); the encoder scales them to [0, 
 
 Other spaces (envs/spaces.py) are encoded part by part and the features concatenated:
 - Discrete: the index, one-hot, or a learned embedding of `network.discrete_embedding` features;
-- MultiDiscrete: each dimension so (one multi-hot vector, or one embedding per dimension);
+- MultiDiscrete: each dimension so (one multi-hot vector, or one embedding per dimension); a
+  (C, H, W) grid of indices (MiniGrid's view: object, colour and state per cell) keeps its layout:
+  each channel one-hot (or embedded) along the channel axis, then `grid_cnn`, as BabyAI 1.1
+  (Hui et al. 2020) embeds the view's indices instead of reading them as intensities;
 - MultiBinary: its bits as floats;
 - a Dict of parts (Dict and Tuple observations, made flat by the env): one encoder per part,
   chosen as above (an image part gets a CNN), in the order of the parts.
@@ -165,6 +168,42 @@ class Embedding(nn.Module):
         return self.table(index).flatten(-2)                                                        # (..., K * dim)
 
 
+class GridIndices(nn.Module):
+    """Index grids (..., C, H, W), channel c holding one of nvec[c] values -> (..., F, H, W) feature
+    maps: each channel one-hot (F = sum(nvec)) or, with `dim`, a learned vector of `dim` per
+    channel and value (F = C * dim). A CNN then reads a key and a ball as different features, where
+    scaled indices would make them 0.5 and 0.6 of one."""
+
+    def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int | None = None):
+        super().__init__()
+        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start
+        self.register_buffer("offsets", torch.as_tensor(offsets).view(-1, 1, 1), persistent=False)   # (C, 1, 1)
+        self.total = int(nvec.sum())
+        self.table = None if dim is None else nn.Embedding(self.total, dim)
+        self.channels = self.total if dim is None else len(nvec) * dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        index = obs.long() + self.offsets                                               # (..., C, H, W)
+        if self.table is None:
+            out = torch.zeros(*index.shape[:-3], self.total, *index.shape[-2:], device=obs.device)
+            return out.scatter_(-3, index, 1.0)                                         # (..., sum(nvec), H, W)
+        features = self.table(index).movedim(-1, -3)                                    # (..., C, dim, H, W)
+        return features.flatten(-4, -3)                                                # (..., C * dim, H, W)
+
+
+def index_grid(space: gym.spaces.MultiDiscrete) -> tuple[np.ndarray, np.ndarray] | None:
+    """(nvec, start) per channel of a (C, H, W) MultiDiscrete whose bounds are alike across each
+    channel and whose sides grid_cnn takes; None for any other MultiDiscrete."""
+    nvec, start = np.asarray(space.nvec), np.asarray(space.start)
+    if nvec.ndim != 3 or not all(GRID_SIDES[0] <= side <= GRID_SIDES[1] for side in nvec.shape[1:]):
+        return None
+    per_channel = nvec[:, :1, :1], start[:, :1, :1]
+    if (nvec != per_channel[0]).any() or (start != per_channel[1]).any():
+        return None
+    return per_channel[0].ravel(), per_channel[1].ravel()
+
+
 class FlatPart(nn.Module):
     """A part (..., *shape) as (..., prod(shape)) floats, scaled by `scale`: vectors, MultiBinary bits."""
 
@@ -205,6 +244,13 @@ class PartsEncoder(nn.Module):
 
 def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, name: str = "") -> tuple[nn.Module, int]:
     """The encoder of one part (any leading axes) and its output size."""
+    grid = index_grid(space) if isinstance(space, gym.spaces.MultiDiscrete) and kind in ("auto", "grid_cnn") else None
+    if grid is not None:
+        indices = GridIndices(*grid, dim=discrete_embedding)
+        body = grid_cnn(indices.channels)
+        with torch.no_grad():
+            size = body(torch.zeros(1, indices.channels, *space.shape[1:])).shape[1]
+        return ImagePart(nn.Sequential(indices, body), tuple(space.shape)), int(size)
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         nvec = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
         encoder = OneHot(nvec, space.start) if discrete_embedding is None else Embedding(nvec, space.start,
