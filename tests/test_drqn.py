@@ -21,7 +21,7 @@ from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.losses import masked_td_loss
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.training import build_components, pick_loop, run
-from tests.conftest import TINY, compose_config, run_training, stop_at
+from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra, stop_at
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -369,3 +369,14 @@ def test_drqn_learns_cartpole_without_velocities(tmp_path, cell):
                            "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
                            "device=cpu", "checkpoint.save_buffer=false")
     assert summary["best_eval_return_mean"] >= 50, summary
+
+
+@pytest.mark.slow  # a learning run: about 3 minutes
+def test_drqn_remembers_the_shown_object_in_minigrid_memory(tmp_path):
+    """MiniGrid-MemoryS7: without memory the best policy walks to the end and picks the same side
+    every time, 0.49; DRQN (GRU) reached 1.0 by 30k steps (results/drqn_minigrid_memory.json)."""
+    skip_without_env_extra("env=minigrid_memory")
+    summary = run_training(tmp_path, "algo=drqn", "env=minigrid_memory", "train.total_steps=40000",
+                           "train.stop_at_return=0.9", "train.progress=false", "device=cpu",
+                           "checkpoint.save_buffer=false")
+    assert summary["best_eval_return_mean"] >= 0.8, summary
