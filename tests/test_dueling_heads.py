@@ -76,12 +76,22 @@ def env_spaces(env: str, env_cfg) -> tuple[gym.Space, gym.Space]:
     return _spaces[env]
 
 
+def observations(space: gym.Space, n: int):
+    """n samples of the space stacked as a vector env gives them: (n, ...), or a dict of such parts."""
+    rows = [space.sample() for _ in range(n)]
+    return {key: np.stack([row[key] for row in rows]) for key in rows[0]} if isinstance(rows[0], dict) else np.stack(rows)
+
+
 def fill(buffer, observation_space: gym.Space, num_actions: int, steps: int, seed: int = 0) -> None:
     """`steps` vector steps of a random trajectory: each step's next observation is the next step's
     observation (as a frame-sharing buffer expects), with episode ends now and then."""
     rng, num_envs = np.random.default_rng(seed), buffer.num_envs
     observation_space.seed(seed)
-    sample = lambda: np.stack([observation_space.sample() for _ in range(num_envs)])   # noqa: E731
+    sample = lambda: observations(observation_space, num_envs)   # noqa: E731
+
+    def restart(ended, fresh, going):
+        return np.where(ended.reshape(-1, *[1] * (going.ndim - 1)), fresh, going)
+
     obs = sample()
     for _ in range(steps):
         next_obs = sample()
@@ -89,7 +99,9 @@ def fill(buffer, observation_space: gym.Space, num_actions: int, steps: int, see
         truncated = ~terminated & (rng.random(num_envs) < 0.05)
         actions, rewards = rng.integers(0, num_actions, num_envs), rng.normal(size=num_envs).astype(np.float32)
         buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
-        obs = np.where((terminated | truncated).reshape(-1, *[1] * (obs.ndim - 1)), sample(), next_obs)
+        fresh = sample()
+        obs = ({key: restart(terminated | truncated, fresh[key], part) for key, part in next_obs.items()}
+               if isinstance(next_obs, dict) else restart(terminated | truncated, fresh, next_obs))
 
 
 # --- every preset, with dueling streams -----------------------------------------------
@@ -134,7 +146,7 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
             assert torch.isfinite(metrics["priorities"]).all()
             buffer.update_priorities(batch.indices, metrics["priorities"])
     observation_space.seed(1)
-    obs = np.stack([observation_space.sample() for _ in range(3)])
+    obs = observations(observation_space, 3)
     for explore in (True, False):
         actions, _ = agent.act(obs, explore=explore)
         assert actions.shape == (3,) and ((0 <= actions) & (actions < action_space.n)).all()
