@@ -78,9 +78,30 @@ def group_env_id(choice: str) -> str | None:
     return None if OmegaConf.is_missing(env, "id") else env.id
 
 
+@functools.lru_cache(maxsize=None)
+def group_id_patterns(choice: str) -> tuple[str, ...]:
+    """The patterns of ids an env group is made for (its `ids`, e.g. MiniGrid-*), or ()."""
+    from hydra.errors import MissingConfigException
+
+    try:
+        return tuple(compose_option("env", choice).env.get("ids") or ())
+    except MissingConfigException:
+        return ()
+
+
 def env_groups_for(env_id: str) -> list[str]:
-    """The env groups (conf/env/*.yaml) that run `env_id`, for messages."""
-    return sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml") if group_env_id(p.stem) == env_id)
+    """The env groups (conf/env/*.yaml) that run `env_id`, for messages: those that set it, else
+    those made for a family of ids it belongs to (`ids`), the narrowest family first."""
+    names = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
+    exact = [name for name in names if group_env_id(name) == env_id]
+    if exact:
+        return exact
+    families = []   # (the longest matching pattern's length, the group)
+    for name in names:
+        matching = [len(pattern) for pattern in group_id_patterns(name) if fnmatch.fnmatchcase(env_id, pattern)]
+        if matching:
+            families.append((-max(matching), name))
+    return [name for _, name in sorted(families)]
 
 
 def env_label(env_id: str) -> str:
@@ -121,10 +142,12 @@ def check_preset(cfg: DictConfig) -> None:
     if not preset or preset.get("env_id") is None or fnmatch.fnmatchcase(cfg.env.id, preset.env_id):
         return
     groups = [g for g in env_groups_for(cfg.env.id) if g not in ENV_ALIASES]
-    own = f"env={groups[0]} (with its own preset, if any), " if groups else ""
+    gym = f"env=gym env.id={cfg.env.id} (the algorithm's defaults)"
+    instead = (f"env={groups[0]} (with its own preset, if any), {gym}" if groups and group_env_id(groups[0]) == cfg.env.id
+               else f"env={groups[0]} env.id={cfg.env.id}" if groups   # a group made for the id's family (its ids)
+               else gym)
     raise ConfigError(f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
-                      f"choose {own}env=gym env.id={cfg.env.id} (the algorithm's defaults), "
-                      f"or ~algo_env to drop the preset")
+                      f"choose {instead}, or ~algo_env to drop the preset")
 
 
 def flat_config(cfg: Any) -> dict[str, Any]:

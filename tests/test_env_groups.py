@@ -16,7 +16,8 @@ from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
 from rl_hydra.api import _compose
-from rl_hydra.config import ConfigError, check_preset, compose_option, env_label, group_env_id, run_env_name
+from rl_hydra.config import (ConfigError, check_preset, compose_option, env_groups_for, env_label, group_env_id,
+                             run_env_name)
 from rl_hydra.envs import make
 from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
@@ -52,6 +53,20 @@ def test_a_preset_is_refused_on_another_env_id_with_the_ways_out(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: algo_env=dqn_cartpole is tuned for")
     assert not (tmp_path / "run").exists()   # a refused run leaves no directory behind
+
+
+@pytest.mark.parametrize("args, instead", [
+    (["algo=drqn", "env=minigrid_memory", "env.id=MiniGrid-DoorKey-5x5-v0"], "env=minigrid env.id=MiniGrid-DoorKey-5x5-v0"),
+    (["algo=dqn", "env=cartpole", "env.id=ALE/Breakout-v5"], "env=atari env.id=ALE/Breakout-v5"),
+    (["algo=dqn", "env=cartpole", "env.id=MiniGrid-MemoryS9-v0"], "env=minigrid_memory env.id=MiniGrid-MemoryS9-v0"),
+    (["algo=dqn", "env=cartpole", "env.id=Foo-v0"], r"env=gym env.id=Foo-v0 \(the algorithm's defaults\)"),
+])
+def test_a_refused_preset_points_to_the_group_made_for_the_id_s_family(args, instead):
+    """An id no group sets, in a family a group is made for (its `ids`: MiniGrid-*, ALE/*), points
+    to that group, the narrowest family first; env=gym, which has none of its wrappers, only when none is."""
+    with pytest.raises(ConfigError, match=f"; choose {instead}, or ~algo_env to drop the preset$"):
+        check_preset(compose_config(*args))
+    assert env_groups_for("MiniGrid-MemoryS9-v0") == ["minigrid_memory", "minigrid"]
 
 
 def test_a_suite_preset_applies_to_every_game_of_its_suite_and_to_nothing_else():
