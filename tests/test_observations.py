@@ -379,6 +379,23 @@ def test_minigrid_s_navigation_actions_are_its_first_three_and_a_run_acts_only_w
         make_env(compose_config("env=minigrid", "env.actions=nav").env, seed=0)
 
 
+def test_minigrid_evaluates_with_5_percent_random_actions_so_a_stalled_greedy_policy_moves_on():
+    skip_without_env_extra("env=minigrid")
+    from rl_hydra.envs import make_env
+    from rl_hydra.loops.evaluate import evaluate
+
+    class AlwaysForward:   # a greedy policy that walks into the wall and stays there
+        def act(self, obs, state=None, *, explore):
+            return np.full(len(obs["direction"]), 2), state
+
+    env_cfg = compose_config("env=minigrid", "env.actions=navigation").env
+    env = make_env(env_cfg, seed=0, num_envs=20)
+    _, greedy_lengths = evaluate(AlwaysForward(), env, seed=0)
+    returns, lengths = evaluate(AlwaysForward(), env, seed=0, epsilon=env_cfg.eval_epsilon)
+    assert env_cfg.eval_epsilon == 0.05 and (greedy_lengths == 100).all()   # every greedy episode times out
+    assert (returns > 0).any() and (lengths < 100).any()
+
+
 def test_a_minigrid_run_predicts_from_gymnasium_s_own_observation_and_from_its_parts(tmp_path):
     skip_without_env_extra("env=minigrid")
     from rl_hydra import train
