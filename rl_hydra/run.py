@@ -14,7 +14,7 @@ from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
 from rl_hydra.loops.evaluate import evaluate
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
 
 CHECKPOINTS = ("best", "last")
 
@@ -50,7 +50,7 @@ class Run:
             self.agent.load_state_dict(state["agent"])
         except (KeyError, RuntimeError, ValueError) as error:
             raise RunError(f"checkpoint {checkpoint}.pt of {self.path} does not fit its config "
-                           f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+                           f"({misfit(error)})") from None
         self.step = state["runner"]["global_step"]
 
     @property

@@ -26,7 +26,7 @@ from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
 from rl_hydra.protocols import Agent
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
             runner.load_state_dict(checkpoint)
         except (KeyError, RuntimeError, ValueError) as error:
             raise RunError(f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config "
-                           f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+                           f"({misfit(error)})") from None
         if runner.global_step > cfg.train.total_steps:
             raise ConfigError(f"train.total_steps={cfg.train.total_steps} is below the step this run has reached "
                               f"({runner.global_step}); give train.total_steps >= {runner.global_step}")

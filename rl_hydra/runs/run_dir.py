@@ -21,6 +21,14 @@ class RunError(RuntimeError):
     """A run directory or checkpoint that cannot be used; the message is one user-facing line."""
 
 
+def misfit(error: Exception) -> str:
+    """Why a checkpoint does not load into the agent or runner built from a config, in one line:
+    torch's first line and the first mismatch it lists (a size mismatch names the tensor and both
+    shapes, so that a checkpoint made before a network changed says which part changed)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {' '.join(lines[:2])}"
+
+
 class RunBusy(RunError):
     """Another process holds the run directory's lock."""
 
