@@ -375,7 +375,7 @@ def test_minigrid_s_navigation_actions_are_its_first_three_and_a_run_acts_only_w
                 run_dir=tmp_path / "run", checkpoint="last")
     raw, _ = gym.make("MiniGrid-Empty-5x5-v0").reset(seed=0)
     assert run.predict(raw) in range(3)
-    with pytest.raises(ConfigError, match="env.actions='nav' is not allowed; choose one of: all, navigation"):
+    with pytest.raises(ConfigError, match="^env.actions='nav' is not allowed; choose one of: all, navigation$"):
         make_env(compose_config("env=minigrid", "env.actions=nav").env, seed=0)
 
 

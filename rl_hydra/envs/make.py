@@ -133,6 +133,8 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
         for k, wrap in enumerate(wrappers):
             try:
                 env = wrap(env)
+            except ConfigError:   # our own wrappers name the key themselves (env.actions=...)
+                raise
             except (ValueError, TypeError) as error:  # a wrapper library's own check of its arguments
                 raise ConfigError(f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: "
                                   f"{str(error).splitlines()[0]}") from None
