@@ -67,26 +67,26 @@ ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}   # old names that stil
 
 
 @functools.lru_cache(maxsize=None)
-def group_env_id(choice: str) -> str | None:
-    """The `id` an env group sets (following its defaults list), or None (env=gym: `???`; no such group)."""
+def group_env(choice: str) -> DictConfig | None:
+    """An env group's config (following its defaults list), or None where there is no such group."""
     from hydra.errors import MissingConfigException
 
     try:
-        env = compose_option("env", choice).env
+        return compose_option("env", choice).env
     except MissingConfigException:
         return None
-    return None if OmegaConf.is_missing(env, "id") else env.id
 
 
-@functools.lru_cache(maxsize=None)
+def group_env_id(choice: str) -> str | None:
+    """The `id` an env group sets, or None (env=gym: `???`; no such group)."""
+    env = group_env(choice)
+    return None if env is None or OmegaConf.is_missing(env, "id") else env.id
+
+
 def group_id_patterns(choice: str) -> tuple[str, ...]:
     """The patterns of ids an env group is made for (its `ids`, e.g. MiniGrid-*), or ()."""
-    from hydra.errors import MissingConfigException
-
-    try:
-        return tuple(compose_option("env", choice).env.get("ids") or ())
-    except MissingConfigException:
-        return ()
+    env = group_env(choice)
+    return () if env is None else tuple(env.get("ids") or ())
 
 
 def env_groups_for(env_id: str) -> list[str]:

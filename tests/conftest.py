@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -48,6 +49,17 @@ def _algo_keys(option: str) -> dict:
 def env_overrides(group: str) -> list[str]:
     """`env=<group>`, with an id for env=gym (whose env.id is required)."""
     return [f"env={group}", *(["env.id=MountainCar-v0"] if group == "gym" else [])]
+
+
+def batch_of(space, n: int, seed: int | None = 0):
+    """n observations of `space` as the vector env gives them: an array, or a dict of arrays (the
+    space seeded with `seed` first; None draws on from where it is)."""
+    if seed is not None:
+        space.seed(seed)
+    samples = [space.sample() for _ in range(n)]
+    if isinstance(samples[0], dict):
+        return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in samples[0]}
+    return np.stack([np.asarray(s) for s in samples])
 
 
 def skip_without_env_extra(*overrides: str) -> None:

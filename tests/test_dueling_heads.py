@@ -29,7 +29,7 @@ from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disable
 from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.training import build_components
-from tests.conftest import CONF_DIR, compose_config
+from tests.conftest import CONF_DIR, batch_of, compose_config
 
 DQN_FAMILY = ("dqn", "qr_dqn", "iqn", "c51", "rainbow", "dopamine_iqn")
 ENVS = {path.stem for path in (CONF_DIR / "env").glob("*.yaml")}
@@ -76,18 +76,12 @@ def env_spaces(env: str, env_cfg) -> tuple[gym.Space, gym.Space]:
     return _spaces[env]
 
 
-def observations(space: gym.Space, n: int):
-    """n samples of the space stacked as a vector env gives them: (n, ...), or a dict of such parts."""
-    rows = [space.sample() for _ in range(n)]
-    return {key: np.stack([row[key] for row in rows]) for key in rows[0]} if isinstance(rows[0], dict) else np.stack(rows)
-
-
 def fill(buffer, observation_space: gym.Space, num_actions: int, steps: int, seed: int = 0) -> None:
     """`steps` vector steps of a random trajectory: each step's next observation is the next step's
     observation (as a frame-sharing buffer expects), with episode ends now and then."""
     rng, num_envs = np.random.default_rng(seed), buffer.num_envs
     observation_space.seed(seed)
-    sample = lambda: observations(observation_space, num_envs)   # noqa: E731
+    sample = lambda: batch_of(observation_space, num_envs, seed=None)   # noqa: E731
 
     def restart(ended, fresh, going):
         return np.where(ended.reshape(-1, *[1] * (going.ndim - 1)), fresh, going)
@@ -146,7 +140,7 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
             assert torch.isfinite(metrics["priorities"]).all()
             buffer.update_priorities(batch.indices, metrics["priorities"])
     observation_space.seed(1)
-    obs = observations(observation_space, 3)
+    obs = batch_of(observation_space, 3, seed=None)
     for explore in (True, False):
         actions, _ = agent.act(obs, explore=explore)
         assert actions.shape == (3,) and ((0 <= actions) & (actions < action_space.n)).all()

@@ -16,8 +16,8 @@ from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
 from rl_hydra.api import _compose
-from rl_hydra.config import (ConfigError, check_preset, compose_option, env_groups_for, env_label, group_env_id,
-                             run_env_name)
+from rl_hydra.config import (ConfigError, check_preset, compose_option, env_groups_for, env_label, group_env,
+                             group_env_id, run_env_name)
 from rl_hydra.envs import make
 from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
@@ -207,7 +207,7 @@ def test_compose_option_leaves_hydra_as_it_found_it_outside_and_inside_a_compose
 def test_compose_option_runs_inside_a_running_hydra_app(monkeypatch, capsys):
     """The run directory's name (`rl_hydra.env_name`, resolved by Hydra inside its app) composes the env group."""
     compose_option.cache_clear()
-    group_env_id.cache_clear()
+    group_env.cache_clear()
     code, out, err = cli(monkeypatch, capsys, "env=cartpole_novel", "--cfg", "all", "--resolve")
     assert code == 0 and any(line.strip().startswith("dir: outputs/") and line.endswith("_dqn_cartpole_novel")
                              for line in out), (out, err)

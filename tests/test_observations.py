@@ -31,7 +31,7 @@ from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.training import agent_node, build_agent
-from tests.conftest import TINY, algo_keys, compose_config, run_training, skip_without_env_extra
+from tests.conftest import TINY, algo_keys, batch_of, compose_config, run_training, skip_without_env_extra
 
 DISCRETE = gym.spaces.Discrete(500)                                   # Taxi's states
 MULTI_DISCRETE = gym.spaces.MultiDiscrete([3, 4, 5])
@@ -43,15 +43,6 @@ SPACES = {"discrete": DISCRETE, "multi_discrete": MULTI_DISCRETE, "multi_binary"
           "index_grid": INDEX_GRID}   # INDEX_GRID: MiniGrid's view, as envs/minigrid.py declares it
 ACTIONS = gym.spaces.Discrete(3)
 ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
-
-
-def batch_of(space: gym.Space, n: int, seed: int = 0):
-    """n observations of `space` as the vector env gives them: an array, or a dict of arrays."""
-    space.seed(seed)
-    samples = [space.sample() for _ in range(n)]
-    if isinstance(space, gym.spaces.Dict):
-        return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in space.spaces}
-    return np.stack([np.asarray(s) for s in samples])
 
 
 # --- storage ------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}   # the (height, 
 GRID_SIDES = (7, 16)   # grid_cnn's smallest and largest side
 
 
+def grid_cnn_fits(shape: tuple[int, ...]) -> bool:
+    """A (C, H, W) shape whose sides grid_cnn takes."""
+    return len(shape) == 3 and all(GRID_SIDES[0] <= side <= GRID_SIDES[1] for side in shape[1:])
+
+
 class ScaleObservation(nn.Module):
     """uint8 pixels -> float in [0, 1]; bool or other inputs -> float as they are."""
 
@@ -74,6 +79,12 @@ def grid_cnn(channels: int) -> nn.Sequential:
                          nn.Flatten())
 
 
+def output_size(body: nn.Module, shape: tuple[int, ...]) -> int:
+    """How many features a CNN body makes of one input of `shape`."""
+    with torch.no_grad():
+        return int(body(torch.zeros(1, *shape)).shape[1])
+
+
 def describe(observation: int | gym.Space) -> str:
     return f"vectors of {observation}" if isinstance(observation, int) else str(observation)
 
@@ -86,7 +97,7 @@ def choose_encoder(observation: int | gym.Space, kind: str) -> str:
     fits = {"flat": len(shape) == 1 or kind == "flat"}
     for name, size in CNN_INPUTS.items():
         fits[name] = len(shape) == 3 and shape[1:] == size
-    fits["grid_cnn"] = len(shape) == 3 and all(GRID_SIDES[0] <= side <= GRID_SIDES[1] for side in shape[1:])
+    fits["grid_cnn"] = grid_cnn_fits(shape)
     if kind == "auto":
         for name in ("flat", *CNN_INPUTS, "grid_cnn"):
             if fits[name]:
@@ -128,9 +139,14 @@ def make_encoder(observation: int | gym.Space, kind: str = "auto",
     if kind == "flat":
         return nn.Sequential(scale, nn.Flatten()), int(np.prod(shape))
     body = {"nature_cnn": nature_cnn, "minatar_cnn": minatar_cnn, "grid_cnn": grid_cnn}[kind](shape[0])
-    with torch.no_grad():
-        size = body(torch.zeros(1, *shape)).shape[1]
-    return nn.Sequential(scale, body), int(size)
+    return nn.Sequential(scale, body), output_size(body, shape)
+
+
+def index_offsets(nvec: np.ndarray, start: np.ndarray) -> torch.Tensor:
+    """(K,) for K = nvec.size dimensions: what to add to each dimension's value so that the K
+    dimensions index one shared range, sum(nvec) long, dimension after dimension."""
+    nvec, start = np.asarray(nvec, np.int64).ravel(), np.asarray(start, np.int64).ravel()
+    return torch.as_tensor(np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start)
 
 
 class OneHot(nn.Module):
@@ -139,10 +155,9 @@ class OneHot(nn.Module):
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray):
         super().__init__()
-        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
+        nvec = np.asarray(nvec, np.int64)
         self.event_dims, self.size = nvec.ndim, int(nvec.sum())
-        offsets = np.concatenate([[0], np.cumsum(nvec.ravel())[:-1]]) - start.ravel()
-        self.register_buffer("offsets", torch.as_tensor(offsets), persistent=False)   # (K,)
+        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)   # (K,)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (..., *shape) integers, K = prod(shape) of them per observation
@@ -157,10 +172,9 @@ class Embedding(nn.Module):
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int):
         super().__init__()
-        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
+        nvec = np.asarray(nvec, np.int64)
         self.event_dims, self.size = nvec.ndim, int(nvec.size) * dim
-        offsets = np.concatenate([[0], np.cumsum(nvec.ravel())[:-1]]) - start.ravel()
-        self.register_buffer("offsets", torch.as_tensor(offsets), persistent=False)   # (K,)
+        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)   # (K,)
         self.table = nn.Embedding(int(nvec.sum()), dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -176,9 +190,8 @@ class GridIndices(nn.Module):
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int | None = None):
         super().__init__()
-        nvec, start = np.asarray(nvec, np.int64), np.asarray(start, np.int64)
-        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start
-        self.register_buffer("offsets", torch.as_tensor(offsets).view(-1, 1, 1), persistent=False)   # (C, 1, 1)
+        nvec = np.asarray(nvec, np.int64)
+        self.register_buffer("offsets", index_offsets(nvec, start).view(-1, 1, 1), persistent=False)   # (C, 1, 1)
         self.total = int(nvec.sum())
         self.table = None if dim is None else nn.Embedding(self.total, dim)
         self.channels = self.total if dim is None else len(nvec) * dim
@@ -196,7 +209,7 @@ def index_grid(space: gym.spaces.MultiDiscrete) -> tuple[np.ndarray, np.ndarray]
     """(nvec, start) per channel of a (C, H, W) MultiDiscrete whose bounds are alike across each
     channel and whose sides grid_cnn takes; None for any other MultiDiscrete."""
     nvec, start = np.asarray(space.nvec), np.asarray(space.start)
-    if nvec.ndim != 3 or not all(GRID_SIDES[0] <= side <= GRID_SIDES[1] for side in nvec.shape[1:]):
+    if not grid_cnn_fits(nvec.shape):
         return None
     per_channel = nvec[:, :1, :1], start[:, :1, :1]
     if (nvec != per_channel[0]).any() or (start != per_channel[1]).any():
@@ -248,9 +261,8 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
     if grid is not None:
         indices = GridIndices(*grid, dim=discrete_embedding)
         body = grid_cnn(indices.channels)
-        with torch.no_grad():
-            size = body(torch.zeros(1, indices.channels, *space.shape[1:])).shape[1]
-        return ImagePart(nn.Sequential(indices, body), tuple(space.shape)), int(size)
+        size = output_size(body, (indices.channels, *space.shape[1:]))
+        return ImagePart(nn.Sequential(indices, body), tuple(space.shape)), size
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         nvec = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
         encoder = OneHot(nvec, space.start) if discrete_embedding is None else Embedding(nvec, space.start,
