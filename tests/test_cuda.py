@@ -146,6 +146,30 @@ def test_a_cuda_run_trains_with_its_buffer_on_either_side(tmp_path, where):
     assert summary["updates"] > 0
 
 
+@needs_cuda
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_frame_stacks_live_on_the_gpu_and_give_the_host_buffers_batches_without_a_sync(n_step):
+    from tests.test_frames import fill, pair
+
+    host, _ = pair(60, num_envs=2, n_step=n_step)
+    gpu, _ = pair(60, num_envs=2, n_step=n_step, device="cuda")
+    assert gpu.frames.frames.is_cuda and gpu.frames.stacks.is_cuda
+    fill([host, gpu], 300)   # the ring wraps many times: stacks leave the pool and their slots are taken again
+    batch = gpu.sample(500)
+    want = host.batch_at(batch.indices.cpu())
+    for field in batch._fields:   # the frames byte for byte; n-step sums may round differently on the GPU
+        got, expected = getattr(batch, field).cpu(), getattr(want, field)
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=0, msg=field) if got.is_floating_point() \
+            else torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=field)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fill([gpu], 20, seed=1)
+        gpu.sample(64)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 # --- the gradient step replayed from a CUDA graph (rl_hydra/speed/cuda_graph.py) -----------------
 GRAPHED = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "iqn": ["algo=iqn"],
            "rainbow": ["algo=rainbow"]}   # rainbow: C51, dueling noisy layers, prioritized 3-step replay
@@ -185,6 +209,12 @@ def train_on(agent, batches: list, graphs: bool, steps_between: int = 0) -> list
     return [float(loss) for loss in losses]
 
 
+def train_on_state(agent, batches: list, graphs: bool) -> torch.Tensor:
+    """torch's CUDA generator state after training on `batches`."""
+    train_on(agent, batches, graphs)
+    return torch.cuda.get_rng_state()
+
+
 def assert_same_weights(a, b) -> None:
     for x, y in zip(a.q_net.state_dict().values(), b.q_net.state_dict().values()):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
@@ -202,6 +232,9 @@ def test_a_replayed_gradient_step_trains_as_the_plain_one(algo):
     assert_same_weights(plain, graphed)
     if algo == "iqn":   # its fractions' generator advanced alike
         assert torch.equal(plain.tau_generator.get_state(), graphed.tau_generator.get_state())
+    if algo == "rainbow":   # the noise, drawn inside the step, advanced torch's generator alike
+        plain_rng = train_on_state(plain, batches, graphs=False)
+        assert torch.equal(plain_rng, train_on_state(graphed, batches, graphs=True))
 
 
 @needs_cuda

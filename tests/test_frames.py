@@ -115,7 +115,7 @@ def test_a_checkpoint_holds_only_the_stored_rows_and_no_copy_of_them():
     state = shared.state_dict()
     frames = state["frames"]["frames"]
     assert frames.shape == (100, 6, 7) and frames.untyped_storage().nbytes() == 100 * 6 * 7
-    assert frames.data_ptr() == shared.frames.frames.ctypes.data   # a view of the buffer's memory
+    assert frames.data_ptr() == shared.frames.frames.data_ptr()   # a view of the buffer's memory
 
 
 def test_one_atari_transition_costs_about_one_frame():

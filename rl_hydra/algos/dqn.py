@@ -149,9 +149,6 @@ class DQN:
             factor = self.lr_factor(self.explore_steps)
             for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base_lr * factor
-        if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
-            resample_noise(self.q_net)
-            resample_noise(self.target_net)
         loss, priorities, metrics = speed.gradient_step(self, batch)
         self.updates += 1
         if self.updates % self.target_update_every == 0:
@@ -163,8 +160,11 @@ class DQN:
 
     def gradient_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One optimizer step on the batch's loss; (loss, priorities, metrics) as `loss` gives them.
-        It reads the batch and the weights and changes the weights only, so on a GPU the speed
-        layer may replay it from a CUDA graph."""
+        It reads the batch and the weights and changes the weights and the noise only, so on a GPU
+        the speed layer may replay it from a CUDA graph, noise draws included."""
+        if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
+            resample_noise(self.q_net)
+            resample_noise(self.target_net)
         loss, priorities, metrics = self.loss(batch)
         optimizer_step(self.optimizer, loss, self.params, self.max_grad_norm)
         return loss.detach(), priorities, metrics

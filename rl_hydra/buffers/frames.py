@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from rl_hydra import speed
+from rl_hydra.buffers.device import to_device
 from rl_hydra.config import ConfigError
 
 
@@ -43,78 +44,130 @@ def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
 
 
 class SharedFrames:
-    """Observations (S, H, W) of `capacity` rows, each row storing one (H, W) frame."""
+    """Observations (S, H, W) of `capacity` rows, each row storing one (H, W) frame.
+
+    The frames, and the whole stacks of the two kinds of rows above (a pool of slots, `stacks`),
+    live on `device`: on a GPU a batch's stacks are gathered there and never cross PCIe. What
+    says where each frame of a stack comes from (the start flags, and each row's slots in the
+    pool, -1 for none) is a few bytes per row and stays on the host, where the buffer draws its
+    rows: a batch's frame indices are worked out there and sent in one copy, and adding a step
+    never reads from the device.
+    """
 
     def __init__(self, capacity: int, observation_space: gym.Space, num_envs: int, device: torch.device):
-        self.capacity, self.num_envs, self.device = capacity, num_envs, device
+        self.capacity, self.num_envs, self.device = capacity, num_envs, torch.device(device)
         self.stack, *frame_shape = tuple(observation_space.shape)
         self.frame_shape = tuple(frame_shape)
-        storage = speed.zeros({"frames": ((capacity, *frame_shape), torch.uint8),
-                                     "starts": ((capacity,), torch.bool)}, torch.device("cpu"))
-        self.frames, self.starts = storage["frames"].numpy(), storage["starts"].numpy()
-        self.first_stacks: dict[int, np.ndarray] = {}    # row -> its whole observation (a start)
-        self.final_stacks: dict[int, np.ndarray] = {}    # row -> its whole next observation (an end)
+        self.frames = speed.zeros({"frames": ((capacity, *frame_shape), torch.uint8)}, self.device)["frames"]
+        self.starts = np.zeros(capacity, dtype=bool)
+        # row -> the slot of its whole observation (a start: "first") or next observation (an end: "final")
+        self.slots = {kind: np.full(capacity, -1, dtype=np.int64) for kind in ("first", "final")}
+        self.stacks = torch.zeros((0, self.stack, *frame_shape), dtype=torch.uint8, device=self.device)
+        self.free: list[int] = []                        # slots of `stacks` no row names
+        self.grow(max(16, 4 * num_envs))
         self.previous: np.ndarray | None = None          # (num_envs, S, H, W): the last observations added
+        self.back = np.arange(self.stack - 1, -1, -1) * num_envs   # (S,) vector steps back, oldest first
+        self.positions = np.arange(self.stack)                        # (S,)
 
     @property
     def bytes_per_row(self) -> int:
-        return int(np.prod(self.frame_shape)) + 1
+        return int(np.prod(self.frame_shape)) + 1 + 2 * 8   # a frame, its start flag, its two slots
+
+    def grow(self, count: int) -> None:
+        """Room for `count` more stacks in the pool (at least doubling it)."""
+        old = len(self.stacks)
+        size = max(2 * old, old + count)
+        stacks = torch.zeros((size, self.stack, *self.frame_shape), dtype=torch.uint8, device=self.device)
+        stacks[:old] = self.stacks
+        self.stacks = stacks
+        self.free.extend(range(size - 1, old - 1, -1))   # popped from the end: the lowest first
+
+    def take_slots(self, count: int) -> np.ndarray:
+        if len(self.free) < count:
+            self.grow(count - len(self.free))
+        return np.array([self.free.pop() for _ in range(count)], dtype=np.int64)
+
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        return to_device(torch.from_numpy(np.ascontiguousarray(array)), self.device)
 
     def add(self, rows: np.ndarray, obs: np.ndarray, next_obs: np.ndarray, ended: np.ndarray) -> None:
         """Rows (n,) of one vector step: observations and next observations (n, S, H, W), ended (n,)."""
-        for row in rows:   # the rows' old entries go with the rows
-            self.first_stacks.pop(int(row), None)
-            self.final_stacks.pop(int(row), None)
-        self.frames[rows] = obs[:, -1]
+        for taken in self.slots.values():   # the rows' old stacks go with the rows
+            old = taken[rows]
+            self.free.extend(old[old >= 0].tolist())
+            taken[rows] = -1
         if self.previous is None:
             continues = np.zeros(len(rows), dtype=bool)
         else:
             continues = np.array([np.array_equal(o[:-1], p[1:]) for o, p in zip(obs, self.previous)])
         self.starts[rows] = ~continues
-        for i in np.flatnonzero(~continues):
-            self.first_stacks[int(rows[i])] = obs[i].copy()
-        for i in np.flatnonzero(ended):
-            self.final_stacks[int(rows[i])] = next_obs[i].copy()
+        starts, ends = np.flatnonzero(~continues), np.flatnonzero(ended)
+        slots = self.take_slots(len(starts) + len(ends))
+        self.slots["first"][rows[starts]], self.slots["final"][rows[ends]] = slots[: len(starts)], slots[len(starts):]
+        self.frames[self.to_device(rows)] = self.to_device(obs[:, -1])
+        if len(slots):
+            self.stacks[self.to_device(slots)] = self.to_device(np.concatenate([obs[starts], next_obs[ends]]))
         self.previous = obs.copy()
 
-    def observations(self, rows: np.ndarray) -> np.ndarray:
-        """The observations (B, S, H, W) of rows (B,), rebuilt from the frames of their env's rows before them."""
-        stack, steps = self.stack, self.num_envs
-        window = (rows[:, None] - np.arange(stack - 1, -1, -1) * steps) % self.capacity   # (B, S) oldest first
-        out = self.frames[window]                                                         # (B, S, H, W)
-        starts = self.starts[window[:, 1:]]                                               # (B, S - 1)
-        for b in np.flatnonzero(starts.any(axis=1)):   # a start within the window: older frames from its stack
-            p = stack - 1 - int(np.argmax(starts[b, ::-1]))                               # the newest start's position
-            out[b, :p] = self.first_stacks[int(window[b, p])][stack - 1 - p : stack - 1]
-        return out
+    def observations(self, rows: np.ndarray, last: np.ndarray, ended: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The observations (B, S, H, W) of rows (B,) and the next observations of rows `last` (B,),
+        where `ended` (B,) says whether the episode ended at that row, gathered on the device at once."""
+        rows, last, ended = (np.asarray(a) for a in (rows, last, ended))
+        frame, pooled, from_pool = self.sources(np.concatenate([rows, (last + self.num_envs) % self.capacity]))
+        # a next observation where the episode ended: the real last one, whole from the pool
+        ends = len(rows) + np.flatnonzero(ended)
+        pooled[ends] = self.slots["final"][last[ended], None] * self.stack + self.positions
+        from_pool[ends] = True
+        # one copy to the device: every frame's row, then the k frames from the pool: where they go, where they are
+        moved = np.flatnonzero(from_pool)                                                  # (k,)
+        index = self.to_device(np.concatenate([frame.ravel(), moved, pooled.ravel()[moved]]))
+        n, k = frame.size, len(moved)
+        out = self.frames.index_select(0, index[:n])                                       # (2B * S, H, W)
+        if k:
+            out.index_copy_(0, index[n: n + k], self.stacks.view(-1, *self.frame_shape).index_select(0, index[n + k:]))
+        return tuple(out.view(2, len(rows), self.stack, *self.frame_shape))
 
-    def next_observations(self, rows: np.ndarray, ended: np.ndarray) -> np.ndarray:
-        """The next observations (B, S, H, W) of rows (B,): the next row's observation, or the
-        episode's real last one where it `ended` (B,) at that row."""
-        out = self.observations((rows + self.num_envs) % self.capacity)
-        for b in np.flatnonzero(ended):
-            out[b] = self.final_stacks[int(rows[b])]
-        return out
+    def sources(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each frame of the observations of rows (B,) is: its row in `frames` (B, S), its
+        index in the pool's frames (B, S), and which of the two holds it (B, S)."""
+        window = (rows[:, None] - self.back) % self.capacity                                 # (B, S) oldest first
+        # the newest start after the window's oldest position (0: none); the frames before it
+        # come from that row's whole first observation, whose last frame is the start's own
+        newest = (self.starts[window[:, 1:]] * self.positions[1:]).max(axis=1)              # (B,)
+        slot = np.maximum(self.slots["first"][window[np.arange(len(rows)), newest]], 0)     # (B,)
+        in_stack = np.minimum(self.positions + (self.stack - 1) - newest[:, None], self.stack - 1)   # (B, S)
+        return window, slot[:, None] * self.stack + in_stack, self.positions < newest[:, None]
 
     def state_dict(self, size: int) -> dict:
-        """The frames and flags of the first `size` rows (views, not copies) and the side tables."""
-        def table(stacks: dict[int, np.ndarray]) -> dict:
-            rows = sorted(stacks)
-            shape = (len(rows), self.stack, *self.frame_shape)
-            return {"rows": torch.tensor(rows, dtype=torch.int64),
-                    "stacks": torch.from_numpy(np.stack([stacks[r] for r in rows]) if rows
-                                               else np.zeros(shape, np.uint8))}
-        return {"frames": torch.from_numpy(self.frames[:size]), "starts": torch.from_numpy(self.starts[:size]),
-                "first_stacks": table(self.first_stacks), "final_stacks": table(self.final_stacks)}
+        """The frames and flags of the first `size` rows (views of host memory, not copies) and the side tables."""
+        def table(kind: str) -> dict:
+            rows = np.flatnonzero(self.slots[kind] >= 0)
+            return {"rows": torch.from_numpy(rows), "stacks": self.stacks[self.to_device(self.slots[kind][rows])].cpu()}
+        return {"frames": stored_rows(self.frames, size), "starts": torch.from_numpy(self.starts[:size]),
+                "first_stacks": table("first"), "final_stacks": table("final")}
 
     def load_state_dict(self, state: dict) -> None:
         size = len(state["frames"])
-        self.frames[:size] = state["frames"].numpy()
+        self.frames[:size] = state["frames"].to(self.device)
         self.starts[:size] = state["starts"].numpy()
-        for name in ("first_stacks", "final_stacks"):
-            table = state[name]
-            setattr(self, name, {int(r): s for r, s in zip(table["rows"].tolist(), table["stacks"].numpy())})
+        self.free = list(range(len(self.stacks) - 1, -1, -1))
+        for kind in ("first", "final"):
+            table = state[f"{kind}_stacks"]
+            rows = table["rows"].numpy()
+            slots = self.take_slots(len(rows))
+            self.slots[kind].fill(-1)
+            self.slots[kind][rows] = slots
+            if len(rows):
+                self.stacks[self.to_device(slots)] = table["stacks"].to(self.device)
         self.previous = None   # the next observation added is stored whole: exact whatever the env resumes with
+
+
+def stored_rows(tensor: torch.Tensor, size: int) -> torch.Tensor:
+    """The first `size` rows of `tensor` in host memory: on the CPU a tensor of just their memory
+    (torch.save writes a view's whole storage), from a GPU a copy."""
+    if tensor.device.type == "cpu":
+        return torch.from_numpy(tensor.numpy()[:size])
+    return tensor[:size].cpu()
 
 
 class FrameRings:

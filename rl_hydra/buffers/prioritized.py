@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rl_hydra.buffers import compiled_sum_tree
+from rl_hydra.buffers.device import to_device
 from rl_hydra.buffers.replay import Batch, ReplayBuffer
 from rl_hydra.config import check_float, check_int
 
@@ -98,7 +99,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # (N P(i))^-beta / max_j (N P(j))^-beta over the batch: N and the total cancel out
         rows, weights = self.tree.draw_stratified(self.priority_rng.random(batch_size), self.current_beta)  # (B,), (B,)
         self.sample_calls += 1
-        return torch.from_numpy(rows).to(self.device), torch.from_numpy(weights).to(self.device)
+        return (to_device(torch.from_numpy(rows), self.rows_device),
+                to_device(torch.from_numpy(weights), self.rows_device))
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """p_i = (|priority_i| + epsilon)^alpha for the rows `indices` (B,), tensors on any device."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rl_hydra import speed
-from rl_hydra.buffers.device import DeviceMemoryShort
+from rl_hydra.buffers.device import DeviceMemoryShort, to_device
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.envs import spaces
@@ -145,6 +145,10 @@ class ReplayBuffer:
             log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
                      self.capacity, num_envs)
         self.device = torch.device(device)
+        # where rows are drawn and a batch's n-step arithmetic runs: with shared frames on the
+        # host, beside the frames' own index (the frames themselves live on `device`), so that
+        # a batch is worked out with no device round trip and its stacks are sent one index copy
+        self.rows_device = torch.device("cpu") if share else self.device
         parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
         self.parts = list(parts)
         action_shape, action_dtype = action_layout(action_space)
@@ -165,14 +169,14 @@ class ReplayBuffer:
                           f" (an observation: {spaces.describe_layout(observation_space)}, stored twice)")
         # add and sample pair columns with values by position (STORED's order, an observation's
         # parts in spaces.parts order); on the CPU in huge pages
-        self.storage = speed.zeros(columns, self.device)
+        self.storage = speed.zeros(columns, self.rows_device)
         assert tuple(self.storage) == tuple(columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (tuple(column.numpy() for column in self.storage.values())
-                           if self.device.type == "cpu" else None)
+                           if self.rows_device.type == "cpu" else None)
         self.pos = 0
         self.size = 0
-        self.generator = torch.Generator(device=self.device)
+        self.generator = torch.Generator(device=self.rows_device)
         self.generator.manual_seed(seed)
         self._constants: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -216,22 +220,22 @@ class ReplayBuffer:
         if self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
         else:  # wraps around the end
-            rows = torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity
+            rows = torch.arange(self.pos, self.pos + n, device=self.rows_device) % self.capacity
         if self.host_views is not None:
             rows = rows if isinstance(rows, slice) else rows.numpy()
             for view, value in zip(self.host_views, values):
                 view[rows] = value.cpu().numpy() if torch.is_tensor(value) else value
         else:
             for column, value in zip(self.storage.values(), values):
-                column[rows] = torch.as_tensor(value, dtype=column.dtype).to(self.device, non_blocking=True)
+                column[rows] = to_device(torch.as_tensor(value, dtype=column.dtype), self.rows_device)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
     def sample_indices(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rows to draw (batch_size,) and their importance weights (None: all 1): uniform here."""
         if self.lookahead == 0 and self.lookbehind == 0:
-            return torch.randint(self.size, (batch_size,), device=self.device, generator=self.generator), None
-        offsets = torch.randint(len(self), (batch_size,), device=self.device, generator=self.generator)
+            return torch.randint(self.size, (batch_size,), device=self.rows_device, generator=self.generator), None
+        offsets = torch.randint(len(self), (batch_size,), device=self.rows_device, generator=self.generator)
         return (self.oldest + self.behind * self.num_envs + offsets) % self.capacity, None
 
     def sample(self, batch_size: int) -> Batch:
@@ -256,16 +260,17 @@ class ReplayBuffer:
 
     def n_step_batch(self, idx: torch.Tensor, weights: torch.Tensor) -> Batch:
         store = self.storage
-        steps = torch.arange(self.n_step, device=self.device) * self.num_envs   # (n,) the same env's next rows
+        steps = torch.arange(self.n_step, device=self.rows_device) * self.num_envs   # (n,) the same env's next rows
         rows = (idx[:, None] + steps) % self.capacity                            # (B, n)
         ended = (store["terminated"][rows] + store["truncated"][rows]) > 0       # (B, n)
         returns, k = n_step_returns(store["rewards"][rows], ended, self.gamma)   # (B,), (B,)
         last = rows.gather(1, (k - 1)[:, None]).squeeze(1)                       # (B,) the step to bootstrap from
         obs, next_obs = self.observations(idx, last, ended.gather(1, (k - 1)[:, None]).squeeze(1))
-        return Batch(obs=obs, actions=store["actions"][idx], rewards=returns,
-                     next_obs=next_obs, terminated=store["terminated"][last],
-                     truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
-                     weights=weights, indices=idx)
+        batch = Batch(obs=obs, actions=store["actions"][idx], rewards=returns,
+                      next_obs=next_obs, terminated=store["terminated"][last],
+                      truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
+                      weights=weights, indices=idx)
+        return batch if self.rows_device == self.device else to_device(batch, self.device)
 
     def observations(self, idx: torch.Tensor, last: torch.Tensor, ended: torch.Tensor) -> tuple:
         """The observations of rows `idx` (B,) and the next observations of rows `last` (B,),
@@ -273,15 +278,13 @@ class ReplayBuffer:
         if self.frames is None:
             return tuple(spaces.join(self.parts, [self.storage[column_name(field, part)][rows] for part in self.parts])
                          for field, rows in (("obs", idx), ("next_obs", last)))
-        obs = self.frames.observations(idx.cpu().numpy())
-        next_obs = self.frames.next_observations(last.cpu().numpy(), ended.cpu().numpy())
-        return torch.from_numpy(obs).to(self.device), torch.from_numpy(next_obs).to(self.device)
+        return self.frames.observations(idx.numpy(), last.numpy(), ended.numpy())
 
     def constants(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(gamma, 1) columns of a batch, made once per batch size: the one-step discounts and uniform weights."""
         if batch_size not in self._constants:
-            self._constants[batch_size] = (torch.full((batch_size,), self.gamma, device=self.device),
-                                           torch.ones(batch_size, device=self.device))
+            self._constants[batch_size] = (torch.full((batch_size,), self.gamma, device=self.rows_device),
+                                           torch.ones(batch_size, device=self.rows_device))
         return self._constants[batch_size]
 
     def sample_batches(self, batch_size: int, count: int) -> Iterable[Batch]:
@@ -314,7 +317,7 @@ class ReplayBuffer:
         if state["size"] > self.capacity:
             raise ValueError(f"buffer holds {state['size']} transitions but buffer.capacity={self.capacity}")
         for key, column in self.storage.items():
-            column[: state["size"]] = state["storage"][key].to(self.device)
+            column[: state["size"]] = state["storage"][key].to(self.rows_device)
         if self.frames is not None:
             self.frames.load_state_dict(state["frames"])
         self.pos, self.size = state["pos"], state["size"]

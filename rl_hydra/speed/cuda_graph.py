@@ -14,8 +14,9 @@ only tensors that stay where they are and change nothing on the host, so:
 - it records only after WARMUP calls in a row in which nothing it reads has moved: the same
   parameter, buffer and optimizer-state tensors, learning rates and batch shapes. Anything that
   moves (a loaded checkpoint, a learning rate that decays) drops the graph and runs the plain step;
-- random draws inside the step (IQN's fractions) come from generators registered with the
-  graph, which advance at every replay as they do when the step runs eagerly.
+- random draws inside the step (IQN's fractions, the noisy layers' noise) come from generators
+  registered with the graph (the agent's own, and torch's default one, which torch registers),
+  which advance at every replay as they do when the step runs eagerly.
 """
 
 from __future__ import annotations
