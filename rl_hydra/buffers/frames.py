@@ -5,7 +5,7 @@ An Atari observation is a stack of the last S frames (4 x 84 x 84 uint8), and co
 observations of an env share S - 1 of them. Storing each observation and next observation
 whole keeps every frame 2S times; here each row keeps only its observation's newest frame,
 and a stack is rebuilt at sample time from the rows of the same env before it (num_envs rows
-apart). Two kinds of rows keep a whole stack beside, in a small table, because their frames
+apart). Two kinds of rows keep a whole stack beside, in a pool of stacks, because their frames
 do not come from the rows around them:
 
 - a row whose observation does not continue the one before (an episode's first observation,
