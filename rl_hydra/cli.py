@@ -7,6 +7,7 @@ this module turns its RunFailed into one `error:` line on stderr and the exit co
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -35,17 +36,32 @@ USER_GROUPS = {"algo": "the algorithm", "env": "the environment; env=gym env.id=
                "hparams_search": "with -m: an Optuna search, +hparams_search=<name>"}
 
 
-def help_groups() -> str:
-    """The `--help` section on groups: each user group's options, old alias names left out."""
+def help_groups(searchpath=()) -> str:
+    """The `--help` section on groups: each user group's options, old alias names left out, with
+    those of the config directories on `hydra.searchpath` (file:// or pkg:// entries)."""
     from rl_hydra.config import ENV_ALIASES
 
+    dirs = [CONF_DIR, *(config_dir(entry) for entry in searchpath or ())]
     lines = []
     for group, what in USER_GROUPS.items():
-        options = [p.stem for p in sorted((CONF_DIR / group).glob("*.yaml")) if p.stem not in ENV_ALIASES]
+        options = sorted({p.stem for d in dirs if d is not None for p in (d / group).glob("*.yaml")} - set(ENV_ALIASES))
         lines.append(f"{group}: {', '.join(options)}  ({what})")
     lines.append("algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
                  "~algo_env drops it")
     return "\n".join(lines)
+
+
+def config_dir(entry: str) -> Path | None:
+    """The directory of a hydra.searchpath entry: file://<path>, or pkg://<package> (None where
+    the package cannot be found)."""
+    scheme, _, where = str(entry).partition("://")
+    if scheme == "file":
+        return Path(where)
+    try:
+        spec = importlib.util.find_spec(where.replace("/", ".")) if scheme == "pkg" else None
+    except ImportError:   # a parent package that is not installed
+        return None
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
 
 
 if not OmegaConf.has_resolver("rl_hydra.help_groups"):

@@ -77,6 +77,14 @@ def test_help_lists_the_groups_a_user_picks_and_no_building_blocks():
         assert internal not in groups
 
 
+def test_help_lists_the_options_of_config_dirs_on_the_searchpath(tmp_path):
+    (tmp_path / "conf" / "env").mkdir(parents=True)
+    (tmp_path / "conf" / "env" / "mine.yaml").write_text("defaults:\n  - cartpole\n  - _self_\n")
+    result = run_cli("--help", f"hydra.searchpath=[file://{tmp_path / 'conf'},pkg://not_installed.conf]")
+    env_line = next(line for line in result.stdout.splitlines() if line.startswith("env: "))
+    assert result.returncode == 0 and ", mine, " in env_line and ", cartpole, " in env_line
+
+
 def test_a_mistyped_resume_key_gets_the_closest_one(tmp_path, monkeypatch, capsys):
     launch(compose_config(*RECORD), tmp_path)
     code, _, err = cli(monkeypatch, capsys, f"resume={tmp_path}", "train.total_stepz=500")
