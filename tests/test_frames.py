@@ -123,7 +123,7 @@ def test_one_atari_transition_costs_about_one_frame():
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     shared = ReplayBuffer(1000, atari, ACTIONS)
     naive = ReplayBuffer(1000, atari, ACTIONS, share_frames=False)
-    assert shared.bytes_per_row <= 1.1 * frame                    # 7,077 bytes: frame, flag, action, reward, ends
+    assert shared.bytes_per_row <= 1.1 * frame                    # 7,093 bytes: frame, flag, two slots, action, reward, ends
     assert naive.bytes_per_row >= 8 * frame                        # both stacks whole
 
 
@@ -131,6 +131,11 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
     import rl_hydra.buffers.replay as replay
 
     monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
+    class AllocatedTooSoon(replay.SharedFrames):   # on a GPU the frames would take their memory at once
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("the frames were allocated before the memory check")
+
+    monkeypatch.setattr(replay, "SharedFrames", AllocatedTooSoon)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=1000000 needs 7.1 GB .* lower buffer.capacity"):
         ReplayBuffer(1_000_000, atari, ACTIONS)

@@ -69,9 +69,10 @@ class SharedFrames:
         self.back = np.arange(self.stack - 1, -1, -1) * num_envs   # (S,) vector steps back, oldest first
         self.positions = np.arange(self.stack)                        # (S,)
 
-    @property
-    def bytes_per_row(self) -> int:
-        return int(np.prod(self.frame_shape)) + 1 + 2 * 8   # a frame, its start flag, its two slots
+    @staticmethod
+    def row_bytes(observation_space: gym.Space) -> int:
+        """Bytes a row takes: a frame, its start flag, its two slots."""
+        return int(np.prod(observation_space.shape[1:])) + 1 + 2 * 8
 
     def grow(self, count: int) -> None:
         """Room for `count` more stacks in the pool (at least doubling it)."""

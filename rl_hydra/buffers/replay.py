@@ -158,15 +158,17 @@ class ReplayBuffer:
         columns = {**observations["obs"], "actions": rows(action_shape, action_dtype), "rewards": rows(()),
                    **observations["next_obs"], "terminated": rows(()), "truncated": rows(())}
         # one frame per row (buffers/frames.py) instead of the two observation columns
-        self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device) if share else None
+        self.frames_shared, self.frames = share, None
         if share:
             del columns["obs"], columns["next_obs"]
         self.bytes_per_row = (sum(int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
                                   for shape, dtype in columns.values()) // self.capacity
-                              + (self.frames.bytes_per_row if share else 0))
+                              + (SharedFrames.row_bytes(observation_space) if share else 0))
         check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row,
                           kind=self.describe(), detail="" if share else
                           f" (an observation: {spaces.describe_layout(observation_space)}, stored twice)")
+        if share:   # allocated once the check passed: on a GPU the frames take their memory at once
+            self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device)
         # add and sample pair columns with values by position (STORED's order, an observation's
         # parts in spaces.parts order); on the CPU in huge pages
         self.storage = speed.zeros(columns, self.rows_device)
@@ -187,7 +189,7 @@ class ReplayBuffer:
         details = []
         if self.n_step > 1:
             details.append(f"{self.n_step}-step returns")
-        if self.frames is not None:
+        if self.frames_shared:
             details.append("frames stored once")
         kind = f"{self.sampling} replay buffer"
         return f"{kind} ({', '.join(details)})" if details else kind
