@@ -7,7 +7,6 @@ this module turns its RunFailed into one `error:` line on stderr and the exit co
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -38,30 +37,25 @@ USER_GROUPS = {"algo": "the algorithm", "env": "the environment; env=gym env.id=
 
 def help_groups(searchpath=()) -> str:
     """The `--help` section on groups: each user group's options, old alias names left out, with
-    those of the config directories on `hydra.searchpath` (file:// or pkg:// entries)."""
+    those of the config directories on `hydra.searchpath`, found as a run finds them."""
+    from hydra.core.global_hydra import GlobalHydra
+
     from rl_hydra.config import ENV_ALIASES
 
-    dirs = [CONF_DIR, *(config_dir(entry) for entry in searchpath or ())]
-    lines = []
-    for group, what in USER_GROUPS.items():
-        options = sorted({p.stem for d in dirs if d is not None for p in (d / group).glob("*.yaml")} - set(ENV_ALIASES))
-        lines.append(f"{group}: {', '.join(options)}  ({what})")
+    overrides = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    with hydra_scope():
+        loader = GlobalHydra.instance().config_loader()
+        options = {group: [o for o in group_options(loader, group, "train", overrides) if o not in ENV_ALIASES]
+                   for group in USER_GROUPS}
+    lines = [f"{group}: {', '.join(options[group])}  ({what})" for group, what in USER_GROUPS.items()]
     lines.append("algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
                  "~algo_env drops it")
     return "\n".join(lines)
 
 
-def config_dir(entry: str) -> Path | None:
-    """The directory of a hydra.searchpath entry: file://<path>, or pkg://<package> (None where
-    the package cannot be found)."""
-    scheme, _, where = str(entry).partition("://")
-    if scheme == "file":
-        return Path(where)
-    try:
-        spec = importlib.util.find_spec(where.replace("/", ".")) if scheme == "pkg" else None
-    except ImportError:   # a parent package that is not installed
-        return None
-    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+def group_options(loader, group: str, config_name: str, searchpath: list[str]) -> list[str]:
+    """A config group's options, those of the config dirs on hydra.searchpath (its overrides) included."""
+    return sorted(loader.get_group_options(group, config_name=config_name, overrides=searchpath))
 
 
 if not OmegaConf.has_resolver("rl_hydra.help_groups"):
@@ -103,8 +97,8 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
         loader = GlobalHydra.instance().config_loader()
         searchpath = [o.input_line for o in overrides if o.get_key_element() == "hydra.searchpath"]
 
-        def options(group: str) -> list[str]:   # a group's options, config dirs on hydra.searchpath included
-            return sorted(loader.get_group_options(group, config_name=config_name, overrides=searchpath))
+        def options(group: str) -> list[str]:
+            return group_options(loader, group, config_name, searchpath)
 
         chosen = [first_job(override, loader, options) if multirun else override.input_line
                   for override in overrides]
