@@ -113,7 +113,6 @@ class SharedFrames:
     def observations(self, rows: np.ndarray, last: np.ndarray, ended: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The observations (B, S, H, W) of rows (B,) and the next observations of rows `last` (B,),
         where `ended` (B,) says whether the episode ended at that row, gathered on the device at once."""
-        rows, last, ended = (np.asarray(a) for a in (rows, last, ended))
         frame, pooled, from_pool = self.sources(np.concatenate([rows, (last + self.num_envs) % self.capacity]))
         # a next observation where the episode ended: the real last one, whole from the pool
         ends = len(rows) + np.flatnonzero(ended)
