@@ -19,13 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra import sweep_report
 from rl_hydra.config import CONF_DIR, ConfigError, check_required, flat_config, hydra_scope
-from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, LOG_FORMAT, RunFailed, launch
-from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
+from rl_hydra.resume import resume_main
 
 log = logging.getLogger("rl_hydra")
-
-GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")
-
 
 # what `--help` lists: the groups a user picks, each with what it is for (algo/base, the optimizer
 # group and suite/ are building blocks of the others)
@@ -60,13 +57,6 @@ def group_options(loader, group: str, config_name: str, searchpath: list[str]) -
 
 if not OmegaConf.has_resolver("rl_hydra.help_groups"):
     OmegaConf.register_new_resolver("rl_hydra.help_groups", help_groups)
-
-
-def fail(message: str, code: int):
-    """Exit with `code` after one line on stderr: `error: ...`, or for a run stopped on request
-    (Ctrl-C, SIGTERM), which is not an error, the message alone."""
-    print(message if code == EXIT_INTERRUPTED else f"error: {message}", file=sys.stderr)
-    sys.exit(code)
 
 
 def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
@@ -201,79 +191,6 @@ def hydra_main(cfg: DictConfig) -> float | None:
             return None
         fail(str(error), error.code)
     return summary["eval_return_mean"]
-
-
-# what a resume may change: how long and how it runs, never what it trains (env, algorithm,
-# network, buffer, seed: the checkpoint holds their state)
-RESUMABLE = ("train.", "checkpoint.", "logger.", "device", "torch_threads", "compile", "flush_denormal", "fast_paths")
-
-
-def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictConfig, dict[str, list]]:
-    """The run's recorded config with `key=value` changes applied in memory, parsed as Hydra parses
-    a fresh run's (`3e3` is a number), and {key: [old, new]} for those that change a value."""
-    import difflib
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    from rl_hydra.runs.run_dir import RunBusy, RunLock
-
-    try:
-        RunLock.check_free(directory)
-    except RunBusy as error:
-        fail(str(error), EXIT_CONFIG)
-    config_file = directory.recorded_config
-    if not config_file.is_file():
-        fail(f"resume={directory.path} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
-    cfg = OmegaConf.load(config_file)
-    OmegaConf.set_struct(cfg, True)
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except OverrideParseException as error:
-        fail(f"cannot parse the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}", EXIT_CONFIG)
-    allowed = ", ".join(f"{key}*" if key.endswith(".") else key for key in RESUMABLE)
-    changes = {}
-    for override in parsed:
-        key = override.key_or_group
-        if override.is_sweep_override() or override.type.name != "CHANGE" or key.lstrip("+~") in GROUPS \
-                or key.startswith("hydra"):
-            fail(f"{override.input_line!r} cannot be applied when resuming; only key=value changes of existing "
-                 f"keys are allowed ({allowed})", EXIT_CONFIG)
-        if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            known = sorted(flat_config(cfg))
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            fail(f"{key} is not a key of the run's config ({config_file}){hint}", EXIT_CONFIG)
-        if not key.startswith(tuple(k for k in RESUMABLE if k.endswith("."))) and key not in RESUMABLE:
-            fail(f"{key} cannot change when resuming: the run's checkpoint was trained with it; a resume may "
-                 f"change {allowed} (for another {key}, start a new run)", EXIT_CONFIG)
-        old = plain(OmegaConf.select(cfg, key))
-        OmegaConf.update(cfg, key, override.value())
-        if plain(OmegaConf.select(cfg, key)) != old:
-            changes[key] = [old, plain(OmegaConf.select(cfg, key))]
-    return cfg, changes
-
-
-def plain(value):
-    """A config value as plain Python (lists and dicts included)."""
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-
-
-def resume_main(run_dir: str, overrides: list[str]) -> None:
-    """`train.py resume=<run_dir> [key=value ...]`: continue a run in place with its saved config.
-    Its changes are checked as a fresh run's are, and written only once the run is under way."""
-    directory = RunDirectory(run_dir)
-    cfg, changes = resume_config(directory, overrides)
-    console = logging.StreamHandler(sys.stdout)  # as Hydra's job logging does; launch adds train.log
-    console.setFormatter(logging.Formatter(LOG_FORMAT))
-    logging.getLogger().addHandler(console)
-    logging.getLogger().setLevel(logging.INFO)
-    try:
-        launch(cfg, directory.path, resume=True, overrides=overrides, config_changes=changes)
-    except RunFailed as error:
-        fail(str(error), error.code)
-    finally:
-        logging.getLogger().removeHandler(console)
 
 
 def main() -> None:

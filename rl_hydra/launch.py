@@ -34,6 +34,13 @@ EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"   # Hydra's job log format
 
 
+def fail(message: str, code: int):
+    """Exit with `code` after one line on stderr: `error: ...`, or for a run stopped on request
+    (Ctrl-C, SIGTERM), which is not an error, the message alone."""
+    print(message if code == EXIT_INTERRUPTED else f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
 class RunFailed(Exception):
     def __init__(self, message: str, code: int):
         super().__init__(message)

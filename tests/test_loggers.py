@@ -47,7 +47,7 @@ def csv_series(run_dir, column: str) -> list[tuple[int, float]]:
 
 
 def resume(run_dir, **changes):
-    """What `python train.py resume=<run_dir> key=value ...` does (rl_hydra.cli.resume_main)."""
+    """What `python train.py resume=<run_dir> key=value ...` does (rl_hydra.resume.resume_main)."""
     config_file = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config_file)
     for key, value in changes.items():

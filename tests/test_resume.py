@@ -117,7 +117,7 @@ def test_corrupt_checkpoint_gives_one_clear_line(tmp_path):
 
 
 def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
-    from rl_hydra.cli import resume_main
+    from rl_hydra.resume import resume_main
 
     run_dir = tmp_path / "run"
     cfg = compose_config(*FAST)

@@ -112,7 +112,7 @@ def test_a_run_whose_fast_paths_all_fail_trains_on_the_plain_path(monkeypatch, t
 
 
 def test_fast_paths_is_checked_and_may_change_on_resume():
-    from rl_hydra.cli import RESUMABLE
+    from rl_hydra.resume import RESUMABLE
     from rl_hydra.config import ConfigError, validate_run_config
 
     assert "fast_paths" in RESUMABLE
