@@ -26,7 +26,8 @@ from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.runs.provenance import Session
 from rl_hydra.runs.record import (RunConflict, algo_class_name, check_same_config, record_config, record_refusal,
                                   remove_debris, remove_refused_run)
-from rl_hydra.runs.run_dir import DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text
+from rl_hydra.runs.run_dir import (DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text,
+                                   resume_command)
 
 log = logging.getLogger("rl_hydra")
 
@@ -173,7 +174,7 @@ def classify(error: Exception, cfg: DictConfig, directory: RunDirectory, committ
         return RunFailed(f"training diverged: {error}", EXIT_FAILED), "failed"
     if isinstance(error, StopRequested):
         return RunFailed(f"stopped; the last checkpoint is in {directory.checkpoints / 'last.pt'}; "
-                         f"resume with: python train.py resume={directory.path}", EXIT_INTERRUPTED), "interrupted"
+                         f"resume with: {resume_command(directory.path)}", EXIT_INTERRUPTED), "interrupted"
     # an env that raised, or a bug: recorded like any failure, traceback kept
     reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
     trace = "".join(traceback.format_exception(error))
@@ -198,7 +199,7 @@ def write_failure(directory: RunDirectory, error: WriteFailed) -> str:
     where = (f"the last good checkpoint is {directory.checkpoints / 'last.pt'} (step {step})" if step is not None
              else "no checkpoint was written yet")
     fix = "free some space, then" if error.disk_full else "once that is fixed,"
-    resume = (f"resume with: python train.py resume={directory.path}" if step is not None
+    resume = (f"resume with: {resume_command(directory.path)}" if step is not None
               else "launch the run again")
     return f"{error}; {where}; {fix} {resume}"
 

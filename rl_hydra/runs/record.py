@@ -14,7 +14,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
-from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_text
+from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_text, resume_command
 
 log = logging.getLogger("rl_hydra")
 STARTED = time.time()   # a run directory made after this, and left empty by a refusal, is removed
@@ -47,7 +47,7 @@ def check_same_config(directory: RunDirectory, cfg: DictConfig, overrides: Seque
         more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
         raise RunConflict(f"{directory.path} already holds a run with another config ({shown}{more}); "
                           f"launch into a new directory, or continue that run with "
-                          f"python train.py resume={directory.path} [key=value ...]")
+                          f"{resume_command(directory.path, '[key=value ...]')}")
     if added:
         log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
 

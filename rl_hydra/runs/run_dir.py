@@ -7,6 +7,7 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import socket
 import tempfile
 import time
@@ -263,6 +264,12 @@ class RunLock:
         if self.fd is not None:
             os.close(self.fd)   # closing the last descriptor releases the flock
             self.fd = None
+
+
+def resume_command(path: str | Path, changes: str = "") -> str:
+    """The command that resumes the run in `path`, quoted for a POSIX shell where it needs to be
+    (a sweep job's directory is named from its overrides: `algo=dqn,seed=0`, brackets, spaces)."""
+    return " ".join(["python train.py", shlex.quote(f"resume={path}"), *([changes] if changes else [])])
 
 
 def busy_message(directory: RunDirectory, holder: str) -> str:
