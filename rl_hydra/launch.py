@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.runs.provenance import Session
-from rl_hydra.runs.record import (RunConflict, algo_class_name, check_same_config, record_config, record_refusal,
+from rl_hydra.runs.record import (algo_class_name, check_same_config, record_config, record_refusal,
                                   remove_debris, remove_refused_run)
 from rl_hydra.runs.run_dir import (DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text,
                                    resume_command)
@@ -80,7 +80,7 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
             remove_debris(directory)
             return finished
         return _train(cfg, directory, resume, overrides, hydra_cfg, config_changes)
-    except (ConfigError, RunBusy, RunConflict) as error:
+    except (ConfigError, RunError) as error:   # RunBusy, RunConflict, a damaged record file
         failure = RunFailed(str(error), EXIT_CONFIG)
         failure.__cause__ = error
     except RunFailed as error:

@@ -23,6 +23,7 @@ from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, dist
 from rl_hydra.run import CHECKPOINTS, load_run
 from rl_hydra.runs import provenance
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_bytes
+from rl_hydra.runs.trust import read_config
 
 USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
        (python scripts/evaluate.py in a checkout: the same)
@@ -113,6 +114,8 @@ def find_runs(root: Path) -> list[Path]:
 def evaluate_path(cfg) -> list[dict[str, Any]]:
     root = Path(cfg.run_dir)
     runs = find_runs(root)
+    # every run's config is read as data, and refused whole for code it names, before anything is built
+    configs = {run_dir: read_config(RunDirectory(run_dir)) for run_dir in runs}
     configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
     labels, _ = distinguishing_labels(configurations.values())
     results = []
@@ -121,10 +124,10 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
         name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name
         base = {"run": name, "configuration": labels[configurations[run_dir]],
                 "overrides": configurations[run_dir],
-                "seed": OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("seed"),
+                "seed": configs[run_dir].get("seed"),
                 "provenance": provenance.latest(RunDirectory(run_dir))}
-        summary = _summary(run_dir)
         try:
+            summary = RunDirectory(run_dir).read_summary() or {}
             if summary.get("status") == "failed":
                 raise RunError(summary.get("reason") or "failed")
             result = evaluate_one(run_dir, cfg)
@@ -136,11 +139,6 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
                 raise
             results.append({**base, "status": "failed", "reason": str(error)})
     return results
-
-
-def _summary(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def measured(cfg) -> str:

@@ -10,7 +10,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
 from rl_hydra.launch import EXIT_CONFIG, LOG_FORMAT, RunFailed, fail, launch
-from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.runs.trust import read_config
 
 # the config groups: a resume changes values, never a group's choice
 GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")
@@ -38,7 +39,10 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
     config_file = directory.recorded_config
     if not config_file.is_file():
         fail(f"resume={directory.path} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
-    cfg = OmegaConf.load(config_file)
+    try:
+        cfg = read_config(directory)   # data, never code: rl_hydra/runs/trust.py
+    except RunError as error:
+        fail(str(error), EXIT_CONFIG)
     OmegaConf.set_struct(cfg, True)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
 from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_text, resume_command
+from rl_hydra.runs.trust import load_yaml
 
 log = logging.getLogger("rl_hydra")
 STARTED = time.time()   # a run directory made after this, and left empty by a refusal, is removed
@@ -37,7 +38,7 @@ def check_same_config(directory: RunDirectory, cfg: DictConfig, overrides: Seque
     recorded = directory.recorded_config
     if not recorded.is_file():
         return
-    before, now = flat_config(OmegaConf.load(recorded)), flat_config(cfg)
+    before, now = flat_config(load_yaml(recorded)), flat_config(cfg)
     added = sorted(now.keys() - before.keys())
     asked = set(added) & {str(o).split("=", 1)[0].lstrip("+~") for o in overrides if "=" in str(o)}
     differ = sorted(k for k in before.keys() | now.keys()

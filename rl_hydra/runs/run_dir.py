@@ -206,9 +206,21 @@ class RunDirectory:
         atomic_write_text(self.summary_json, json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n")
 
     def read_summary(self) -> dict[str, Any] | None:
+        """summary.json, or None where there is none; one RunError line for a damaged or foreign file."""
         if not self.summary_json.is_file():
             return None
-        return json.loads(self.summary_json.read_text())
+        return read_json_object(self.summary_json)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:   # ValueError: not JSON, or not UTF-8
+        raise RunError(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise RunError(f"{path} holds a JSON {type(value).__name__}, not the object a run writes there")
+    return value
 
 
 class RunLock:
