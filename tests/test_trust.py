@@ -1,0 +1,193 @@
+"""A run directory is data, never code (rl_hydra/runs/trust.py): a `_target_` that the project does
+not trust, anywhere in a run's config, is refused in one line before anything is built, by every
+entry point that opens a run directory; RL_HYDRA_TRUST extends the list on purpose."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from rl_hydra import load_run, train
+from rl_hydra.cli import main as cli_main
+from rl_hydra.report import main as evaluate_main
+from rl_hydra.runs.run_dir import RunError
+from rl_hydra.runs.trust import TRUST_VARIABLE, UntrustedConfig, is_trusted
+from tests.conftest import ROOT, TINY
+from tests.payload import pickled_mark
+
+QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "dqn"
+    train(*QUICK, run_dir=path)
+    return path
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path):
+    return shutil.copytree(trained, tmp_path / "run")
+
+
+def plant(run_dir, key: str, node) -> None:
+    """Set `key` (dotted; `env.wrappers` takes a list) of the run's recorded config to `node`."""
+    path = run_dir / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    *parents, last = key.split(".")
+    at = cfg
+    for part in parents:
+        at = at.setdefault(part, {})
+    at[last] = node
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def payload(marker) -> dict:
+    return {"_target_": "tests.payload.mark", "path": str(marker)}
+
+
+def torch_load_payload(marker) -> dict:
+    """torch.load(BytesIO(b64decode(...)), weights_only=False): not on Hydra's own block list."""
+    data = base64.b64encode(pickled_mark(str(marker))).decode()
+    return {"_target_": "torch.load", "weights_only": False,
+            "f": {"_target_": "io.BytesIO", "initial_bytes": {"_target_": "base64.b64decode", "s": data}}}
+
+
+# every group that holds a `_target_`, and a value nested under one
+PLANTS = {
+    "algo._target_": lambda m: "tests.payload.mark",
+    "algo.optimizer": payload,
+    "algo.optimizer.lr": payload,
+    "network": payload,
+    "buffer": payload,
+    "env.wrappers": lambda m: [payload(m)],
+    "logger.csv": payload,
+    "algo.optimizer.eps": torch_load_payload,
+}
+
+
+def refused_in_one_line(text: str, key: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return len(lines) == 1 and lines[0].startswith("error: ") and key.split(".")[0] in lines[0] \
+        and "may not build" in lines[0]
+
+
+@pytest.mark.parametrize("key", PLANTS)
+def test_evaluate_refuses_a_planted_target_and_runs_nothing(run_dir, tmp_path, key, capsys):
+    marker = tmp_path / "ran"
+    plant(run_dir, key, PLANTS[key](marker))
+    assert evaluate_main([f"run_dir={run_dir}", "episodes=1"]) == 2
+    assert refused_in_one_line(capsys.readouterr().err, key)
+    assert not marker.exists()
+    assert not (run_dir / "eval").exists()
+
+
+@pytest.mark.parametrize("key", PLANTS)
+def test_load_run_refuses_a_planted_target_and_runs_nothing(run_dir, tmp_path, key):
+    marker = tmp_path / "ran"
+    plant(run_dir, key, PLANTS[key](marker))
+    with pytest.raises(UntrustedConfig, match="may not build"):
+        load_run(run_dir)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("key", PLANTS)
+def test_resume_refuses_a_planted_target_and_changes_nothing(run_dir, tmp_path, key, monkeypatch, capsys):
+    marker = tmp_path / "ran"
+    plant(run_dir, key, PLANTS[key](marker))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    monkeypatch.setattr(sys, "argv", ["train.py", f"resume={run_dir}", "train.total_steps=900"])
+    with pytest.raises(SystemExit) as stopped:
+        cli_main()
+    assert stopped.value.code == 2
+    assert refused_in_one_line(capsys.readouterr().err, key)
+    assert not marker.exists()
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_sweep_folder_holding_one_planted_run_is_refused_whole(trained, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained, sweep / "seed=0")
+    shutil.copytree(trained, sweep / "seed=1")
+    marker = tmp_path / "ran"
+    plant(sweep / "seed=1", "algo.optimizer", torch_load_payload(marker))
+    assert evaluate_main([f"run_dir={sweep}", "episodes=1"]) == 2
+    assert refused_in_one_line(capsys.readouterr().err, "algo.optimizer")
+    assert not marker.exists()
+    assert not any(sweep.rglob("eval"))   # not even the good run was evaluated
+
+
+@pytest.mark.parametrize("command", [["train.py", "resume={run}", "train.total_steps=900"],
+                                     ["scripts/evaluate.py", "run_dir={run}", "episodes=1"]])
+def test_the_command_line_refuses_the_torch_load_payload_with_exit_2(run_dir, tmp_path, command):
+    marker = tmp_path / "ran"
+    plant(run_dir, "algo.optimizer", torch_load_payload(marker))
+    script, *args = command
+    done = subprocess.run([sys.executable, str(ROOT / script), *(a.format(run=run_dir) for a in args)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert refused_in_one_line(done.stderr, "algo.optimizer"), done.stderr
+    assert "algo.optimizer._target_=torch.load" in done.stderr
+    assert not marker.exists()
+
+
+def test_an_environment_reading_interpolation_is_refused(run_dir):
+    plant(run_dir, "logger.csv.note", "${oc.env:HOME}")
+    with pytest.raises(UntrustedConfig, match="oc.env resolver"):
+        load_run(run_dir)
+
+
+def test_the_user_can_trust_their_own_code_for_one_command(run_dir, tmp_path, monkeypatch):
+    """The planted target runs once the user trusts it: the refusal was the list, not a failure to build."""
+    marker = tmp_path / "ran"
+    plant(run_dir, "env.wrappers", [{"_target_": "tests.helpers.SlowDown", "_partial_": True, "seconds": 0.0}])
+    with pytest.raises(UntrustedConfig, match=f"{TRUST_VARIABLE}=tests.helpers.SlowDown"):
+        load_run(run_dir)
+    assert load_run(run_dir, trust=["tests.helpers."]).evaluate(episodes=1)["episodes"] == 1
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.SlowDown")
+    assert load_run(run_dir).evaluate(episodes=1)["episodes"] == 1
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("target, trusted", [
+    ("rl_hydra.algos.dqn.DQN", True), ("rl_hydra.speed.adam", True), ("torch.optim.AdamW", True),
+    ("gymnasium.wrappers.TimeLimit", True), ("rl_hydra.envs.wrappers.MaskObservation", True),
+    ("torch.load", False), ("io.BytesIO", False), ("gymnasium.wrappers.RecordVideo", False),
+    ("rl_hydra.runs.run_dir.atomic_write_text", False),   # the package's own, but it writes files
+    ("rl_hydra.envs.make.make_env", False),               # a function, not a component class
+    ("rl_hydra.envs.make.VectorEnv", False),              # a class that module imports, not its own
+    ("os.system", False), ("rl_hydra.algos.no_such.Thing", False)])
+def test_the_trusted_list(target, trusted):
+    assert is_trusted(target) is trusted
+
+
+@pytest.mark.parametrize("text, why", [("algo: [unclosed", "cannot be read as a config"), ("", "is empty"),
+                                       ("- a\n- b\n", "not a mapping"), ("seed: 0\n", "has no env section")])
+def test_a_damaged_config_is_one_line_on_every_entry_point(run_dir, text, why, monkeypatch, capsys):
+    (run_dir / ".hydra" / "config.yaml").write_text(text)
+    with pytest.raises(RunError, match=why):
+        load_run(run_dir)
+    assert evaluate_main([f"run_dir={run_dir}", "episodes=1"]) == 2
+    monkeypatch.setattr(sys, "argv", ["train.py", f"resume={run_dir}", "train.total_steps=900"])
+    with pytest.raises(SystemExit) as stopped:
+        cli_main()
+    assert stopped.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 2 and all(why in line and line.startswith("error: ") for line in lines)
+
+
+@pytest.mark.parametrize("text, why", [("{not json", "cannot be read"), ("[1, 2]", "holds a JSON list")])
+def test_a_damaged_summary_is_one_line_on_resume_and_evaluate(run_dir, text, why, monkeypatch, capsys):
+    (run_dir / "summary.json").write_text(text)
+    assert evaluate_main([f"run_dir={run_dir}", "episodes=1"]) == 2
+    monkeypatch.setattr(sys, "argv", ["train.py", f"resume={run_dir}", "train.total_steps=900"])
+    with pytest.raises(SystemExit) as stopped:
+        cli_main()
+    assert stopped.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 2 and all(why in line and "summary.json" in line for line in lines), lines
