@@ -27,7 +27,7 @@ from rl_hydra.runs.provenance import Session
 from rl_hydra.runs.record import (algo_class_name, check_same_config, record_config, record_refusal,
                                   remove_debris, remove_refused_run)
 from rl_hydra.runs.run_dir import (DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text,
-                                   resume_command)
+                                   no_follow, resume_command)
 
 log = logging.getLogger("rl_hydra")
 
@@ -71,6 +71,7 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
     try:
         validate_run_config(cfg)
         RunLock.check_free(directory)
+        directory.check_links()
         if config_changes:   # as validated: `3e3` given for an integer key is 3000
             config_changes = {key: [old, OmegaConf.select(cfg, key)] for key, (old, _) in config_changes.items()}
         finished = check_directory(directory, cfg, resume, overrides, config_changes)
@@ -267,7 +268,11 @@ def log_to_file(path: Path) -> Iterator[logging.Handler]:
 
 class QuietFileHandler(logging.FileHandler):
     """A FileHandler that, when its file cannot be written (a full disk), says so in one line and
-    stops, instead of printing a traceback for every record; the run's own writes then report it."""
+    stops, instead of printing a traceback for every record; the run's own writes then report it.
+    It never follows a symbolic link (the log stays in the run directory)."""
+
+    def _open(self):
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=no_follow)
 
     def handleError(self, record: logging.LogRecord) -> None:
         error = sys.exc_info()[1]

@@ -116,6 +116,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
     runs = find_runs(root)
     # every run's config is read as data, and refused whole for code it names, before anything is built
     configs = {run_dir: read_config(RunDirectory(run_dir)) for run_dir in runs}
+    RunDirectory(root).check_links()   # the runs' eval/ and the sweep's are written in place
     configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
     labels, _ = distinguishing_labels(configurations.values())
     results = []

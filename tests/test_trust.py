@@ -15,7 +15,7 @@ import yaml
 from rl_hydra import load_run, train
 from rl_hydra.cli import main as cli_main
 from rl_hydra.report import main as evaluate_main
-from rl_hydra.runs.run_dir import RunError
+from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import TRUST_VARIABLE, UntrustedConfig, is_trusted
 from tests.conftest import ROOT, TINY
 from tests.payload import pickled_mark
@@ -191,3 +191,57 @@ def test_a_damaged_summary_is_one_line_on_resume_and_evaluate(run_dir, text, why
     assert stopped.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 2 and all(why in line and "summary.json" in line for line in lines), lines
+
+
+# --- writes stay inside the run directory --------------------------------------------------------
+
+@pytest.mark.parametrize("name", [".lock", "train.log", "metrics.csv", "checkpoints", "eval", ".hydra/config.yaml"])
+def test_a_link_out_of_the_run_directory_is_refused_and_its_target_untouched(run_dir, tmp_path, name, monkeypatch,
+                                                                             capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "victim"
+    entry = run_dir / name
+    if entry.is_dir():   # a folder: move it out and link to it
+        shutil.move(entry, target)
+    else:
+        target.write_bytes(entry.read_bytes() if entry.exists() else b"precious\n")
+        entry.unlink(missing_ok=True)
+    entry.symlink_to(target)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    monkeypatch.setattr(sys, "argv", ["train.py", f"resume={run_dir}", "train.total_steps=900"])
+    with pytest.raises(SystemExit) as stopped:
+        cli_main()
+    assert stopped.value.code == 2
+    assert evaluate_main([f"run_dir={run_dir}", "episodes=1"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 2 and all("symbolic link" in line and "outside the run directory" in line for line in lines)
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+    assert entry.is_symlink()
+
+
+def test_a_link_inside_the_run_directory_is_fine(run_dir):
+    (run_dir / "latest").symlink_to(run_dir / "checkpoints")   # as W&B's wandb/latest-run
+    assert load_run(run_dir).evaluate(episodes=1)["episodes"] == 1
+    RunDirectory(run_dir).check_links()
+
+
+def test_the_lock_and_the_metrics_are_never_opened_through_a_link(tmp_path):
+    """Belt and braces below check_links: the lock, metrics.csv and train.log open with O_NOFOLLOW."""
+    from rl_hydra.launch import QuietFileHandler
+    from rl_hydra.runs.metrics import MetricsCSV
+    from rl_hydra.runs.run_dir import RunLock, WriteFailed
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    directory = RunDirectory(tmp_path / "run")
+    directory.path.mkdir()
+    for link in (directory.lock_file, directory.metrics_csv, directory.path / "train.log"):
+        link.symlink_to(victim)
+    with pytest.raises(WriteFailed):
+        RunLock(directory).__enter__()
+    with pytest.raises(WriteFailed):
+        MetricsCSV(directory.metrics_csv, ["a"])
+    with pytest.raises(OSError):
+        QuietFileHandler(directory.path / "train.log")
+    assert victim.read_text() == "precious\n"

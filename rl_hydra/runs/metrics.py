@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from rl_hydra.runs.run_dir import WriteFailed, atomic_write_text
+from rl_hydra.runs.run_dir import WriteFailed, atomic_write_text, no_follow
+
+log = logging.getLogger("rl_hydra")
 
 
 class MetricsCSV:
@@ -19,7 +22,7 @@ class MetricsCSV:
             if resume_from_step is not None and csv_path.is_file():
                 self._truncate_after(resume_from_step)
             new_file = not csv_path.is_file() or csv_path.stat().st_size == 0
-            self.file = open(csv_path, "a", newline="")
+            self.file = open(csv_path, "a", newline="", opener=no_follow)
             self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
             if new_file:
                 self.writer.writeheader()
@@ -33,6 +36,9 @@ class MetricsCSV:
         with open(self.csv_path, newline="") as f:
             lines = f.read().splitlines(keepends=True)
         whole = [line for line in lines if line.endswith("\n")]   # a killed writer may leave the last one cut
+        if len(whole) < len(lines):
+            log.warning("%s ended in a half-written row (%r, left by a process killed while it wrote): dropped",
+                        self.csv_path, lines[-1][:60])
         kept = [row for row in csv.DictReader(whole)
                 if None not in row and None not in row.values() and row["step"].isdigit() and int(row["step"]) <= step]
         out = io.StringIO()

@@ -100,6 +100,11 @@ def atomic_write_bytes(path: Path, write) -> None:
         raise
 
 
+def no_follow(path: str, flags: int) -> int:
+    """An `opener` for open(): a symbolic link at `path` is an OSError (ELOOP), never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, lambda f: f.write(text.encode()))
 
@@ -135,6 +140,19 @@ class RunDirectory:
         while Hydra still rewrote config.yaml at every launch, refused ones included)."""
         legacy = self.hydra / "run_config.yaml"
         return legacy if legacy.is_file() else self.config_yaml
+
+    def check_links(self) -> None:
+        """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it: a
+        write through it (the lock, train.log, a checkpoint, eval/) would land elsewhere. Links
+        inside it (W&B's wandb/latest-run) are fine; the run directory itself may be a link."""
+        root = self.path.resolve()
+        for folder, dirs, files in os.walk(self.path):   # does not descend into linked folders
+            for name in (*dirs, *files):
+                path = Path(folder) / name
+                if path.is_symlink() and not path.resolve().is_relative_to(root):
+                    raise RunError(f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
+                                   f"nothing was written (a run directory's files are written in place: replace "
+                                   f"the link with the file itself)")
 
     def holds_output(self) -> bool:
         """Whether a run has trained here (checkpoints or metrics exist)."""
@@ -236,7 +254,7 @@ class RunLock:
         path = self.directory.lock_file
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666 & ~current_umask())
         except OSError as error:
             raise WriteFailed(path, error) from error
         try:
@@ -261,7 +279,7 @@ class RunLock:
         """Raise RunBusy when another process holds the directory; writes nothing (a refused
         command checks this first, before it builds anything)."""
         try:
-            fd = os.open(directory.lock_file, os.O_RDONLY)
+            fd = os.open(directory.lock_file, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return   # no lock file: nobody has trained here since locks exist
         try:
