@@ -170,12 +170,18 @@ def markdown(columns: list[dict], lines: list[list[str]]) -> str:
     return "\n".join([head, rule, *("| " + " | ".join(line) + " |" for line in lines)])
 
 
+def no_longer_made(record: dict) -> bool:
+    """Whether the current scripts no longer make the record (`rerun` null): a page then links the
+    record, which names the command and the commit that still has its script, and not the command."""
+    return "rerun" in record and record["rerun"] is None
+
+
 def footer(record: dict, command: str | None = None) -> str:
-    """How to make the table again: `rerun` where the scripts have changed since (null: they no longer
-    make it, and the record's commit still has them), else the command that made it."""
+    """How to make the table again: `rerun` where the scripts have changed since, else the command
+    that made it; where the current scripts no longer make it, the record alone."""
     link = f"[record](../results/{record['name']}.json)"
-    if "rerun" in record and record["rerun"] is None:
-        return f"Made with `{record['command']}`, which the current scripts no longer run (the {link} names its commit)."
+    if no_longer_made(record):
+        return f"Made by a script since changed or removed: the {link} names the command and its commit."
     command = record.get("rerun") or command or record["command"]
     return f"`{command}` ({link})" if command else f"The {link} names each row's command."
 
@@ -216,9 +222,10 @@ def tried_table(records: dict, topic: str) -> str:
 def index_list(records: dict, topic: str, shown: set[str]) -> str:
     """The adopted records of `topic` that no table or plot shows (the others are in its tried table)."""
     def how(r: dict) -> str:
-        command = r.get("rerun", r["command"]) or r["command"]
-        gone = " (no longer run by the current scripts)" if "rerun" in r and r["rerun"] is None else ""
-        return f": `{command}`{gone}" if command else ""
+        if no_longer_made(r):
+            return ": made by a script since changed or removed (the record names the command)"
+        command = r.get("rerun") or r["command"]
+        return f": `{command}`" if command else ""
 
     return "\n".join(f"- [{r['title']}](../results/{r['name']}.json){how(r)}" for r in records.values()
                      if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown) or "(none)"

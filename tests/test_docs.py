@@ -1,4 +1,5 @@
-"""What the README says about installing is what CI and pyproject.toml do."""
+"""What the README and the docs pages say is what the tree holds: installing as CI and pyproject.toml
+do, the Layout, the scripts and env groups they name, and pages short enough to read."""
 
 from __future__ import annotations
 
@@ -96,3 +97,54 @@ def test_the_readme_links_every_docs_page_and_only_pages_that_exist():
 
 def test_the_readme_is_at_most_150_lines():
     assert len(README_LINES) <= 150, f"README.md has {len(README_LINES)} lines; move detail into docs/"
+
+
+# --- the docs name what exists -----------------------------------------------------------------
+
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text()
+         for path in [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+
+
+def test_every_script_a_page_names_exists():
+    missing = sorted({f"{page}: {path}" for page, text in PAGES.items()
+                      for path in re.findall(r"(?<![\w.-])scripts/[\w./-]*\w", text) if not (ROOT / path).exists()})
+    assert not missing, f"pages name scripts that do not exist: {missing}"
+
+
+def env_groups() -> set[str]:
+    """The env groups a user can pick: conf/env/'s files, less the old names kept as hidden aliases."""
+    from rl_hydra.config import ENV_ALIASES
+
+    return {path.stem for path in (ROOT / "conf" / "env").glob("*.yaml")} - set(ENV_ALIASES)
+
+
+def test_suite_md_s_env_table_lists_every_env_group_and_no_other():
+    section = re.search(r"^## Env groups\n(.*?)^## ", PAGES["docs/suite.md"], flags=re.M | re.S)
+    assert section, "docs/suite.md has no ## Env groups section"
+    first_cells = re.findall(r"^\| ([^|]*)\|", section.group(1), flags=re.M)
+    listed = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
+    assert listed == env_groups(), (f"docs/suite.md's env table lacks {sorted(env_groups() - listed)}, "
+                                     f"names no such group: {sorted(listed - env_groups())}")
+
+
+def test_the_readme_s_env_list_names_every_env_group():
+    paragraph = re.search(r"^Env groups \(`env=`(.*?)\n\n", PAGES["README.md"], flags=re.M | re.S)
+    assert paragraph, "README.md has no paragraph starting 'Env groups (`env=`'"
+    listed = set(re.findall(r"`(\w+)`", paragraph.group(1)))
+    assert env_groups() <= listed, f"README.md's env list lacks {sorted(env_groups() - listed)}"
+
+
+@pytest.mark.parametrize("page", sorted(name for name in PAGES if name.startswith("docs/")))
+def test_every_docs_page_is_at_most_200_lines(page):
+    lines = len(PAGES[page].splitlines())
+    assert lines <= 200, f"{page} has {lines} lines; a page is a reference: move detail to a page of its own"
+
+
+def test_the_readme_s_python_snippet_trains_what_its_runnable_version_trains():
+    snippet = re.search(r'^run = train\((.*?)\)', PAGES["README.md"], flags=re.M).group(1)
+    example = (ROOT / "examples" / "train_and_predict.py").read_text()
+    called = re.search(r'^run = train\((.*?)\)', example, flags=re.M).group(1)
+    default_steps = re.search(r"else ([\d_]+)", example).group(1).replace("_", "")
+    overrides = re.findall(r'"([^"]+)"', snippet)
+    assert overrides[:-1] == re.findall(r'"([^"{}]+)"', called)[:len(overrides) - 1], (snippet, called)
+    assert overrides[-1] == f"train.total_steps={default_steps}", (snippet, default_steps)

@@ -85,6 +85,18 @@ def test_blocks_are_filled_from_the_record_and_a_missing_record_leaves_its_block
         "page.md: <!-- results:toy -->"]
 
 
+def test_a_record_the_current_scripts_no_longer_make_is_linked_without_its_gone_command(tmp_path):
+    gone = {**RECORD, "name": "gone", "command": "python scripts/benchmarks/bench_gone.py", "rerun": None}
+    (tmp_path / "gone.json").write_text(json.dumps(gone))
+    records = render_results.load_records(tmp_path)
+    page = tmp_path / "page.md"
+    for text in ("<!-- results:gone -->\n<!-- /results:gone -->\n",
+                 "<!-- results:index:toys -->\n<!-- /results:index:toys -->\n"):
+        rendered = render_results.render_pages(records, {page: text})[page]
+        assert "gone.json" in rendered and "made by a script since changed or removed" in rendered.lower()
+        assert "bench_gone" not in rendered
+
+
 def test_a_summary_that_is_not_the_median_of_its_seeds_is_named():
     wrong = {**RECORD, "rows": [{**RECORD["rows"][0], "summary": {"return": 2.5}}]}
     assert render_results.median_problems(wrong) == ["toy/a: the median of return is 2, the summary says 2.5"]
