@@ -171,20 +171,43 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:   # an integer too large for a float
+        return False
+
+
+# no integer key of a run needs more: a budget, a capacity or a size past this is a typo (1e100)
+LARGEST_INT = 10**12
+LARGEST_SEED = 2**32 - 1   # numpy's global seed
+LARGEST_EPISODES = 1000    # an evaluation steps its episodes side by side, one env each
+LARGEST_ENVS = 1024
+LARGEST_THREADS = 1024
 
 
 def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return `value` as an int if it is one in [minimum, maximum], else raise ConfigError. A
-    float with an integral value (`1e5`, as Hydra reads `train.total_steps=1e5`) counts as one."""
+    """Return `value` as an int if it is one in [minimum, maximum] (maximum: LARGEST_INT unless
+    given), else raise ConfigError. A float with an integral value (`1e5`, as Hydra reads
+    `train.total_steps=1e5`) counts as one."""
+    maximum = LARGEST_INT if maximum is None else maximum
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not _is_int(value):
-        raise ConfigError(f"{key}={value!r} is not an integer; {_bounds(minimum, maximum, 'an integer')}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ConfigError(f"{key}={value!r} is out of range; {_bounds(minimum, maximum, 'an integer')}")
+        raise ConfigError(f"{key}={shown(value)} is not an integer; {_bounds(minimum, maximum, 'an integer')}")
+    if (minimum is not None and value < minimum) or value > maximum:
+        raise ConfigError(f"{key}={shown(value)} is out of range; {_bounds(minimum, maximum, 'an integer')}")
     return value
+
+
+def shown(value: Any) -> str:
+    """A value for a message: a huge integer as its size (Python refuses to print one past 4,300 digits)."""
+    if _is_int(value) and value.bit_length() > 64:
+        digits = int(math.log10(abs(value))) + 1
+        digits += (abs(value) >= 10**digits) - (abs(value) < 10**(digits - 1))   # log10's rounding at a power of 10
+        return f"<{'a negative' if value < 0 else 'an'} integer of {digits} digits>"
+    return repr(value)
 
 
 def check_float(key: str, value: Any, minimum: float | None = None, maximum: float | None = None,
@@ -192,17 +215,17 @@ def check_float(key: str, value: Any, minimum: float | None = None, maximum: flo
     """Return `value` as float if it is a finite number in range, else raise ConfigError."""
     allowed = _bounds(minimum, maximum, "a number", exclusive_min)
     if not _is_number(value):
-        raise ConfigError(f"{key}={value!r} is not a finite number; {allowed}")
+        raise ConfigError(f"{key}={shown(value)} is not a finite number; {allowed}")
     too_low = minimum is not None and (value <= minimum if exclusive_min else value < minimum)
     if too_low or (maximum is not None and value > maximum):
-        raise ConfigError(f"{key}={value!r} is out of range; {allowed}")
+        raise ConfigError(f"{key}={shown(value)} is out of range; {allowed}")
     return float(value)
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
     choices = list(choices)
     if value not in choices:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, choices))}")
+        raise ConfigError(f"{key}={shown(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
     return value
 
 
@@ -243,18 +266,20 @@ def validate_run_config(cfg: DictConfig) -> None:
     """Check the run-level keys of conf/train.yaml (the groups check themselves) and that no
     required key is left `???`; integer keys given as integral floats (`1e5`) are written back as ints."""
     check_required(cfg)
-    cfg.seed = check_int("seed", cfg.seed, minimum=0)
-    cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1)
+    cfg.seed = check_int("seed", cfg.seed, minimum=0, maximum=LARGEST_SEED)
+    cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1, maximum=LARGEST_THREADS)
     check_choice("compile", cfg.get("compile", False), (True, False))
     check_choice("flush_denormal", cfg.get("flush_denormal", True), (True, False))
     check_choice("fast_paths", cfg.get("fast_paths", True), (True, False))
     resolve_device(cfg.device)
     cfg.train.total_steps = check_int("train.total_steps", cfg.train.total_steps, minimum=1)
-    for key in ("eval_every", "eval_episodes", "checkpoint_every", "log_every"):
+    for key in ("eval_every", "checkpoint_every", "log_every"):
         cfg.train[key] = check_int(f"train.{key}", cfg.train[key], minimum=1)
+    cfg.train.eval_episodes = check_int("train.eval_episodes", cfg.train.eval_episodes, minimum=1,
+                                        maximum=LARGEST_EPISODES)
     if cfg.train.get("stop_at_return") is not None:
         check_float("train.stop_at_return", cfg.train.stop_at_return)
-    cfg.env.num_envs = check_int("env.num_envs", cfg.env.num_envs, minimum=1)
+    cfg.env.num_envs = check_int("env.num_envs", cfg.env.num_envs, minimum=1, maximum=LARGEST_ENVS)
     if cfg.env.get("max_episode_steps") is not None:
         cfg.env.max_episode_steps = check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
     if cfg.env.get("eval_epsilon") is not None:

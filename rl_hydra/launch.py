@@ -23,6 +23,7 @@ from typing import Any, Iterator, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.runs import provenance
 from rl_hydra.runs.provenance import Session
 from rl_hydra.runs.record import (algo_class_name, check_same_config, record_config, record_refusal,
                                   remove_debris, remove_refused_run)
@@ -100,6 +101,7 @@ def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, over
     fit it; returns the summary of a finished run that this launch would not train further."""
     if not resume and directory.holds_output():
         check_same_config(directory, cfg, overrides)
+    provenance.read(directory)   # a damaged provenance.json is refused before the run writes to it
     summary = directory.read_summary()
     finished = bool(summary) and summary.get("status") == "completed" and (
         summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
@@ -112,7 +114,10 @@ def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, over
 
 
 def format_changes(changes: dict[str, list[Any]]) -> str:
-    return ", ".join(f"{key}={new}" for key, (_, new) in changes.items())
+    """The changes of a resume that could have trained a finished run further, its budget
+    (`train.total_steps=100`); `this resume` where it changes none of it (train.progress alone)."""
+    budget = [f"{key}={new}" for key, (_, new) in changes.items() if key in ("train.total_steps", "train.stop_at_return")]
+    return ", ".join(budget) if budget else "this resume"
 
 
 def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: list[str],

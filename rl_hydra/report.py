@@ -16,7 +16,8 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rl_hydra.config import ConfigError, check_choice, check_int, resolve_device
+from rl_hydra.config import (LARGEST_EPISODES, LARGEST_SEED, ConfigError, check_choice, check_int,
+                             resolve_device)
 from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, distinguishing_labels, eval_curve,
                                      markdown_table, plot_learning_curves, run_dirs,
                                      tracker_store_in)
@@ -65,8 +66,8 @@ def parse_args(argv: list[str], defaults: Path):
         raise ConfigError(str(error).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise ConfigError("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
-    cfg.episodes = check_int("episodes", cfg.episodes, minimum=1)
-    cfg.seed = check_int("seed", cfg.seed, minimum=0)
+    cfg.episodes = check_int("episodes", cfg.episodes, minimum=1, maximum=LARGEST_EPISODES)
+    cfg.seed = check_int("seed", cfg.seed, minimum=0, maximum=LARGEST_SEED)
     check_choice("checkpoint", cfg.checkpoint, CHECKPOINTS)
     for key in ("video", "provenance"):
         if not isinstance(cfg[key], bool):

@@ -46,8 +46,9 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
     OmegaConf.set_struct(cfg, True)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-    except OverrideParseException as error:
-        fail(f"cannot parse the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}", EXIT_CONFIG)
+    except (OverrideParseException, ValueError) as error:   # ValueError: an integer of over 4,300 digits
+        given = " ".join(o if len(o) <= 80 else f"{o[:60]}...({len(o)} characters)" for o in overrides)
+        fail(f"cannot parse the overrides {given}: {str(error).splitlines()[0]}", EXIT_CONFIG)
     allowed = ", ".join(f"{key}*" if key.endswith(".") else key for key in RESUMABLE)
     changes = {}
     for override in parsed:

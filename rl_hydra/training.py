@@ -279,6 +279,11 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
             run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
             status = "interrupted"
             raise
+        except KeyboardInterrupt:   # a second Ctrl-C: stop mid-step, keeping the last checkpoint as it is
+            run_dir.write_summary(runner.summary("interrupted", reason="stopped at once by a second signal; "
+                                                 "the last checkpoint is older than this step"))
+            status = "interrupted"
+            raise StopRequested from None
         finally:
             runner.close(status)
     eval_return = summary["eval_return_mean"]

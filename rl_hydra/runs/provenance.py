@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rl_hydra.runs.run_dir import RunDirectory, atomic_write_text
+from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text, read_json_object
 
 PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy",
             "hydra": "hydra-core"}
@@ -70,9 +70,16 @@ def collect(device: Any) -> dict[str, Any]:
 
 
 def read(directory: RunDirectory) -> dict[str, Any] | None:
-    """The run's provenance.json ({"sessions": [...]}), or None for a run made before it existed."""
+    """The run's provenance.json ({"sessions": [...]}), or None for a run made before it existed;
+    one RunError line for a damaged or foreign file."""
     path = directory.provenance_json
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    record = read_json_object(path)
+    sessions = record.get("sessions")
+    if not isinstance(sessions, list) or not all(isinstance(session, dict) for session in sessions):
+        raise RunError(f"{path} has no list of sessions: not a run's provenance")
+    return record
 
 
 class Session:
@@ -83,7 +90,12 @@ class Session:
         self.directory = directory
         self.record = {"started": now(), "ended": None, "status": "running", "start_step": start_step,
                        "end_step": None, **collect(device), "config_changes": config_changes or {}}
-        self._write(lambda sessions: sessions.append(self.record))
+        def begin(sessions: list[dict[str, Any]]) -> None:
+            for session in sessions:
+                mark_killed(session)
+            sessions.append(self.record)
+
+        self._write(begin)
 
     def end(self, status: str, step: int | None) -> None:
         self.record.update(ended=now(), status=status, end_step=step)
@@ -95,12 +107,19 @@ class Session:
         atomic_write_text(self.directory.provenance_json, json.dumps(record, indent=2) + "\n")
 
 
+def mark_killed(session: dict[str, Any]) -> None:
+    """A session still `running` when the next one takes the directory's lock died without ending
+    (kill -9, a lost machine): it is marked `killed`."""
+    if session.get("status") == "running":
+        session["status"] = "killed"
+
+
 def latest(directory: RunDirectory) -> dict[str, Any]:
     """The latest session's record: the code and libraries the run ended with ({} for a run older
     than provenance.json, or one whose file cannot be read)."""
     try:
         session = read(directory)["sessions"][-1]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (OSError, RunError, ValueError, KeyError, IndexError, TypeError):
         return {}
     return session if isinstance(session, dict) else {}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
@@ -93,13 +94,19 @@ def remove_debris(directory: RunDirectory) -> None:
 def remove_refused_run(directory: RunDirectory) -> None:
     """A refused single run leaves nothing behind: the directory Hydra made for it is removed
     when it holds nothing (but the lock this process took) and was made by this process (never
-    a directory that was there)."""
+    a directory that was there), and so are the folders made for it (outputs/<date>/) that it
+    leaves empty, up to the working directory."""
     with contextlib.suppress(OSError):
         if directory.path.stat().st_mtime < STARTED - 1:
             return
         if [p.name for p in directory.path.iterdir()] == [directory.lock_file.name]:
             directory.lock_file.unlink()
         directory.path.rmdir()
+        here = Path.cwd().resolve()
+        for parent in directory.path.resolve().parents:
+            if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
+                break
+            parent.rmdir()
 
 
 def algo_class_name(cfg: DictConfig) -> str:
