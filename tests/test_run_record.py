@@ -1,6 +1,6 @@
 """A run directory is a record: a refused command changes no byte of it, one process writes to it
-at a time, faults (kill -9, a full disk) lose nothing and say what happened, every run records its
-provenance, and rl-hydra-verify re-makes a run's first steps exactly."""
+at a time, faults (kill -9, a full disk) lose nothing and say what happened, and every run records its
+provenance (rl-hydra-verify, which re-makes a run from its record: tests/test_verify.py)."""
 
 from __future__ import annotations
 
@@ -382,7 +382,7 @@ def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(t
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
-# --- provenance and verify -----------------------------------------------------------------
+# --- provenance (rl-hydra-verify: tests/test_verify.py) ---------------------------------------
 def test_every_run_records_its_provenance_and_load_run_shows_it(finished):
     from rl_hydra import load_run
 
@@ -398,54 +398,3 @@ def test_every_run_records_its_provenance_and_load_run_shows_it(finished):
     assert record["host"] == socket.gethostname() and record["started"] <= record["ended"]
     if (ROOT / ".git").exists():
         assert len(record["git_commit"]) == 40 and isinstance(record["git_dirty"], bool)
-
-
-VERIFY_ALGOS = [["algo=dqn"], ["algo=qr_dqn"], ["algo=iqn"], ["algo=c51"], ["algo=rainbow"],
-                ["algo=dopamine_iqn"], ["algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=2"],
-                ["algo=sac", "env=pendulum"], ["algo=redq", "env=pendulum"]]
-
-
-@pytest.mark.parametrize("algo", VERIFY_ALGOS, ids=lambda args: args[0])
-def test_verify_passes_on_a_fresh_run_of_every_algorithm(tmp_path, algo):
-    from rl_hydra import train, verify_run
-
-    train(*TINY, "train.total_steps=200", "train.eval_every=100", "train.checkpoint_every=100",
-          "train.log_every=50", "algo.learning_starts=50", "algo.batch_size=8", *algo, run_dir=tmp_path)
-    verdict = verify_run(tmp_path, "all")
-    assert verdict.ok and "match the record exactly (4 logged rows; checkpoints best.pt, last.pt equal too)" \
-        in verdict.message, verdict.message
-
-
-def test_verify_names_the_step_and_column_or_checkpoint_that_was_altered(finished, tmp_path, capsys):
-    import torch
-
-    from rl_hydra.verify import main as verify_main
-
-    assert verify_main([str(finished)]) == 0
-    assert capsys.readouterr().out.startswith(f"verified {finished}: the first 100 steps")
-    altered = tmp_path / "metrics"
-    os.system(f"cp -r {finished} {altered}")
-    rows = (altered / "metrics.csv").read_text().splitlines()
-    header, row = rows[0].split(","), rows[3].split(",")
-    row[header.index("train/loss")] = "0.5"
-    rows[3] = ",".join(row)
-    (altered / "metrics.csv").write_text("\n".join(rows) + "\n")
-    assert verify_main([str(altered), "--steps", "all"]) == 1
-    error = capsys.readouterr().err.strip()
-    assert f"at step {row[0]}, column train/loss: recorded 0.5, re-run " in error and error.count("\n") == 0
-    weights = tmp_path / "weights"
-    os.system(f"cp -r {finished} {weights}")
-    best = torch.load(weights / "checkpoints" / "best.pt", weights_only=True)
-    first = next(iter(best["agent"]["q_net"]))
-    best["agent"]["q_net"][first].view(-1)[0] += 1e-4
-    torch.save(best, weights / "checkpoints" / "best.pt")
-    assert verify_main([str(weights), "--steps", "all"]) == 1
-    assert f"checkpoint best.pt (step {best['runner']['global_step']}) differs at agent.q_net.{first}" \
-        in capsys.readouterr().err
-    assert verify_main([str(tmp_path / "nothing")]) == 2
-    assert verify_main([str(finished), "--steps", "-3"]) == 2
-
-
-def test_verify_is_an_installed_command():
-    result = subprocess.run(["rl-hydra-verify", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0 and "--steps" in result.stdout

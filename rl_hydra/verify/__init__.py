@@ -1,35 +1,50 @@
 """`rl-hydra-verify RUN_DIR [--steps N|all]`: re-run a run's first steps from its recorded config
-and compare the metrics it logs, column by column (wall-clock columns aside), with the ones the
-run recorded; checkpoints the re-run reaches (best.pt, last.pt) are compared tensor by tensor.
+and compare the whole record with the re-run: metrics.csv's columns and every row (wall-clock
+columns aside), the checkpoints it reaches (best.pt, last.pt) tensor by tensor, summary.json when
+it reaches the end, and the provenance (code and library versions, device, host).
 
 Training on the CPU is deterministic, so a run made by this code on this kind of machine is
 re-made exactly: a difference means the record was altered, or the code or a library changed
 (the provenance differences are named). On CUDA exact equality is not promised; values are
-compared within a relative tolerance there, and the verdict says so.
+compared within a relative tolerance there, and the verdict says so. The run directory is read as
+data (rl_hydra/runs/trust.py); a resume's config changes are replayed at the step it made them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import logging
 import math
+import os
+import re
+import shutil
+import signal
+import stat
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig
 
-from rl_hydra.config import ConfigError
-from rl_hydra.runs import provenance
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.config import ConfigError, check_int, validate_run_config
+from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
+from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
+from rl_hydra.verify.compare import (compare_checkpoints, compare_columns, compare_rows, compare_summaries,
+                                     provenance_differences)
+from rl_hydra.verify.record import (Differs, Metrics, Segment, config_segments, read_checkpoints, read_metrics,
+                                    read_choices, read_sessions, replay_limit, step_of)
 
-DEFAULT_STEPS = 5000   # at most this many steps unless --steps says otherwise: a check, not a rerun
+DEFAULT_STEPS = 5000   # the default window's length, unless the first update falls later: a check, not a rerun
 CUDA_RTOL = 1e-3       # on CUDA, values within this relative difference count as equal
-WALL_CLOCK = ("time/",)
+SCRATCH_PREFIX = "rl-hydra-verify-"   # + the pid of the verify that re-runs in it
+EXIT_CODES = (f"exit status: 0 verified (a provenance that differs is named), {EXIT_FAILED} the record differs, "
+              f"{EXIT_CONFIG} it cannot be verified, {EXIT_INTERRUPTED} stopped by Ctrl-C or SIGTERM")
 
 
 @dataclass
@@ -39,62 +54,78 @@ class Verdict:
 
 
 def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float | None = None) -> Verdict:
-    """Re-run `run_dir`'s first `steps` env steps (default: up to its first checkpoint, at most
-    DEFAULT_STEPS; "all": as far as its recorded config goes) into a temporary directory and compare.
-    Raises RunError for a directory that cannot be verified."""
+    """Re-run `run_dir`'s first `steps` env steps (default: `default_window`; "all": the whole
+    record) into a temporary directory and compare. Raises RunError for a directory that cannot be
+    verified (one line: missing, damaged, or naming code the project does not trust)."""
     directory = RunDirectory(run_dir)
-    sessions = (provenance.read(directory) or {}).get("sessions") or [{}]
-    cfg, limit, note = recorded_config(directory, sessions)
-    recorded = read_rows(directory.metrics_csv)
-    if not recorded:
-        raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
-    last = min(int(recorded[-1]["step"]), limit)
-    if steps == "all":
-        target = last
-    elif steps is None:
-        target = min(int(cfg.train.checkpoint_every), DEFAULT_STEPS, last)
-    else:
-        target = min(int(steps), last)
-    target = max(target, int(recorded[0]["step"]))   # at least one logged row
-    device, rtol, device_note = pick_device(cfg, sessions[0], rtol)
-    with tempfile.TemporaryDirectory(prefix="rl-hydra-verify-") as tmp:
-        rerun_dir = RunDirectory(tmp)
-        rerun(cfg, rerun_dir, target, device)
-        difference = compare_rows([r for r in recorded if int(r["step"]) <= target],
-                                  [r for r in read_rows(rerun_dir.metrics_csv) if int(r["step"]) <= target], rtol)
-        compared = [name for name in ("best", "last") if same_step(directory, rerun_dir, name)]
-        for name in compared if difference is None else ():
-            difference = compare_checkpoints(directory, rerun_dir, name, rtol)
-            if difference:
-                break
+    sessions = read_sessions(directory)
+    try:
+        segments = config_segments(directory, sessions)
+        metrics = read_metrics(directory)
+        if not metrics.rows and not (directory.checkpoints.is_dir() or directory.summary_json.is_file()):
+            raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
+        if not metrics.rows:
+            raise Differs("metrics.csv is missing or holds no rows, though the run has checkpoints or a summary")
+        checkpoints = read_checkpoints(directory, metrics)
+        choices = read_choices(directory)
+    except Differs as difference:
+        return Verdict(False, f"{directory.path} does not match its record: {difference}")
+    device, rtol, device_note = pick_device(segments[0].cfg, sessions[0] if sessions else {}, rtol)
+    segments = [Segment(segment.start, rerun_config(segment.cfg, device)) for segment in segments]
+    limit = replay_limit(segments, sessions)
+    target = window(segments[0].cfg, metrics, checkpoints, steps, limit)
     how = f"within rtol={rtol:g} ({device_note})" if rtol else "exactly"
-    rows = sum(1 for r in recorded if int(r["step"]) <= target)
-    if difference is None:
-        checkpoints = f"; checkpoints {', '.join(n + '.pt' for n in compared)} equal too" if compared else ""
-        return Verdict(True, f"verified {directory.path}: the first {target} steps re-run from the recorded config "
-                             f"match the record {how} ({rows} logged rows{checkpoints}{note})")
-    explain = provenance_differences(sessions[0], device)
-    return Verdict(False, f"{directory.path} does not match its record ({how}): {difference}"
-                          f"; {explain or 'the code and library versions are the same'}")
+    with scratch_directory() as rerun_dir:
+        if choices is not None:   # summary.json names the algo and env from them: the re-run's then alike
+            hydra = {"hydra": {"runtime": {"choices": choices}}}
+            atomic_write_text(rerun_dir.hydra / "hydra.yaml", yaml.safe_dump(hydra))
+        rerun(segments, rerun_dir, target)
+        compared, difference = compare_record(directory, metrics, checkpoints, rerun_dir, target, rtol)
+    made_by = [s for s in sessions if s["start_step"] < target] or sessions[:1]
+    explain = provenance_differences(made_by, device)
+    if difference:
+        return Verdict(False, f"{directory.path} does not match its record ({how}): {difference}"
+                              f"; {explain or 'the code, the libraries and the device are the same'}")
+    resumed = [s.start for s in segments[1:] if s.start < target]
+    replayed = f"; with the config changes of the resume at step {', '.join(map(str, resumed))}" if resumed else ""
+    if limit is not None:
+        replayed += (f"; only up to step {limit}: a resume after a stop did what fell due at {limit + 1} with a "
+                     f"changed config")
+    also = f"; {', '.join(compared)} equal too" if compared else ""
+    return Verdict(True, f"verified {directory.path}{f' ({explain})' if explain else ''}: the first {target} steps "
+                         f"re-run from the recorded config match the record {how} "
+                         f"({len(metrics.up_to(target))} logged rows{also}{replayed})")
 
 
-def recorded_config(directory: RunDirectory, sessions: list[dict[str, Any]]) -> tuple[DictConfig, int, str]:
-    """(the config the run's first session trained with, how far it alone made the record, a note).
-    A resume that changed the config (train.total_steps=... extends the schedules) is undone,
-    and only the steps before it are compared."""
-    path = directory.recorded_config
-    if not path.is_file():
-        raise RunError(f"{directory.path} is not a run directory (no .hydra/config.yaml)")
-    cfg = OmegaConf.load(path)
-    limit, note = math.inf, ""
-    changed = [s for s in sessions[1:] if s.get("config_changes")]
-    for session in reversed(changed):
-        for key, (old, _) in session["config_changes"].items():
-            OmegaConf.update(cfg, key, old)
-    if changed:
-        limit = int(changed[0]["start_step"])
-        note = f"; only the steps before {limit}, where a resume changed the config"
-    return cfg, limit, note
+def window(cfg: DictConfig, metrics: Metrics, checkpoints: dict[str, dict], steps: int | str | None,
+           limit: int | None) -> int:
+    """The env steps to re-run: `steps`, or the whole record ("all"), or `default_window`; never
+    past the record's last row or `limit` (replay_limit), and at least to its first row."""
+    recorded = metrics.steps()
+    if steps == "all":
+        target = recorded[-1]
+    elif steps is None:
+        best = step_of(checkpoints["best"]) if "best" in checkpoints else None
+        target = default_window(cfg, recorded, best)
+    else:
+        target = int(steps)
+    return max(min(target, recorded[-1], math.inf if limit is None else limit), recorded[0])
+
+
+def default_window(cfg: DictConfig, recorded: list[int], best: int | None) -> int:
+    """Up to the first checkpoint (at most DEFAULT_STEPS), and always past the first gradient
+    update: to the first checkpoint and the first logged row after it. best.pt's step is included
+    when it falls within that or within DEFAULT_STEPS, so that best.pt is compared too."""
+    from rl_hydra.training import first_update_step
+
+    schedule = SimpleNamespace(learning_starts=cfg.algo.learning_starts, train_every=cfg.algo.train_every)
+    updated = first_update_step(schedule) + cfg.env.num_envs - 1   # n envs may reach it n - 1 steps later
+    every = int(cfg.train.checkpoint_every)
+    target = max(min(every, DEFAULT_STEPS), (updated // every + 1) * every,
+                 next((step for step in recorded if step > updated), 0))
+    if best is not None and best <= max(target, DEFAULT_STEPS):
+        target = max(target, best)
+    return target
 
 
 def pick_device(cfg: DictConfig, session: dict[str, Any], rtol: float | None) -> tuple[str, float | None, str]:
@@ -121,123 +152,139 @@ def quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def rerun(cfg: DictConfig, directory: RunDirectory, steps: int, device: str) -> None:
-    """Train the recorded config for `steps` env steps into `directory`, with metrics.csv the only
-    logger (no TensorBoard, and nothing sent to MLflow or W&B) and no progress bar."""
-    from rl_hydra.training import run
-
+def rerun_config(cfg: DictConfig, device: str) -> DictConfig:
+    """`cfg` as the re-run trains it: on `device`, with metrics.csv the only logger (no TensorBoard,
+    and nothing sent to MLflow or W&B) and no progress bar; checked as a launch checks it."""
     cfg = cfg.copy()
     cfg.device, cfg.logger, cfg.train.progress = device, {}, False
-    with quiet():
-        try:
-            run(cfg, directory.path, stop_after=steps)
-        except ConfigError as error:
-            raise RunError(f"the recorded config no longer builds: {error}") from None
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def compare_rows(recorded: list[dict[str, str]], rerun: list[dict[str, str]], rtol: float | None) -> str | None:
-    """The first difference, as `at step S, column C: recorded X, re-run Y`, or None."""
-    rerun_at = {row["step"]: row for row in rerun}
-    for row in recorded:
-        other = rerun_at.get(row["step"])
-        if other is None:
-            return f"the re-run logged no row at step {row['step']}"
-        for column, value in row.items():
-            if column is None or column.startswith(WALL_CLOCK) or column == "step":
-                continue
-            if not same_value(value, other.get(column, ""), rtol):
-                return f"at step {row['step']}, column {column}: recorded {value or 'nothing'}, " \
-                       f"re-run {other.get(column) or 'nothing'}"
-    extra = sorted(set(rerun_at) - {row["step"] for row in recorded}, key=int)
-    return f"the record has no row at step {extra[0]}, which the re-run logged" if extra else None
-
-
-def same_value(a: str, b: str, rtol: float | None) -> bool:
-    if a == b or not rtol:
-        return a == b
     try:
-        x, y = float(a), float(b)
-    except ValueError:
+        validate_run_config(cfg)
+        cfg.algo.learning_starts = check_int("algo.learning_starts", cfg.algo.get("learning_starts"), minimum=0)
+        cfg.algo.train_every = check_int("algo.train_every", cfg.algo.get("train_every"), minimum=1)
+    except ConfigError as error:
+        raise RunError(f"the recorded config no longer builds: {error}") from None
+    return cfg
+
+
+def rerun(segments: list[Segment], directory: RunDirectory, steps: int) -> None:
+    """Train the configs for `steps` env steps into `directory`, each from the step a resume
+    changed the config at (resuming there, as the run did)."""
+    from rl_hydra.loops.monitor import TrainingDiverged
+    from rl_hydra.training import run
+
+    ends = [*(segment.start for segment in segments[1:]), math.inf]
+    for number, (segment, end) in enumerate(zip(segments, ends)):
+        if segment.start >= steps:
+            break
+        with quiet():
+            try:
+                run(segment.cfg, directory.path, resume=number > 0, stop_after=int(min(end, steps)))
+            except ConfigError as error:
+                raise RunError(f"the recorded config no longer builds: {error}") from None
+            except TrainingDiverged:
+                return   # as the run did, if it diverged at the same step: the rows say
+
+
+def compare_record(directory: RunDirectory, metrics: Metrics, checkpoints: dict[str, dict], rerun_dir: RunDirectory,
+                   target: int, rtol: float | None) -> tuple[list[str], str | None]:
+    """(what was compared besides the rows, the first difference or None). A checkpoint is
+    compared where the record's was saved within the window (last.pt: at its end); best.pt must
+    then be the re-run's best too."""
+    rerun_metrics = read_metrics(rerun_dir)
+    difference = compare_columns(metrics.columns, rerun_metrics.columns) or \
+        compare_rows(metrics.up_to(target), rerun_metrics.up_to(target), rtol)
+    compared = []
+    for name, recorded in checkpoints.items():
+        step = step_of(recorded)
+        if difference or step > target or (name == "last" and step != target):
+            continue
+        redone = rerun_dir.load_checkpoint(name) if (rerun_dir.checkpoints / f"{name}.pt").is_file() else {}
+        if step_of(redone) != step:
+            theirs = f"from step {step_of(redone)}" if redone else "none"
+            return compared, f"checkpoint {name}.pt is from step {step}; the re-run's by step {target}: {theirs}"
+        difference = compare_checkpoints(name, recorded, redone, rtol)
+        compared.append(f"{name}.pt")
+    summary = directory.read_summary()
+    if not difference and summary and summary.get("status") == "completed" and summary.get("global_step") == target:
+        difference = compare_summaries(summary, rerun_dir.read_summary() or {}, rtol)
+        compared.append("summary.json")
+    return compared, difference
+
+
+# --- the temporary directory, and a stop on request ---------------------------------------
+@contextlib.contextmanager
+def scratch_directory() -> Iterator[RunDirectory]:
+    """A temporary directory for the re-run, named by this process's pid and removed at the end,
+    also on Ctrl-C or SIGTERM; the leftovers of a verify that was killed (kill -9) are removed first."""
+    remove_leftovers()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as path:
+        yield RunDirectory(path)
+
+
+def remove_leftovers() -> None:
+    """Remove this user's scratch directories whose verify process has ended (never a live one's)."""
+    owner = re.compile(rf"{re.escape(SCRATCH_PREFIX)}(\d+)-")
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        match = owner.match(path.name)
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if match and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not alive(int(match[1])):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    return math.isclose(x, y, rel_tol=rtol, abs_tol=rtol) or (math.isnan(x) and math.isnan(y))
+    except PermissionError:   # another user's process
+        return True
+    return True
 
 
-def same_step(directory: RunDirectory, rerun_dir: RunDirectory, name: str) -> bool:
-    """Whether the re-run wrote checkpoint `name` at the step the record's was written."""
-    recorded = directory.checkpoint_step(name)
-    return recorded is not None and recorded == rerun_dir.checkpoint_step(name)
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops verify as Ctrl-C does (KeyboardInterrupt), so that its temporary directory is
+    removed; while the re-run trains, both ask it to stop at the next step (rl_hydra.training)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
 
-def compare_checkpoints(directory: RunDirectory, rerun_dir: RunDirectory, name: str, rtol: float | None) -> str | None:
-    recorded, rerun = directory.load_checkpoint(name), rerun_dir.load_checkpoint(name)
-    for part in ("agent", "buffer"):
-        if part in recorded and part in rerun:
-            where = first_difference(recorded[part], rerun[part], rtol, part)
-            if where:
-                return f"checkpoint {name}.pt (step {directory.checkpoint_step(name)}) differs at {where}"
-    return None
-
-
-def first_difference(a: Any, b: Any, rtol: float | None, path: str) -> str | None:
-    import torch
-
-    if torch.is_tensor(a):
-        if not torch.is_tensor(b) or a.shape != b.shape or a.dtype != b.dtype:
-            return path
-        if a.dtype.is_floating_point and rtol:
-            return None if torch.allclose(a, b, rtol=rtol, atol=rtol, equal_nan=True) else path
-        return None if torch.equal(a, b) else path
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            return path
-        return next((d for k in a if (d := first_difference(a[k], b[k], rtol, f"{path}.{k}"))), None)
-    if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            return path
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, rtol, f"{path}[{i}]"))),
-                    None)
-    return None if a == b else path
-
-
-def provenance_differences(recorded: dict[str, Any], device: str) -> str:
-    """`provenance differs: torch 2.12.0 -> 2.13.0, ...` between the record and this process."""
-    if not recorded:
-        return "the run records no provenance (made before provenance.json existed)"
-    now = provenance.collect(device)
-    differ = [f"{key} {recorded.get(key)} -> {now.get(key)}" for key in provenance.CODE_KEYS
-              if recorded.get(key) != now.get(key)]
-    return f"provenance differs: {', '.join(differ)}" if differ else ""
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rl-hydra-verify", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="rl-hydra-verify", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
     parser.add_argument("run_dir", help="a run directory (outputs/...)")
     parser.add_argument("--steps", default=None,
-                        help=f"env steps to re-run: a number, or 'all' (default: up to the first checkpoint, "
-                             f"at most {DEFAULT_STEPS})")
+                        help=f"env steps to re-run: a number, or 'all' (default: up to the first checkpoint, at most "
+                             f"{DEFAULT_STEPS}, and always past the first gradient update and to best.pt's step)")
     parser.add_argument("--rtol", type=float, default=None,
                         help=f"compare within this relative tolerance (default: exact on the CPU, {CUDA_RTOL} on CUDA)")
     args = parser.parse_args(argv)
     if args.steps not in (None, "all") and not (args.steps.isdigit() and int(args.steps) > 0):
         print(f"error: --steps={args.steps} is not allowed; give a positive number of env steps or 'all'",
               file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     steps = args.steps if args.steps in (None, "all") else int(args.steps)
+    from rl_hydra.loops.monitor import StopRequested
+
     try:
-        verdict = verify_run(args.run_dir, steps, args.rtol)
+        with stop_on_sigterm():
+            verdict = verify_run(args.run_dir, steps, args.rtol)
     except RunError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    except (KeyboardInterrupt, StopRequested):
+        print(f"rl-hydra-verify stopped by Ctrl-C or SIGTERM before a verdict; {args.run_dir} was not changed",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(verdict.message if verdict.ok else f"error: {verdict.message}", file=sys.stdout if verdict.ok else sys.stderr)
-    return 0 if verdict.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 0 if verdict.ok else EXIT_FAILED
