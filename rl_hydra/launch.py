@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.runs import provenance
 from rl_hydra.runs.provenance import Session
+from rl_hydra.runs.sweep_parent import sweep_job
 from rl_hydra.runs.record import (algo_class_name, check_same_config, record_config, record_refusal,
                                   remove_debris, remove_refused_run)
 from rl_hydra.runs.run_dir import (DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text,
@@ -69,6 +70,13 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
     in its own new directory, so that the sweep's report lists it."""
     directory = RunDirectory(run_dir)
     overrides = list(overrides or [])
+    with sweep_job():   # a sweep job in a worker process ends with its sweep (kill -9 included)
+        return _launch(cfg, directory, resume, overrides, hydra_cfg, keep_refused, config_changes)
+
+
+def _launch(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: list[str],
+            hydra_cfg: DictConfig | None, keep_refused: bool,
+            config_changes: dict[str, list[Any]] | None) -> dict[str, Any]:
     try:
         validate_run_config(cfg)
         RunLock.check_free(directory)
@@ -116,7 +124,8 @@ def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, over
 def format_changes(changes: dict[str, list[Any]]) -> str:
     """The changes of a resume that could have trained a finished run further, its budget
     (`train.total_steps=100`); `this resume` where it changes none of it (train.progress alone)."""
-    budget = [f"{key}={new}" for key, (_, new) in changes.items() if key in ("train.total_steps", "train.stop_at_return")]
+    budget = [f"{key}={new}" for key, (_, new) in changes.items()
+              if key in ("train.total_steps", "train.stop_at_return")]
     return ", ".join(budget) if budget else "this resume"
 
 

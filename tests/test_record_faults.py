@@ -135,3 +135,55 @@ def test_a_half_written_metrics_row_is_announced_when_the_resume_drops_it(run_di
     assert done.returncode == 0, done.stderr
     assert "ended in a half-written row ('300,0.5,0.'" in done.stdout + done.stderr
     assert all(line.endswith("\n") for line in open(run_dir / "metrics.csv"))
+
+
+# --- a killed sweep can be re-run at once ------------------------------------------------------
+
+def lock_holders(sweep_dir) -> list[int]:
+    """The pids recorded in the sweep's job locks."""
+    return [json.loads(lock.read_text())["pid"] for lock in sweep_dir.glob("*/.lock") if lock.read_text().strip()]
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"   # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.slow   # a real joblib sweep, killed and re-run (about 40 s)
+def test_a_sweep_killed_with_kill_9_leaves_no_worker_training_and_the_same_command_resumes_it(tmp_path,
+                                                                                           monkeypatch):
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")
+    args = [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+            "seed=0,1", *TINY, "train.total_steps=4000", "train.checkpoint_every=200", SLOW,
+            f"hydra.sweep.dir={tmp_path}"]
+    sweep = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(tmp_path.glob("*/checkpoints/last.pt"))) < 2:
+        time.sleep(0.2)
+    workers = lock_holders(tmp_path)
+    assert len(workers) == 2 and sweep.pid not in workers
+    sweep.kill()
+    sweep.wait()
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)   # at once
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not any(running(pid) for pid in workers)
+    jobs = [path.parent.parent for path in tmp_path.glob("*/.hydra/config.yaml")]
+    assert len(jobs) == 2
+    for job in jobs:
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["global_step"] == 4000
+        steps = [int(row["step"]) for row in csv_rows(job / "metrics.csv")]
+        assert steps == list(range(50, 4001, 50))
+        statuses = [s["status"] for s in json.loads((job / "provenance.json").read_text())["sessions"]]
+        assert statuses[-1] == "completed" and "running" not in statuses
+
+
+def csv_rows(path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

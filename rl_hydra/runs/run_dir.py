@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl_hydra.runs.sweep_parent import ORPHAN_STOP_S, POLL_S, orphaned, sweep_process
+
 if TYPE_CHECKING:
     import torch
 
@@ -258,13 +260,13 @@ class RunLock:
         except OSError as error:
             raise WriteFailed(path, error) from error
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            take_lock(fd)
         except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace")
+            holder = os.pread(fd, 4096, 0).decode(errors="replace")
             os.close(fd)
             raise RunBusy(busy_message(self.directory, holder)) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sweep": sweep_process()}
         try:
             os.ftruncate(fd, 0)
             os.write(fd, (json.dumps(holder) + "\n").encode())
@@ -283,9 +285,9 @@ class RunLock:
         except OSError:
             return   # no lock file: nobody has trained here since locks exist
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            take_lock(fd)
         except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace")
+            holder = os.pread(fd, 4096, 0).decode(errors="replace")
             raise RunBusy(busy_message(directory, holder)) from None
         finally:
             os.close(fd)
@@ -300,6 +302,25 @@ def resume_command(path: str | Path, changes: str = "") -> str:
     """The command that resumes the run in `path`, quoted for a POSIX shell where it needs to be
     (a sweep job's directory is named from its overrides: `algo=dqn,seed=0`, brackets, spaces)."""
     return " ".join(["python train.py", shlex.quote(f"resume={path}"), *([changes] if changes else [])])
+
+
+def take_lock(fd: int) -> None:
+    """flock `fd` exclusively, without blocking (BlockingIOError while another process holds it),
+    except that a holder left training by a killed sweep (it stops itself: sweep_parent.py) is
+    waited for, up to ORPHAN_STOP_S."""
+    deadline = time.monotonic() + ORPHAN_STOP_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0))
+            except ValueError:
+                holder = {}
+            if not (isinstance(holder, dict) and orphaned(holder)) or time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
 
 
 def busy_message(directory: RunDirectory, holder: str) -> str:
