@@ -245,3 +245,12 @@ def test_the_lock_and_the_metrics_are_never_opened_through_a_link(tmp_path):
     with pytest.raises(OSError):
         QuietFileHandler(directory.path / "train.log")
     assert victim.read_text() == "precious\n"
+
+
+def test_an_env_id_naming_a_module_to_import_is_refused_unless_trusted(run_dir, monkeypatch):
+    plant(run_dir, "env.id", "tests.plugin_env:PluginCorridor-v0")
+    with pytest.raises(UntrustedConfig, match="whose module tests.plugin_env gymnasium would import"):
+        load_run(run_dir)
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.plugin_env")
+    with pytest.raises(RunError, match="does not fit"):   # trusted: built, and this run's checkpoint is CartPole's
+        load_run(run_dir)

@@ -120,6 +120,13 @@ def check_trusted(cfg: DictConfig | dict, source: str | Path, extra: Iterable[st
             raise UntrustedConfig(f"{source} names {key}={target}, which a run directory may not build (nothing was "
                                   f"run); if you trust the code it names, allow it with {TRUST_VARIABLE}={target} "
                                   f"(docs/runs.md, 'What a run directory promises')")
+    env_id = (tree.get("env") or {}).get("id") if isinstance(tree, dict) else None
+    if isinstance(env_id, str) and ":" in env_id:   # gymnasium imports `module` of `module:Env-v0`
+        module = env_id.split(":", 1)[0]
+        if not any(f"{module}.".startswith(name) or module == name for name in ("rl_hydra.", *user_trusted(extra))):
+            raise UntrustedConfig(f"{source} names env.id={env_id}, whose module {module} gymnasium would import; "
+                                  f"a run directory may not (nothing was run); if you trust it, allow it with "
+                                  f"{TRUST_VARIABLE}={module}.")
     for key, text in strings(tree):
         for resolver in RESOLVER.findall(text):
             if not resolver.startswith("rl_hydra."):
