@@ -119,7 +119,7 @@ def check_trusted(cfg: DictConfig | dict, source: str | Path, extra: Iterable[st
         if not isinstance(target, str) or not is_trusted(target, extra):
             raise UntrustedConfig(f"{source} names {key}={target}, which a run directory may not build (nothing was "
                                   f"run); if you trust the code it names, allow it with {TRUST_VARIABLE}={target} "
-                                  f"(docs/runs.md, 'What a run directory promises')")
+                                  f"(docs/runs.md, 'Opening someone else's run')")
     env_id = (tree.get("env") or {}).get("id") if isinstance(tree, dict) else None
     if isinstance(env_id, str) and ":" in env_id:   # gymnasium imports `module` of `module:Env-v0`
         module = env_id.split(":", 1)[0]
