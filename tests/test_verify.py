@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rl_hydra.verify import SCRATCH_PREFIX, main as verify_main
+from rl_hydra.verify import main as verify_main
+from rl_hydra.verify.scratch import SCRATCH_PREFIX
 from tests.conftest import CONF_DIR, ROOT, TINY
 
 # a run with updates, evaluations, log rows and checkpoints, in about half a second
@@ -359,27 +360,39 @@ def slow_run(tmp_path_factory) -> Path:
         return make_run(tmp_path_factory.mktemp("slow") / "run", SLOW, "train.total_steps=300", "train.eval_episodes=1")
 
 
-def start_verify(run_dir: Path, scratch: Path) -> subprocess.Popen:
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGTERM (Python has none by default: verify's main does)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def start_verify(run_dir: Path, scratch: Path, until_training: bool = True) -> subprocess.Popen:
     """The installed rl-hydra-verify on `run_dir`, with its temporary directories under `scratch`;
-    returns once it trains (its re-run's metrics.csv has a row)."""
+    returns once it trains (its re-run's metrics.csv has a row), or else once its main has begun."""
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(scratch), "RL_HYDRA_TRUST": "tests.helpers.SlowDown", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([str(Path(sys.executable).with_name("rl-hydra-verify")), str(run_dir), "--steps", "all"],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
-        if any(len(csv.read_text().splitlines()) > 1 for csv in scratch.glob(f"{SCRATCH_PREFIX}*/metrics.csv")):
+        if until_training and any(len(csv.read_text().splitlines()) > 1
+                                  for csv in scratch.glob(f"{SCRATCH_PREFIX}*/metrics.csv")):
             return process
-        time.sleep(0.05)
+        if not until_training and catches_sigterm(process.pid):
+            return process
+        time.sleep(0.01)
     process.kill()
-    raise AssertionError(f"verify did not start training: {process.communicate()}")
+    raise AssertionError(f"verify did not start: {process.communicate()}")
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["while-training", "while-starting"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_verify_with_exit_130_and_removes_its_directory(slow_run, tmp_path, sig):
+def test_a_signal_stops_verify_with_exit_130_and_removes_its_directory(slow_run, tmp_path, sig, training):
     scratch = tmp_path / "tmp"
-    process = start_verify(slow_run, scratch)
-    assert [path.name.split("-")[3] for path in scratch.iterdir()] == [str(process.pid)]   # named by its pid
+    process = start_verify(slow_run, scratch, until_training=training)
+    if training:
+        assert [path.name.split("-")[3] for path in scratch.iterdir()] == [str(process.pid)]   # named by its pid
     process.send_signal(sig)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130 and out == "", (out, err)

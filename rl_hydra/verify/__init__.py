@@ -16,14 +16,7 @@ import argparse
 import contextlib
 import logging
 import math
-import os
-import re
-import shutil
-import signal
-import stat
 import sys
-import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,12 +30,12 @@ from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
 from rl_hydra.verify.compare import (compare_checkpoints, compare_columns, compare_rows, compare_summaries,
                                      provenance_differences)
-from rl_hydra.verify.record import (Differs, Metrics, Segment, config_segments, read_checkpoints, read_metrics,
-                                    read_choices, read_sessions, replay_limit, step_of)
+from rl_hydra.verify.record import (Differs, Metrics, Segment, config_segments, read_checkpoints, read_choices,
+                                    read_metrics, read_sessions, replay_limit, step_of)
+from rl_hydra.verify.scratch import scratch_directory, stop_on_signal, stopped_line
 
 DEFAULT_STEPS = 5000   # the default window's length, unless the first update falls later: a check, not a rerun
 CUDA_RTOL = 1e-3       # on CUDA, values within this relative difference count as equal
-SCRATCH_PREFIX = "rl-hydra-verify-"   # + the pid of the verify that re-runs in it
 EXIT_CODES = (f"exit status: 0 verified (a provenance that differs is named), {EXIT_FAILED} the record differs, "
               f"{EXIT_CONFIG} it cannot be verified, {EXIT_INTERRUPTED} stopped by Ctrl-C or SIGTERM")
 
@@ -211,55 +204,6 @@ def compare_record(directory: RunDirectory, metrics: Metrics, checkpoints: dict[
     return compared, difference
 
 
-# --- the temporary directory, and a stop on request ---------------------------------------
-@contextlib.contextmanager
-def scratch_directory() -> Iterator[RunDirectory]:
-    """A temporary directory for the re-run, named by this process's pid and removed at the end,
-    also on Ctrl-C or SIGTERM; the leftovers of a verify that was killed (kill -9) are removed first."""
-    remove_leftovers()
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as path:
-        yield RunDirectory(path)
-
-
-def remove_leftovers() -> None:
-    """Remove this user's scratch directories whose verify process has ended (never a live one's)."""
-    owner = re.compile(rf"{re.escape(SCRATCH_PREFIX)}(\d+)-")
-    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        match = owner.match(path.name)
-        with contextlib.suppress(OSError):
-            info = path.lstat()
-            if match and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not alive(int(match[1])):
-                shutil.rmtree(path, ignore_errors=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # another user's process
-        return True
-    return True
-
-
-@contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM stops verify as Ctrl-C does (KeyboardInterrupt), so that its temporary directory is
-    removed; while the re-run trains, both ask it to stop at the next step (rl_hydra.training)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rl-hydra-verify", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
     parser.add_argument("run_dir", help="a run directory (outputs/...)")
@@ -274,17 +218,16 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_CONFIG
     steps = args.steps if args.steps in (None, "all") else int(args.steps)
-    from rl_hydra.loops.monitor import StopRequested
+    with stop_on_signal(args.run_dir):
+        from rl_hydra.loops.monitor import StopRequested   # imports torch: a stop may come meanwhile
 
-    try:
-        with stop_on_sigterm():
+        try:
             verdict = verify_run(args.run_dir, steps, args.rtol)
-    except RunError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_CONFIG
-    except (KeyboardInterrupt, StopRequested):
-        print(f"rl-hydra-verify stopped by Ctrl-C or SIGTERM before a verdict; {args.run_dir} was not changed",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        except RunError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_CONFIG
+        except StopRequested:   # from the re-run, which stopped at a step boundary
+            print(stopped_line(args.run_dir), file=sys.stderr)
+            return EXIT_INTERRUPTED
     print(verdict.message if verdict.ok else f"error: {verdict.message}", file=sys.stdout if verdict.ok else sys.stderr)
     return 0 if verdict.ok else EXIT_FAILED
