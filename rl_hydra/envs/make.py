@@ -5,19 +5,23 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import logging
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.config import ConfigError, check_choice, check_int
 from rl_hydra.envs.learning import learning_signal
 from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
+
+log = logging.getLogger(__name__)
 
 
 # the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
@@ -113,21 +117,76 @@ def missing_dependency(env_id: str, error: Exception) -> str:
     return f"env.id={env_id} cannot be made: {message}"
 
 
+def build_wrappers(env_cfg: DictConfig) -> list[Callable[[gym.Env], gym.Env]]:
+    """`env.wrappers`, each entry a `_partial_` factory built from its `_target_`; an entry that
+    cannot be built is one ConfigError naming it and its target."""
+    wrappers = []
+    for k, node in enumerate(env_cfg.get("wrappers") or []):
+        target = node.get("_target_") if OmegaConf.is_dict(node) else None
+        if target is None:
+            raise ConfigError(f"env.wrappers[{k}]={node} names no _target_; an entry is "
+                              f"{{_target_: <a wrapper class or function>, _partial_: true, <its arguments>}}")
+        try:
+            wrappers.append(instantiate(node))
+        except InstantiationException as error:
+            cause = error.__cause__
+            why = (missing_target(str(target)) if isinstance(cause, ImportError) or cause is None
+                   else f"cannot be built ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})")
+            raise ConfigError(f"env.wrappers[{k}]._target_={target} {why}") from None
+    return wrappers
+
+
+def missing_target(target: str) -> str:
+    """Why `target` (module.name) cannot be found, for a message: its module does not import, or lacks the name."""
+    module, _, name = target.rpartition(".")
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 - any import failure is the reason given
+        return f"cannot be imported ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+    return f"does not exist (module {module} has no {name})"
+
+
+def time_limit(env_cfg: DictConfig) -> int | None:
+    """The steps an episode may last, where the config or the env says: `env.max_episode_steps`;
+    else the env's own limit (gymnasium's registration); else, for an env with none, the group's
+    `env.fallback_max_episode_steps` (env=gym's), or a ConfigError where that is null. None: no
+    limit known, where the group has no fallback because its env ends its episodes itself (ALE's
+    frame limit, MiniGrid's max_steps, POPGym's tasks, MinAtar's games)."""
+    if env_cfg.get("max_episode_steps") is not None:
+        return env_cfg.max_episode_steps
+    own = registered_time_limit(env_cfg.id)
+    if own is not None or "fallback_max_episode_steps" not in env_cfg:
+        return own
+    if env_cfg.fallback_max_episode_steps is None:
+        raise ConfigError(f"env.id={env_cfg.id} has no time limit of its own, so an episode could last for ever, and "
+                          f"env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N")
+    return check_int("env.fallback_max_episode_steps", env_cfg.fallback_max_episode_steps, minimum=1)
+
+
+def registered_time_limit(env_id: str) -> int | None:
+    """The time limit gymnasium registers for `env_id`, or None (none registered; an unknown id)."""
+    try:
+        return gym.spec(env_id).max_episode_steps
+    except gym.error.Error:
+        return None
+
+
 def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable[[], gym.Env]:
-    """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with
-    `env.max_episode_steps`, then each of `env.wrappers` in order, then, for a Dict or Tuple
+    """A function that makes one env of the config: `gym.make(env.id, **env.kwargs)` with its
+    time limit (`time_limit`), then each of `env.wrappers` in order, then, for a Dict or Tuple
     observation, `ObservationParts` (a flat dict of parts; text dropped unless `env.keep_text`)."""
     check_extra(env_cfg)
     check_env_id(env_cfg.id)
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
-    wrappers = [instantiate(w) for w in env_cfg.get("wrappers") or []]
+    wrappers = build_wrappers(env_cfg)
     keep_text = check_choice("env.keep_text", env_cfg.get("keep_text", False), (True, False))
+    max_episode_steps = time_limit(env_cfg)
 
     def factory() -> gym.Env:
         try:
             # render_mode only when asked for: some envs (POPGym's) take no such argument
             rendering = {} if render_mode is None else {"render_mode": render_mode}
-            env = gym.make(env_cfg.id, max_episode_steps=env_cfg.get("max_episode_steps"), **rendering, **kwargs)
+            env = gym.make(env_cfg.id, max_episode_steps=max_episode_steps, **rendering, **kwargs)
         except gym.error.DependencyNotInstalled as error:
             raise ConfigError(missing_dependency(env_cfg.id, error)) from None
         for k, wrap in enumerate(wrappers):
@@ -145,21 +204,28 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     return factory
 
 
-def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None,
-             render_mode: str | None = None, vectorization: str | None = None) -> VectorEnv:
+def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None, render_mode: str | None = None,
+             vectorization: str | None = None, say_time_limit: bool = True) -> VectorEnv:
     """A seeded vector env of `num_envs` copies (default `env.num_envs`), stepped as
     `vectorization` (default `env.vectorization`: sync, async or envpool; envs/vector.py) says.
 
     Autoreset is SAME_STEP: when an episode ends, `step` already returns the
     first observation of the next one, and the real final observation is in
     `info["final_obs"]`, so a truncated transition can bootstrap from it.
-    `env.learning` is the group's learning-only transform (envs/learning.py), or None.
+    `env.learning` is the group's learning-only transform (envs/learning.py), or None;
+    `env.time_limit` the steps an episode may last, where known (`time_limit`). Where that is
+    the group's fallback, the log says so (unless not `say_time_limit`: the same run's second env).
     """
     num_envs = num_envs or env_cfg.num_envs
     env = vector_env(env_cfg, [env_factory(env_cfg, render_mode)] * num_envs, seed, render_mode, vectorization)
     _, info = env.reset(seed=[seed + i for i in range(num_envs)])
     env.action_space.seed(seed)
     env.learning = learning_signal(env_cfg, num_envs, info)
+    env.time_limit = time_limit(env_cfg)
+    if say_time_limit and env.time_limit is not None and env_cfg.get("max_episode_steps") is None \
+            and registered_time_limit(env_cfg.id) is None:
+        log.info("env.id=%s has no time limit of its own: an episode ends after %d steps "
+                 "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)", env_cfg.id, env.time_limit)
     return env
 
 

@@ -20,9 +20,14 @@ log = logging.getLogger(__name__)
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training envs
 
 
+# an evaluation episode's steps at most where the env sets no time limit, so that a greedy policy
+# that walks into a wall for ever still ends: 108,000, Atari's 30 minutes of play at 60 frames a second
+EVAL_STEP_CAP = 108_000
+
+
 @torch.no_grad()
-def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0,
-             should_stop: Callable[[], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop: Callable[[], bool] | None = None,
+             max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run one greedy episode in each of the env's copies; returns (returns, lengths).
 
     One episode per copy (rather than the first N to finish) keeps short episodes
@@ -33,8 +38,12 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0,
     `eval_epsilon`: Atari's 0.05, as Mnih et al. 2015 evaluate, so that a policy that never
     presses FIRE cannot stall an episode until its time limit), drawn from `seed`.
     `should_stop` is asked after every step: when it says yes, StopRequested abandons the episodes.
+    An episode still running after `max_steps` steps (default: the env's time limit where
+    make_env knows it and it is longer than EVAL_STEP_CAP, else EVAL_STEP_CAP) is cut there,
+    with a warning: its return is what it had scored.
     """
     n = env.num_envs
+    max_steps = max_steps or max(EVAL_STEP_CAP, getattr(env, "time_limit", None) or 0)
     obs, _ = env.reset(seed=[seed + i for i in range(n)])
     state = None
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -42,7 +51,7 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0,
     if epsilon > 0:
         rng, random_actions = np.random.default_rng(seed), copy.deepcopy(env.single_action_space)
         random_actions.seed(seed)
-    while running.any():
+    for _ in range(max_steps):
         actions, state = agent.act(obs, state, explore=False)
         if epsilon > 0 and (random_rows := np.flatnonzero(rng.random(n) < epsilon)).size:
             actions = np.array(actions)  # a copy: the agent's own array stays as it was
@@ -54,6 +63,12 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0,
         running &= ~(terminated | truncated)
         if should_stop is not None and should_stop():
             raise StopRequested
+        if not running.any():
+            break
+    else:
+        log.warning("evaluation: %d of %d episodes had not ended after %d steps (the env sets no time limit): "
+                    "cut there, with the return they had; env.max_episode_steps=N ends them sooner",
+                    running.sum(), n, max_steps)
     return returns, lengths
 
 
@@ -75,7 +90,8 @@ class Evaluator:
         """Evaluate `agent`; returns whether this round set a new best. StopRequested (from
         `should_stop`) abandons the round and leaves the evaluator as it was before it."""
         if self.env is None:
-            self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
+            self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes,
+                                say_time_limit=False)   # the training env's build said it
         returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
                                     epsilon=self.env_cfg.get("eval_epsilon", 0.0), should_stop=should_stop)
         self.rounds += 1
