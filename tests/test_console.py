@@ -102,8 +102,11 @@ def test_mlflow_says_where_its_run_went_and_keeps_its_store_setup_quiet(tmp_path
         run_training(tmp_path / "run", *TINY, "train.total_steps=50", "train.eval_every=50",
                      "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={uri}")
     run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["mlflow"]["run_id"]
+    from rl_hydra.loggers.mlflow import ui_installed
+
+    needs = "" if ui_installed() else " (the UI needs the full package first: pip install mlflow)"   # mlflow-skinny
     assert (f"MLflow run {run_id} (experiment rl-hydra) in {uri}; see it with: "
-            f"mlflow ui --backend-store-uri {uri}") in caplog.text
+            f"mlflow ui --backend-store-uri {uri}{needs}\n") in caplog.text
     assert "Creating initial MLflow database tables" not in capfd.readouterr().err
     setup = logging.getLogger("mlflow.store.db.utils")
     assert not setup.isEnabledFor(logging.INFO) and setup.isEnabledFor(logging.WARNING)   # warnings still show

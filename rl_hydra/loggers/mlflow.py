@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -51,10 +52,23 @@ def quiet_store_setup() -> None:
 
 def how_to_see(uri: str) -> str:
     """What to open to look at a run in the store `uri`: a server's address as it is, any other
-    store through a local `mlflow ui` (the full mlflow package, not the mlflow extra's skinny one)."""
+    store through a local `mlflow ui`, which needs the full mlflow package: the mlflow extra
+    installs mlflow-skinny, without the UI, so the line then says what to install first."""
     if uri.startswith(("http://", "https://")):
         return f"open {uri}"
-    return f"mlflow ui --backend-store-uri {uri}"
+    command = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+    return command if ui_installed() else f"{command} (the UI needs the full package first: pip install mlflow)"
+
+
+def ui_installed() -> bool:
+    """Whether `mlflow ui` can run: the full mlflow package is installed, not mlflow-skinny alone."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("mlflow")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 class MLflowLogger:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -62,7 +63,8 @@ class WandbLogger:
     def _say_where(self) -> None:
         """One line at the start: where the run's record goes, so that it can be found."""
         if self.mode == "offline":
-            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id, Path(self.run.dir).parent)
+            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id,
+                     shlex.quote(str(Path(self.run.dir).parent)))   # a sweep job's path may hold [ ] { }
         elif self.mode == "online":
             log.info("W&B run %s: %s", self.run.id, self.run.url)
 
