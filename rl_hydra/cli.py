@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 
@@ -15,12 +16,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra import sweep_report
-from rl_hydra.config import CONF_DIR, ConfigError, check_required, flat_config, hydra_scope
+from rl_hydra.config import CONF_DIR, ENV_ALIASES, ConfigError, check_required, flat_config, hydra_scope
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
+from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.resume import resume_main
+from rl_hydra.runs.sweep_parent import mark_sweep_process
 
 log = logging.getLogger("rl_hydra")
 
@@ -37,13 +40,10 @@ def help_groups(searchpath=()) -> str:
     those of the config directories on `hydra.searchpath`, found as a run finds them."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from rl_hydra.config import ENV_ALIASES
-
     overrides = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
     with hydra_scope():
         loader = GlobalHydra.instance().config_loader()
-        options = {group: [o for o in group_options(loader, group, "train", overrides) if o not in ENV_ALIASES]
-                   for group in USER_GROUPS}
+        options = {group: shown(group_options(loader, group, "train", overrides)) for group in USER_GROUPS}
     lines = [f"{group}: {', '.join(options[group])}  ({what})" for group, what in USER_GROUPS.items()]
     lines.append("algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
                  "~algo_env drops it")
@@ -55,8 +55,31 @@ def group_options(loader, group: str, config_name: str, searchpath: list[str]) -
     return sorted(loader.get_group_options(group, config_name=config_name, overrides=searchpath))
 
 
+def shown(options: list[str]) -> list[str]:
+    """The options a message offers: old alias names (ENV_ALIASES) still work but are never shown."""
+    return [option for option in options if option not in ENV_ALIASES]
+
+
 if not OmegaConf.has_resolver("rl_hydra.help_groups"):
     OmegaConf.register_new_resolver("rl_hydra.help_groups", help_groups)
+register_job_dir_resolver()   # hydra.sweep.subdir, resolved in whichever process runs a job
+
+
+def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the run directory of `resume=<path>`, the other arguments). The path is taken as the shell
+    gave it, never through Hydra's override parser: a sweep job's directory is named from its
+    overrides (`seed=0,train.total_steps=2000`), which that parser cannot read as one value. A path
+    quoted for Hydra as well (`"resume='<path>'"`) is read too."""
+    paths = [argument[len("resume="):] for argument in argv if argument.startswith("resume=")]
+    others = [argument for argument in argv if not argument.startswith("resume=")]
+    if not paths:
+        return None, others
+    path = paths[-1]
+    if len(path) >= 2 and path[0] == path[-1] and path[0] in "'\"":
+        path = path[1:-1]
+    if not path:
+        raise ConfigError("resume= needs a run directory: python train.py resume=<run dir> [key=value ...]")
+    return path, others
 
 
 def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
@@ -73,12 +96,14 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
         raise ConfigError(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
 
 
-def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train") -> None:
+def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train",
+                 launches: bool = True) -> None:
     """The one check before Hydra runs: compose the config as the run will, with Hydra's compose
     API, and turn Hydra's refusal into one ConfigError line (a group option that does not exist,
-    with the group's options; a key the config lacks, with the closest key and how to add one),
-    then refuse a required key (`???`) left out. A sweep (-m) is composed with each swept key's
-    first value, as its first job is; every value of a swept group must be one of its options."""
+    with the group's options and the closest one; a key the config lacks, with the closest key and
+    how to add one), then refuse a required key (`???`) left out and, for a command that `launches`
+    a run without -m, a group that only acts in a sweep. A sweep (-m) is composed with each swept
+    key's first value, as its first job is; every value of a swept group must be one of its options."""
     from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
@@ -93,12 +118,32 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
         chosen = [first_job(override, loader, options) if multirun else override.input_line
                   for override in overrides]
         try:
-            cfg = compose(config_name=config_name, overrides=chosen)
+            cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
         except MissingConfigException as error:
             raise ConfigError(missing_option(error, overrides, options)) from None
         except HydraException as error:   # ConfigCompositionException, ...
             raise ConfigError(refused_override(error, chosen, config_name)) from None
+    if launches and not multirun:
+        check_sweep_only(cfg.hydra.runtime.choices, overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
     check_required(cfg)
+
+
+# the groups that act only in a sweep: without -m Hydra runs one plain job and ignores them
+SWEEP_ONLY = {"hparams_search": "an Optuna search", "hydra/sweeper": "a sweeper", "hydra/launcher": "a launcher"}
+
+
+def check_sweep_only(choices, overrides: list[Override]) -> None:
+    """Refuse a group that acts only in a sweep (SWEEP_ONLY) chosen without -m, which would
+    otherwise train one plain run and say nothing; the line gives the command with -m."""
+    for group, what in SWEEP_ONLY.items():
+        choice = choices.get(group)
+        if choice is None or (group.startswith("hydra/") and choice == "basic"):
+            continue
+        given = next((o.input_line for o in overrides if o.key_or_group == group), f"{group}={choice}")
+        command = shlex.join(["python", "train.py", "-m", *(o.input_line for o in overrides)])
+        raise ConfigError(f"{given} is {what}, which runs only in a sweep: add -m ({command})")
 
 
 def first_job(override: Override, loader, options) -> str:
@@ -124,7 +169,17 @@ def first_job(override: Override, loader, options) -> str:
 
 
 def not_an_option(group: str, choice, allowed: list[str]) -> str:
-    return f"{group}={choice} is not a config option; choose one of: {', '.join(allowed)}"
+    """`algo=dqnn is not a config option; choose one of: ...; did you mean dqn?` (old aliases not offered)."""
+    offered = shown(allowed)
+    return f"{group}={choice} is not a config option; choose one of: {', '.join(offered)}{closest(choice, offered)}"
+
+
+def closest(typed, candidates: list[str]) -> str:
+    """`; did you mean <the closest candidate>?`, or nothing when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(typed), candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def missing_option(error, overrides: list[Override], options) -> str:
@@ -134,14 +189,14 @@ def missing_option(error, overrides: list[Override], options) -> str:
         return str(error).splitlines()[0]
     if any(override.key_or_group == group for override in overrides):   # as given on the command line
         return not_an_option(group, option, options(group))
-    return f"{str(error).splitlines()[0]}; choose one of: {', '.join(options(group))}"   # from a file's defaults
+    offered = shown(options(group))   # from a file's defaults
+    return f"{str(error).splitlines()[0]}; choose one of: {', '.join(offered)}{closest(option, offered)}"
 
 
 def refused_override(error, chosen: list[str], config_name: str) -> str:
-    """One line for Hydra's refusal of an override: a key the config lacks gets the closest key
-    and how to add a new one (+key=...); any other refusal Hydra's words, joined."""
-    import difflib
-
+    """One line for Hydra's refusal of an override: a key the config lacks (or one of whose parents
+    it lacks: `trian.total_steps`) gets the closest key and how to add a new one (+key=...); any
+    other refusal Hydra's words, joined."""
     from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -149,8 +204,10 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
 
     parsed = OverridesParser.create().parse_overrides(chosen)
     cause = error.__cause__
-    key = getattr(cause, "full_key", None) if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) else None
-    if key not in {override.key_or_group for override in parsed}:   # not an override's key the config lacks
+    lacking = getattr(cause, "full_key", None) if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) else None
+    key = next((override.key_or_group for override in parsed if not override.is_delete() and lacking is not None
+                and (override.key_or_group == lacking or override.key_or_group.startswith(f"{lacking}."))), None)
+    if key is None:   # not an override's key the config lacks
         lines = [line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()]
         if cause is not None and str(cause).strip():
             lines.append(str(cause).strip().splitlines()[0])
@@ -162,9 +219,8 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
         known = []
     else:   # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
         known = sorted({".".join(k.split(".")[:n]) for k in flat_config(cfg) for n in range(1, k.count(".") + 2)})
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}? " if close else ""
-    return (f"{key} is not a key of the config; {hint}(a new key is added with +{key}=...; "
+    hint = closest(key, known).removeprefix("; ")
+    return (f"{key} is not a key of the config; {hint + ' ' if hint else ''}(a new key is added with +{key}=...; "
             f"python train.py --cfg job shows every key)")
 
 
@@ -197,17 +253,19 @@ def main() -> None:
     """`python train.py [flags] [overrides]`: a resume, or a Hydra run or sweep once its config
     composes (check_config); a refusal is one `error:` line and exit code 2."""
     try:
-        args, overrides = command_line(sys.argv[1:])
-        resume = [override.value() for override in overrides if override.key_or_group == "resume"]
-        if resume:
-            resume_main(str(resume[-1]), [o.input_line for o in overrides if o.key_or_group != "resume"])
+        resume, argv = resume_argument(sys.argv[1:])
+        args, overrides = command_line(argv)
+        if resume is not None:
+            resume_main(resume, [override.input_line for override in overrides])
             return
         if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):
             multirun = args.multirun or any(o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN"
                                             for o in overrides)
-            check_config(overrides, multirun=multirun, config_name=args.config_name or "train")
+            launches = not (args.cfg or args.info or args.help or args.hydra_help)
+            check_config(overrides, multirun=multirun, config_name=args.config_name or "train", launches=launches)
     except ConfigError as error:
         fail(str(error), EXIT_CONFIG)
+    mark_sweep_process()   # a sweep's jobs in worker processes stop when this process is gone (kill -9)
     hydra_main()
     if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)

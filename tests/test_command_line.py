@@ -35,6 +35,26 @@ NEW_KEY = "(a new key is added with +{key}=...; python train.py --cfg job shows 
     (["env.id=Foo=Bar"], "cannot parse 'env.id=Foo=Bar'"),     # an = in a value is quoted: env.id='Foo=Bar'
     (["~no_such_key"], "Could not delete from config. 'no_such_key' does not exist"),
     (["+seed=1"], "Could not append to config. An item is already at 'seed'; Either remove + prefix"),
+    # a mistyped key, also a top-level one, and a mistyped option: the closest one, never an old alias
+    (["trian.total_steps=10"], "trian.total_steps is not a key of the config; did you mean train.total_steps? "
+                               + NEW_KEY.format(key="trian.total_steps")),
+    (["algo.optimzer.lr=1"], "algo.optimzer.lr is not a key of the config; did you mean algo.optimizer.lr?"),
+    (["algo=dqnn"], f"algo=dqnn is not a config option; choose one of: {OPTIONS['algo']}; did you mean dqn?"),
+    (["-m", "algo=dqn,iqnn"], f"algo=iqnn is not a config option; choose one of: {OPTIONS['algo']}; did you mean iqn?"),
+    (["env=cartpol"], "env=cartpol is not a config option; choose one of: acrobot, ant, atari, cartpole, "
+                      "cartpole_no_velocity, cliff_walking, "),
+    # a group that acts only in a sweep, without -m: refused, with the command that has it
+    (["+hparams_search=dqn_cartpole"], "+hparams_search=dqn_cartpole is an Optuna search, which runs only in a sweep: "
+                                       "add -m (python train.py -m +hparams_search=dqn_cartpole train.total_steps=300"),
+    (["hydra/launcher=joblib"], "hydra/launcher=joblib is a launcher, which runs only in a sweep: add -m"),
+    # refused while the env is built, in the run directory Hydra made for it (which is removed)
+    (["env.wrappers=[{_target_:tests.helpers.Nope,_partial_:true}]"],
+     "env.wrappers[0]._target_=tests.helpers.Nope does not exist (module tests.helpers has no Nope)"),
+    (["env.wrappers=[{_target_:nowhere.Wrapper,_partial_:true}]"],
+     "env.wrappers[0]._target_=nowhere.Wrapper cannot be imported (ModuleNotFoundError: No module named 'nowhere')"),
+    (["env=gym", "env.id=CliffWalking-v1", "env.fallback_max_episode_steps=null"],
+     "env.id=CliffWalking-v1 has no time limit of its own, so an episode could last for ever, and "
+     "env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N"),
 ])
 def test_each_refusal_before_the_run_is_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
     code, out, err = cli(monkeypatch, capsys, *args, *TINY, f"hydra.run.dir={tmp_path / 'run'}",
@@ -74,3 +94,32 @@ def test_list_indexes_new_keys_and_config_dirs_on_the_searchpath_go_through(tmp_
     code, _, err = cli(monkeypatch, capsys, mine, "env=nope", "--cfg", "job")
     assert code == 2 and len(err) == 1 and "env=nope is not a config option; choose one of: acrobot" in err[0]
     assert ", mine, " in err[0]   # the options of every config dir
+
+
+def test_a_suggestion_never_offers_an_old_alias_which_still_works(monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "env=cartpol", *TINY)
+    assert code == 2 and len(err) == 1 and err[0].endswith("; did you mean cartpole?"), err
+    assert "cartpole_novel" not in err[0]   # ENV_ALIASES: not a choice to offer
+    code, out, err = cli(monkeypatch, capsys, "env=cartpole_novel", "--cfg", "job")
+    assert code == 0 and "  id: CartPole-v1" in out, err
+
+
+def test_a_sweep_only_group_is_fine_with_m_and_where_nothing_runs(monkeypatch, capsys):
+    code, out, err = cli(monkeypatch, capsys, "+hparams_search=dqn_cartpole", "--cfg", "job")   # prints, runs nothing
+    assert code == 0 and "  total_steps: 20000" in out, err
+    check_config(command_line(["-m", "+hparams_search=dqn_cartpole"])[1], multirun=True)
+    check_config(command_line(["hydra.mode=MULTIRUN", "hydra/launcher=joblib"])[1], multirun=True)
+
+
+def test_the_budget_is_all_a_refused_resume_names(tmp_path, monkeypatch, capsys):
+    """A finished run resumed with a budget that would not train it further: the line names the
+    budget given (train.total_steps), not the other changes (train.progress)."""
+    code, _, err = cli(monkeypatch, capsys, *TINY, "train.total_steps=100", f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 0, err
+    code, _, err = cli(monkeypatch, capsys, f"resume={tmp_path / 'run'}", "train.total_steps=50",
+                       "train.progress=true")
+    assert code == 2 and err == [f"error: {tmp_path / 'run'} ended at step 100; train.total_steps=50 would not "
+                                 "train it further (to extend it, give a larger train.total_steps); nothing was "
+                                 "changed"], err
+    code, _, err = cli(monkeypatch, capsys, f"resume={tmp_path / 'run'}", "train.progress=true")
+    assert code == 2 and err[0].startswith(f"error: {tmp_path / 'run'} ended at step 100; this resume would not"), err

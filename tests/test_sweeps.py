@@ -4,6 +4,7 @@ Optuna presets, and the submitit and Ray launchers (each skipped when its extra 
 import csv
 import importlib.util
 import json
+import re
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.runs.names import job_dir_name
 from rl_hydra.training import run
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli, stop_at
 from tests.test_run_record import cli
@@ -27,7 +29,7 @@ def installed(*modules: str) -> bool:
 
 
 def short_names(*constant_keys: str) -> str:
-    """Leave the keys every job shares out of the job directory names (a name has at most 255 bytes)."""
+    """Leave the keys every job shares out of the job directory names: each is named by what differs (seed=0)."""
     keys = ["train.progress", "device", "train.total_steps", "train.eval_every", "train.eval_episodes",
             "train.checkpoint_every", "train.log_every", *(u.split("=")[0] for u in UPDATES), *constant_keys]
     return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
@@ -61,7 +63,7 @@ def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
     assert [(tmp_path / name / "torch_threads.txt").read_text() for name in sorted(runs)] == ["1", "1"]
 
 
-def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
+def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path, monkeypatch):
     """One healthy job among three that fail: a diverging lr, an env that raises, and both."""
     from rl_hydra.report import main as evaluate_main
 
@@ -73,12 +75,18 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path):
     assert healthy == ["algo.optimizer.lr=0.001,env.wrappers=[]"], output[-3000:]
     assert runs[healthy[0]]["global_step"] == 300
     assert "non-finite loss" in runs["algo.optimizer.lr=1000000000.0,env.wrappers=[]"]["reason"]
-    crashed = runs[next(name for name in runs if name.startswith("algo.optimizer.lr=0.001,env.wrappers=[{"))]
+    # past 80 characters, a job directory's name keeps the overrides that fit and a hash of them all
+    long_name = next(name for name in runs if name.startswith("algo.optimizer.lr=0.001-and-1-more-"))
+    assert len(long_name) <= 80
+    recorded = yaml.safe_load((tmp_path / long_name / ".hydra" / "overrides.yaml").read_text())
+    assert "env.wrappers=[{_target_:tests.helpers.RaiseAfter,_partial_:True,steps:120}]" in recorded   # all of them
+    crashed = runs[long_name]
     assert (crashed["status"], crashed["reason"]) == ("failed", "RuntimeError: env crashed on purpose after 120 steps")
     assert "training diverged: non-finite loss" in output
     assert "run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in" in output
     assert sum(line.startswith(f"error: {tmp_path}/") for line in output.splitlines()) == 3  # each job's own line
 
+    monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.RaiseAfter")   # evaluate reads every job's config
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
     with open(tmp_path / "eval" / "results_best_2ep_seed0.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -130,6 +138,37 @@ def test_relaunching_a_sweep_skips_finished_runs_and_resumes_an_interrupted_one(
     assert steps == sorted(set(steps)) and steps[-1] == 300
 
 
+def test_a_long_job_name_is_shortened_the_same_way_each_time_so_a_relaunch_finds_its_run(tmp_path):
+    """TINY's overrides in the name run past 80 characters: the job directory keeps a prefix, how
+    many overrides it leaves out and a hash; .hydra/overrides.yaml keeps them all; the same
+    command again finds the run finished."""
+    sweep(tmp_path, "seed=0")
+    (name,) = summaries(tmp_path)
+    assert name.startswith("device=cpu,seed=0,") and len(name) <= 80 and re.search(r"-and-\d+-more-[0-9a-f]{8}$", name)
+    recorded = yaml.safe_load((tmp_path / name / ".hydra" / "overrides.yaml").read_text())
+    assert {"seed=0", *TINY} - {"train.progress=false"} <= set(recorded)
+    output = sweep(tmp_path, "seed=0")
+    assert f"{tmp_path / name} already holds a finished run (step 300); not training again" in output
+    assert list(summaries(tmp_path)) == [name]
+
+
+def test_job_dir_names_stay_short_and_readable_and_never_change_for_the_same_overrides(tmp_path):
+    trial = ("+hparams_search=dqn_cartpole,algo.batch_size=128,algo.exploration.fraction=0.21942968041716733,"
+             "algo.gamma=0.995,algo.optimizer.lr=0.00036119473318016823,network.hidden_sizes=[64,64]")
+    name = job_dir_name(str(tmp_path), trial)
+    assert len(trial) > 150 and len(name) <= 80
+    # whole overrides only (a cut value would claim one the run does not have), then the count left out
+    assert re.fullmatch(r"\+hparams_search=dqn_cartpole,algo\.batch_size=128-and-4-more-[0-9a-f]{8}", name), name
+    assert job_dir_name("elsewhere", trial) == name   # the same overrides, the same name
+    assert job_dir_name(str(tmp_path), trial.replace("0.995", "0.99")) != name
+    short = "algo=dqn,seed=0,train.total_steps=2000"
+    assert job_dir_name(str(tmp_path), short) == short
+    wrapper = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.01},{_target_:b.C}],seed=1"
+    assert re.fullmatch(r"env\.wrappers=\.\.\.-and-1-more-[0-9a-f]{8}", job_dir_name(str(tmp_path), wrapper))
+    (tmp_path / trial).mkdir()   # made by a sweep before names were shortened: a re-launch keeps using it
+    assert job_dir_name(str(tmp_path), trial) == trial
+
+
 def compose_with_hydra(*overrides: str):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
@@ -138,7 +177,8 @@ def compose_with_hydra(*overrides: str):
 def test_an_unknown_preset_is_one_line_naming_the_presets(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, "-m", "+hparams_search=dqn_cartpol")
     assert code == 2 and len(err) == 1
-    assert err[0] == f"error: hparams_search=dqn_cartpol is not a config option; choose one of: {', '.join(PRESETS)}"
+    assert err[0] == (f"error: hparams_search=dqn_cartpol is not a config option; choose one of: {', '.join(PRESETS)}"
+                      "; did you mean dqn_cartpole?")
 
 
 needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.rl_hydra_optuna_sweeper", "optuna"),
