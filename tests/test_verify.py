@@ -278,6 +278,21 @@ def test_a_completed_run_without_its_last_checkpoint_is_a_difference(altered, ca
     assert code == 1 and "the completed run ends at different steps: summary.json 400, last.pt " in line, line
 
 
+@pytest.mark.parametrize("name", ["last", "best"])
+def test_a_missing_checkpoint_is_found_missing_from_every_part_of_the_record(altered, capsys, name):
+    """Without summary.json, provenance.json says the run ended; without that, metrics.csv's rows say."""
+    (altered / "checkpoints" / f"{name}.pt").unlink()
+    (altered / "summary.json").unlink()
+    code, line = verify(capsys, altered)
+    because = "provenance.json says a session completed" if name == "last" else \
+        "metrics.csv records an evaluation at step 200"
+    assert code == 1 and f"{name}.pt is missing, though {because}" in line, line
+    (altered / "provenance.json").unlink()
+    code, line = verify(capsys, altered)
+    because = "metrics.csv has rows past step 100, where the run saved it" if name == "last" else because
+    assert code == 1 and f"{name}.pt is missing, though {because}" in line, line
+
+
 def test_an_edited_checkpoint_is_named_down_to_the_tensor_or_value(finished, altered, capsys):
     import torch
 

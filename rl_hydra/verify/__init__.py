@@ -59,7 +59,7 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
             raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
         if not metrics.rows:
             raise Differs("metrics.csv is missing or holds no rows, though the run has checkpoints or a summary")
-        checkpoints = read_checkpoints(directory, metrics)
+        checkpoints = read_checkpoints(directory, metrics, segments[0].cfg, sessions)
         choices = read_choices(directory)
     except Differs as difference:
         return Verdict(False, f"{directory.path} does not match its record: {difference}")

@@ -8,6 +8,7 @@ config change a resume cannot make) is `Differs` (exit 1: the record was changed
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,10 +172,11 @@ def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     return choices
 
 
-def read_checkpoints(directory: RunDirectory, metrics: Metrics) -> dict[str, dict[str, Any]]:
+def read_checkpoints(directory: RunDirectory, metrics: Metrics, cfg: DictConfig,
+                     sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The checkpoints the run holds, loaded (tensors only). One that exists but does not load, or
-    that the record says exists but is missing, is `Differs`; so is a completed run whose summary,
-    last.pt and last logged row are not at the same step."""
+    that the record says exists but is missing (`expected_checkpoints`), is `Differs`; so is a
+    completed run whose summary, last.pt and last logged row are not at the same step."""
     summary = directory.read_summary() or {}
     status = summary.get("status")
     loaded = {}
@@ -187,10 +189,9 @@ def read_checkpoints(directory: RunDirectory, metrics: Metrics) -> dict[str, dic
                 raise Differs(str(error)) from None
             if type(step_of(loaded[name])) is not int:
                 raise Differs(f"checkpoint {path} holds no runner.global_step: not a checkpoint a run writes")
-    if "last" not in loaded and status in ("completed", "interrupted"):
-        raise Differs(f"{directory.checkpoints / 'last.pt'} is missing, though summary.json says the run {status}")
-    if "best" not in loaded and summary.get("best_eval_return_mean") is not None:
-        raise Differs(f"{directory.checkpoints / 'best.pt'} is missing, though summary.json records a best evaluation")
+    for name, because in expected_checkpoints(summary, metrics, cfg, sessions).items():
+        if name not in loaded:
+            raise Differs(f"{directory.checkpoints / name}.pt is missing, though {because}")
     if status == "completed":
         ends = {"summary.json": summary.get("global_step"), "last.pt": step_of(loaded["last"]),
                 "metrics.csv's last row": metrics.steps()[-1] if metrics.rows else None}
@@ -198,6 +199,34 @@ def read_checkpoints(directory: RunDirectory, metrics: Metrics) -> dict[str, dic
             where = ", ".join(f"{name} {step!r}" for name, step in ends.items())
             raise Differs(f"the completed run ends at different steps: {where}")
     return loaded
+
+
+def expected_checkpoints(summary: dict[str, Any], metrics: Metrics, cfg: DictConfig,
+                         sessions: list[dict[str, Any]]) -> dict[str, str]:
+    """{checkpoint: why the record says it exists}: last.pt once a run ended on its own or on
+    request, or logged a row past its first checkpoint step; best.pt once it evaluated."""
+    expected = {}
+    ended = [s["status"] for s in sessions if s.get("status") in ("completed", "interrupted")]
+    every = cfg.train.checkpoint_every
+    if summary.get("status") in ("completed", "interrupted"):
+        expected["last"] = f"summary.json says the run {summary['status']}"
+    elif ended:
+        expected["last"] = f"provenance.json says a session {ended[0]}"
+    elif isinstance(every, int) and metrics.rows and metrics.steps()[-1] > every:
+        expected["last"] = f"metrics.csv has rows past step {every}, where the run saved it"
+    evaluated = [row["step"] for row in metrics.rows if finite(row.get("eval/return_mean"))]
+    if summary.get("best_eval_return_mean") is not None:
+        expected["best"] = "summary.json records a best evaluation"
+    elif evaluated:
+        expected["best"] = f"metrics.csv records an evaluation at step {evaluated[0]}"
+    return expected
+
+
+def finite(text: str | None) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except (TypeError, ValueError):
+        return False
 
 
 def step_of(checkpoint: dict[str, Any]) -> Any:
