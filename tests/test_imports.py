@@ -16,7 +16,7 @@ LAYERS = [
     ["loops"],
     ["fit", "training"],                                           # build a run and hand it to a loop
     ["launch"],                                                    # the one way a run starts
-    ["api", "run", "report", "video", "verify", "suite", "sweep_report", "cli", "__init__"],   # what users call
+    ["api", "run", "report", "video", "verify", "suite", "sweep_report", "resume", "cli", "__init__"],   # what users call
 ]
 
 

@@ -164,7 +164,9 @@ def test_job_dir_names_stay_short_and_readable_and_never_change_for_the_same_ove
     short = "algo=dqn,seed=0,train.total_steps=2000"
     assert job_dir_name(str(tmp_path), short) == short
     wrapper = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.01},{_target_:b.C}],seed=1"
-    assert re.fullmatch(r"env\.wrappers=\.\.\.-and-1-more-[0-9a-f]{8}", job_dir_name(str(tmp_path), wrapper))
+    assert re.fullmatch(r"seed=1-and-1-more-[0-9a-f]{8}", job_dir_name(str(tmp_path), wrapper))   # the long one left out
+    alone = wrapper.removesuffix(",seed=1")
+    assert re.fullmatch(r"env\.wrappers=\.\.\.-[0-9a-f]{8}", job_dir_name(str(tmp_path), alone))
     (tmp_path / trial).mkdir()   # made by a sweep before names were shortened: a re-launch keeps using it
     assert job_dir_name(str(tmp_path), trial) == trial
 

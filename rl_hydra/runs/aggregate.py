@@ -14,7 +14,7 @@ import numpy as np
 import yaml
 
 from rl_hydra.runs.provenance import code_version
-from rl_hydra.runs.run_dir import atomic_write_bytes
+from rl_hydra.runs.run_dir import TRACKER_STORES, atomic_write_bytes
 
 
 def interquartile_mean(values: Iterable[float]) -> float:
@@ -36,7 +36,6 @@ def bootstrap_ci(values: Iterable[float], statistic=interquartile_mean, samples:
 
 # tracker stores: MLflow's artifact store (and its file store), W&B's directory. They keep copies
 # of a run's .hydra/, summary.json and best.pt that are no second run, and nothing of ours goes in.
-TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")
 RUN_OUTPUTS = ("checkpoints", "metrics.csv", "summary.json")
 
 

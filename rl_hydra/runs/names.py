@@ -4,7 +4,7 @@
 A job directory is named from its overrides (Hydra's override_dirname, `algo=dqn,seed=0`), so that
 the same command finds the same directories again. An Optuna trial's overrides, with their long
 floats, run to about 190 characters: a name longer than MAX_NAME keeps the whole overrides that
-fit, says how many it leaves out, and ends in a hash of them all, so that it is still the same for
+fit (in order, skipping those too long), says how many it leaves out, and ends in a hash of them all, so that it is still the same for
 the same overrides (`algo.batch_size=64,algo.gamma=0.99-and-2-more-1f2e3d4c`). The full list is in
 the job's .hydra/overrides.yaml. A name is the launch's: a resume that changes train.total_steps
 leaves it as it was.
@@ -36,9 +36,8 @@ def job_dir_name(sweep_dir: str, override_dirname: str) -> str:
     kept: list[str] = []
     for override in overrides:
         name = short_name([*kept, override], len(overrides) - len(kept) - 1, digest)
-        if len(name) > MAX_NAME:
-            break
-        kept.append(override)
+        if len(name) <= MAX_NAME:   # a long one (a list of wrappers) is left out, the short ones after it kept
+            kept.append(override)
     if not kept:   # the first override alone is too long: its key stands for it
         key = re.match(r"[+~]?[\w.@/-]+=?", overrides[0])
         kept = [f"{key.group(0) if key else ''}..."]
@@ -46,7 +45,7 @@ def job_dir_name(sweep_dir: str, override_dirname: str) -> str:
 
 
 def short_name(kept: list[str], left_out: int, digest: str) -> str:
-    return f"{','.join(kept)}-and-{left_out}-more-{digest}"
+    return f"{','.join(kept)}{f'-and-{left_out}-more' if left_out else ''}-{digest}"
 
 
 def register_job_dir_resolver() -> None:

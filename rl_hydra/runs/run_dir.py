@@ -68,6 +68,7 @@ class _Recording:
 
 
 TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
+TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")   # what trackers write in a run or sweep directory
 
 
 def atomic_write_bytes(path: Path, write) -> None:
@@ -146,9 +147,11 @@ class RunDirectory:
     def check_links(self) -> None:
         """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it: a
         write through it (the lock, train.log, a checkpoint, eval/) would land elsewhere. Links
-        inside it (W&B's wandb/latest-run) are fine; the run directory itself may be a link."""
+        inside it are fine, and so is anything in a tracker's store (wandb/); the run directory itself
+        may be a link."""
         root = self.path.resolve()
         for folder, dirs, files in os.walk(self.path):   # does not descend into linked folders
+            dirs[:] = [name for name in dirs if name not in TRACKER_STORES]   # theirs (W&B links its logs out)
             for name in (*dirs, *files):
                 path = Path(folder) / name
                 if path.is_symlink() and not path.resolve().is_relative_to(root):
