@@ -94,6 +94,10 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
         return args, OverridesParser.create().parse_overrides(args.overrides)
     except OverrideParseException as error:
         raise ConfigError(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
+    except ValueError:   # Python refuses an integer of over 4,300 digits: the override parser's int() raises
+        huge = max(args.overrides, key=len)
+        raise ConfigError(f"{huge[:30]}... ({len(huge)} characters) holds a number out of range; no key takes a "
+                          f"number that large") from None
 
 
 def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train",

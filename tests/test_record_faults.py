@@ -51,7 +51,8 @@ def one_error_line(stderr: str) -> str:
     ("env.num_envs=100000", "env.num_envs=100000 is out of range"),
     ("seed=99999999999", "seed=99999999999 is out of range"),
     ("algo.batch_size=" + "9" * 400, "algo.batch_size=<an integer of 400 digits> is out of range"),
-    ("algo.gamma=" + "9" * 400, "algo.gamma=<an integer of 400 digits> is not a finite number")])
+    ("algo.gamma=" + "9" * 400, "algo.gamma=<an integer of 400 digits> is not a finite number"),
+    ("train.total_steps=" + "9" * 5000, "train.total_steps=999999999999... (5018 characters) holds a number out of range")])
 def test_a_launch_past_a_keys_range_is_one_line_and_leaves_no_folder(tmp_path, override, named):
     done = run_cli(override, cwd=tmp_path)
     assert done.returncode == 2
