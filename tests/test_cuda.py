@@ -91,7 +91,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         buffer.add(*transition)
     for _ in range(cuda_graph.WARMUP + 2):   # lazy optimizer state, cuBLAS, the gradient step's CUDA graph
         runner.update_on(buffer.sample(agent.batch_size))
-    runner.check_device_updates()
+    runner.monitor.check_device(runner.global_step)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -101,7 +101,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
             runner.update_on(buffer.sample(agent.batch_size))
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    runner.check_device_updates()  # the one sync of a training phase
+    runner.monitor.check_device(runner.global_step)  # the one sync of a training phase
     env.close()
 
 

@@ -51,13 +51,6 @@ def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> 
     return (counted * powers * rewards).sum(dim=1), counted.sum(dim=1).long()        # (B,), (B,)
 
 
-def observation_dtype(observation_space: gym.Space) -> torch.dtype:
-    """Raw pixels are kept as the env produced them (uint8 frames, bool grids; networks scale
-    them), indices in the smallest integer type that holds them, bits as bool; other values as
-    float32 (envs/spaces.py storage_dtype). A one-array space's; a Dict's parts: spaces.layout."""
-    return spaces.torch_dtype(spaces.storage_dtype(observation_space))
-
-
 def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
                       kind: str = "replay buffer", row: str = "transition", detail: str = "") -> None:
     """Say which buffer this is (`kind`: its describe()) and how much memory it takes (capacity

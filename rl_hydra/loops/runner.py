@@ -98,9 +98,6 @@ class Runner:
         """Keep an update's metrics; a NaN or infinite one stops the run (TrainingDiverged)."""
         self.monitor.record(metrics, self.agent.updates, self.global_step)
 
-    def check_device_updates(self) -> None:
-        self.monitor.check_device(self.global_step)
-
     def record_step(self) -> None:
         """Account for the vector step just taken and run whatever falls due."""
         if self.monitor.device_check_pending:
