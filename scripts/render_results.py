@@ -3,232 +3,24 @@
     python scripts/render_results.py            # rewrite every marked block of docs/*.md, draw docs/img/*.png
     python scripts/render_results.py --check    # write nothing; list the blocks that differ (exit 1)
 
-A record is results/<name>.json (its fields: results/README.md). A docs page marks where one goes,
-between `<!-- results:SPEC -->` and `<!-- /results:SPEC -->`, SPEC being one of
-
-    NAME              the record's table: one line per row (its `columns`)
-    NAME/ROW          one line per seed of row ROW and a line of medians (its `seed_columns`)
-    plot:NAME         the record's plot, docs/img/NAME.png (per-seed points, or curves where recorded)
-    tried:TOPIC       the records of TOPIC that were not adopted, each with its reason
-    index:TOPIC       the adopted records of TOPIC that no table or plot shows, with their commands
-
-A block whose record does not exist yet is left as it is. The tables come only from the records:
-a doc that disagrees with its data fails tests/test_results.py.
+A record is results/<name>.json, or results/tried/<name>.json for one that was not adopted (its
+fields: results/README.md). A docs page marks where one goes, between `<!-- results:SPEC -->` and
+`<!-- /results:SPEC -->` (the kinds of SPEC: rl_hydra/runs/results.py). A block whose record does
+not exist yet is left as it is. The tables come only from the records: a doc that disagrees with
+its data fails tests/test_results.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import statistics
-import string
 import sys
 from pathlib import Path
 
+from rl_hydra.runs.results import blocks, differences, load_records, median_problems, read_pages, render_pages
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS, DOCS = ROOT / "results", ROOT / "docs"
-BLOCK = re.compile(r"(<!-- results:(?P<spec>\S+) -->\n)(?P<body>.*?)(<!-- /results:(?P=spec) -->)", re.S)
-REQUIRED = ("name", "title", "topic", "status", "reason", "command", "overrides", "seeds", "commit", "date",
-            "machine", "peer", "rows")
-
-
-# --- records -----------------------------------------------------------------------------------
-def load_records(folder: Path = RESULTS) -> dict[str, dict]:
-    """Every record by name, checked, with each row's `from` references filled in."""
-    records = {}
-    for path in sorted(folder.glob("*.json")):
-        record = json.loads(path.read_text())
-        problems = check_record(record, path.stem)
-        if problems:
-            raise ValueError(f"{path}: " + "; ".join(problems))
-        records[record["name"]] = record
-    for _ in range(2):   # a row may take from a row that takes from another
-        for record in records.values():
-            for row in record["rows"]:
-                for key, source in row.get("from", {}).items():   # "record/row:key"
-                    name, rest = source.split("/", 1)
-                    row_id, other = rest.split(":")
-                    origin = next(r for r in records[name]["rows"] if r["id"] == row_id)
-                    for part in ("per_seed", "summary"):
-                        if other in (origin.get(part) or {}):
-                            row.setdefault(part, {})[key] = origin[part][other]
-    return records
-
-
-def check_record(record: dict, stem: str) -> list[str]:
-    problems = [f"no {key!r}" for key in REQUIRED if key not in record]
-    if problems:
-        return problems
-    if record["name"] != stem:
-        problems.append(f"name {record['name']!r} is not the file's name")
-    if record["status"] not in ("adopted", "not adopted"):
-        problems.append(f"status {record['status']!r}: adopted or not adopted")
-    reason = record["reason"]
-    if (record["status"] == "not adopted") != bool(reason) or (reason and "\n" in reason):
-        problems.append("a record that was not adopted has a one-line reason, and only such a record")
-    if not {"cpu", "cores", "load"} <= set(record["machine"]):
-        problems.append("machine needs cpu, cores and load")
-    if record["peer"] is not None and set(record["peer"]) != {"name", "version"}:
-        problems.append("peer is null or {name, version}")
-    ids = [row.get("id") for row in record["rows"]]
-    if not ids or None in ids or len(set(ids)) != len(ids):
-        problems.append("rows need unique ids")
-    for row in record["rows"]:
-        seeds = row.get("seeds", record["seeds"])
-        for key, values in (row.get("per_seed") or {}).items():
-            if not isinstance(values, list) or len(values) != len(seeds):
-                problems.append(f"row {row.get('id')}: per_seed {key} has not one value per seed ({len(seeds)})")
-    return problems
-
-
-def median_problems(record: dict) -> list[str]:
-    """Where a row's summary is not what its seeds give, to the summary's rounding: the summary value
-    of a per-seed key is their median, and `iqm` (or `<key prefix>iqm`) the interquartile mean."""
-    problems = []
-    for row in record["rows"]:
-        summary = row.get("summary") or {}
-        for key, values in (row.get("per_seed") or {}).items():
-            if not values or not all(isinstance(v, (int, float)) for v in values):
-                continue
-            prefix = key[: -len("return")] if key.endswith("return") else None
-            checks = [(key, statistics.median(values), "median")]
-            if prefix is not None:
-                checks.append((prefix + "iqm", interquartile_mean(values), "IQM"))
-            for name, value, what in checks:
-                stated = summary.get(name)
-                if not isinstance(stated, (int, float)):
-                    continue
-                decimals = len(repr(stated).split(".")[1]) if isinstance(stated, float) else 0
-                if abs(value - stated) > 0.5 * 10 ** -decimals + (0.05 if what == "IQM" else 0) + 1e-9:
-                    problems.append(f"{record['name']}/{row['id']}: the {what} of {key} is {value:g}, the summary says {stated:g}")
-    return problems
-
-
-def interquartile_mean(values: list[float]) -> float:
-    """The mean of the middle half: floor(n / 4) values dropped at each end (rl_hydra.runs.aggregate's)."""
-    ordered, cut = sorted(values), len(values) // 4
-    middle = ordered[cut: len(ordered) - cut]
-    return sum(middle) / len(middle)
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def dump(record: dict) -> str:
-    """A record as JSON, lists of values and small flat objects on one line each."""
-    def text(value, indent: int) -> str:
-        pad, inner = " " * indent, " " * (indent + 1)
-        flat = lambda v: not isinstance(v, (dict, list)) or (isinstance(v, list) and all(map(flat, v)))  # noqa: E731
-        if isinstance(value, list) and all(flat(v) and not isinstance(v, list) for v in value) or (
-                isinstance(value, dict) and all(map(flat, value.values()))
-                and len(json.dumps(value, ensure_ascii=False)) + indent < 110):
-            return json.dumps(value, ensure_ascii=False)
-        if isinstance(value, list):
-            return "[\n" + ",\n".join(inner + text(v, indent + 1) for v in value) + "\n" + pad + "]"
-        if isinstance(value, dict):
-            return "{\n" + ",\n".join(f"{inner}{json.dumps(k)}: {text(v, indent + 1)}" for k, v in value.items()) + (
-                "\n" + pad + "}")
-        return json.dumps(value, ensure_ascii=False)
-
-    return text(record, 0) + "\n"
-
-
-# --- cells and tables ----------------------------------------------------------------------------
-def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
-    """`fmt` filled from `context`; `{key*:spec}` is the row's per-seed values of key, joined.
-    A field with no value makes the whole cell "-"; a list of formats takes the first that fills."""
-    if isinstance(fmt, list):
-        filled = [cell(f, context, per_seed) for f in fmt]
-        return next((text for text in filled if text != "-"), "-")
-    out = []
-    for literal, field, spec, _ in string.Formatter().parse(fmt):
-        out.append(literal)
-        if field is None:
-            continue
-        if field.endswith("*"):
-            values = per_seed.get(field[:-1])
-            if not values:
-                return "-"
-            out.append(", ".join("-" if v is None else format(v, spec) for v in values))
-            continue
-        value = context.get(field)
-        if value is None:
-            return "-"
-        out.append(format(value, spec))
-    return "".join(out)
-
-
-def plain(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not isinstance(v, (dict, list))}
-
-
-def markdown(columns: list[dict], lines: list[list[str]]) -> str:
-    head = "| " + " | ".join(c["header"] for c in columns) + " |"
-    rule = "|" + "|".join("---" if c.get("align") == "left" else "---:" for c in columns) + "|"
-    return "\n".join([head, rule, *("| " + " | ".join(line) + " |" for line in lines)])
-
-
-def no_longer_made(record: dict) -> bool:
-    """Whether the current scripts no longer make the record (`rerun` null): a page then links the
-    record, which names the command and the commit that still has its script, and not the command."""
-    return "rerun" in record and record["rerun"] is None
-
-
-def footer(record: dict, command: str | None = None) -> str:
-    """How to make the table again: `rerun` where the scripts have changed since, else the command
-    that made it; where the current scripts no longer make it, the record alone."""
-    link = f"[record](../results/{record['name']}.json)"
-    if no_longer_made(record):
-        return f"Made by a script since changed or removed: the {link} names the command and its commit."
-    command = record.get("rerun") or command or record["command"]
-    return f"`{command}` ({link})" if command else f"The {link} names each row's command."
-
-
-def rows_table(record: dict) -> str:
-    columns = record["columns"]
-    lines = [[cell(c["format"], {**plain(r), **(r.get("summary") or {})}, r.get("per_seed") or {})
-              for c in columns] for r in record["rows"]]
-    return markdown(columns, lines) + "\n\n" + footer(record)
-
-
-def seeds_table(record: dict, row_id: str) -> str:
-    row = next(r for r in record["rows"] if r["id"] == row_id)
-    columns = [{"header": record.get("per", "seed"), "format": "{seed}"}, *row.get("seed_columns", record["seed_columns"])]
-    per_seed = row.get("per_seed") or {}
-    lines = []
-    for i, seed in enumerate(row.get("seeds", record["seeds"])):
-        context = {**plain(row), **{k: v[i] for k, v in per_seed.items()}, "seed": seed}
-        lines.append([cell(c["format"], context, {}) for c in columns])
-    summary = {**plain(row), **(row.get("summary") or {})}
-    medians = [cell(c["format"], summary, {}) for c in columns[1:]]
-    lines.append(["median", *("" if m == "-" else m for m in medians)])
-    return markdown(columns, lines) + "\n\n" + footer(record, row.get("command"))
-
-
-def headline(record: dict) -> str:
-    row = record["rows"][0]
-    return cell(record.get("headline", "-"), {**plain(row), **(row.get("summary") or {})}, row.get("per_seed") or {})
-
-
-def tried_table(records: dict, topic: str) -> str:
-    lines = [[f"[{r['title']}](../results/{r['name']}.json)", headline(r), r["reason"]]
-             for r in records.values() if r["topic"] == topic and r["status"] == "not adopted"]
-    columns = [{"header": h, "align": "left"} for h in ("tried", "result", "why it was not adopted")]
-    return markdown(columns, lines)
-
-
-def index_list(records: dict, topic: str, shown: set[str]) -> str:
-    """The adopted records of `topic` that no table or plot shows (the others are in its tried table)."""
-    def how(r: dict) -> str:
-        if no_longer_made(r):
-            return ": made by a script since changed or removed (the record names the command)"
-        command = r.get("rerun") or r["command"]
-        return f": `{command}`" if command else ""
-
-    return "\n".join(f"- [{r['title']}](../results/{r['name']}.json){how(r)}" for r in records.values()
-                     if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown) or "(none)"
 
 
 # --- plots ---------------------------------------------------------------------------------------
@@ -281,60 +73,11 @@ def draw(record: dict, path: Path) -> None:
     plt.close(figure)
 
 
-# --- pages ---------------------------------------------------------------------------------------
-def block(spec: str, records: dict, shown: set[str]) -> str | None:
-    """What goes between a block's markers; None where its record does not exist yet."""
-    kind, _, arg = spec.partition(":") if spec.startswith(("plot:", "tried:", "index:")) else ("", "", spec)
-    if kind == "tried":
-        return tried_table(records, arg)
-    if kind == "index":
-        return index_list(records, arg, shown)
-    name, _, row = arg.partition("/")
-    if name not in records:
-        return None
-    if kind == "plot":
-        return (f"![{records[name]['title']}](img/{name}.png)\n\n{records[name]['plot'].get('caption', '')}").rstrip()
-    return seeds_table(records[name], row) if row else rows_table(records[name])
-
-
-def shown_records(pages: dict[Path, str]) -> set[str]:
-    return {m["spec"].split(":")[-1].split("/")[0] for text in pages.values() for m in BLOCK.finditer(text)
-            if not m["spec"].startswith(("tried:", "index:"))}
-
-
-def render_pages(records: dict, pages: dict[Path, str]) -> dict[Path, str]:
-    shown = shown_records(pages)
-
-    def fill(match: re.Match) -> str:
-        body = block(match["spec"], records, shown)
-        return match.group(0) if body is None else f"{match.group(1)}{body}\n{match.group(4)}"
-
-    return {path: BLOCK.sub(fill, text) for path, text in pages.items()}
-
-
-def differences(records: dict, pages: dict[Path, str]) -> list[str]:
-    """'page: block' for each block whose text is not what its record renders."""
-    rendered = render_pages(records, pages)
-    found = []
-    for path, text in pages.items():
-        ours, theirs = dict(blocks(text)), dict(blocks(rendered[path]))
-        found += [f"{path.name}: <!-- results:{spec} -->" for spec in ours if ours[spec] != theirs[spec]]
-    return found
-
-
-def blocks(text: str) -> list[tuple[str, str]]:
-    return [(m["spec"], m["body"]) for m in BLOCK.finditer(text)]
-
-
-def read_pages() -> dict[Path, str]:
-    return {path: path.read_text() for path in sorted(DOCS.glob("*.md"))}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block differs")
     args = parser.parse_args(argv)
-    records, pages = load_records(), read_pages()
+    records, pages = load_records(RESULTS), read_pages(DOCS)
     medians = [problem for record in records.values() for problem in median_problems(record)]
     found = differences(records, pages) + medians
     if args.check:

@@ -23,15 +23,16 @@ import datetime
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rl_hydra.runs.results import dump, seeds_table
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import render_results  # noqa: E402
 
 KEYS = {"return": "eval_return_mean", "best": "best_eval_return_mean", "solved_at": "solved_at_step",
         "updates": "updates", "wall": "wall_time_s", "sps": "steps_per_second"}
@@ -72,7 +73,7 @@ def read_run(run_dir: Path, at_steps: list[int]) -> dict:
 def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) -> dict:
     keys = [*KEYS, *(f"return_{step}" for step in at_steps)]
     per_seed = {key: [run[key] for run in runs] for key in keys if any(run[key] is not None for run in runs)}
-    summary = {key: render_results.median([v for v in column if v is not None]) for key, column in per_seed.items()}
+    summary = {key: statistics.median([v for v in column if v is not None]) for key, column in per_seed.items()}
     columns = [*COLUMNS, *((f"return @ {step:,}", f"{{return_{step}:,.1f}}") for step in at_steps)]
     name = args.record.stem if args.record else "seeds_table"
     return {"name": name, "title": " ".join(overrides) or "python train.py", "topic": args.topic,
@@ -124,8 +125,8 @@ def main() -> None:
                                      args.seeds))
     result = record([read_run(d, args.at_steps) for d in run_dirs], overrides, args.at_steps, args)
     if args.record:
-        args.record.write_text(render_results.dump(result))
-    print(render_results.seeds_table(result, "config"))
+        args.record.write_text(dump(result))
+    print(seeds_table(result, "config"))
     if args.target is not None:
         finals = result["rows"][0]["per_seed"].get("return", [])
         hits = sum(1 for r in finals if r is not None and r >= args.target)

@@ -11,9 +11,10 @@ import sys
 import pytest
 
 from rl_hydra.config import ConfigError
+from rl_hydra.runs.results import check_record, median_problems, seeds_table
 from tests.conftest import ROOT, compose_config
 
-sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
+sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))   # the scripts' folder, as Python puts it first running one
 import benchmark  # noqa: E402
 from zoo import PER_STEP, ZOO, expected_updates, target_update_every  # noqa: E402
 
@@ -90,12 +91,9 @@ def test_the_record_holds_every_seed_and_their_medians(tmp_path):
     assert row["per_seed"]["ratio"] == [0.5, 0.75, 0.4, None] and row["seeds_done"] == "3/4"
     assert row["summary"]["ratio"] == 0.5 and (row["summary"]["ratio_min"], row["summary"]["ratio_max"]) == (0.4, 0.75)
     assert row["summary"]["ours_sps"] == 50.0 and record["topic"] == "benchmark"
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import render_results
-
-    assert render_results.check_record(record, record["name"]) == []
-    assert render_results.median_problems(record) == []
-    assert "| 0 | 0.0 | 0.0 | 1.0 | 2.0 | 0.50 | 100.0 | 50.0 |" in render_results.seeds_table(record, case.id)
+    assert check_record(record, record["name"]) == []
+    assert median_problems(record) == []
+    assert "| 0 | 0.0 | 0.0 | 1.0 | 2.0 | 0.50 | 100.0 | 50.0 |" in seeds_table(record, case.id)
 
 
 def run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -186,14 +184,11 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
 def test_vector_envs_times_each_vectorization_and_records_its_ratio_to_sync(tmp_path, capsys):
     import vector_envs
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import render_results
-
     out = tmp_path / "vector_envs_cartpole.json"
     vector_envs.main(["--env", "cartpole", "--envs", "2", "--modes", "sync", "async", "--steps", "50",
                       "--rounds", "2", "--record", str(out)])
     record = json.loads(out.read_text())
-    assert render_results.check_record(record, out.stem) == []
+    assert check_record(record, out.stem) == []
     sync, asynchronous = record["rows"]
     assert sync["summary"]["ratio"] == 1.0 and len(asynchronous["per_seed"]["steps_per_s"]) == 2
     assert "| async |" in capsys.readouterr().out

@@ -1,51 +1,65 @@
-"""results/: every published figure is a record, and every docs table is rendered from one
-(scripts/render_results.py). Re-rendering in memory must give the docs as they are."""
+"""results/: every published figure is a record (adopted ones in results/, the others in
+results/tried/), and every docs table is rendered from one (rl_hydra/runs/results.py, through
+scripts/render_results.py). Re-rendering in memory must give the docs as they are."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 
 import pytest
 
+from rl_hydra.runs import results
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import render_results  # noqa: E402
-
-RECORDS = render_results.load_records()   # raises, naming the file, on a record that is not well formed
-PAGES = render_results.read_pages()
-PENDING = {"speed_layer_sb3"}   # blocks whose record another change adds; until then the page says so
+RESULTS = ROOT / "results"
+RECORDS = results.load_records(RESULTS)   # raises, naming the file, on a record not well formed or misplaced
+PAGES = results.read_pages(ROOT / "docs")
 
 
 def test_every_docs_table_is_what_its_record_renders():
-    found = render_results.differences(RECORDS, PAGES)
-    assert not found, "docs disagree with results/ (python scripts/render_results.py rewrites them): " + ", ".join(found)
+    found = results.differences(RECORDS, PAGES)
+    assert not found, ("docs disagree with results/ (python scripts/render_results.py rewrites them): "
+                       + ", ".join(found))
+
+
+def test_render_results_check_says_every_block_matches():
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_results.py"), "--check"],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0 and check.stdout == "every block matches its record\n", check.stdout + check.stderr
+
+
+def test_tried_records_live_in_results_tried_and_adopted_ones_in_results():
+    for folder, status in ((RESULTS, "adopted"), (RESULTS / "tried", "not adopted")):
+        statuses = {path.name: json.loads(path.read_text())["status"] for path in folder.glob("*.json")}
+        assert statuses and set(statuses.values()) == {status}, {n: s for n, s in statuses.items() if s != status}
+    assert len(RECORDS) == len([*RESULTS.glob("*.json"), *RESULTS.glob("tried/*.json")])
 
 
 def test_every_summary_is_what_its_seeds_give():
-    found = [problem for record in RECORDS.values() for problem in render_results.median_problems(record)]
+    found = [problem for record in RECORDS.values() for problem in results.median_problems(record)]
     assert not found, found
 
 
 def test_every_block_names_a_record_or_topic_that_exists():
     topics = {record["topic"] for record in RECORDS.values()}
     for text in PAGES.values():
-        for spec, _ in render_results.blocks(text):
+        for spec, _ in results.blocks(text):
             kind, _, name = spec.rpartition(":")
             if kind in ("tried", "index"):
                 assert name in topics, spec
             else:
                 name = name.split("/")[0]
-                assert name in RECORDS or name in PENDING, f"<!-- results:{spec} --> names no record"
+                assert name in RECORDS, f"<!-- results:{spec} --> names no record"
                 row = spec.rpartition(":")[2].partition("/")[2]
                 assert not row or row in [r["id"] for r in RECORDS[name]["rows"]], spec
 
 
 def test_every_record_is_shown_or_listed_in_the_docs():
-    shown = render_results.shown_records(PAGES)
-    listed = {spec for text in PAGES.values() for spec, _ in render_results.blocks(text)}
+    shown = results.shown_records(PAGES)
+    listed = {spec for text in PAGES.values() for spec, _ in results.blocks(text)}
     unseen = [name for name, record in RECORDS.items() if name not in shown and
               f"{'tried' if record['status'] == 'not adopted' else 'index'}:{record['topic']}" not in listed]
     assert not unseen, f"records that no docs page shows or lists: {unseen}"
@@ -53,7 +67,7 @@ def test_every_record_is_shown_or_listed_in_the_docs():
 
 def test_every_plot_block_has_its_image():
     for text in PAGES.values():
-        for spec, _ in render_results.blocks(text):
+        for spec, _ in results.blocks(text):
             if spec.startswith("plot:"):
                 assert (ROOT / "docs" / "img" / f"{spec[5:]}.png").is_file(), f"{spec}: run scripts/render_results.py"
 
@@ -72,34 +86,59 @@ PAGE = "intro\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n<!-- results:
        "<!-- results:later -->\nto come\n<!-- /results:later -->\n"
 
 
+def test_a_page_links_a_record_where_its_status_puts_it(tmp_path):
+    (tmp_path / "tried").mkdir()
+    (tmp_path / "toy.json").write_text(json.dumps(RECORD))
+    dropped = {**RECORD, "name": "dropped", "title": "A dropped toy", "status": "not adopted", "reason": "it did worse"}
+    (tmp_path / "tried" / "dropped.json").write_text(json.dumps(dropped))
+    records = results.load_records(tmp_path)
+    page = tmp_path / "page.md"
+    text = "<!-- results:dropped -->\n<!-- /results:dropped -->\n" \
+           "<!-- results:tried:toys -->\n<!-- /results:tried:toys -->\n"
+    rendered = results.render_pages(records, {page: text})[page]
+    assert "([record](../results/tried/dropped.json))" in rendered            # its table's footer
+    assert "| [A dropped toy](../results/tried/dropped.json) |" in rendered   # its line in the tried table
+    assert results.footer(records["toy"]).endswith("([record](../results/toy.json))")
+
+
+@pytest.mark.parametrize("folder, status, where", [("", "not adopted", "results/tried/toy.json"),
+                                                   ("tried", "adopted", "results/toy.json")])
+def test_a_record_in_the_wrong_folder_for_its_status_is_refused(tmp_path, folder, status, where):
+    (tmp_path / "tried").mkdir()
+    reason = "it did worse" if status == "not adopted" else None
+    (tmp_path / folder / "toy.json").write_text(json.dumps({**RECORD, "status": status, "reason": reason}))
+    with pytest.raises(ValueError, match=f"toy.json: a record whose status is '{status}' lives in {where}"):
+        results.load_records(tmp_path)
+
+
 def test_blocks_are_filled_from_the_record_and_a_missing_record_leaves_its_block(tmp_path):
     (tmp_path / "toy.json").write_text(json.dumps(RECORD))
-    records = render_results.load_records(tmp_path)
+    records = results.load_records(tmp_path)
     page = tmp_path / "page.md"
-    rendered = render_results.render_pages(records, {page: PAGE})[page]
+    rendered = results.render_pages(records, {page: PAGE})[page]
     assert "| first | 2.0 | 1, 2, 4 |\n| second | - | - |" in rendered
     assert "| 2 | 4.0 |\n| median | 2.0 |" in rendered
     assert "<!-- results:later -->\nto come\n" in rendered
-    assert render_results.differences(records, {page: rendered}) == []
-    assert render_results.differences(records, {page: rendered.replace("| 2.0 |", "| 2.1 |", 1)}) == [
+    assert results.differences(records, {page: rendered}) == []
+    assert results.differences(records, {page: rendered.replace("| 2.0 |", "| 2.1 |", 1)}) == [
         "page.md: <!-- results:toy -->"]
 
 
 def test_a_record_the_current_scripts_no_longer_make_is_linked_without_its_gone_command(tmp_path):
     gone = {**RECORD, "name": "gone", "command": "python scripts/benchmarks/bench_gone.py", "rerun": None}
     (tmp_path / "gone.json").write_text(json.dumps(gone))
-    records = render_results.load_records(tmp_path)
+    records = results.load_records(tmp_path)
     page = tmp_path / "page.md"
     for text in ("<!-- results:gone -->\n<!-- /results:gone -->\n",
                  "<!-- results:index:toys -->\n<!-- /results:index:toys -->\n"):
-        rendered = render_results.render_pages(records, {page: text})[page]
+        rendered = results.render_pages(records, {page: text})[page]
         assert "gone.json" in rendered and "made by a script since changed or removed" in rendered.lower()
         assert "bench_gone" not in rendered
 
 
 def test_a_summary_that_is_not_the_median_of_its_seeds_is_named():
     wrong = {**RECORD, "rows": [{**RECORD["rows"][0], "summary": {"return": 2.5}}]}
-    assert render_results.median_problems(wrong) == ["toy/a: the median of return is 2, the summary says 2.5"]
+    assert results.median_problems(wrong) == ["toy/a: the median of return is 2, the summary says 2.5"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -111,10 +150,11 @@ def test_a_summary_that_is_not_the_median_of_its_seeds_is_named():
 def test_a_record_that_is_not_well_formed_is_refused_naming_its_file(tmp_path, change, message):
     (tmp_path / "toy.json").write_text(json.dumps({**RECORD, **change}))
     with pytest.raises(ValueError, match=re.escape(message)):
-        render_results.load_records(tmp_path)
+        results.load_records(tmp_path)
 
 
-def test_every_link_to_a_record_names_one_that_exists():
+def test_every_link_to_a_record_names_one_that_exists_where_it_lives():
+    where = {results.record_path(record) for record in RECORDS.values()}
     for path, text in PAGES.items():
-        for name in re.findall(r"\]\(\.\./results/([^)]+)\.json\)", text):
-            assert name in RECORDS, f"{path.name} links results/{name}.json, which does not exist"
+        for linked in re.findall(r"\]\(\.\./(results/[^)]+\.json)\)", text):
+            assert linked in where, f"{path.name} links {linked}, which is no record's file"

@@ -1,9 +1,14 @@
-"""scripts/seeds_table.py reads its seeds and the overrides after them (as its docstring writes them)."""
+"""scripts/seeds_table.py reads its seeds and the overrides after them (as its docstring writes them),
+and tabulates finished runs into a record that results/ would take."""
 
+import json
+import subprocess
 import sys
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts"))
+from rl_hydra.runs.results import check_record, median_problems
+from tests.conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "scripts"))
 import seeds_table  # noqa: E402
 
 
@@ -12,3 +17,21 @@ def test_overrides_after_the_seeds_are_not_taken_for_seeds():
     reordered = seeds_table.seeds_apart(argv)
     assert reordered == ["algo=iqn", "env=cartpole", "--out", "runs", "--seeds", "0", "1", "2"]
     assert seeds_table.seeds_apart(["algo=dqn", "--jobs", "2"]) == ["algo=dqn", "--jobs", "2"]
+
+
+def test_finished_runs_become_a_record_with_their_medians(tmp_path):
+    runs = []
+    for seed, final in enumerate([100.0, 300.0, 200.0]):
+        run = tmp_path / f"seed_{seed}"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({"seed": seed, "eval_return_mean": final, "updates": 50}))
+        runs.append(str(run))
+    out = tmp_path / "toy_seeds.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds_table.py"), "--runs", *runs,
+                           "--record", str(out), "--topic", "dqn", "algo=dqn"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert check_record(record, out.stem) == [] and median_problems(record) == []
+    assert record["seeds"] == [0, 1, 2] and record["rows"][0]["summary"] == {"return": 200.0, "updates": 50}
+    assert "| median | 200.0 |" in done.stdout

@@ -32,21 +32,23 @@ import hashlib
 import json
 import math
 import os
-import platform
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(ROOT / "scripts")]
-import render_results  # noqa: E402
-from minatar_sb3 import HP, our_overrides as minatar_overrides, peer_spec as minatar_peer  # noqa: E402
-from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec  # noqa: E402
+# this folder's modules: Python puts a script's own folder first on sys.path
+from minatar_sb3 import HP, our_overrides as minatar_overrides, peer_spec as minatar_peer
+from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
+
+from rl_hydra.runs.aggregate import interquartile_mean
+from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RESULT = "BENCHMARK_RESULT "
 TOPIC = {"cartpole": "benchmark", "suite": "suite", "minatar": "pixels", "atari": "pixels"}
@@ -279,44 +281,20 @@ def summary_of(per_seed: dict) -> dict:
     for key, column in per_seed.items():
         values = [v for v in column if v is not None]
         if values:
-            summary[key] = render_results.median(values)
+            summary[key] = statistics.median(values)
     ratios = [v for v in per_seed.get("ratio", []) if v is not None]
     if ratios:
         summary.update(ratio_min=min(ratios), ratio_max=max(ratios))
     for side in ("ours", "peer"):
         values = [v for v in per_seed.get(f"{side}_return", []) if v is not None]
         if values:
-            summary[f"{side}_iqm"] = render_results.interquartile_mean(values)
+            summary[f"{side}_iqm"] = interquartile_mean(values)
     return summary
 
 
 COLUMNS = [("ours return", "{ours_return:,.1f}"), ("SB3 return", "{peer_return:,.1f}"),
            ("ours wall (s)", "{ours_wall:,.1f}"), ("SB3 wall (s)", "{peer_wall:,.1f}"),
            ("wall ours / SB3", "{ratio:.2f}"), ("ours steps/s", "{ours_sps:,.1f}"), ("SB3 steps/s", "{peer_sps:,.1f}")]
-
-
-def machine(load_before: float, device: str) -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").is_file():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return {"cpu": cpu, "cores": os.cpu_count(), "load": f"{load_before:.2f} -> {os.getloadavg()[0]:.2f} (1 min)",
-            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu", "torch_threads": 1,
-            "python": platform.python_version(), "torch": torch.__version__}
-
-
-def commit() -> str | None:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
 
 
 def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_before: float) -> dict:
@@ -420,14 +398,14 @@ def main(argv: list[str] | None = None) -> None:
     failed = [] if args.table_only else run_all(cases, [s for s in seeds if not args.only_seeds or s in args.only_seeds],
                                                  args)
     result = record(cases, seeds, args, argv, load_before)
-    text = render_results.dump(result)
+    text = dump(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "record.json").write_text(text)
     if args.record:
         args.record.write_text(text)
-    print(render_results.rows_table(result))
+    print(rows_table(result))
     for row in result["rows"]:
-        print(f"\n{row['label']}\n\n{render_results.seeds_table(result, row['id'])}")
+        print(f"\n{row['label']}\n\n{seeds_table(result, row['id'])}")
     if failed:
         print(f"error: runs that failed: {'; '.join(failed)}", file=sys.stderr)
         sys.exit(1)

@@ -24,10 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
-import render_results  # noqa: E402
-from benchmark import commit, machine  # noqa: E402
+from rl_hydra.runs.results import commit, dump, machine, rows_table
 
 
 def steps_per_second(overrides: list[str], mode: str, steps: int, seed: int) -> float:
@@ -81,9 +78,9 @@ def main(argv: list[str] | None = None) -> None:
                           {"header": "env steps/s (median)", "format": "{steps_per_s:,.0f}"},
                           {"header": "/ sync (median of rounds)", "format": "{ratio:.2f}"}],
               "rows": rows}
-    print(render_results.rows_table(record))
+    print(rows_table(record))
     if args.record:
-        args.record.write_text(render_results.dump(record))
+        args.record.write_text(dump(record))
 
 
 if __name__ == "__main__":
