@@ -82,14 +82,41 @@ def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
     return path, others
 
 
+class HydraFlags(argparse.ArgumentParser):
+    """Hydra 1.3's command-line flags, read here before Hydra runs (hydra.main reads them again):
+    the names, choices and defaults of Hydra's own parser, which tests/test_command_line.py
+    compares flag by flag. A flag it refuses is one ConfigError line, not argparse's usage."""
+
+    def __init__(self) -> None:
+        super().__init__(add_help=False)
+        self.add_argument("--help", "-h", action="store_true")
+        self.add_argument("--hydra-help", action="store_true")
+        self.add_argument("--version", action="version", version=f"Hydra {hydra.__version__}")
+        self.add_argument("overrides", nargs="*")
+        self.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+        self.add_argument("--resolve", action="store_true")
+        self.add_argument("--package", "-p")
+        self.add_argument("--run", "-r", action="store_true")
+        self.add_argument("--multirun", "-m", action="store_true")
+        self.add_argument("--shell-completion", "-sc", action="store_true")
+        self.add_argument("--config-path", "-cp")
+        self.add_argument("--config-name", "-cn")
+        self.add_argument("--config-dir", "-cd")
+        self.add_argument("--experimental-rerun")
+        self.add_argument("--info", "-i", nargs="?", const="all",
+                          choices=["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"])
+
+    def error(self, message: str):
+        raise ConfigError(f"{message}; python train.py --hydra-help lists Hydra's flags")
+
+
 def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
-    """The command line as Hydra reads it: its flags (Hydra's own argument parser) and the
-    overrides, parsed by Hydra's override parser (a value that does not parse: one ConfigError line)."""
-    from hydra._internal.utils import get_args_parser
+    """The command line as Hydra reads it: its flags (HydraFlags) and the overrides, parsed by
+    Hydra's override parser (a value that does not parse: one ConfigError line)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    args = get_args_parser().parse_args(argv)
+    args = HydraFlags().parse_args(argv)
     try:
         return args, OverridesParser.create().parse_overrides(args.overrides)
     except OverrideParseException as error:

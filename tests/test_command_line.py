@@ -3,11 +3,13 @@ own parsers and composed once with Hydra's compose API, each refusal one `error:
 
 from __future__ import annotations
 
+import argparse
 import inspect
 
+import hydra
 import pytest
 from rl_hydra import cli as cli_module
-from rl_hydra.cli import check_config, command_line
+from rl_hydra.cli import HydraFlags, check_config, command_line
 from rl_hydra.config import ConfigError
 from tests.conftest import TINY
 from tests.test_run_record import cli
@@ -31,6 +33,8 @@ NEW_KEY = "(a new key is added with +{key}=...; python train.py --cfg job shows 
     (["env=gym"], "env.id is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"),
     (["-m", "env=gym,cartpole"], "env.id is required here"),   # a sweep: its first job, composed as Hydra will
     (["algo=dqn,iqn"], "Ambiguous value for argument 'algo=dqn,iqn'; 1. To use it as a list"),   # without -m
+    (["--cfg", "nope"], "argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all')"),
+    (["--nope"], "unrecognized arguments: --nope; python train.py --hydra-help lists Hydra's flags"),
     (["algo.gamma=[1"], "cannot parse 'algo.gamma=[1'"),
     (["env.id=Foo=Bar"], "cannot parse 'env.id=Foo=Bar'"),     # an = in a value is quoted: env.id='Foo=Bar'
     (["~no_such_key"], "Could not delete from config. 'no_such_key' does not exist"),
@@ -74,6 +78,29 @@ def test_values_hand_splitting_would_break_compose_as_hydra_reads_them(monkeypat
                  multirun=True)
     with pytest.raises(ConfigError, match="^algo.gama is not a key"):   # the first job: env.id='A,B=C' composed
         check_config(command_line(["-m", "env=gym", "env.id='A,B=C',D", "algo.gama=1"])[1], multirun=True)
+
+
+def flags(parser: argparse.ArgumentParser) -> dict:
+    """Each argument a parser takes: its names, choices, number of values, default and kind."""
+    return {action.dest: (action.option_strings, action.choices, action.nargs, action.const, action.default,
+                          type(action).__name__, getattr(action, "version", None)) for action in parser._actions}
+
+
+def test_the_cli_reads_the_flags_hydras_own_parser_reads():
+    """HydraFlags declares Hydra's flags; Hydra's own parser is private (hydra._internal), so this
+    test is the one place that reads it: a Hydra that adds or changes a flag fails here."""
+    from hydra._internal.utils import get_args_parser
+
+    assert flags(HydraFlags()) == flags(get_args_parser())
+    for argv in (["-m", "--cfg", "job", "--resolve", "-p", "algo", "seed=1"], ["--info"], ["-i", "plugins", "-r"],
+                 ["-cp", "a", "-cn", "b", "-cd", "c", "x=1", "y=2"], ["-sc", "install=bash"], ["-h", "--hydra-help"],
+                 ["--experimental-rerun", "outputs/x/.hydra/config.pickle"], ["--config-name=c", "--multirun"]):
+        assert vars(HydraFlags().parse_args(argv)) == vars(get_args_parser().parse_args(argv)), argv
+
+
+def test_the_version_flag_prints_hydras_version(monkeypatch, capsys):
+    code, out, err = cli(monkeypatch, capsys, "--version")
+    assert code == 0 and out == [f"Hydra {hydra.__version__}"], err
 
 
 def test_no_function_of_the_cli_splits_an_override_by_hand():
