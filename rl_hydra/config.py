@@ -28,24 +28,23 @@ class ConfigError(ValueError):
 def hydra_scope(config_dir: Path = CONF_DIR) -> Iterator[None]:
     """A Hydra scope of its own for Hydra's compose API, with `config_dir` as the primary config
     directory (version_base 1.3). It nests (hydra.initialize_config_dir alone refuses to inside a
-    running Hydra app) and leaves Hydra's global state as it found it: the GlobalHydra, version
-    base and job runtime that initialize sets are the very objects they were before."""
+    running Hydra app) and leaves Hydra's global state as it found it: the same GlobalHydra, version
+    base and job runtime objects, holding what they held before."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.singleton import Singleton
     from hydra.core.utils import JobRuntime
     from hydra.version import VersionBase
 
-    saved = {cls: Singleton._instances.pop(cls, None) for cls in (GlobalHydra, VersionBase, JobRuntime)}
+    global_hydra, version, job = GlobalHydra.instance(), VersionBase.instance(), JobRuntime.instance()
+    outer = global_hydra.hydra, version.getbase(), job.conf
+    global_hydra.clear()          # initialize refuses to run over an initialized Hydra
+    job.conf = job.conf.copy()    # and names its job in the copy
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             yield
     finally:
-        for cls, instance in saved.items():
-            if instance is None:
-                Singleton._instances.pop(cls, None)
-            else:
-                Singleton._instances[cls] = instance
+        GlobalHydra.set_instance(global_hydra)   # initialize leaves a copy of it in its place
+        global_hydra.hydra, version.version_base, job.conf = outer
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,7 +10,6 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.singleton import Singleton
 from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
@@ -176,8 +175,10 @@ def test_a_required_key_left_out_is_refused_by_the_run_too(tmp_path):
     assert errors[1].startswith("error: 1 of 2 jobs failed")
 
 
-def hydra_state() -> dict:
-    return {cls: Singleton._instances.get(cls) for cls in (GlobalHydra, VersionBase, JobRuntime)}
+def hydra_state() -> tuple:
+    """Hydra's global state as its public API shows it: each of its singletons and what it holds."""
+    global_hydra, version, job = GlobalHydra.instance(), VersionBase.instance(), JobRuntime.instance()
+    return global_hydra, global_hydra.hydra, version, version.getbase(), job, job.conf
 
 
 def test_compose_option_composes_a_group_option_through_its_defaults_list():
