@@ -5,7 +5,9 @@ in the process that launched the sweep, reads that file once the sweep is over. 
 the id of the sweep that wrote it (RL_HYDRA_SWEEP_ID, which the launcher's workers inherit), so two
 sweeps sent to one sweep directory, or a re-launch, count only their own failures.
 
-At the start of a sweep the same callback shortens the joblib launcher's opening line."""
+The joblib launcher's opening line is shortened by ShortJoblibLine, a filter on the console handler
+of Hydra's own logging (conf/hydra/hydra_logging/console.yaml), which the launcher sets up anew
+before it logs that line."""
 
 from __future__ import annotations
 
@@ -23,20 +25,21 @@ from omegaconf import DictConfig
 FAILED_JOBS = "failed_jobs.txt"
 SWEEP_ID = "RL_HYDRA_SWEEP_ID"
 failed_jobs: list[str] = []   # set by the last sweep of this process; read by rl_hydra.cli.main
-JOBLIB_LOGGER = "hydra_plugins.hydra_joblib_launcher._core"   # logs in the launching process
 
 
-def shorten_joblib_line(record: logging.LogRecord) -> bool:
-    """A logging filter: the joblib launcher opens a sweep with its whole call,
-    "Joblib.Parallel(n_jobs=2,backend=loky,prefer=processes,require=None,verbose=0,timeout=None,
-    ...) is launching 4 jobs", settings a user did not choose and need not read. It becomes
-    "launching 4 jobs, 2 at a time". Other lines pass unchanged."""
-    match = re.fullmatch(r"Joblib\.Parallel\((.*)\) is launching (\d+) jobs", record.getMessage())
-    if match is not None:
-        n_jobs = re.search(r"(?:^|,)n_jobs=(-?\d+)(?:,|$)", match.group(1))
-        at_a_time = f", {parallel_jobs(int(n_jobs.group(1)))} at a time" if n_jobs else ""
-        record.msg, record.args = f"launching {match.group(2)} jobs{at_a_time}", ()
-    return True
+class ShortJoblibLine(logging.Filter):
+    """The joblib launcher opens a sweep with its whole call, "Joblib.Parallel(n_jobs=2,backend=loky,
+    prefer=processes,require=None,verbose=0,timeout=None,...) is launching 4 jobs", settings a user
+    did not choose and need not read. It becomes "launching 4 jobs, 2 at a time". Other lines pass
+    unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        match = re.fullmatch(r"Joblib\.Parallel\((.*)\) is launching (\d+) jobs", record.getMessage())
+        if match is not None:
+            n_jobs = re.search(r"(?:^|,)n_jobs=(-?\d+)(?:,|$)", match.group(1))
+            at_a_time = f", {parallel_jobs(int(n_jobs.group(1)))} at a time" if n_jobs else ""
+            record.msg, record.args = f"launching {match.group(2)} jobs{at_a_time}", ()
+        return True
 
 
 def parallel_jobs(n_jobs: int) -> int:
@@ -70,7 +73,6 @@ class SweepFailures(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.previous = os.environ.get(SWEEP_ID)
         os.environ[SWEEP_ID] = self.sweep_id   # the workers the launcher starts inherit it
-        logging.getLogger(JOBLIB_LOGGER).addFilter(shorten_joblib_line)   # once: the same filter is not added twice
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.previous is None:

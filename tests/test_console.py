@@ -11,13 +11,11 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from rl_hydra.sweep_report import JOBLIB_LOGGER, SweepFailures
-from tests.conftest import TINY, run_training
+from tests.conftest import CONF_DIR, TINY, run_training
 
 
 # --- the progress bar ------------------------------------------------------------------------
@@ -131,10 +129,16 @@ JOBLIB_LINE = ("Joblib.Parallel(n_jobs={},backend=loky,prefer=processes,require=
 
 
 @pytest.mark.parametrize("n_jobs, said", [(2, "launching 4 jobs, 2 at a time"), (-1, "launching 4 jobs, ")])
-def test_the_joblib_launchers_line_is_short_once_a_sweep_starts(tmp_path, caplog, n_jobs, said):
-    SweepFailures().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
-    with caplog.at_level(logging.INFO, logger=JOBLIB_LOGGER):
-        logging.getLogger(JOBLIB_LOGGER).info(JOBLIB_LINE.format(n_jobs))
-        logging.getLogger(JOBLIB_LOGGER).info("Launching jobs, sweep output dir : x")
-    assert [r.getMessage() for r in caplog.records][0].startswith(said)
-    assert "Joblib.Parallel" not in caplog.text and "Launching jobs, sweep output dir : x" in caplog.text
+def test_the_joblib_launchers_line_is_short_in_hydras_logging(capsys, n_jobs, said):
+    """Hydra's logging as a sweep's launching process has it (the launcher sets it up before its line)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.utils import configure_log
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        configure_log(compose(config_name="train", return_hydra_config=True).hydra.hydra_logging)
+    launcher = logging.getLogger("some.launcher")
+    launcher.info(JOBLIB_LINE.format(n_jobs))
+    launcher.info("Launching jobs, sweep output dir : x")
+    lines = capsys.readouterr().out.splitlines()
+    assert f"[HYDRA] {said}" in lines[0] and "Joblib.Parallel" not in "\n".join(lines), lines
+    assert lines[1].endswith("[HYDRA] Launching jobs, sweep output dir : x"), lines
