@@ -61,7 +61,12 @@ class Capabilities:
 
     n_step: bool = False
     """Accepts algo.n_step > 1: a transition buffer builds the returns (Batch.discounts), a
-    recurrent agent sums them over its own sequences."""
+    recurrent agent sums them over its own sequences.
+
+    The discount has one home per run, whoever builds the returns: `algo.gamma` and `algo.n_step`
+    go to the transition buffer of a feed-forward agent, which never gets them and bootstraps with
+    `Batch.discounts` (gamma^k, gamma for one-step returns), and to a recurrent agent itself, whose
+    sequence buffer stores the rewards as they came (rl_hydra/training.py hands them out)."""
 
     prioritized: bool = False
     """`update` also returns "priorities", each sample's new replay priority (B,) (its own per-sample
@@ -71,7 +76,8 @@ class Capabilities:
 @runtime_checkable
 class Agent(Protocol):
     """An off-policy agent. Built by `instantiate(cfg.algo, observation_space=..., action_space=...,
-    network=<the network group's factory>, device=..., total_steps=..., seed=...)`; the constructor
+    network=<the network group's factory>, device=..., total_steps=..., seed=...)`, the algo node
+    without `n_step` and `gamma` unless it is recurrent (Capabilities.n_step); the constructor
     checks what only it can check (action space kind, key ranges) and raises ConfigError."""
 
     name: ClassVar[str]
@@ -106,9 +112,6 @@ class Agent(Protocol):
 
     updates: int
     """Updates made so far; restored on resume. Divergence errors and summary.json name it."""
-
-    gamma: float
-    """The discount; a transition buffer gets it to build n-step returns and each batch's discounts."""
 
     def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...), or for a dict of parts
@@ -151,7 +154,8 @@ class RecurrentAgent(Agent, Protocol):
 class Buffer(Protocol):
     """A replay buffer. Built by `instantiate(cfg.buffer, observation_space=..., action_space=...,
     num_envs=..., device=..., seed=...)`, a transition buffer also with `n_step=algo.n_step,
-    gamma=algo.gamma` (from the config); stores what the env produced and samples batches on the agent's device. A
+    gamma=algo.gamma`: the discount's one home for a feed-forward agent (Capabilities.n_step).
+    Stores what the env produced and samples batches on the agent's device. A
     transition buffer's batches are `rl_hydra.buffers.replay.Batch`es: n-step rewards, the
     observation to bootstrap from, the discount gamma^k actually used, importance weights and the
     rows drawn."""

@@ -92,14 +92,20 @@ def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.
     return agent
 
 
+RETURN_KEYS = ("n_step", "gamma")   # what discounted n-step returns are built from: one home per run
+
+
 def agent_node(cfg: DictConfig) -> DictConfig:
-    """cfg.algo as the agent is built from it: without `n_step` for a feed-forward agent, whose
-    n-step returns the transition buffer builds (it gets algo.n_step; the agent never sees it)."""
-    if "n_step" not in cfg.algo or import_class(cfg.algo._target_, "algo._target_").capabilities.recurrent:
+    """cfg.algo as the agent is built from it: without `n_step` and `gamma` for a feed-forward agent,
+    whose transition buffer builds the discounted returns (it gets both; the agent bootstraps with
+    each batch's `discounts`). A recurrent agent gets them: it sums the returns over its sequences."""
+    returns = [key for key in RETURN_KEYS if key in cfg.algo]
+    if not returns or import_class(cfg.algo._target_, "algo._target_").capabilities.recurrent:
         return cfg.algo
     trimmed = cfg.copy()   # the whole config: interpolations in the algo node still resolve
     with open_dict(trimmed.algo):
-        del trimmed.algo["n_step"]
+        for key in returns:
+            del trimmed.algo[key]
     return trimmed.algo
 
 
@@ -109,7 +115,7 @@ def build_components(cfg: DictConfig, device: torch.device):
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
     agent = build_agent(cfg, **spaces, device=device)
-    # a transition buffer builds the n-step returns (algo.n_step); a recurrent agent sums them over its sequences
+    # a transition buffer builds the discounted n-step returns; a recurrent agent sums them over its sequences
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
     buffer = build_on_device(lambda storage: build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs,
                                                    device=storage, seed=cfg.seed, **returns),

@@ -29,7 +29,7 @@ def compose_config(*overrides: str) -> DictConfig:
 
 def algo_keys(option: str, **overrides) -> dict:
     """The keys conf/algo/<option>.yaml gives its class (no preset; not its optimizer, and not
-    n_step, which a feed-forward agent never gets), with `overrides`: what a test that builds an
+    n_step and gamma, which a feed-forward agent never gets), with `overrides`: what a test that builds an
     agent by hand passes, since the algorithms' keys have no Python defaults."""
     return {**_algo_keys(option), **overrides}
 
@@ -41,7 +41,7 @@ def _algo_keys(option: str) -> dict:
 
     node = OmegaConf.to_container(compose_config(f"algo={option}", "~algo_env").algo, resolve=True)
     recurrent = get_class(node.pop("_target_")).capabilities.recurrent
-    for key in ("optimizer", *(() if recurrent else ("n_step",))):
+    for key in ("optimizer", *(() if recurrent else ("n_step", "gamma"))):
         node.pop(key, None)
     return node
 

@@ -131,7 +131,7 @@ def test_state_dict_round_trip_restores_everything():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("gamma", 1.5, "algo.gamma=1.5"), ("batch_size", 0, "algo.batch_size=0"),
+    ("batch_size", 0, "algo.batch_size=0"),
     ("tau", 0.0, "algo.tau=0.0"), ("loss", "l1", "algo.loss='l1'"),
     ("learning_starts", -1, "algo.learning_starts=-1"), ("train_every", 0, "algo.train_every=0"),
 ])

@@ -106,7 +106,7 @@ AGENTS = {
 @pytest.mark.parametrize("algo", sorted(AGENTS))
 def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
     agent = AGENTS[algo]()
-    buffer = ReplayBuffer(100, GRIDS, ACTIONS, seed=0, gamma=agent.gamma)
+    buffer = ReplayBuffer(100, GRIDS, ACTIONS, seed=0, gamma=0.99)
     rng = np.random.default_rng(0)
     for _ in range(40):
         obs = rng.random((1, 6, 10, 10)) < 0.2

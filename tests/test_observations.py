@@ -190,7 +190,7 @@ def test_every_q_algorithm_acts_and_learns_on_every_space(algo, space):
     algo_class, network, keys = NETWORKS[algo]
     space = SPACES[space]
     agent = algo_class(space, ACTIONS, network, ADAM, total_steps=100, **algo_keys(algo, **keys))
-    buffer = ReplayBuffer(64, space, ACTIONS, num_envs=2, seed=0, gamma=agent.gamma)
+    buffer = ReplayBuffer(64, space, ACTIONS, num_envs=2, seed=0, gamma=0.99)
     for t in range(10):
         obs = batch_of(space, 2, seed=t)
         actions, _ = agent.act(obs, explore=True)

@@ -54,6 +54,18 @@ def test_every_shipped_agent_and_buffer_fulfils_its_protocol(algo):
     assert agent.learning_starts >= 0 and min(agent.train_every, agent.gradient_steps, agent.batch_size) >= 1
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_the_discount_has_one_home(algo):
+    """algo.gamma goes to whoever builds the returns: the transition buffer of a feed-forward agent,
+    which never gets it, or a recurrent agent itself, whose sequence buffer never gets it."""
+    cfg = compose_config(f"algo={algo}", f"env={ENV_FOR.get(algo, 'cartpole')}", *TINY, "algo.gamma=0.9")
+    agent, env, buffer = build_components(cfg, torch.device("cpu"))
+    env.close()
+    holders = [part for part in (agent, buffer) if hasattr(part, "gamma")]
+    assert holders == [agent if agent.capabilities.recurrent else buffer] and holders[0].gamma == 0.9
+    assert not hasattr(agent, "n_step") or agent.capabilities.recurrent
+
+
 def test_every_protocol_member_has_a_docstring():
     import ast
     import inspect

@@ -33,7 +33,7 @@ def test_presets_compose_their_parts(algo, agent_class, buffer, n_step, network_
     agent, env, built_buffer = build_components(cfg, torch.device("cpu"))
     try:
         assert type(agent) is agent_class and built_buffer.n_step == n_step   # the buffer builds the returns
-        assert type(built_buffer).__name__ == buffer and built_buffer.gamma == agent.gamma
+        assert type(built_buffer).__name__ == buffer and built_buffer.gamma == cfg.algo.gamma
         assert all(cfg.network[key] == value for key, value in network_keys.items())
         assert agent.noisy == bool(network_keys.get("noisy"))
         if algo == "rainbow":

@@ -42,13 +42,14 @@ class DQN:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 gamma: float, batch_size: int, learning_starts: int, train_every: int, gradient_steps: int,
+                 batch_size: int, learning_starts: int, train_every: int, gradient_steps: int,
                  target_update_every: int, tau: float, double_q: bool, max_grad_norm: float | None,
                  exploration: DictConfig | dict, final_lr_fraction: float, loss: str = "huber"):
         # the keys have no defaults here: their values are the config's (conf/algo/base/dqn.yaml). `loss`
-        # is DQN's own key (algo/dqn.yaml), which its subclasses, with losses of their own, never set
+        # is DQN's own key (algo/dqn.yaml), which its subclasses, with losses of their own, never set.
+        # algo.gamma and algo.n_step go to the transition buffer, which discounts the returns: the
+        # loss bootstraps with each batch's `discounts`
         self.device = torch.device(device)
-        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
         self.train_every = check_int("algo.train_every", train_every, minimum=1)

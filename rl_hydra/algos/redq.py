@@ -32,9 +32,10 @@ def sample_subset(ensemble_size: int, subset_size: int, generator: torch.Generat
 
 
 def redq_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q_subset: torch.Tensor,
-                next_log_prob: torch.Tensor, alpha: torch.Tensor | float, gamma: float) -> torch.Tensor:
-    """y = r + gamma * (1 - terminated) * (min_{i in subset} Q'_i(s', a') - alpha * log pi(a' | s'))."""
-    # rewards, terminated, next_log_prob: (B,); next_q_subset: (B, M); alpha: ()
+                next_log_prob: torch.Tensor, alpha: torch.Tensor | float, gamma: torch.Tensor | float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * (min_{i in subset} Q'_i(s', a') - alpha * log pi(a' | s')); the
+    agent passes its batch's `discounts` (B,) as gamma."""
+    # rewards, terminated, next_log_prob: (B,); next_q_subset: (B, M); alpha: (); gamma: (B,) or ()
     next_value = next_q_subset.min(dim=1).values - alpha * next_log_prob       # (B,)
     return rewards + gamma * (1.0 - terminated) * next_value                    # (B,)
 
@@ -67,7 +68,7 @@ class REDQ:
                  critic_optimizer: Callable[..., torch.optim.Optimizer],
                  alpha_optimizer: Callable[..., torch.optim.Optimizer],
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 ensemble_size: int = 10, subset_size: int = 2, gamma: float = 0.99, tau: float = 0.005,
+                 ensemble_size: int = 10, subset_size: int = 2, tau: float = 0.005,
                  batch_size: int = 256, learning_starts: int = 5000, train_every: int = 1,
                  gradient_steps: int = 20, policy_delay: int = 20, initial_alpha: float = 1.0,
                  learn_alpha: bool = True, target_entropy: float | str = "auto",
@@ -85,7 +86,6 @@ class REDQ:
             self.observation_encoder.to(self.device)
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
-        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
         self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
         self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
         self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
@@ -180,7 +180,7 @@ class REDQ:
             next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)        # (B, A), (B,)
             next_q = self.critic_target(next_obs, next_actions, members=subset)               # (B, M)
             targets = redq_target(batch.rewards, batch.terminated, next_q, next_log_prob,
-                                  alpha, self.gamma)                                          # (B,)
+                                  alpha, batch.discounts)                                     # (B,)
         q_values = self.critic(obs, self.actor.from_env(batch.actions))                       # (B, N)
         return ensemble_mse(q_values, targets), q_values
 
