@@ -44,4 +44,14 @@ def train(*overrides: str, run_dir: str | Path | None = None, checkpoint: str = 
     summary = launch(cfg, run_dir, overrides=list(overrides), hydra_cfg=hydra_cfg)
     print(f"rl-hydra: {summary['status']} at step {summary['global_step']}, eval return "
           f"{summary['eval_return_mean']}; run directory: {run_dir}")
-    return load_run(run_dir, checkpoint=checkpoint)
+    return load_run(run_dir, checkpoint=checkpoint, trust=named_code(cfg))
+
+
+def named_code(cfg: DictConfig) -> list[str]:
+    """The callables (and an env id's module) a config this process composed names: this process
+    trusts them, since its caller chose them (rl_hydra/runs/trust.py)."""
+    from rl_hydra.runs.trust import targets
+
+    found = [str(target) for _, target in targets(OmegaConf.to_container(cfg, resolve=False))]
+    env_id = str(OmegaConf.select(cfg, "env.id", default=""))
+    return found + ([env_id.split(":", 1)[0]] if ":" in env_id else [])
