@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.config import (LARGEST_EPISODES, LARGEST_SEED, ConfigError, check_choice, check_int,
                              resolve_device)
-from rl_hydra.runs.aggregate import (aggregate, configuration_of, csv_text, distinguishing_labels, eval_curve,
+from rl_hydra.runs.aggregate import (aggregate, shown_return, configuration_of, csv_text, distinguishing_labels, eval_curve,
                                      markdown_table, plot_learning_curves, run_dirs,
                                      tracker_store_in)
 from rl_hydra.run import CHECKPOINTS, load_run
@@ -150,7 +150,8 @@ def measured(cfg) -> str:
 def report(results: list[dict[str, Any]], cfg) -> str:
     lines = [f"| run | seed | step | return ({measured(cfg)}) |", "|---|---|---|---|"]
     for r in results:
-        value = f"{r['return_mean']:.1f} +- {r['return_std']:.1f}" if r["status"] == "ok" else f"failed: {r['reason']}"
+        value = (f"{shown_return(r['return_mean'])} +- {shown_return(r['return_std'])}" if r["status"] == "ok"
+                 else f"failed: {r['reason']}")
         lines.append(f"| {r['run']} | {r['seed']} | {r.get('step', '-')} | {value} |")
     text = "\n".join(lines)
     written = [r for r in results if r["status"] == "ok"]

@@ -262,3 +262,21 @@ def test_interquartile_mean_and_bootstrap_by_hand():
     assert low == high == 10.0
     low, high = bootstrap_ci([0.0, 100.0, 50.0, 25.0])
     assert 0.0 <= low < high <= 100.0
+
+
+@pytest.mark.parametrize("value, shown", [(-0.4825, "-0.4825"), (0.21, "0.21"), (500.0, "500"), (212.53, "212.5"),
+                                          (12345.67, "12346"), (63.900000000000006, "63.9"), (0.0, "0")])
+def test_returns_print_with_the_precision_they_have(value, shown):
+    """POPGym's and MiniGrid's returns are fractions: one decimal printed -0.4825 as -0.5."""
+    from rl_hydra.runs.aggregate import shown_return
+
+    assert shown_return(value) == shown
+
+
+def test_the_console_table_shows_a_fractional_return_as_it_is():
+    from rl_hydra.report import report
+
+    cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
+    row = {"run": "r", "seed": 0, "step": 10, "status": "ok", "return_mean": -0.4825, "return_std": 0.21,
+           "eval_file": "r/eval/x.json", "replaced": False}
+    assert "| r | 0 | 10 | -0.4825 +- 0.21 |" in report([row], cfg)

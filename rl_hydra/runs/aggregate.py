@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import textwrap
 from collections import defaultdict
@@ -144,14 +145,23 @@ def csv_text(rows: list[dict[str, Any]], measured: dict[str, Any], provenance: b
     return out.getvalue()
 
 
+def shown_return(value: float, digits: int = 4) -> str:
+    """A return for a table, with the precision it has: four significant digits, in plain notation
+    (POPGym's -0.4825 and 0.21, CartPole's 500 and 212.5; an integer part is never cut)."""
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{value:.0f}"
+
+
 def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
     extra = PROVENANCE_COLUMNS if provenance else []
     lines = ["| configuration | runs | mean | std | IQM [95% CI] | " + "".join(f"{c} | " for c in extra) + "failed |",
              "|---|---|---|---|---|" + "---|" * len(extra) + "---|"]
     for r in rows:
         if "mean" in r:
-            stats = (f"{r['mean']:.1f} | {r['std']:.1f} | "
-                     f"{r['iqm']:.1f} [{r['iqm_ci_low']:.1f}, {r['iqm_ci_high']:.1f}]")
+            stats = (f"{shown_return(r['mean'])} | {shown_return(r['std'])} | {shown_return(r['iqm'])} "
+                     f"[{shown_return(r['iqm_ci_low'])}, {shown_return(r['iqm_ci_high'])}]")
         else:
             stats = "- | - | -"
         versions = "".join(f" {r[c]} |" for c in extra)
