@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from rl_hydra.cli import main as cli_main
 from rl_hydra.launch import RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory, RunLock
+from rl_hydra.runs.trust import TRUST_VARIABLE
 from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
 
 # a run with updates, evaluations, log rows and checkpoints, in about half a second
@@ -142,18 +143,20 @@ SLOW = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.
 
 
 @pytest.mark.slow   # real processes (the in-process lock test above runs by default)
-def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp_path):
-    args = [sys.executable, str(ROOT / "train.py"), *RECORD, "train.total_steps=2000", SLOW, f"hydra.run.dir={tmp_path}"]
+def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")   # the resume would build the run's slowed env again
+    # long enough (6000 steps of 1 ms at least) to outlast two more processes' start-up on a loaded machine
+    args = [sys.executable, str(ROOT / "train.py"), *RECORD, "train.total_steps=6000", SLOW, f"hydra.run.dir={tmp_path}"]
     first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (tmp_path / "metrics.csv").exists() and first.poll() is None:
         time.sleep(0.05)
     second = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-    resume = run_cli(f"resume={tmp_path}", "train.total_steps=4000")
+    resume = run_cli(f"resume={tmp_path}", "train.total_steps=8000")
     assert first.wait(120) == 0, first.communicate()[1]
     for refused in (second, resume):
         assert refused.returncode == 2 and f"in use by another process (pid {first.pid} " in refused.stderr
     steps = [int(row["step"]) for row in metric_rows(tmp_path)]
-    assert steps == list(range(50, 2001, 50))
+    assert steps == list(range(50, 6001, 50))
 
 
 @pytest.mark.slow   # real processes (the in-process lock test above runs by default)
