@@ -191,7 +191,7 @@ def line_styles(n: int) -> list[tuple[Any, str, str]]:
     from matplotlib import colormaps
 
     if n <= 10 * len(LINE_STYLES):
-        colors = colormaps["tab10"].colors
+        colors = colormaps["tab10"].colors   # type: ignore[attr-defined]  # tab10 is a ListedColormap
         return [(colors[i % 10], LINE_STYLES[i // 10], MARKERS[i // 10]) for i in range(n)]
     return [(colormaps["turbo"](i / (n - 1)), LINE_STYLES[i % 4], MARKERS[i % 4]) for i in range(n)]
 

@@ -4,10 +4,10 @@
 A job directory is named from its overrides (Hydra's override_dirname, `algo=dqn,seed=0`), so that
 the same command finds the same directories again. An Optuna trial's overrides, with their long
 floats, run to about 190 characters: a name longer than MAX_NAME keeps the whole overrides that
-fit (in order, skipping those too long), says how many it leaves out, and ends in a hash of them all, so that it is still the same for
-the same overrides (`algo.batch_size=64,algo.gamma=0.99-and-2-more-1f2e3d4c`). The full list is in
-the job's .hydra/overrides.yaml. A name is the launch's: a resume that changes train.total_steps
-leaves it as it was.
+fit (in order, skipping those too long), says how many it leaves out, and ends in a hash of them all, so
+that it is still the same for the same overrides (`algo.batch_size=64,algo.gamma=0.99-and-2-more-1f2e3d4c`).
+The full list is in the job's .hydra/overrides.yaml. A name is the launch's: a resume that changes
+train.total_steps leaves it as it was.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def latest(directory: RunDirectory) -> dict[str, Any]:
     """The latest session's record: the code and libraries the run ended with ({} for a run older
     than provenance.json, or one whose file cannot be read)."""
     try:
-        session = read(directory)["sessions"][-1]
+        session = (read(directory) or {})["sessions"][-1]
     except (OSError, RunError, ValueError, KeyError, IndexError, TypeError):
         return {}
     return session if isinstance(session, dict) else {}

@@ -125,9 +125,11 @@ def median_problems(record: dict) -> list[str]:
 
 def dump(record: dict) -> str:
     """A record as JSON, lists of values and small flat objects on one line each."""
+    def flat(v) -> bool:
+        return not isinstance(v, (dict, list)) or (isinstance(v, list) and all(map(flat, v)))
+
     def text(value, indent: int) -> str:
         pad, inner = " " * indent, " " * (indent + 1)
-        flat = lambda v: not isinstance(v, (dict, list)) or (isinstance(v, list) and all(map(flat, v)))  # noqa: E731
         if isinstance(value, list) and all(flat(v) and not isinstance(v, list) for v in value) or (
                 isinstance(value, dict) and all(map(flat, value.values()))
                 and len(json.dumps(value, ensure_ascii=False)) + indent < 110):
@@ -179,12 +181,12 @@ def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
             values = per_seed.get(field[:-1])
             if not values:
                 return "-"
-            out.append(", ".join("-" if v is None else format(v, spec) for v in values))
+            out.append(", ".join("-" if v is None else format(v, spec or "") for v in values))
             continue
         value = context.get(field)
         if value is None:
             return "-"
-        out.append(format(value, spec))
+        out.append(format(value, spec or ""))
     return "".join(out)
 
 

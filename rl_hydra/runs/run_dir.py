@@ -226,7 +226,8 @@ class RunDirectory:
         unknown = set(summary) - set(SUMMARY_KEYS)
         if unknown:
             raise ValueError(f"summary keys {sorted(unknown)} are not in SUMMARY_KEYS")
-        atomic_write_text(self.summary_json, json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n")
+        text = json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n"
+        atomic_write_text(self.summary_json, text)
 
     def read_summary(self) -> dict[str, Any] | None:
         """summary.json, or None where there is none; one RunError line for a damaged or foreign file."""
@@ -253,7 +254,8 @@ class RunLock:
     refused second process names in its error. Used as a context manager."""
 
     def __init__(self, directory: RunDirectory):
-        self.directory, self.fd = directory, None
+        self.directory = directory
+        self.fd: int | None = None
 
     def __enter__(self) -> "RunLock":
         path = self.directory.lock_file
@@ -265,9 +267,9 @@ class RunLock:
         try:
             take_lock(fd)
         except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace")
+            held_by = os.pread(fd, 4096, 0).decode(errors="replace")
             os.close(fd)
-            raise RunBusy(busy_message(self.directory, holder)) from None
+            raise RunBusy(busy_message(self.directory, held_by)) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sweep": sweep_process()}
         try:
