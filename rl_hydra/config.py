@@ -12,9 +12,12 @@ import functools
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    import torch
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
 
@@ -142,7 +145,8 @@ def check_preset(cfg: DictConfig) -> None:
         return
     groups = [g for g in env_groups_for(cfg.env.id) if g not in ENV_ALIASES]
     gym = f"env=gym env.id={cfg.env.id} (the algorithm's defaults)"
-    instead = (f"env={groups[0]} (with its own preset, if any), {gym}" if groups and group_env_id(groups[0]) == cfg.env.id
+    own_group = groups and group_env_id(groups[0]) == cfg.env.id
+    instead = (f"env={groups[0]} (with its own preset, if any), {gym}" if own_group
                else f"env={groups[0]} env.id={cfg.env.id}" if groups   # a group made for the id's family (its ids)
                else gym)
     raise ConfigError(f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
@@ -163,6 +167,12 @@ def flat_config(cfg: Any) -> dict[str, Any]:
 
     walk(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg, "")
     return flat
+
+
+def plain_dict(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
+    """A config node as a plain dict of plain values, for a library that takes keyword arguments or a
+    dict (its keys are strings, as in the YAML files, though OmegaConf's types allow others)."""
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=resolve))
 
 
 def _is_int(value: Any) -> bool:
@@ -235,7 +245,7 @@ def _bounds(minimum, maximum, kind: str, exclusive_min: bool = False) -> str:
     return f"expected {kind}" + (f" {' and '.join(parts)}" if parts else "")
 
 
-def resolve_device(name: Any) -> "torch.device":
+def resolve_device(name: Any) -> torch.device:
     """Map the `device` key (auto | cpu | cuda[:N]) to a torch.device that exists."""
     import torch  # here, not at the top: the launcher process of a sweep never needs torch
 

@@ -21,8 +21,9 @@ def build_loggers(node: DictConfig | None) -> dict[str, Logger]:
     resumed from an older directory) gets CSV and TensorBoard."""
     if node is None:
         return {"csv": CSVLogger(), "tensorboard": TensorBoardLogger()}
-    loggers = {name: _build(name, spec) for name, spec in node.items()}
-    return {"csv": loggers.pop("csv", None) or CSVLogger(), **loggers}
+    loggers = {str(name): _build(str(name), spec) for name, spec in node.items()}
+    csv = loggers.pop("csv", None) or CSVLogger()
+    return {"csv": csv, **loggers}
 
 
 def _build(name: str, spec: DictConfig) -> Logger:

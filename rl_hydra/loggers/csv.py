@@ -21,6 +21,7 @@ class CSVLogger:
         self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        assert self.file is not None, "log() before start()"
         self.file.log(step, metrics)
 
     def finish(self, status: str) -> None:

@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.config import ConfigError, flat_config
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +83,14 @@ class MLflowLogger:
     def __init__(self, tracking_uri: str | None = None, experiment: str = "rl-hydra"):
         require("mlflow", "mlflow")
         self.tracking_uri, self.experiment = resolve_tracking_uri(tracking_uri), experiment
-        self.client = None
+        self.client: MlflowClient | None = None
         self.run_id: str | None = None
         self.run_dir: RunDirectory | None = None
+
+    def _opened(self) -> tuple[MlflowClient, str]:
+        """The store's client and the run's id, which start opened."""
+        assert self.client is not None and self.run_id is not None, "logged before start()"
+        return self.client, self.run_id
 
     def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
         self.run_dir = run_dir
@@ -101,17 +109,18 @@ class MLflowLogger:
 
         from rl_hydra.runs import provenance
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v[:5000]) for k, v in provenance.tags(run_dir).items()])
+        client, run_id = self._opened()
+        client.log_batch(run_id, tags=[RunTag(k, v[:5000]) for k, v in provenance.tags(run_dir).items()])
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step)
-                                                    for key, value in numbers(metrics).items()])
+        client, run_id = self._opened()
+        client.log_batch(run_id, metrics=[Metric(key, value, now, step) for key, value in numbers(metrics).items()])
 
     def finish(self, status: str) -> None:
-        if self.run_id is None:
+        if self.client is None or self.run_id is None:   # no run opened
             return
         try:
             self._log_artifacts()
@@ -127,30 +136,30 @@ class MLflowLogger:
         database = sqlite_file(self.tracking_uri)
         if database is not None:
             database.parent.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(self.tracking_uri)
+        self.client = client = MlflowClient(self.tracking_uri)
         record = recall(directory, "mlflow")
         if record.get("tracking_uri") == self.tracking_uri:
             try:
-                self.client.update_run(record["run_id"], status="RUNNING")
+                client.update_run(record["run_id"], status="RUNNING")
                 return record["run_id"]
             except MlflowException:   # deleted from the store since: a new run
                 pass
-        run = self.client.create_run(self._experiment_id(), run_name=name,
+        run = client.create_run(self._experiment_id(client), run_name=name,
                                      tags={RUN_DIR_TAG: str(directory.resolve()), **tags})
         remember(directory, "mlflow", tracking_uri=self.tracking_uri, run_id=run.info.run_id)
         return run.info.run_id
 
-    def _experiment_id(self) -> str:
+    def _experiment_id(self, client: MlflowClient) -> str:
         from mlflow.exceptions import MlflowException
 
-        found = self.client.get_experiment_by_name(self.experiment)
+        found = client.get_experiment_by_name(self.experiment)
         if found is None:
             database = sqlite_file(self.tracking_uri)
             location = (database.parent / "mlartifacts" / self.experiment).as_uri() if database else None
             try:
-                return self.client.create_experiment(self.experiment, artifact_location=location)
+                return client.create_experiment(self.experiment, artifact_location=location)
             except MlflowException:   # a parallel job created it first
-                found = self.client.get_experiment_by_name(self.experiment)
+                found = client.get_experiment_by_name(self.experiment)
                 if found is None:
                     raise
         return found.experiment_id
@@ -160,20 +169,22 @@ class MLflowLogger:
         change); its .hydra/ artifact has the config it ends with."""
         from mlflow.entities import Param
 
-        have = self.client.get_run(self.run_id).data.params
+        client, run_id = self._opened()
+        have = client.get_run(run_id).data.params
         new = [Param(key, str(value)) for key, value in params.items() if key not in have]
         for i in range(0, len(new), 100):   # at most 100 params a batch
-            self.client.log_batch(self.run_id, params=new[i:i + 100])
+            client.log_batch(run_id, params=new[i:i + 100])
 
     def _log_artifacts(self) -> None:
-        run_dir = self.run_dir
+        (client, run_id), run_dir = self._opened(), self.run_dir
+        assert run_dir is not None   # start set it before opening the run
         if run_dir.summary_json.is_file():
-            self.client.log_artifact(self.run_id, str(run_dir.summary_json))
+            client.log_artifact(run_id, str(run_dir.summary_json))
         if run_dir.hydra.is_dir():
-            self.client.log_artifacts(self.run_id, str(run_dir.hydra), ".hydra")
+            client.log_artifacts(run_id, str(run_dir.hydra), ".hydra")
         best = run_dir.checkpoints / "best.pt"
         if best.is_file():
-            self.client.log_artifact(self.run_id, str(best), "checkpoints")
+            client.log_artifact(run_id, str(best), "checkpoints")
 
 
 class MLflowSweep(Callback):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import DictConfig
 
 from rl_hydra.loggers.base import numbers
 from rl_hydra.runs.run_dir import RunDirectory
 
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
 
 class TensorBoardLogger:
     def __init__(self) -> None:
-        self.writer = None
+        self.writer: SummaryWriter | None = None
 
     def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
         from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
@@ -23,6 +26,7 @@ class TensorBoardLogger:
         self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step or stale else None)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        assert self.writer is not None, "log() before start()"
         for key, value in numbers(metrics).items():
             self.writer.add_scalar(key, value, step)
 

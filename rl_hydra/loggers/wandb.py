@@ -10,13 +10,16 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from rl_hydra.config import check_choice
+from rl_hydra.config import check_choice, plain_dict
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
+
+if TYPE_CHECKING:
+    from wandb import Run
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ class WandbLogger:
         require("wandb", "wandb")
         self.mode = check_choice("logger.wandb.mode", mode, MODES)
         self.project, self.entity, self.tags = project, entity, list(tags or [])
-        self.run = None
+        self.run: Run | None = None
         self.run_dir: RunDirectory | None = None
         self._saved: tuple[dict[str, str], Any] | None = None
 
@@ -54,26 +57,26 @@ class WandbLogger:
         self.run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=run_dir.path,
                               id=record.get("id"), resume="allow" if record else None, name=run_dir.path.name,
                               group=group, tags=[*self.tags, *provenance.short_tags(run_dir)],
-                              config={**OmegaConf.to_container(cfg, resolve=True),
-                                      "provenance": provenance.latest(run_dir)},
+                              config={**plain_dict(cfg), "provenance": provenance.latest(run_dir)},
                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
-        self._say_where()
+        self._say_where(self.run)
 
-    def _say_where(self) -> None:
+    def _say_where(self, run: Run) -> None:
         """One line at the start: where the run's record goes, so that it can be found."""
         if self.mode == "offline":
-            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id,
-                     shlex.quote(str(Path(self.run.dir).parent)))   # a sweep job's path may hold [ ] { }
+            log.info("W&B offline run %s; upload it with: wandb sync %s", run.id,
+                     shlex.quote(str(Path(run.dir).parent)))   # a sweep job's path may hold [ ] { }
         elif self.mode == "online":
-            log.info("W&B run %s: %s", self.run.id, self.run.url)
+            log.info("W&B run %s: %s", run.id, run.url)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        assert self.run is not None, "log() before start()"
         self.run.log(numbers(metrics), step=step)
 
     def finish(self, status: str) -> None:
         try:
-            if self.run is not None:
+            if self.run is not None and self.run_dir is not None:   # both set by start
                 summary = self.run_dir.read_summary() or {}
                 self.run.summary.update(summary if summary.get("status") == status else {"status": status})
                 self.run.finish(exit_code=0 if status == "completed" else 1)
