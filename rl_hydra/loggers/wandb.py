@@ -60,15 +60,16 @@ class WandbLogger:
                               config={**plain_dict(cfg), "provenance": provenance.latest(run_dir)},
                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
-        self._say_where(self.run)
+        self._say_where()
 
-    def _say_where(self, run: Run) -> None:
+    def _say_where(self) -> None:
         """One line at the start: where the run's record goes, so that it can be found."""
+        assert self.run is not None, "start() first"
         if self.mode == "offline":
-            log.info("W&B offline run %s; upload it with: wandb sync %s", run.id,
-                     shlex.quote(str(Path(run.dir).parent)))   # a sweep job's path may hold [ ] { }
+            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id,
+                     shlex.quote(str(Path(self.run.dir).parent)))   # a sweep job's path may hold [ ] { }
         elif self.mode == "online":
-            log.info("W&B run %s: %s", run.id, run.url)
+            log.info("W&B run %s: %s", self.run.id, self.run.url)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         assert self.run is not None, "log() before start()"
