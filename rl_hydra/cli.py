@@ -14,15 +14,15 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra import sweep_report
 from rl_hydra.config import CONF_DIR, ENV_ALIASES, ConfigError, check_required, flat_config, hydra_scope
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
-from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.resume import resume_main
+from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.runs.sweep_parent import mark_sweep_process
 
 log = logging.getLogger("rl_hydra")
@@ -53,6 +53,12 @@ def help_groups(searchpath=()) -> str:
 def group_options(loader, group: str, config_name: str, searchpath: list[str]) -> list[str]:
     """A config group's options, those of the config dirs on hydra.searchpath (its overrides) included."""
     return sorted(loader.get_group_options(group, config_name=config_name, overrides=searchpath))
+
+
+def as_typed(override: Override) -> str:
+    """The override as the command line has it (Hydra's parser always keeps it; its type allows None)."""
+    assert override.input_line is not None
+    return override.input_line
 
 
 def shown(options: list[str]) -> list[str]:
@@ -141,12 +147,12 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
 
     with hydra_scope():
         loader = GlobalHydra.instance().config_loader()
-        searchpath = [o.input_line for o in overrides if o.get_key_element() == "hydra.searchpath"]
+        searchpath = [as_typed(o) for o in overrides if o.get_key_element() == "hydra.searchpath"]
 
         def options(group: str) -> list[str]:
             return group_options(loader, group, config_name, searchpath)
 
-        chosen = [first_job(override, loader, options) if multirun else override.input_line
+        chosen = [first_job(override, loader, options) if multirun else as_typed(override)
                   for override in overrides]
         try:
             cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
@@ -172,8 +178,8 @@ def check_sweep_only(choices, overrides: list[Override]) -> None:
         choice = choices.get(group)
         if choice is None or (group.startswith("hydra/") and choice == "basic"):
             continue
-        given = next((o.input_line for o in overrides if o.key_or_group == group), f"{group}={choice}")
-        command = shlex.join(["python", "train.py", "-m", *(o.input_line for o in overrides)])
+        given = next((as_typed(o) for o in overrides if o.key_or_group == group), f"{group}={choice}")
+        command = shlex.join(["python", "train.py", "-m", *(as_typed(o) for o in overrides)])
         raise ConfigError(f"{given} is {what}, which runs only in a sweep: add -m ({command})")
 
 
@@ -184,10 +190,10 @@ def first_job(override: Override, loader, options) -> str:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if not override.is_sweep_override():
-        return override.input_line
-    key = override.get_key_element()
-    if not override.is_discrete_sweep():
-        return f"{key}={override.value().start}"
+        return as_typed(override)
+    key, swept = override.get_key_element(), override.value()
+    if isinstance(swept, IntervalSweep):   # the one sweep that is not discrete
+        return f"{key}={swept.start}"
     override.config_loader = loader   # glob(...) lists the group's options through it
     jobs = [f"{key}={value}" for value in override.sweep_string_iterator()]
     allowed = options(override.key_or_group)
@@ -196,7 +202,7 @@ def first_job(override: Override, loader, options) -> str:
         for choice in value if isinstance(value, list) else [value]:
             if choice is not None and str(choice) not in allowed:
                 raise ConfigError(not_an_option(override.key_or_group, choice, allowed))
-    return jobs[0] if jobs else override.input_line
+    return jobs[0] if jobs else as_typed(override)
 
 
 def not_an_option(group: str, choice, allowed: list[str]) -> str:
@@ -244,7 +250,7 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
             lines.append(str(cause).strip().splitlines()[0])
         return "; ".join(lines) or type(error).__name__
     try:   # the config without the refused key, for the closest one
-        others = [override.input_line for override in parsed if override.key_or_group != key]
+        others = [as_typed(override) for override in parsed if override.key_or_group != key]
         cfg = compose(config_name=config_name, overrides=others, return_hydra_config=key.startswith("hydra."))
     except HydraException:
         known = []
@@ -270,7 +276,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
         cfg.train.progress = False
     try:
         summary = launch(cfg, Path(hydra_cfg.runtime.output_dir), keep_refused=multirun,
-                         overrides=list(hydra_cfg.overrides.task), hydra_cfg=hydra_cfg)
+                         overrides=list(hydra_cfg.overrides.task),
+                         hydra_cfg=hydra_cfg)   # type: ignore[arg-type]  # a DictConfig, typed as its schema
     except RunFailed as error:
         if multirun and error.code != EXIT_INTERRUPTED:   # the job's train.log has the line too
             print(f"error: {hydra_cfg.runtime.output_dir}: {error}", file=sys.stderr)
@@ -287,7 +294,7 @@ def main() -> None:
         resume, argv = resume_argument(sys.argv[1:])
         args, overrides = command_line(argv)
         if resume is not None:
-            resume_main(resume, [override.input_line for override in overrides])
+            resume_main(resume, [as_typed(override) for override in overrides])
             return
         if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):
             multirun = args.multirun or any(o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN"
