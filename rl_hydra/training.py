@@ -89,6 +89,7 @@ def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.
                   total_steps=cfg.train.total_steps, seed=cfg.seed)
     # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
     speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
+    speed.attach(agent)   # on CUDA, a declared tensor-only gradient step replayed from a CUDA graph
     return agent
 
 

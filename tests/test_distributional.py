@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from conftest import TINY, compose_config, run_cli, run_training
+from rl_hydra import speed
 from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN, midpoint_taus
 from rl_hydra.buffers.replay import ReplayBuffer
@@ -79,40 +80,77 @@ def reference_quantile_huber_loss(quantiles, targets, taus, kappa):
     return (weight * huber / kappa).mean(dim=2).sum(dim=1)                                  # (B,)
 
 
-@pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", [
+def fixed_quantiles(batch, n, targets, dtype=torch.float64):
+    """The same quantiles for every loss compared, some exactly on a target (u = 0), some within kappa."""
+    quantiles = torch.randn(batch, n, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    quantiles[0, 0] = targets[0, 0]
+    return quantiles
+
+
+def loss_and_gradient(loss_fn, batch, n, targets, weights, dtype=torch.float64):
+    """Each sample's loss (B,) and the gradient of the weighted batch loss into the quantiles (B, N)."""
+    quantiles = fixed_quantiles(batch, n, targets, dtype).requires_grad_(True)
+    per_sample = loss_fn(quantiles)
+    (weights * per_sample).mean().backward()
+    return per_sample.detach(), quantiles.grad
+
+
+CASES = [
     (128, 25, 25, 1.0, False),    # QR-DQN's MountainCar and Acrobot presets
     (32, 8, 8, 1.0, True),        # IQN: fractions sampled per row
     (5, 3, 7, 2.0, True),         # N != N', kappa != 1
     (4, 6, 2, 0.25, False),
-])
-def test_quantile_huber_loss_and_its_gradient_equal_the_definition(batch, n, n_prime, kappa, per_sample_taus):
+]
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+@pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", CASES)
+def test_quantile_huber_loss_and_its_gradient_equal_the_definition(batch, n, n_prime, kappa, per_sample_taus,
+                                                                   fast_paths):
     generator = torch.Generator().manual_seed(batch + n)
     targets = 3 * torch.randn(batch, n_prime, generator=generator, dtype=torch.float64)
     taus = torch.rand((batch, n) if per_sample_taus else (n,), generator=generator, dtype=torch.float64)
     weights = torch.rand(batch, generator=generator, dtype=torch.float64)   # prioritized replay's weights
-    grads, losses = [], []
-    for loss_fn in (lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
-                    lambda q: reference_quantile_huber_loss(q, targets, taus, kappa)):
-        # the same quantiles for both, with some exactly on a target (u = 0) and some within kappa
-        quantiles = torch.randn(batch, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-        quantiles[0, 0] = targets[0, 0]
-        quantiles.requires_grad_(True)
-        per_sample = loss_fn(quantiles)
-        (weights * per_sample).mean().backward()
-        losses.append(per_sample.detach())
-        grads.append(quantiles.grad)
-    torch.testing.assert_close(losses[0], losses[1])
-    torch.testing.assert_close(grads[0], grads[1])
-    torch.testing.assert_close(quantile_huber_loss(quantiles, targets, taus, kappa), losses[1].mean())
+    with speed.enabled(fast_paths):
+        loss, grad = loss_and_gradient(lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
+                                       batch, n, targets, weights)
+        batch_mean = quantile_huber_loss(fixed_quantiles(batch, n, targets), targets, taus, kappa)
+    want_loss, want_grad = loss_and_gradient(lambda q: reference_quantile_huber_loss(q, targets, taus, kappa),
+                                             batch, n, targets, weights)
+    torch.testing.assert_close(loss, want_loss)
+    torch.testing.assert_close(grad, want_grad)
+    torch.testing.assert_close(batch_mean, want_loss.mean())   # reduction="mean"
 
 
-def test_quantile_huber_loss_passes_gradcheck_and_computes_no_gradient_under_no_grad():
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", CASES)
+def test_the_fast_closed_form_equals_the_formula(batch, n, n_prime, kappa, per_sample_taus, dtype, tolerance):
+    """speed/quantile_huber.py against losses.py: the same values and gradients, up to the rounding
+    of summing the same terms in another order (the closed form sums (u - c/2) g over both indices at
+    once; the formula means over j, then sums over i), so allclose at `tolerance` relative, not equal."""
+    generator = torch.Generator().manual_seed(batch + n)
+    targets = (3 * torch.randn(batch, n_prime, generator=generator, dtype=torch.float64)).to(dtype)
+    taus = torch.rand((batch, n) if per_sample_taus else (n,), generator=generator, dtype=torch.float64).to(dtype)
+    weights = torch.rand(batch, generator=generator, dtype=torch.float64).to(dtype)
+    results = []
+    for fast_paths in (True, False):
+        with speed.enabled(fast_paths):
+            results.append(loss_and_gradient(lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
+                                             batch, n, targets, weights, dtype))
+    (fast_loss, fast_grad), (plain_loss, plain_grad) = results
+    torch.testing.assert_close(fast_loss, plain_loss, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(fast_grad, plain_grad, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+def test_quantile_huber_loss_passes_gradcheck_and_computes_no_gradient_under_no_grad(fast_paths):
     quantiles = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     targets = torch.randn(3, 5, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda q: quantile_huber_loss(q, targets, midpoint_taus(4).double(), 0.5,
-                                                                  reduction="none"), (quantiles,))
-    with torch.no_grad():
-        assert not quantile_huber_loss(quantiles, targets, midpoint_taus(4).double()).requires_grad
+    with speed.enabled(fast_paths):
+        assert torch.autograd.gradcheck(lambda q: quantile_huber_loss(q, targets, midpoint_taus(4).double(), 0.5,
+                                                                      reduction="none"), (quantiles,))
+        with torch.no_grad():
+            assert not quantile_huber_loss(quantiles, targets, midpoint_taus(4).double()).requires_grad
 
 
 def test_minimising_the_loss_finds_the_quantiles():

@@ -50,6 +50,7 @@ class C51(DQN):
     name: ClassVar[str] = "c51"
     capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.categorical.CategoricalNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
     def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):
         self.num_atoms = check_int("algo.num_atoms", num_atoms, minimum=2)

@@ -1,4 +1,4 @@
-"""Small pieces every algorithm uses: space checks, schedules, optimizer steps, target syncs."""
+"""Small pieces every algorithm uses: space checks, observations as tensors, schedules, optimizers, compile."""
 
 from __future__ import annotations
 
@@ -94,29 +94,6 @@ class LinearSchedule:
         return self.start + progress * (self.end - self.start)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                   params: list[nn.Parameter], max_grad_norm: float | None) -> None:
-    for param in params:  # what zero_grad(set_to_none=True) does, without its per-call profiler hooks
-        param.grad = None
-    loss.backward()
-    if max_grad_norm is not None:
-        clip_grad_norm(params, max_grad_norm)
-    optimizer.step()
-
-
-@torch.no_grad()
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """Scale gradients so their global L2 norm is at most `max_norm`; returns the norm before.
-
-    Same math as torch.nn.utils.clip_grad_norm_, with half its per-call overhead
-    (it matters at thousands of small updates), and no host sync.
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
-    return total_norm
-
-
 def compile_pure_methods(agent) -> None:
     """Wrap each of the agent's `compiled_methods` in torch.compile.
 
@@ -127,13 +104,3 @@ def compile_pure_methods(agent) -> None:
     """
     for name in agent.compiled_methods:
         setattr(agent, name, torch.compile(getattr(agent, name)))
-
-
-@torch.no_grad()
-def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""
-    target_params, online_params = list(target.parameters()), list(online.parameters())
-    if tau >= 1.0:
-        torch._foreach_copy_(target_params, online_params)
-    else:
-        torch._foreach_lerp_(target_params, online_params, tau)

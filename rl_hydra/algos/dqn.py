@@ -20,13 +20,13 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rl_hydra import speed
-from rl_hydra.algos.common import (LinearSchedule, make_optimizer, num_rows, observation_tensor, optimizer_step,
-                                   require_discrete, update_target)
+from rl_hydra.algos.common import LinearSchedule, make_optimizer, num_rows, observation_tensor, require_discrete
 from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
+from rl_hydra.networks.acting import argmax_actions
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
+from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class DQN:
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
+    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")   # what `gradient_step` runs
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
@@ -138,19 +139,14 @@ class DQN:
 
     def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
-        if isinstance(self.observation, int):  # vectors: the speed layer's numpy mirror of action_values, if any
-            values = speed.numpy_action_values(self, np.asarray(obs, dtype=np.float32))   # (n, A) or None
-            if values is not None:
-                return values.argmax(axis=1)
-        with torch.no_grad():
-            return self.action_values(observation_tensor(obs, self.device)).argmax(dim=1).cpu().numpy()
+        return argmax_actions(self.action_values, observation_tensor(obs, self.device))
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         if self.lr_factor.start != self.lr_factor.end:
             factor = self.lr_factor(self.explore_steps)
             for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base_lr * factor
-        loss, priorities, metrics = speed.gradient_step(self, batch)
+        loss, priorities, metrics = self.gradient_step(batch)
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
@@ -161,8 +157,8 @@ class DQN:
 
     def gradient_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One optimizer step on the batch's loss; (loss, priorities, metrics) as `loss` gives them.
-        It reads the batch and the weights and changes the weights and the noise only, so on a GPU
-        the speed layer may replay it from a CUDA graph, noise draws included."""
+        It reads the batch and the weights and changes the weights, the optimizer state and the noise
+        only: tensors, never a Python value (`tensor_only_step`)."""
         if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
             resample_noise(self.q_net)
             resample_noise(self.target_net)

@@ -48,6 +48,7 @@ class DRQN(DQN):
     # its sequence buffer is uniform; it sums n-step returns over its own sequences
     capabilities: ClassVar[Capabilities] = Capabilities(
         actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True)
+    tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its sequence loss is not declared tensor-only
 
     def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)

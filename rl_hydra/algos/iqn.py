@@ -32,6 +32,8 @@ class IQN(DQN):
     capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.ImplicitQuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
+    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "quantile_loss", "sample_taus",
+                                                   "action_values")
 
     def __init__(self, *args, num_tau_samples: int = 64, num_tau_prime_samples: int = 64,
                  num_quantile_samples: int = 32, kappa: float = 1.0, seed: int = 0, **kwargs):

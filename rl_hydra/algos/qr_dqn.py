@@ -45,6 +45,7 @@ class QRDQN(DQN):
     name: ClassVar[str] = "qr_dqn"
     capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.QuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
+    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 
     def __init__(self, *args, num_quantiles: int = 200, kappa: float = 1.0, **kwargs):
         self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import (make_optimizer, observation_tensor, optimizer_step, require_box, update_target,
-                                   vector_features)
+from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities
 from rl_hydra.runs.rng import restore_generator
 
@@ -61,6 +61,7 @@ class REDQ:
                                        "critic": "rl_hydra.networks.actor_critic.CriticEnsemble"})
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
+    tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its update counts the delayed actor steps in Python
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Mapping[str, Callable[..., nn.Module]],

@@ -8,9 +8,11 @@ import logging
 from typing import Callable, Sequence
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
+from rl_hydra import speed
 from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
@@ -108,6 +110,17 @@ def encode(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
     return obs if encoder is None else encoder(obs)
 
 
+def q_network_numpy(net: QNetwork, obs: np.ndarray) -> np.ndarray | None:
+    """QNetwork.forward in numpy, for vectors (no encoder)."""
+    return None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)       # (B, A)
+
+
+def per_action_network_numpy(net: PerActionNetwork, obs: np.ndarray) -> np.ndarray | None:
+    """PerActionNetwork.forward in numpy, for vectors (no encoder)."""
+    out = None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)        # (B, A * N)
+    return None if out is None else out.reshape(-1, net.num_actions, net.values_per_action)        # (B, A, N)
+
+
 class QNetwork(nn.Module):
     """Q(s, .): observation (B, *observation_shape) -> action values (B, num_actions).
 
@@ -134,6 +147,7 @@ class QNetwork(nn.Module):
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0, bias=bias)
         note_if_linear(hidden_sizes)
 
+    @speed.numpy_twin(q_network_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
         return self.net(encode(self.observation_encoder, obs))                 # (B, A)
@@ -157,6 +171,7 @@ class PerActionNetwork(nn.Module):
                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
         note_if_linear(hidden_sizes)
 
+    @speed.numpy_twin(per_action_network_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
         features = encode(self.observation_encoder, obs)                              # (B, F)

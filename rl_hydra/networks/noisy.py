@@ -9,6 +9,8 @@ with eps_in (p,) and eps_out (q,) standard normal: p + q draws instead of p * q 
 The noise is held in buffers and never redrawn by `forward`: the algorithm says when, with
 `resample_noise(network)` (from torch's global RNG, so a checkpoint that saves torch's RNG
 state resumes exactly), and evaluates with the mean weights inside `noise_disabled(network)`.
+f(eps_in) and f(eps_out) are computed once per draw (and per load) into buffers of their own,
+not per forward: acting and the update's forward passes reuse them.
 """
 
 from __future__ import annotations
@@ -17,14 +19,33 @@ import contextlib
 import math
 from typing import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rl_hydra import speed
 
 
 def scale_noise(epsilon: torch.Tensor) -> torch.Tensor:
     """f(x) = sign(x) sqrt(|x|)."""
     return epsilon.sign() * epsilon.abs().sqrt()
+
+
+def noisy_linear_numpy(layer: NoisyLinear, x: np.ndarray) -> np.ndarray | None:
+    """NoisyLinear.forward in numpy: the same products, in the same order, from the same parameters
+    and the noise the layer holds."""
+    names = ("weight_mu", "bias_mu", "weight_sigma", "bias_sigma", "scaled_in", "scaled_out")
+    views = [speed.numpy_view(getattr(layer, name)) for name in names]
+    if any(v is None for v in views):
+        return None
+    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = views       # (p, q), (q,), (p, q), (q,), (p,), (q,)
+    if not layer.noise_enabled:
+        return np.dot(x, weight_mu_t) + bias_mu
+    bias = bias_mu + bias_sigma * f_out                                         # (q,)
+    if x.size <= 8 * layer.in_features:
+        return np.dot(x, weight_mu_t) + bias + f_out * np.dot(x * f_in, weight_sigma_t)
+    return np.dot(x, weight_mu_t + weight_sigma_t * np.outer(f_in, f_out)) + bias
 
 
 class NoisyLinear(nn.Module):
@@ -44,31 +65,29 @@ class NoisyLinear(nn.Module):
         self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))                   # (q,)
         self.register_buffer("epsilon_in", torch.zeros(in_features))     # (p,) standard normal
         self.register_buffer("epsilon_out", torch.zeros(out_features))   # (q,) standard normal
+        # f(eps_in) (p,) and f(eps_out) (q,): derived, so not saved; made again by each draw and each load
+        self.register_buffer("scaled_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("scaled_out", torch.zeros(out_features), persistent=False)
+        self.register_load_state_dict_post_hook(scale_loaded_noise)
         self.noise_enabled = True
-        self._noise: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
         resample_noise(self)
+
+    @torch.no_grad()
+    def scale_drawn_noise(self) -> None:
+        """f(eps_in) and f(eps_out) of the noise the layer holds, into `scaled_in` and `scaled_out`."""
+        self.scaled_in.copy_(scale_noise(self.epsilon_in))
+        self.scaled_out.copy_(scale_noise(self.epsilon_out))
 
     def factorised_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
         """eps_w = f(eps_out) f(eps_in)^T (q, p) and eps_b = f(eps_out) (q,)."""
-        # computed once per draw, not per forward: acting and the update's forward passes reuse it;
-        # redrawn when either buffer changed (an in-place draw or load bumps its version, .to() replaces it)
-        f_in, f_out = self.scaled_noise()
-        return torch.outer(f_out, f_in), f_out
+        return torch.outer(self.scaled_out, self.scaled_in), self.scaled_out
 
-    def scaled_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """f(eps_in) (p,) and f(eps_out) (q,), computed once per draw rather than per forward;
-        computed again when either buffer changed (a draw or a load bumps its version, .to() replaces it)."""
-        drawn = tuple((eps.data_ptr(), eps._version, eps.dtype) for eps in (self.epsilon_in, self.epsilon_out))
-        if self._noise is None or self._noise[0] != drawn:
-            with torch.no_grad():
-                self._noise = drawn, (scale_noise(self.epsilon_in), scale_noise(self.epsilon_out))
-        return self._noise[1]
-
+    @speed.numpy_twin(noisy_linear_numpy)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (..., p)
         if not self.noise_enabled:
             return F.linear(x, self.weight_mu, self.bias_mu)                   # (..., q)
-        f_in, f_out = self.scaled_noise()                                      # (p,), (q,)
+        f_in, f_out = self.scaled_in, self.scaled_out                          # (p,), (q,)
         bias = self.bias_mu + self.bias_sigma * f_out                          # (q,)
         if x.numel() <= 8 * self.in_features:
             # a few rows (acting): (sigma * f_out f_in^T) x = f_out * (sigma (f_in * x)), without building
@@ -79,6 +98,11 @@ class NoisyLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def scale_loaded_noise(layer: NoisyLinear, incompatible_keys) -> None:
+    """After a load: the scaled noise of the noise loaded."""
+    layer.scale_drawn_noise()
 
 
 def noisy_layers(module: nn.Module) -> list[NoisyLinear]:
@@ -96,6 +120,7 @@ def resample_noise(module: nn.Module) -> None:
     for layer in noisy_layers(module):
         layer.epsilon_in.normal_()
         layer.epsilon_out.normal_()
+        layer.scale_drawn_noise()
 
 
 @contextlib.contextmanager

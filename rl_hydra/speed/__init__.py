@@ -7,13 +7,18 @@
 | `host_memory` | host_memory.py | `torch.zeros` | `mmap.MADV_HUGEPAGE`, `torch.frombuffer`, `nn.Module._apply` |
 | `vector_env` | vector_env.py | gymnasium's `SyncVectorEnv.step` | `SyncVectorEnv`'s private step buffers |
 | `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, run eagerly | `torch.cuda.CUDAGraph` and its generator registration |
+| `foreach` | foreach.py | a loop over the tensors | `torch._foreach_norm`, `_mul_`, `_copy_`, `_lerp_` |
+| `quantile_huber` | quantile_huber.py | losses.py's formula, through autograd | a gradient derived by hand |
 
 The rest of the package calls the functions below and never a fast path itself, so an algorithm
-reads like its paper and its author need not know the layer exists. Each fast path is probed
-once per process (`failures`): the private names it uses must be there and a small self-check
-must give the plain path's numbers. One that fails falls back to its plain path, said in one
-log line when a run starts (`log_fallbacks`). `enabled(False)` runs the plain path everywhere
-for a block (`fast_paths=false` on the command line; the tests compare the two).
+reads like its paper and its author need not know the layer exists: what a fast path stands in
+for says so where it is defined (a network's forward decorated with its numpy twin, a loss with
+its closed-form twin), or declares what the layer finds by structure (an agent's
+`tensor_only_step`, the methods its gradient step runs). Nothing here names an algorithm. Each
+fast path is probed once per process (`failures`): the private names it uses must be there and a
+small self-check must give the plain path's numbers. One that fails falls back to its plain path,
+said in one log line when a run starts (`log_fallbacks`). `enabled(False)` runs the plain path
+everywhere for a block (`fast_paths=false` on the command line; the tests compare the two).
 """
 
 from __future__ import annotations
@@ -29,22 +34,37 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.speed import cuda_graph, host_memory, lean_adam, numpy_mirror, vector_env
+from rl_hydra.speed import cuda_graph, foreach, host_memory, lean_adam, numpy_mirror, quantile_huber, vector_env
 
 log = logging.getLogger(__name__)
 
 PLAIN_PATHS = {"adam": "torch.optim.Adam's own step", "mirror": "torch forward passes when acting",
                "host_memory": "ordinary pages", "vector_env": "gymnasium's SyncVectorEnv.step",
-               "cuda_graph": "eager gradient steps on CUDA"}
+               "cuda_graph": "eager gradient steps on CUDA", "foreach": "a loop over the tensors",
+               "quantile_huber": "the quantile Huber loss's formula through autograd"}
 PROBES: dict[str, Callable[[], None]] = {"adam": lean_adam.probe, "mirror": numpy_mirror.probe,
                                          "host_memory": host_memory.probe, "vector_env": vector_env.probe,
-                                         "cuda_graph": cuda_graph.probe}
+                                         "cuda_graph": cuda_graph.probe, "foreach": foreach.probe,
+                                         "quantile_huber": quantile_huber.probe}
 _switch = {"on": True}   # set only through `enabled`, which restores it
+# {"failed": failures()} once the probes ran: a plain dict, which torch.compile reads (and guards on)
+# where it traces a loss with a fast twin, instead of running the probes again inside its trace
+_probed: dict[str, dict[str, str]] = {}
 
 
-@functools.cache
 def failures() -> dict[str, str]:
-    """{fast path: why it cannot be used here} for each whose probe failed, once per process."""
+    """{fast path: why it cannot be used here} for each whose probe failed, probed once per process."""
+    if not _probed:
+        _probed["failed"] = run_probes()
+    return _probed["failed"]
+
+
+def forget_probes() -> None:
+    """The next `failures()` probes again (tests that break a private API on purpose)."""
+    _probed.clear()
+
+
+def run_probes() -> dict[str, str]:
     failed = {}
     with torch.random.fork_rng(devices=[]):   # the probes' layers draw their weights from torch's generator
         for name, probe in PROBES.items():
@@ -92,18 +112,87 @@ def adam(params: Iterable[nn.Parameter] | Iterable[dict], lr: float, betas: tupl
 
 
 # --- mirror ----------------------------------------------------------------------------------
-def numpy_action_values(agent: Any, obs: np.ndarray) -> np.ndarray | None:
-    """`agent.action_values(obs)` computed in numpy (float32 (n, obs_dim) -> (n, A)), or None where
-    the mirror is off or has no exact twin for it (then the caller runs torch)."""
-    return numpy_mirror.call_mirror(agent, "action_values", obs) if active("mirror") else None
+def numpy_twin(twin: numpy_mirror.Twin) -> Callable[[Callable], Callable]:
+    """Decorates a module class's `forward` with `twin(module, x)`, the same forward in numpy on a
+    float32 (B, ...) array, None where it cannot answer: while acting (`acting`), the forward runs
+    as its twin where the mirror is on."""
+    return numpy_mirror.twin(twin)
+
+
+def acting() -> numpy_mirror.Acting:
+    """A block in which an agent chooses actions: the forward passes with a numpy twin run in numpy
+    where the mirror is on (the rest of the agent's code runs in torch on their results)."""
+    return numpy_mirror.Acting(active("mirror"))
+
+
+def numpy_forward(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
+    """module(x) in numpy, for a twin that mirrors its submodules; None where they cannot be mirrored."""
+    return numpy_mirror.numpy_forward(module, x)
+
+
+def numpy_view(param: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a float32 CPU parameter (a weight matrix transposed), for a twin; None elsewhere."""
+    return numpy_mirror.view(param)
 
 
 # --- cuda graph --------------------------------------------------------------------------------
-def gradient_step(agent: Any, batch: Any) -> Any:
-    """`agent.gradient_step(batch)`; on a CUDA run, replayed from a CUDA graph where the step is
-    one the layer knows (cuda_graph.KNOWN) and nothing it reads has moved since it was recorded."""
-    replay = cuda_graph.graphed_step(agent) if active("cuda_graph") else None
-    return agent.gradient_step(batch) if replay is None else replay(batch)
+def attach(agent: Any) -> None:
+    """On a CUDA agent whose class declares a `tensor_only_step`: its `gradient_step`, replayed from a
+    CUDA graph where the step is the declared one and nothing it reads has moved since it was
+    recorded, else run as it is (cuda_graph.py). Elsewhere nothing changes."""
+    if cuda_graph.replayable(agent):
+        agent.gradient_step = cuda_graph.Step(agent, lambda: active("cuda_graph"))
+
+
+# --- foreach ------------------------------------------------------------------------------------
+def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The L2 norm of each tensor (0-d tensors)."""
+    return foreach.norms(tensors) if active("foreach") else [torch.linalg.vector_norm(t) for t in tensors]
+
+
+def mul_(tensors: list[torch.Tensor], factor: torch.Tensor) -> None:
+    """Each tensor multiplied in place by `factor` (a 0-d tensor)."""
+    if active("foreach"):
+        foreach.mul_(tensors, factor)
+    else:
+        for tensor in tensors:
+            tensor.mul_(factor)
+
+
+def copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """Each target overwritten in place with its source."""
+    if active("foreach"):
+        foreach.copy_(targets, sources)
+    else:
+        for target, source in zip(targets, sources):
+            target.copy_(source)
+
+
+def lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight: float) -> None:
+    """Each target moved in place a fraction `weight` of the way to its end."""
+    if active("foreach"):
+        foreach.lerp_(targets, ends, weight)
+    else:
+        for target, end in zip(targets, ends):
+            target.lerp_(end, weight)
+
+
+# --- quantile huber -------------------------------------------------------------------------------
+FAST_TWINS: dict[str, Callable[..., Any]] = {"quantile_huber": quantile_huber.per_sample}
+
+
+def fast_twin(name: str) -> Callable[[Callable], Callable]:
+    """Decorates a plain function whose fast twin is fast path `name` (FAST_TWINS: the same arguments
+    and numbers, up to float rounding): calls go to the twin where `name` is on."""
+    if name not in FAST_TWINS:
+        raise KeyError(f"no fast twin {name!r}; the speed layer has: {', '.join(FAST_TWINS)}")
+
+    def decorate(plain: Callable) -> Callable:
+        @functools.wraps(plain)
+        def plain_or_twin(*args: Any, **kwargs: Any) -> Any:
+            return (FAST_TWINS[name] if active(name) else plain)(*args, **kwargs)
+        return plain_or_twin
+    return decorate
 
 
 # --- host memory -------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ launches about 150 kernels, one at a time from Python, and the GPU waits between
 graph records those launches once and replays them with one call. What it records must read
 only tensors that stay where they are and change nothing on the host, so:
 
-- it replays only gradient steps known to be that: the project's own Q-learning agents'
-  (KNOWN), in an agent whose class, instance and networks override none of what they run. A
-  subclass with its own loss, a compiled loss, or a network class from outside the package
-  gets the plain step;
+- it replays only a step its agent's class declares tensor-only (`tensor_only_step`: the methods
+  `gradient_step` runs), in an agent whose class, instance and networks override none of them. A
+  subclass with its own loss, a compiled loss, or a network class from outside the package gets
+  the plain step;
 - each batch is copied into the graph's own input tensors; the outputs (loss, priorities,
   metrics) are the graph's tensors, rewritten by the next replay;
 - it records only after WARMUP calls in a row in which nothing it reads has moved: the same
@@ -21,6 +21,7 @@ only tensors that stay where they are and change nothing on the host, so:
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from typing import Any, Callable
@@ -32,33 +33,25 @@ log = logging.getLogger(__name__)
 
 WARMUP = 3   # plain calls in a row before recording: lazy state (optimizer moments, cuBLAS) is made by then
 
-# what each known agent's gradient step runs: an agent whose class resolves one of these to another
-# function than the known class does takes the plain step
-KNOWN: dict[str, tuple[str, ...]] = {
-    "rl_hydra.algos.dqn.DQN": ("gradient_step", "loss"),
-    "rl_hydra.algos.qr_dqn.QRDQN": ("gradient_step", "loss"),
-    "rl_hydra.algos.c51.C51": ("gradient_step", "loss", "expected_values"),
-    "rl_hydra.algos.iqn.IQN": ("gradient_step", "loss", "quantile_loss", "sample_taus", "action_values"),
-}
 
-
-def qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def known_base(agent: Any) -> type | None:
-    """The nearest class in the agent's MRO whose gradient step is known to replay, if the agent
-    runs that very step (no override in its class or instance, no network class of its own)."""
-    base = next((cls for cls in type(agent).__mro__ if qualified_name(cls) in KNOWN), None)
-    if base is None:
+def declared_base(agent: Any) -> type | None:
+    """The nearest class in the agent's MRO that declares a `tensor_only_step`, if the agent runs that
+    very step (no method it lists overridden in its class or instance, no network class of its own)."""
+    base = next((cls for cls in type(agent).__mro__ if "tensor_only_step" in vars(cls)), None)
+    if base is None or not base.tensor_only_step:
         return None
-    methods = KNOWN[qualified_name(base)]
-    if any(name in vars(agent) or getattr(type(agent), name) is not getattr(base, name) for name in methods):
+    own = {name: value for name, value in vars(agent).items() if not isinstance(value, Step)}
+    if any(name in own or getattr(type(agent), name) is not getattr(base, name) for name in base.tensor_only_step):
         return None
-    modules = [value for value in vars(agent).values() if isinstance(value, nn.Module)]
-    if not all(type(m).__module__.startswith(("rl_hydra.", "torch.nn.")) for module in modules for m in module.modules()):
+    modules = [m for value in own.values() if isinstance(value, nn.Module) for m in value.modules()]
+    if not all(type(m).__module__.startswith(("rl_hydra.", "torch.nn.")) for m in modules):
         return None
     return base
+
+
+def replayable(agent: Any) -> bool:
+    """Whether the agent is on CUDA and declares a tensor-only gradient step that it runs as declared."""
+    return getattr(agent, "device", torch.device("cpu")).type == "cuda" and declared_base(agent) is not None
 
 
 def generators(agent: Any) -> list[torch.Generator]:
@@ -71,6 +64,7 @@ class GraphedStep:
 
     def __init__(self, agent: Any):
         self.agent = weakref.proxy(agent)
+        self.plain = functools.partial(type(agent).gradient_step, self.agent)   # not the attached Step
         self.stream = torch.cuda.Stream(device=agent.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: Any = None
@@ -93,7 +87,7 @@ class GraphedStep:
 
     def __call__(self, batch):
         if self.failed:
-            return self.agent.gradient_step(batch)
+            return self.plain(batch)
         seen = self.fingerprint(batch)
         if self.graph is not None and seen == self.recorded:
             return self.replay(batch)
@@ -101,14 +95,14 @@ class GraphedStep:
         self.alike = self.alike + 1 if seen == self.seen else 1
         self.seen = seen
         if self.alike <= WARMUP:
-            return self.on_side_stream(lambda: self.agent.gradient_step(batch))
+            return self.on_side_stream(lambda: self.plain(batch))
         try:
             self.record(batch)
         except Exception as error:   # a step that cannot be recorded runs plainly from now on
             self.graph, self.failed = None, f"{type(error).__name__}: {error}".splitlines()[0]
             log.info("speed: cuda_graph falls back to the plain gradient step (%s)", self.failed)
             torch.cuda.synchronize(self.agent.device)
-            return self.agent.gradient_step(batch)
+            return self.plain(batch)
         self.recorded = seen
         return self.replay(batch)
 
@@ -130,7 +124,7 @@ class GraphedStep:
             graph.register_generator_state(generator)
         self.stream.wait_stream(torch.cuda.current_stream(self.agent.device))
         with torch.cuda.graph(graph, stream=self.stream):
-            self.outputs = self.agent.gradient_step(self.inputs)
+            self.outputs = self.plain(self.inputs)
         torch.cuda.current_stream(self.agent.device).wait_stream(self.stream)
         self.graph = graph
 
@@ -145,10 +139,22 @@ class GraphedStep:
 _steps: "weakref.WeakKeyDictionary[Any, GraphedStep]" = weakref.WeakKeyDictionary()
 
 
-def graphed_step(agent: Any) -> GraphedStep | None:
-    """The agent's GraphedStep, made on first use; None where its step does not replay."""
-    if getattr(agent, "device", torch.device("cpu")).type != "cuda" or known_base(agent) is None:
-        return None
+class Step:
+    """What `agent.gradient_step` is on an agent `attach` chose: the GraphedStep while `on()` and the
+    agent still runs its declared step, else its class's gradient step."""
+
+    def __init__(self, agent: Any, on: Callable[[], bool]):
+        self.agent, self.on = weakref.ref(agent), on   # the agent holds its Step: no cycle
+
+    def __call__(self, batch):
+        agent = self.agent()
+        if self.on() and declared_base(agent) is not None:
+            return graphed_step(agent)(batch)
+        return type(agent).gradient_step(agent, batch)
+
+
+def graphed_step(agent: Any) -> GraphedStep:
+    """The agent's GraphedStep, made on first use."""
     if agent not in _steps:
         _steps[agent] = GraphedStep(agent)
     return _steps[agent]

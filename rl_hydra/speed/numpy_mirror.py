@@ -1,18 +1,20 @@
-"""A numpy mirror of a small network's forward pass, for acting one observation at a time.
+"""A numpy mirror of a small network's forward pass, for acting on a few observations at a time.
 
 At batch 1 a small MLP's torch forward is mostly per-op dispatch; numpy on the same weight
 memory computes it at a fraction of the cost (figures: docs/benchmark.md). The mirror must
-never answer differently from the torch method it stands for, so it is exact by construction:
+never answer differently from the torch forward it stands for, so it is exact by construction:
 
-- It mirrors only the torch methods in TWINS, each named by where it is defined. A subclass
-  that overrides such a method defines a method of another name, which has no twin, and the
-  torch method runs; so does a method replaced on the instance.
-- It walks the module tree as it is at each call and gives up (returns None, and the caller
-  runs torch) at anything it does not know: a module type other than exact `nn.Linear`, the
-  activations below, `nn.Sequential` or a forward with a twin; a forward hook or pre-hook
-  (module or global); a parametrization (it replaces the module's class); weights that are
-  not float32 on the CPU. Noisy layers and dueling heads have twins: a noisy layer's twin
-  reads the noise the layer holds.
+- A module class says its forward has a numpy twin where it is defined (`twin`, decorating its
+  `forward`); nothing here names a network or an algorithm. A subclass that overrides `forward`
+  defines another function, which has no twin, and torch runs it.
+- Only acting asks (`Acting`, entered for an agent choosing actions): there a module whose
+  forward has a twin runs the twin on a float32 CPU input without gradient; the rest of the
+  agent's method (a mean over quantiles, a softmax over atoms, the argmax) runs in torch on the
+  result. Losses never meet the mirror: their numbers and gradients are torch's.
+- It walks the module tree as it is at each call and gives up (returns None, and torch runs) at
+  anything it does not know: a module type other than exact `nn.Linear`, the activations below,
+  `nn.Sequential` or a forward with a twin; a forward hook or pre-hook (module or global); a
+  parametrization (it replaces the module's class); weights that are not float32 on the CPU.
 - Weights are read through numpy views of the parameters' current storage; a view is made
   again whenever a parameter's storage changes (`p.data = ...`, `vector_to_parameters`, `.to()`).
   In-place changes (optimizer steps, `load_state_dict`) show through the views themselves.
@@ -39,39 +41,90 @@ NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = {
 _views: dict[int, tuple[int, torch.Size, np.ndarray]] = {}
 
 
-@functools.lru_cache(maxsize=None)   # keyed by the function object: an override is another function
-def twin_of(method: Callable) -> Callable[[Any, np.ndarray], np.ndarray | None] | None:
-    """The numpy twin of a torch method (a function defined in a class), or None."""
-    return TWINS.get(f"{getattr(method, '__module__', '')}.{getattr(method, '__qualname__', '')}")
+Twin = Callable[[Any, np.ndarray], "np.ndarray | None"]
+
+# each decorated forward -> its numpy twin; keyed by the function: an override is another function
+TWINS: dict[Callable, Twin] = {}
+
+
+class Acting:
+    """Inside the block, decorated forwards answer through their twins where they can; `answered`
+    says afterwards whether one did. Nested blocks restore the outer one's setting."""
+
+    current: "Acting | None" = None
+
+    def __init__(self, on: bool = True):
+        self.on, self.answered = on, False
+
+    def __enter__(self) -> "Acting":
+        self.outer, Acting.current = Acting.current, (self if self.on else None)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        Acting.current = self.outer
+
+
+def twin(numpy_twin: Twin) -> Callable[[Callable], Callable]:
+    """Decorates a module class's `forward` with `numpy_twin(module, x)`, the same forward in numpy
+    (None where it cannot answer), for acting and for the mirror's walk through a network."""
+    def decorate(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def forward_or_twin(module: nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
+            acting = Acting.current
+            if acting is not None and not args and not kwargs:
+                out = answer(numpy_twin, module, x)
+                if out is not None:
+                    acting.answered = True
+                    return out
+            return forward(module, x, *args, **kwargs)
+
+        TWINS[forward_or_twin] = numpy_twin
+        return forward_or_twin
+    return decorate
+
+
+def twin_of(forward: Callable) -> Twin | None:
+    """The numpy twin of a module class's forward, or None."""
+    return TWINS.get(forward)
+
+
+def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
+    """module(x) computed by its twin, as a tensor on the result's memory; None where x is not a
+    float32 CPU tensor outside autograd, a global hook is set, or the twin cannot answer."""
+    if (type(x) is not torch.Tensor or x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad
+            or torch.is_grad_enabled() or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks):
+        return None
+    out = numpy_twin(module, x.numpy())
+    return None if out is None else torch.from_numpy(out)
 
 
 def call_mirror(owner: Any, method_name: str, x: np.ndarray) -> np.ndarray | None:
-    """`owner.<method_name>(x)` through its numpy twin, or None where it has none (the method
-    was overridden, replaced on the instance, or the network cannot be mirrored)."""
-    if method_name in vars(owner):
-        return None
-    twin = twin_of(getattr(type(owner), method_name))
-    return None if twin is None else twin(owner, x)
+    """`owner.<method_name>(x)` as acting computes it, or None where no forward pass it made ran
+    through a twin (torch computed all of it)."""
+    with torch.no_grad(), Acting() as acting:
+        out = getattr(owner, method_name)(torch.from_numpy(x))
+    return out.numpy() if acting.answered else None
 
 
 def numpy_forward(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
     """module(x) computed in numpy, or None where the module tree cannot be mirrored exactly."""
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return None
-    return _forward_tree(module, x)
+    return forward_tree(module, x)
 
 
-def _forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
+def forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
+    """`numpy_forward` without the check for global hooks, which the walk's start made."""
     if module._forward_hooks or module._forward_pre_hooks:
         return None
     kind = type(module)
     if kind is nn.Linear:
-        weight_t, bias = _view(module._parameters["weight"]), module._parameters["bias"]
+        weight_t, bias = view(module._parameters["weight"]), module._parameters["bias"]
         if weight_t is None:
             return None
         x = np.dot(x, weight_t)  # a fresh array: the in-place ops after it never touch the caller's input
         if bias is not None:
-            bias = _view(bias)
+            bias = view(bias)
             if bias is None:
                 return None
             x += bias
@@ -81,7 +134,7 @@ def _forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
         return activation(x)
     if kind.forward is nn.Sequential.forward:
         for child in module._modules.values():
-            x = _forward_tree(child, x)
+            x = forward_tree(child, x)
             if x is None:
                 return None
         return x
@@ -89,7 +142,7 @@ def _forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
     return None if twin is None else twin(module, x)
 
 
-def _view(param: torch.Tensor) -> np.ndarray | None:
+def view(param: torch.Tensor) -> np.ndarray | None:
     """A numpy view of a float32 CPU parameter (a weight matrix transposed), kept while its storage is."""
     address, shape = param.data_ptr(), param.shape
     cached = _views.get(id(param))
@@ -97,80 +150,12 @@ def _view(param: torch.Tensor) -> np.ndarray | None:
         return cached[2]
     if param.device.type != "cpu" or param.dtype != torch.float32:
         return None
-    view = param.detach().numpy()
-    view = view.T if view.ndim == 2 else view
+    array = param.detach().numpy()
+    array = array.T if array.ndim == 2 else array
     if id(param) not in _views:
         weakref.finalize(param, _views.pop, id(param), None)
-    _views[id(param)] = (address, shape, view)
-    return view
-
-
-# --- the twins, each the numpy form of the torch method it is keyed by -------------------------
-def q_network_forward(net: Any, obs: np.ndarray) -> np.ndarray | None:
-    return None if net.observation_encoder is not None else _forward_tree(net.net, obs)                # (B, A)
-
-
-def per_action_network_forward(net: Any, obs: np.ndarray) -> np.ndarray | None:
-    out = None if net.observation_encoder is not None else _forward_tree(net.net, obs)                 # (B, A * N)
-    return None if out is None else out.reshape(-1, net.num_actions, net.values_per_action)           # (B, A, N)
-
-
-def dueling_head_forward(head: Any, features: np.ndarray) -> np.ndarray | None:
-    value, advantage = _forward_tree(head.value, features), _forward_tree(head.advantage, features)  # (..., K), (..., A * K)
-    if value is None or advantage is None:
-        return None
-    A, K = head.num_actions, head.outputs_per_action
-    value = value.reshape(*value.shape[:-1], 1, K)                                                     # (..., 1, K)
-    advantage = advantage.reshape(*advantage.shape[:-1], A, K)                                         # (..., A, K)
-    q = value + advantage - advantage.mean(axis=-2, keepdims=True)                                     # (..., A, K)
-    return q.reshape(*q.shape[:-2], A * K)                                                             # (..., A * K)
-
-
-def noisy_linear_forward(layer: Any, x: np.ndarray) -> np.ndarray | None:
-    """The same products, in the same order, from the same parameters and the noise the layer holds."""
-    views = [_view(t) for t in (layer.weight_mu, layer.bias_mu, layer.weight_sigma, layer.bias_sigma)]
-    if any(v is None for v in views):
-        return None
-    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma = views                                           # (p, q), (q,), (p, q), (q,)
-    if not layer.noise_enabled:
-        return np.dot(x, weight_mu_t) + bias_mu
-    # f(eps) = sign(eps) sqrt(|eps|): exact in both libraries (sqrt is correctly rounded)
-    f_in, f_out = (np.sign(e) * np.sqrt(np.abs(e)) for e in (layer.epsilon_in.numpy(), layer.epsilon_out.numpy()))
-    bias = bias_mu + bias_sigma * f_out                                                                # (q,)
-    if x.size <= 8 * layer.in_features:
-        return np.dot(x, weight_mu_t) + bias + f_out * np.dot(x * f_in, weight_sigma_t)
-    return np.dot(x, weight_mu_t + weight_sigma_t * np.outer(f_in, f_out)) + bias
-
-
-def dqn_action_values(agent: Any, obs: np.ndarray) -> np.ndarray | None:
-    return numpy_forward(agent.q_net, obs)                                                             # (B, A)
-
-
-def qr_dqn_action_values(agent: Any, obs: np.ndarray) -> np.ndarray | None:
-    quantiles = numpy_forward(agent.q_net, obs)                                                        # (B, A, N)
-    # sum / N: ndarray.mean runs Python-level code on every call
-    return None if quantiles is None else quantiles.sum(axis=2) / agent.num_quantiles                 # (B, A)
-
-
-def c51_action_values(agent: Any, obs: np.ndarray) -> np.ndarray | None:
-    logits = numpy_forward(agent.q_net, obs)                                                           # (B, A, N)
-    if logits is None or agent.support.device.type != "cpu":
-        return None
-    probs = np.exp(logits - logits.max(axis=2, keepdims=True))                                         # softmax, as
-    probs /= probs.sum(axis=2, keepdims=True)                                                          # torch takes it
-    return np.dot(probs, agent.support.numpy())                                                        # (B, A)
-
-
-# where each torch method is defined -> its twin; tests/test_acting.py checks every name resolves
-TWINS: dict[str, Callable[[Any, np.ndarray], np.ndarray | None]] = {
-    "rl_hydra.networks.mlp.QNetwork.forward": q_network_forward,
-    "rl_hydra.networks.mlp.PerActionNetwork.forward": per_action_network_forward,
-    "rl_hydra.networks.dueling.DuelingHead.forward": dueling_head_forward,
-    "rl_hydra.networks.noisy.NoisyLinear.forward": noisy_linear_forward,
-    "rl_hydra.algos.dqn.DQN.action_values": dqn_action_values,
-    "rl_hydra.algos.qr_dqn.QRDQN.action_values": qr_dqn_action_values,
-    "rl_hydra.algos.c51.C51.action_values": c51_action_values,
-}
+    _views[id(param)] = (address, shape, array)
+    return array
 
 
 def probe() -> None:
