@@ -15,8 +15,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra import speed
-from rl_hydra.config import ConfigError, check_choice, check_int
+from rl_hydra.config import ConfigError, check_choice, check_int, plain_dict
 from rl_hydra.envs.learning import learning_signal
 from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
@@ -62,12 +61,13 @@ def _register_minatar() -> None:
     minatar.gym.register_envs()
 
 
-def _import(module: str) -> Callable[[], None]:
+def _import(module: str) -> Callable[[], object]:
     return lambda: importlib.import_module(module)   # the package registers its ids on import
 
 
 # id namespaces whose package registers its ids only when imported or asked: namespace -> (extra, register)
-NAMESPACES = {"ALE": ("atari", _register_ale), "MinAtar": ("minatar", _register_minatar)}
+NAMESPACES: dict[str, tuple[str, Callable[[], object]]] = {"ALE": ("atari", _register_ale),
+                                                            "MinAtar": ("minatar", _register_minatar)}
 # the same for ids that begin with a prefix: popgym-RepeatPreviousEasy-v0, MiniGrid-Empty-5x5-v0
 PREFIXES = {"popgym-": ("popgym", _import("popgym")), "MiniGrid-": ("minigrid", _import("minigrid")),
             "BabyAI-": ("minigrid", _import("minigrid"))}
@@ -77,6 +77,7 @@ def register_namespace(env_id: str) -> None:
     """Ids such as ALE/Pong-v5, MinAtar/Breakout-v1, popgym-... or MiniGrid-... register
     themselves: the package is loaded and registers its ids (or one line names the extra to install)."""
     namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+    prefix: str | None
     if namespace in NAMESPACES:
         prefix, (extra, register) = namespace + "/", NAMESPACES[namespace]
     else:
@@ -177,7 +178,7 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     observation, `ObservationParts` (a flat dict of parts; text dropped unless `env.keep_text`)."""
     check_extra(env_cfg)
     check_env_id(env_cfg.id)
-    kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) if env_cfg.get("kwargs") else {}
+    kwargs = plain_dict(env_cfg.kwargs) if env_cfg.get("kwargs") else {}
     wrappers = build_wrappers(env_cfg)
     keep_text = check_choice("env.keep_text", env_cfg.get("keep_text", False), (True, False))
     max_episode_steps = time_limit(env_cfg)
@@ -185,7 +186,7 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     def factory() -> gym.Env:
         try:
             # render_mode only when asked for: some envs (POPGym's) take no such argument
-            rendering = {} if render_mode is None else {"render_mode": render_mode}
+            rendering: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
             env = gym.make(env_cfg.id, max_episode_steps=max_episode_steps, **rendering, **kwargs)
         except gym.error.DependencyNotInstalled as error:
             raise ConfigError(missing_dependency(env_cfg.id, error)) from None
@@ -218,14 +219,17 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None, render
     """
     num_envs = num_envs or env_cfg.num_envs
     env = vector_env(env_cfg, [env_factory(env_cfg, render_mode)] * num_envs, seed, render_mode, vectorization)
-    _, info = env.reset(seed=[seed + i for i in range(num_envs)])
+    # gymnasium's VectorEnv types the seed an int; its vector envs (and EnvPoolAtari) take one per env
+    _, info = env.reset(seed=[seed + i for i in range(num_envs)])   # type: ignore[arg-type]
     env.action_space.seed(seed)
-    env.learning = learning_signal(env_cfg, num_envs, info)
-    env.time_limit = time_limit(env_cfg)
-    if say_time_limit and env.time_limit is not None and env_cfg.get("max_episode_steps") is None \
+    limit = time_limit(env_cfg)
+    # the run's own attributes on gymnasium's env (the loops read them with getattr)
+    env.learning = learning_signal(env_cfg, num_envs, info)   # type: ignore[attr-defined]
+    env.time_limit = limit   # type: ignore[attr-defined]
+    if say_time_limit and limit is not None and env_cfg.get("max_episode_steps") is None \
             and registered_time_limit(env_cfg.id) is None:
         log.info("env.id=%s has no time limit of its own: an episode ends after %d steps "
-                 "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)", env_cfg.id, env.time_limit)
+                 "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)", env_cfg.id, limit)
     return env
 
 

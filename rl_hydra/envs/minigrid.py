@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.envs.spaces import shape_of
 
 
 class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -19,12 +20,12 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
-        if not isinstance(space, gym.spaces.Dict) or "image" not in space.spaces or len(space["image"].shape) != 3:
+        if not isinstance(space, gym.spaces.Dict) or "image" not in space.spaces or len(shape_of(space["image"])) != 3:
             raise ConfigError(f"MiniGridImage needs MiniGrid's Dict observation with an (H, W, 3) image; the env has "
                               f"{space}")
         from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 
-        height, width, channels = space["image"].shape
+        height, width, channels = shape_of(space["image"])
         values = np.array([len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX)])[:channels]   # 11, 6, 3
         image = gym.spaces.MultiDiscrete(np.broadcast_to(values[:, None, None], (channels, height, width)),
                                          dtype=np.uint8)

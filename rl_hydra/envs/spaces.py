@@ -49,6 +49,14 @@ def check_observation_space(space: gym.Space) -> None:
                               f"to env.wrappers that turns them into one of these (docs/observations.md)")
 
 
+def shape_of(space: gym.Space) -> tuple[int, ...]:
+    """The shape of one value of `space`. Every space stored or encoded here has one; gymnasium's
+    type allows None, for spaces such as Text and Graph."""
+    if space.shape is None:
+        raise TypeError(f"{space} has no shape")
+    return space.shape
+
+
 def is_text(space: gym.Space) -> bool:
     """gymnasium's Text, or a space of strings of its own (MiniGrid's MissionSpace)."""
     return isinstance(space, gym.spaces.Text) or type(space).__name__ == "MissionSpace"
@@ -82,7 +90,7 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 def layout(space: gym.Space) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{part name: (shape of one observation, torch dtype stored)}."""
-    return {name: (tuple(part.shape), torch_dtype(storage_dtype(part))) for name, part in parts(space).items()}
+    return {name: (shape_of(part), torch_dtype(storage_dtype(part))) for name, part in parts(space).items()}
 
 
 def describe_layout(space: gym.Space) -> str:

@@ -24,7 +24,8 @@ _PLAIN = (bool, int, float, type(None))
 
 def can_capture(vec_env) -> bool:
     """Whether the envs are in this process (env.vectorization=sync) and of a capturable kind."""
-    return hasattr(vec_env, "envs") and all(type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES) for env in vec_env.envs)
+    return hasattr(vec_env, "envs") and all(type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES)
+                                            for env in vec_env.envs)
 
 
 def _captured(value) -> bool:

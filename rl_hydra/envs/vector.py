@@ -52,7 +52,8 @@ def envpool_atari_options(env_cfg: DictConfig) -> dict[str, Any]:
                           "use env.vectorization=async for other envs")
     pre, kwargs = env_cfg.preprocessing, env_cfg.get("kwargs") or {}
     frames = kwargs.get("max_num_frames_per_episode")
-    return {"task_id": env_id.removeprefix("ALE/"), "repeat_action_probability": kwargs.get("repeat_action_probability", 0.25),
+    return {"task_id": env_id.removeprefix("ALE/"),
+            "repeat_action_probability": kwargs.get("repeat_action_probability", 0.25),
             "full_action_space": kwargs.get("full_action_space", False), "noop_max": pre.noop_max,
             "frame_skip": pre.frame_skip, "img_height": pre.screen_size, "img_width": pre.screen_size,
             "stack_num": pre.frame_stack, "gray_scale": True, "use_fire_reset": False, "episodic_life": False,
@@ -98,7 +99,8 @@ class EnvPoolAtari(VectorEnv):
             ended = np.flatnonzero(done)
             final_obs = np.empty(self.num_envs, dtype=object)
             final_obs[ended] = list(obs[ended])
-            first_obs, *_, first_info = self.pool.step(np.zeros(len(ended), dtype=actions.dtype), ended.astype(np.int32))
+            no_ops = np.zeros(len(ended), dtype=actions.dtype)
+            first_obs, *_, first_info = self.pool.step(no_ops, ended.astype(np.int32))
             obs = obs.copy()
             obs[ended] = first_obs
             for key, value in self.keep(first_info).items():   # as the ended envs' reset reports it
