@@ -30,7 +30,7 @@ def action_kind(space: gym.Space) -> str | None:
     return None
 
 
-def import_class(target: Any, key: str) -> type:
+def import_class(target: Any, key: str) -> type[Any]:
     try:
         return get_class(str(target))
     except Exception as error:  # noqa: BLE001 - any import failure: one line naming the key
@@ -64,7 +64,7 @@ def check_fit(cfg: DictConfig, action_space: gym.Space, choice) -> Capabilities:
 
 def check_network(network: DictConfig, can: Capabilities, algo: str, option: str) -> None:
     """The network group builds the class (or the parts) the algorithm builds on, or a subclass."""
-    wanted = can.network if isinstance(can.network, dict) else {"": can.network}
+    wanted = {"": can.network} if isinstance(can.network, str) else can.network
     has_parts = "_target_" not in network
     for part, class_name in wanted.items():
         node = network.get(part) if part else (None if has_parts else network)
@@ -72,7 +72,7 @@ def check_network(network: DictConfig, can: Capabilities, algo: str, option: str
         if target is None or not issubclass(import_class(target, f"network.{part}._target_" if part
                                                           else "network._target_"), get_class(class_name)):
             needs = ", ".join(f"{p}: {c}" if p else c for p, c in wanted.items())
-            builds = (", ".join(f"{p}: {node._target_}" for p, node in network.items()
+            builds = (", ".join(f"{p!s}: {node._target_}" for p, node in network.items()
                                 if isinstance(node, DictConfig) and "_target_" in node) or "no network class"
                       if has_parts else network.get("_target_"))
             raise ConfigError(f"network={option} builds {builds}, but algo={algo} builds on {needs}; "
@@ -91,7 +91,7 @@ def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> 
 
 
 @functools.lru_cache(maxsize=None)
-def algo_options() -> dict[str, type]:
+def algo_options() -> dict[str, type[Any]]:
     """{option: class} for the algo options (conf/algo/*.yaml) whose class imports and declares
     its capabilities; each option's `_target_` as Hydra composes it (`base/c51@_here_` followed)."""
     options = {}

@@ -25,11 +25,26 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.runs import provenance
 from rl_hydra.runs.provenance import Session
+from rl_hydra.runs.record import (
+    algo_class_name,
+    check_same_config,
+    record_config,
+    record_refusal,
+    remove_debris,
+    remove_refused_run,
+)
+from rl_hydra.runs.run_dir import (
+    DISK_FULL,
+    RunBusy,
+    RunDirectory,
+    RunError,
+    RunLock,
+    WriteFailed,
+    atomic_write_text,
+    no_follow,
+    resume_command,
+)
 from rl_hydra.runs.sweep_parent import sweep_job
-from rl_hydra.runs.record import (algo_class_name, check_same_config, record_config, record_refusal,
-                                  remove_debris, remove_refused_run)
-from rl_hydra.runs.run_dir import (DISK_FULL, RunBusy, RunDirectory, RunError, RunLock, WriteFailed, atomic_write_text,
-                                   no_follow, resume_command)
 
 log = logging.getLogger("rl_hydra")
 
@@ -110,8 +125,8 @@ def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, over
     if not resume and directory.holds_output():
         check_same_config(directory, cfg, overrides)
     provenance.read(directory)   # a damaged provenance.json is refused before the run writes to it
-    summary = directory.read_summary()
-    finished = bool(summary) and summary.get("status") == "completed" and (
+    summary = directory.read_summary() or {}
+    finished = summary.get("status") == "completed" and (
         summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
     if finished and config_changes:
         reached = (f"was solved at step {summary['solved_at_step']}" if summary.get("solved_at_step") is not None

@@ -13,16 +13,24 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rl_hydra.config import (LARGEST_EPISODES, LARGEST_SEED, ConfigError, check_choice, check_int,
-                             resolve_device)
-from rl_hydra.runs.aggregate import (aggregate, shown_return, configuration_of, csv_text, distinguishing_labels, eval_curve,
-                                     markdown_table, plot_learning_curves, run_dirs,
-                                     tracker_store_in)
+from rl_hydra.config import LARGEST_EPISODES, LARGEST_SEED, ConfigError, check_choice, check_int, resolve_device
 from rl_hydra.run import CHECKPOINTS, load_run
 from rl_hydra.runs import provenance
+from rl_hydra.runs.aggregate import (
+    aggregate,
+    configuration_of,
+    csv_text,
+    distinguishing_labels,
+    eval_curve,
+    markdown_table,
+    plot_learning_curves,
+    run_dirs,
+    shown_return,
+    tracker_store_in,
+)
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_bytes
 from rl_hydra.runs.trust import read_config
 
@@ -56,12 +64,13 @@ def check_keys(argv: list[str], allowed: list[str]) -> None:
             raise ConfigError(f"{key} is not a key of evaluate; {hint}(keys: {', '.join(allowed)})")
 
 
-def parse_args(argv: list[str], defaults: Path):
+def parse_args(argv: list[str], defaults: Path) -> DictConfig:
     """The evaluate config, every value checked before anything is read or written."""
     cfg = OmegaConf.load(defaults)
+    assert isinstance(cfg, DictConfig)   # conf/evaluate.yaml is a mapping
     check_keys(argv, list(cfg))
     try:
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(argv))
+        cfg.merge_with(OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as error:
         raise ConfigError(str(error).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg, "run_dir"):

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
+from rl_hydra.envs.spaces import shape_of
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
 from rl_hydra.runs.trust import read_config
@@ -36,6 +37,7 @@ class Run:
         self.device = resolve_device(device)
         state = self.directory.load_checkpoint(checkpoint, map_location=self.device)
         env = make_env(self.cfg.env, seed=0, num_envs=1, vectorization="sync")  # its spaces and wrappers
+        assert isinstance(env, gym.vector.SyncVectorEnv)
         self.observation_space = env.single_observation_space
         self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
         # how the env turns gymnasium's Dict or Tuple observations into a flat dict of parts (its
@@ -87,13 +89,13 @@ class Run:
                     obs = wrapper.observation(obs)
             obs = {key: np.asarray(obs[key]) for key in space.spaces}
             key, part = next(iter(space.spaces.items()))
-            single = obs[key].ndim == len(part.shape)
+            single = obs[key].ndim == len(shape_of(part))
             batch = {k: v[None] for k, v in obs.items()} if single else obs
         else:
             obs = np.asarray(obs)
             if isinstance(space, gym.spaces.Box) and not is_raw_pixels(obs):
                 obs = obs.astype(np.float32, copy=False)
-            single = obs.ndim == len(space.shape)
+            single = obs.ndim == len(shape_of(space))
             batch = obs[None] if single else obs
         with torch.no_grad():
             actions, state = self.agent.act(batch, state, explore=not deterministic)

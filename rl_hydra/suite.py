@@ -68,6 +68,7 @@ def load_suite(name: str) -> Suite:
     if not path.is_file():
         raise ConfigError(f"suite {name!r} does not exist; choose one of: {', '.join(suite_names())}")
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    assert isinstance(raw, dict)   # a suite file is a mapping: rows, seeds
     rows = []
     for i, entry in enumerate(raw.get("rows") or []):
         unknown = set(entry) - set(Row.__dataclass_fields__)

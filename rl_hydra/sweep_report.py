@@ -68,7 +68,8 @@ def failures_of(record: Path, sweep_id: str) -> list[str]:
 
 class SweepFailures(Callback):
     def __init__(self) -> None:
-        self.sweep_id, self.previous = uuid.uuid4().hex, None
+        self.sweep_id = uuid.uuid4().hex
+        self.previous: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.previous = os.environ.get(SWEEP_ID)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -36,9 +37,11 @@ def record_gif(run, path: Path, seed: int = 0, max_frames: int = 1000, fps: int 
     except ImportError as error:
         raise RunError(f"video=true needs {error.name}: pip install 'rl-hydra[video]'") from None
     env = make_env(run.cfg.env, seed=seed, num_envs=1, render_mode="rgb_array")
+    assert isinstance(env, gym.vector.SyncVectorEnv)   # rendering steps the envs in this process
     try:
         obs, _ = env.reset(seed=[seed])
-        frames, state, done = [env.envs[0].render()], None, False
+        frames: list[Any] = [env.envs[0].render()]   # rgb_array frames (gymnasium types render loosely)
+        state, done = None, False
         while not done and len(frames) < max_frames:
             actions, state = run.agent.act(obs, state, explore=False)
             obs, _, terminated, truncated, _ = env.step(actions)
