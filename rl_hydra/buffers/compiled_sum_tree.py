@@ -27,7 +27,7 @@ from rl_hydra.config import ConfigError, check_choice
 try:
     import numba
 except ImportError:  # the numpy tree serves
-    numba = None
+    numba = None   # type: ignore[assignment]  # the module's name, None without it
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.device import to_device
 from rl_hydra.config import ConfigError
+from rl_hydra.envs.spaces import shape_of
 
 
 def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
@@ -56,7 +57,7 @@ class SharedFrames:
 
     def __init__(self, capacity: int, observation_space: gym.Space, num_envs: int, device: torch.device):
         self.capacity, self.num_envs, self.device = capacity, num_envs, torch.device(device)
-        self.stack, *frame_shape = tuple(observation_space.shape)
+        self.stack, *frame_shape = shape_of(observation_space)
         self.frame_shape = tuple(frame_shape)
         self.frames = speed.zeros({"frames": ((capacity, *frame_shape), torch.uint8)}, self.device)["frames"]
         self.starts = np.zeros(capacity, dtype=bool)
@@ -72,7 +73,7 @@ class SharedFrames:
     @staticmethod
     def row_bytes(observation_space: gym.Space) -> int:
         """Bytes a row takes: a frame, its start flag, its two slots."""
-        return int(np.prod(observation_space.shape[1:])) + 1 + 2 * 8
+        return int(np.prod(shape_of(observation_space)[1:])) + 1 + 2 * 8
 
     def grow(self, count: int) -> None:
         """Room for `count` more stacks in the pool (at least doubling it)."""
@@ -184,7 +185,7 @@ class FrameRings:
     """
 
     def __init__(self, num_envs: int, frames_per_env: int, observation_space: gym.Space):
-        self.stack, *frame_shape = tuple(observation_space.shape)
+        self.stack, *frame_shape = shape_of(observation_space)
         self.frames_per_env = frames_per_env
         self.frames = speed.zeros({"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)},
                                         torch.device("cpu"))["frames"].numpy()   # (n, K, H, W)

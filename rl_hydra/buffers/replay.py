@@ -58,13 +58,14 @@ def check_host_memory(total_bytes: int, device: torch.device, capacity: int, byt
     a GPU's free memory)."""
     log.info("%s: %d %ss x %s = %s%s%s", kind, capacity, row, human_bytes(bytes_per_row), human_bytes(total_bytes),
              detail, f", in {device}'s memory" if device.type == "cuda" else "")
+    available: int | None
     if device.type == "cuda":
         available, where = torch.cuda.mem_get_info(device)[0], f"{device} has"
     else:
         available, where = (available_memory() if device.type == "cpu" else None), "this machine has"
     if available is not None and total_bytes > available:
-        raise DeviceMemoryShort(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} ({human_bytes(bytes_per_row)} "
-                                f"per {row}) but {where} {human_bytes(available)} free; "
+        raise DeviceMemoryShort(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} "
+                                f"({human_bytes(bytes_per_row)} per {row}) but {where} {human_bytes(available)} free; "
                                 f"lower buffer.capacity (at most {available // bytes_per_row})")
 
 
@@ -104,7 +105,7 @@ def split_rows(value, size: int) -> list:
 def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     if isinstance(action_space, gym.spaces.Discrete):
         return (), torch.int64
-    return tuple(action_space.shape), torch.float32
+    return spaces.shape_of(action_space), torch.float32
 
 
 class ReplayBuffer:
@@ -131,7 +132,7 @@ class ReplayBuffer:
         # (and, with shared frames, the row after it, which holds its next observation) and its
         # frame history (the stack's older frames)
         self.lookahead = self.n_step - 1 + int(share)
-        self.lookbehind = observation_space.shape[0] - 1 if share else 0
+        self.lookbehind = spaces.shape_of(observation_space)[0] - 1 if share else 0
         if (self.lookahead or self.lookbehind) and self.capacity % num_envs:
             # a step of an env is num_envs rows after the one before only if the ring holds whole vector steps
             self.capacity += num_envs - self.capacity % num_envs
@@ -212,14 +213,15 @@ class ReplayBuffer:
             self.frames.add(frame_rows, as_numpy(obs), as_numpy(next_obs),
                             as_numpy(terminated).astype(bool) | as_numpy(truncated).astype(bool))
             values = (actions, rewards, terminated, truncated)
+        rows: slice | torch.Tensor
         if self.pos + n <= self.capacity:
             rows = slice(self.pos, self.pos + n)
         else:  # wraps around the end
             rows = torch.arange(self.pos, self.pos + n, device=self.rows_device) % self.capacity
         if self.host_views is not None:
-            rows = rows if isinstance(rows, slice) else rows.numpy()
+            host_rows = rows if isinstance(rows, slice) else rows.numpy()
             for view, value in zip(self.host_views, values):
-                view[rows] = value.cpu().numpy() if torch.is_tensor(value) else value
+                view[host_rows] = value.cpu().numpy() if torch.is_tensor(value) else value
         else:
             for column, value in zip(self.storage.values(), values):
                 column[rows] = to_device(torch.as_tensor(value, dtype=column.dtype), self.rows_device)
@@ -249,7 +251,7 @@ class ReplayBuffer:
                 columns = [column[idx] for column in self.storage.values()]
             k = len(self.parts)   # the columns: obs parts, actions, rewards, next_obs parts, terminated, truncated
             return Batch(spaces.join(self.parts, columns[:k]), columns[k], columns[k + 1],
-                         spaces.join(self.parts, columns[k + 2: 2 * k + 2]), *columns[2 * k + 2:],
+                         spaces.join(self.parts, columns[k + 2: 2 * k + 2]), columns[2 * k + 2], columns[2 * k + 3],
                          discounts=discounts, weights=weights, indices=idx)
         return self.n_step_batch(idx, weights)
 

@@ -66,7 +66,7 @@ class SequenceBuffer:
         total = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values())
         self.frames: FrameRings | None = None
         if share:   # each env's frames once; a chunk is its env and first frame (int64 each)
-            frames_per_env = -(-capacity // num_envs) * stride + length + observation_space.shape[0]
+            frames_per_env = -(-capacity // num_envs) * stride + length + spaces.shape_of(observation_space)[0]
             self.frames = FrameRings(num_envs, frames_per_env, observation_space)
             self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
             self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
@@ -131,7 +131,7 @@ class SequenceBuffer:
         done = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
         if self.frames is not None:
             self.frames.end_episodes(np.flatnonzero(done))
-        for i in np.flatnonzero(done | (self.open_length == self.sequence_length)):
+        for i in np.flatnonzero(done | (self.open_length == self.sequence_length)).tolist():
             self._store(i)
             if done[i]:
                 self.open_length[i], self.open_episode_start[i] = 0, True
@@ -213,6 +213,7 @@ class SequenceBuffer:
     def state_dict(self) -> dict:
         """Stored chunks and each env's open chunk, so that a resumed run goes on exactly. On the
         CPU the chunks are views, one tensor per time step, not copies (see ReplayBuffer.state_dict)."""
+        stored: dict[str, list[torch.Tensor] | torch.Tensor]
         if self.device.type == "cpu":   # column[t, :size] is contiguous; a tensor of just its bytes
             stored = {key: [torch.from_numpy(column[t, : self.size].numpy()) for t in range(len(column))]
                       for key, column in self.steps.items()}
