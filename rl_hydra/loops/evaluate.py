@@ -44,7 +44,8 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop
     """
     n = env.num_envs
     max_steps = max_steps or max(EVAL_STEP_CAP, getattr(env, "time_limit", None) or 0)
-    obs, _ = env.reset(seed=[seed + i for i in range(n)])
+    # one seed per env, as gymnasium's vector envs take them (VectorEnv's signature says int)
+    obs, _ = env.reset(seed=[seed + i for i in range(n)])   # type: ignore[arg-type]
     state = None
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     running = np.ones(n, dtype=bool)
@@ -80,7 +81,7 @@ class Evaluator:
 
     def __init__(self, env_cfg, seed: int, episodes: int, stop_at_return: float | None):
         self.env_cfg, self.seed, self.episodes, self.stop_at_return = env_cfg, seed, episodes, stop_at_return
-        self.env = None
+        self.env: VectorEnv | None = None
         self.rounds = 0
         self.best_return = -math.inf
         self.last: dict[str, float] | None = None

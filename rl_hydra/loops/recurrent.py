@@ -8,8 +8,11 @@ Runner evaluates (a greedy recurrent rollout), logs and checkpoints on schedule.
 
 from __future__ import annotations
 
+from typing import cast
+
 from rl_hydra.config import ConfigError
 from rl_hydra.loops.runner import Runner
+from rl_hydra.protocols import RecurrentAgent, SequenceBuffer
 
 
 def check_sequences(agent, buffer) -> None:
@@ -24,7 +27,9 @@ def check_sequences(agent, buffer) -> None:
 
 
 def loop(runner: Runner) -> None:
-    agent, buffer, rollout = runner.agent, runner.buffer, runner.rollout
+    # the run was built for a recurrent agent and a sequence buffer (fit.py checks capabilities.recurrent)
+    agent, buffer = cast(RecurrentAgent, runner.agent), cast(SequenceBuffer, runner.buffer)
+    rollout = runner.rollout
     action_space = rollout.env.action_space
     check_sequences(agent, buffer)
     rollout.start()
@@ -35,8 +40,9 @@ def loop(runner: Runner) -> None:
         rollout.actor_state = tuple(s.to(agent.device) for s in rollout.actor_state)
     while not runner.done:
         warming_up = runner.global_step < agent.learning_starts
-        state = rollout.actor_state
-        actions, next_state = agent.act(rollout.obs, state, explore=not warming_up)
+        state, obs = rollout.actor_state, rollout.obs
+        assert obs is not None   # start() set it
+        actions, next_state = agent.act(obs, state, explore=not warming_up)
         if warming_up:  # random actions, while the state still follows the observations
             actions = action_space.sample()
         step = rollout.step(actions)

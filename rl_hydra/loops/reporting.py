@@ -37,7 +37,7 @@ class Reporter:
                         "eval/return_mean", "eval/return_std", "eval/length_mean"]
         self.csv, *others = loggers.values()
         self.others = dict(zip(list(loggers)[1:], others))
-        self.progress = None
+        self.progress: tqdm | None = None
 
     def start(self, step: int) -> None:
         """Open the loggers; a resumed run (step > 0) drops rows logged after its checkpoint."""
@@ -66,6 +66,7 @@ class Reporter:
         text = f"{sps:,.0f} steps/s"
         if eval_return is not None:
             text += f", eval return {eval_return:.1f}"
+        assert self.progress is not None, "start() first"
         self.progress.set_postfix_str(text, refresh=False)
         self.progress.update(step - self.progress.n)
 
@@ -80,6 +81,7 @@ class Reporter:
         """Close the bar at the run's last row, so that the lines logged after it (the last
         checkpoint, "finished: ...") start on lines of their own. A run stopped early by
         train.stop_at_return ends full at the step it reached, marked "solved", not part-way."""
+        assert self.progress is not None, "start() first"
         if step < self.progress.total:
             self.progress.total = step
             self.progress.set_description("solved", refresh=False)

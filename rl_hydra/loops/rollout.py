@@ -39,7 +39,7 @@ class Rollout:
     """The loop acts on `obs` (and, for a recurrent actor, `actor_state`, which the loop keeps
     current); `step` moves the env and the episode statistics on."""
 
-    def __init__(self, env):
+    def __init__(self, env) -> None:
         self.env = env
         self.learning = getattr(env, "learning", None)   # see envs/learning.py
         self.episodes = EpisodeStats(env.num_envs)
@@ -56,10 +56,12 @@ class Rollout:
             if self.learning is not None:
                 self.learning.start(info)
         self._restored = False
+        assert self.obs is not None   # reset, or restored
         return self.obs
 
     def step(self, actions: np.ndarray) -> Step:
         obs = self.obs
+        assert obs is not None, "start() first"
         next_obs, rewards, terminated, truncated, info = self.env.step(actions)
         done = terminated | truncated
         self.episodes.record(rewards, done)

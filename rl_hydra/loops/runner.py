@@ -39,7 +39,8 @@ class Runner:
         self.run_dir = RunDirectory(run_dir)
         self.schedule = Schedule(train.total_steps, train.eval_every, train.log_every, train.checkpoint_every)
         self.rollout = Rollout(env)
-        self.prioritized = hasattr(buffer, "update_priorities")
+        # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
+        self.update_priorities = getattr(buffer, "update_priorities", None)
         self.monitor = UpdateMonitor(torch.device(getattr(agent, "device", "cpu")).type == "cpu",
                                      divergence_hint(cfg))
         self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
@@ -90,8 +91,8 @@ class Runner:
         is drawn), and the metrics are kept."""
         metrics = self.agent.update(batch)
         priorities = metrics.pop("priorities", None)
-        if self.prioritized:
-            self.buffer.update_priorities(batch.indices, priorities)
+        if self.update_priorities is not None:
+            self.update_priorities(batch.indices, priorities)
         self.record_update(metrics)
 
     def record_update(self, metrics: dict[str, Any]) -> None:
@@ -130,10 +131,10 @@ class Runner:
     def write_row(self, with_eval: bool) -> None:
         row = {"time/elapsed_s": round(self.elapsed, 3), **self.rollout.episodes.row(),
                **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()}}
-        if with_eval:
-            row.update(self.evaluator.last)
-        last = self.evaluator.last
-        self.reporter.write(self.global_step, row, last and last["eval/return_mean"])
+        last = self.evaluator.last   # None before the first evaluation
+        if with_eval and last is not None:
+            row.update(last)
+        self.reporter.write(self.global_step, row, None if last is None else last["eval/return_mean"])
 
     # --- checkpoints and summary ------------------------------------------------------
     def state_dict(self, with_buffer: bool) -> dict[str, Any]:
