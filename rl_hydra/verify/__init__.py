@@ -28,10 +28,25 @@ from omegaconf import DictConfig
 from rl_hydra.config import ConfigError, check_int, validate_run_config
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
-from rl_hydra.verify.compare import (compare_checkpoints, compare_columns, compare_rows, compare_summaries,
-                                     provenance_differences)
-from rl_hydra.verify.record import (Differs, Metrics, Segment, config_segments, read_checkpoints, read_choices,
-                                    read_metrics, read_sessions, replay_limit, step_of)
+from rl_hydra.verify.compare import (
+    compare_checkpoints,
+    compare_columns,
+    compare_rows,
+    compare_summaries,
+    provenance_differences,
+)
+from rl_hydra.verify.record import (
+    Differs,
+    Metrics,
+    Segment,
+    config_segments,
+    read_checkpoints,
+    read_choices,
+    read_metrics,
+    read_sessions,
+    replay_limit,
+    step_of,
+)
 from rl_hydra.verify.scratch import scratch_directory, stop_on_signal, stopped_line
 
 DEFAULT_STEPS = 5000   # the default window's length, unless the first update falls later: a check, not a rerun
@@ -61,8 +76,8 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
             raise Differs("metrics.csv is missing or holds no rows, though the run has checkpoints or a summary")
         checkpoints = read_checkpoints(directory, metrics, segments[0].cfg, sessions)
         choices = read_choices(directory)
-    except Differs as difference:
-        return Verdict(False, f"{directory.path} does not match its record: {difference}")
+    except Differs as damaged:
+        return Verdict(False, f"{directory.path} does not match its record: {damaged}")
     device, rtol, device_note = pick_device(segments[0].cfg, sessions[0] if sessions else {}, rtol)
     segments = [Segment(segment.start, rerun_config(segment.cfg, device)) for segment in segments]
     limit = replay_limit(segments, sessions)
@@ -102,7 +117,9 @@ def window(cfg: DictConfig, metrics: Metrics, checkpoints: dict[str, dict], step
         target = default_window(cfg, recorded, best)
     else:
         target = int(steps)
-    return max(min(target, recorded[-1], math.inf if limit is None else limit), recorded[0])
+    if limit is not None:
+        target = min(target, limit)
+    return max(min(target, recorded[-1]), recorded[0])
 
 
 def default_window(cfg: DictConfig, recorded: list[int], best: int | None) -> int:
@@ -186,7 +203,7 @@ def compare_record(directory: RunDirectory, metrics: Metrics, checkpoints: dict[
     rerun_metrics = read_metrics(rerun_dir)
     difference = compare_columns(metrics.columns, rerun_metrics.columns) or \
         compare_rows(metrics.up_to(target), rerun_metrics.up_to(target), rtol)
-    compared = []
+    compared: list[str] = []
     for name, recorded in checkpoints.items():
         step = step_of(recorded)
         if difference or step > target or (name == "last" and step != target):
@@ -219,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     steps = args.steps if args.steps in (None, "all") else int(args.steps)
     with stop_on_signal(args.run_dir):
-        from rl_hydra.loops.monitor import StopRequested   # imports torch: a stop may come meanwhile
+        from rl_hydra.loops.monitor import StopRequested  # imports torch: a stop may come meanwhile
 
         try:
             verdict = verify_run(args.run_dir, steps, args.rtol)

@@ -224,7 +224,7 @@ def expected_checkpoints(summary: dict[str, Any], metrics: Metrics, cfg: DictCon
 
 def finite(text: str | None) -> bool:
     try:
-        return math.isfinite(float(text))
+        return text is not None and math.isfinite(float(text))
     except (TypeError, ValueError):
         return False
 
