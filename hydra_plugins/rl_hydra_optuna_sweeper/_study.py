@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -71,10 +71,12 @@ def searched_key(override: Override, grid: bool = False) -> SearchedKey:
         if grid:
             raise CompactHydraException(f"{key}={spec}: the grid sampler needs a list of values for every "
                                         "searched key (choice(...) or range(...)), not an interval")
-        if isinstance(sweep.start, int) and isinstance(sweep.end, int):
-            return SearchedKey(key, spec, IntDistribution(sweep.start, sweep.end, log=log_scale))
-        return SearchedKey(key, spec, FloatDistribution(float(sweep.start), float(sweep.end), log=log_scale))
-    values = list(override.sweep_iterator())
+        start, end = sweep.start, sweep.end
+        assert start is not None and end is not None   # interval(a, b) has both ends
+        if isinstance(start, int) and isinstance(end, int):
+            return SearchedKey(key, spec, IntDistribution(start, end, log=log_scale))
+        return SearchedKey(key, spec, FloatDistribution(float(start), float(end), log=log_scale))
+    values: list[Any] = list(override.sweep_iterator())   # whatever Hydra parsed: told apart below
     if not values:
         raise CompactHydraException(f"{key}={spec} has no values")
     if isinstance(sweep, RangeSweep) and not grid:
@@ -184,7 +186,8 @@ class StudySweep:
 
     def open_study(self) -> optuna.Study:
         kwargs = self.sampler_kwargs()
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage, directions=self.directions,
+        study = optuna.create_study(study_name=self.study_name, storage=self.storage,
+                                    directions=self.directions,   # type: ignore[arg-type]  # directions_of checked them
                                     sampler=optuna.samplers.RandomSampler(), load_if_exists=True)
         stored = [d.name.lower() for d in study.directions]
         if stored != self.directions:
@@ -200,6 +203,7 @@ class StudySweep:
         """The sampler from its config keys that are set, less those it does not take (a preset's
         n_startup_trials with hydra/sweeper/sampler=random), in a log line."""
         target = get_object(kwargs["_target_"])
+        parameters: Mapping[str, inspect.Parameter]
         try:
             parameters = inspect.signature(target).parameters
         except (TypeError, ValueError):   # no signature to read: pass every key
@@ -221,8 +225,10 @@ class StudySweep:
         keys = [entry.key for entry in searched]
         seen = {tuple(t.params[k] for k in keys) for t in study.get_trials(deepcopy=False)
                 if all(k in t.params for k in keys)}
-        points = product(*(entry.distribution.choices for entry in searched))   # type: ignore[attr-defined]
-        size = math.prod(len(entry.distribution.choices) for entry in searched)  # type: ignore[attr-defined]
+        # a grid's keys are all categorical (searched_key), each with its values in the order written
+        choices = [entry.distribution.choices for entry in searched]   # type: ignore[attr-defined]
+        points = product(*choices)
+        size = math.prod(len(values) for values in choices)
         log.info(f"grid of {size} points, {len(seen)} of them in the study already")
         for point in points:
             if point not in seen:
