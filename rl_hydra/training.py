@@ -247,7 +247,8 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
         return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
 
 
-def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready, stop_after) -> dict[str, Any]:
+def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready,
+         stop_after) -> dict[str, Any]:
     checkpoint = run_dir.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):

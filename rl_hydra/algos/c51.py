@@ -11,7 +11,6 @@ optimiser step and checkpoints are DQN's.
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Callable, ClassVar
 
 import torch
@@ -48,7 +47,8 @@ def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, disc
 
 class C51(DQN):
     name: ClassVar[str] = "c51"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.categorical.CategoricalNetwork")
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
+                                                   network="rl_hydra.networks.categorical.CategoricalNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 

@@ -93,7 +93,7 @@ class DRQN(DQN):
     def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
         """(the batch loss, None: no replay priorities from a sequence batch, metrics)."""
         counted = batch.mask.clone()                                                 # (L, B)
-        counted[: self.burn_in] *= batch.episode_start.float()                       # burn-in steps count only in episode openers
+        counted[: self.burn_in] *= batch.episode_start.float()   # burn-in steps count only in episode openers
         q_values = self.unroll(batch)                                                # (L + 1, B, A)
         q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)       # (L, B)
         with torch.no_grad():

@@ -11,7 +11,6 @@ target syncs, the optimiser step and checkpoints are DQN's.
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -29,7 +28,8 @@ from rl_hydra.runs.rng import restore_generator
 
 class IQN(DQN):
     name: ClassVar[str] = "iqn"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.ImplicitQuantileNetwork")
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
+                                                   network="rl_hydra.networks.quantile.ImplicitQuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "quantile_loss", "sample_taus",

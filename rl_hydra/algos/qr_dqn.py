@@ -10,7 +10,6 @@ checkpoints are DQN's.
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Callable, ClassVar
 
 import torch
@@ -43,7 +42,8 @@ def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
 class QRDQN(DQN):
     name: ClassVar[str] = "qr_dqn"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities, network="rl_hydra.networks.quantile.QuantileNetwork")
+    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
+                                                   network="rl_hydra.networks.quantile.QuantileNetwork")
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 

@@ -2,11 +2,11 @@
 
 | fast path | module | plain path | rests on |
 |---|---|---|---|
-| `adam` | lean_adam.py | `torch.optim.Adam(fused=True)` | `torch._fused_adam_`, the optimizer hook registries, `profile_hook_step` |
+| `adam` | lean_adam.py | `torch.optim.Adam(fused=True)` | `torch._fused_adam_`, the hook registries |
 | `mirror` | numpy_mirror.py | the torch forward pass | `nn.Module`'s hook and child dicts |
 | `host_memory` | host_memory.py | `torch.zeros` | `mmap.MADV_HUGEPAGE`, `torch.frombuffer`, `nn.Module._apply` |
 | `vector_env` | vector_env.py | gymnasium's `SyncVectorEnv.step` | `SyncVectorEnv`'s private step buffers |
-| `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, run eagerly | `torch.cuda.CUDAGraph` and its generator registration |
+| `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, eager | `torch.cuda.CUDAGraph`, generator registration |
 | `foreach` | foreach.py | a loop over the tensors | `torch._foreach_norm`, `_mul_`, `_copy_`, `_lerp_` |
 | `quantile_huber` | quantile_huber.py | losses.py's formula, through autograd | a gradient derived by hand |
 

@@ -56,7 +56,8 @@ def replayable(agent: Any) -> bool:
 
 def generators(agent: Any) -> list[torch.Generator]:
     """The agent's own CUDA generators (its default generator is registered by torch itself)."""
-    return [value for value in vars(agent).values() if isinstance(value, torch.Generator) and value.device.type == "cuda"]
+    return [value for value in vars(agent).values()
+            if isinstance(value, torch.Generator) and value.device.type == "cuda"]
 
 
 class GraphedStep:

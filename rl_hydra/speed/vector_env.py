@@ -61,8 +61,8 @@ def probe() -> None:
         for _ in range(60):   # constant pushes end CartPole's episodes within ~10 steps
             ours, theirs = lean.step(np.ones(2, np.int64)), plain.step(np.ones(2, np.int64))
             same = all(np.array_equal(a, b) for a, b in zip(ours[:4], theirs[:4])) and set(ours[4]) == set(theirs[4])
-            if not same or ("final_obs" in theirs[4] and not all(
-                    np.array_equal(a, b) for a, b in zip(ours[4]["final_obs"], theirs[4]["final_obs"]) if b is not None)):
+            final = zip(ours[4].get("final_obs", ()), theirs[4].get("final_obs", ()))
+            if not same or not all(np.array_equal(a, b) for a, b in final if b is not None):
                 raise ValueError("its step returns something else than SyncVectorEnv.step")
             ended = ended or "final_obs" in theirs[4]
         if not ended:
