@@ -18,8 +18,8 @@ from rl_hydra import speed
 
 def argmax_actions(action_values: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor) -> np.ndarray:
     """argmax_a action_values(obs)[b, a] for each row b: obs (n, ...) -> actions (n,)."""
-    with torch.no_grad(), speed.acting():
+    with speed.acting():   # without autograd
         values = action_values(obs)                                           # (n, A)
-    if values.device.type == "cpu":   # the same first index of the maximum, without torch's per-op dispatch
+    if values.is_cpu:   # the same first index of the maximum, without torch's per-op dispatch
         return values.numpy().argmax(axis=1)
     return values.argmax(dim=1).cpu().numpy()

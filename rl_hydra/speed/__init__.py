@@ -120,8 +120,8 @@ def numpy_twin(twin: numpy_mirror.Twin) -> Callable[[Callable], Callable]:
 
 
 def acting() -> numpy_mirror.Acting:
-    """A block in which an agent chooses actions: the forward passes with a numpy twin run in numpy
-    where the mirror is on (the rest of the agent's code runs in torch on their results)."""
+    """A block without autograd in which an agent chooses actions: the forward passes with a numpy
+    twin run in numpy where the mirror is on (the rest of the agent's code runs in torch on their results)."""
     return numpy_mirror.Acting(active("mirror"))
 
 

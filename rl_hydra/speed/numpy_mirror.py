@@ -48,8 +48,9 @@ TWINS: dict[Callable, Twin] = {}
 
 
 class Acting:
-    """Inside the block, decorated forwards answer through their twins where they can; `answered`
-    says afterwards whether one did. Nested blocks restore the outer one's setting."""
+    """A block without autograd in which decorated forwards answer through their twins where they
+    can (`on`); `answered` says afterwards whether one did. Nested blocks restore the outer one's
+    settings."""
 
     current: "Acting | None" = None
 
@@ -58,10 +59,13 @@ class Acting:
 
     def __enter__(self) -> "Acting":
         self.outer, Acting.current = Acting.current, (self if self.on else None)
+        self.grad = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
         return self
 
     def __exit__(self, *exc_info) -> None:
         Acting.current = self.outer
+        torch.set_grad_enabled(self.grad)
 
 
 def twin(numpy_twin: Twin) -> Callable[[Callable], Callable]:
@@ -91,7 +95,7 @@ def twin_of(forward: Callable) -> Twin | None:
 def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
     """module(x) computed by its twin, as a tensor on the result's memory; None where x is not a
     float32 CPU tensor outside autograd, a global hook is set, or the twin cannot answer."""
-    if (type(x) is not torch.Tensor or x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad
+    if (type(x) is not torch.Tensor or not x.is_cpu or x.dtype != torch.float32 or x.requires_grad
             or torch.is_grad_enabled() or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks):
         return None
     out = numpy_twin(module, x.numpy())
@@ -101,7 +105,7 @@ def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
 def call_mirror(owner: Any, method_name: str, x: np.ndarray) -> np.ndarray | None:
     """`owner.<method_name>(x)` as acting computes it, or None where no forward pass it made ran
     through a twin (torch computed all of it)."""
-    with torch.no_grad(), Acting() as acting:
+    with Acting() as acting:
         out = getattr(owner, method_name)(torch.from_numpy(x))
     return out.numpy() if acting.answered else None
 
