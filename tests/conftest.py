@@ -127,3 +127,23 @@ def root_logger_as_it_was():
 @pytest.fixture
 def compose_cfg():
     return compose_config
+
+
+# a tiny DQN run that makes a few updates: trained once per test module, copied for each test to alter
+QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from rl_hydra import train
+
+    path = tmp_path_factory.mktemp("runs") / "dqn"
+    train(*QUICK, run_dir=path)
+    return path
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path):
+    import shutil
+
+    return shutil.copytree(trained, tmp_path / "run")

@@ -4,7 +4,6 @@ double Ctrl-C, a session killed with kill -9, a half-written metrics row, a refu
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,25 +11,11 @@ import time
 
 import pytest
 
-from rl_hydra import train
 from rl_hydra.report import main as evaluate_main
 from rl_hydra.runs.trust import TRUST_VARIABLE
 from tests.conftest import ROOT, TINY, run_cli
 
-QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]
 SLOW = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.002}]"
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    path = tmp_path_factory.mktemp("runs") / "dqn"
-    train(*QUICK, run_dir=path)
-    return path
-
-
-@pytest.fixture
-def run_dir(trained, tmp_path):
-    return shutil.copytree(trained, tmp_path / "run")
 
 
 def files(run_dir) -> dict:

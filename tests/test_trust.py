@@ -12,27 +12,13 @@ import sys
 import pytest
 import yaml
 
-from rl_hydra import load_run, train
+from rl_hydra import load_run
 from rl_hydra.cli import main as cli_main
 from rl_hydra.report import main as evaluate_main
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import TRUST_VARIABLE, UntrustedConfig, is_trusted
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT
 from tests.payload import pickled_mark
-
-QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    path = tmp_path_factory.mktemp("runs") / "dqn"
-    train(*QUICK, run_dir=path)
-    return path
-
-
-@pytest.fixture
-def run_dir(trained, tmp_path):
-    return shutil.copytree(trained, tmp_path / "run")
 
 
 def plant(run_dir, key: str, node) -> None:
