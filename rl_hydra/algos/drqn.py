@@ -90,10 +90,18 @@ class DRQN(DQN):
         tail, _ = self.q_net(time_slice(batch.obs, slice(self.burn_in, None)), state)  # (L + 1 - burn_in, B, A)
         return torch.cat([head, tail])                                               # (L + 1, B, A)
 
-    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
-        """(the batch loss, None: no replay priorities from a sequence batch, metrics)."""
+    def counted(self, batch: SequenceBatch) -> torch.Tensor:
+        """The steps the loss learns from (L, B): real steps, those in the burn-in only in chunks
+        that open an episode."""
         counted = batch.mask.clone()                                                 # (L, B)
-        counted[: self.burn_in] *= batch.episode_start.float()   # burn-in steps count only in episode openers
+        counted[: self.burn_in] *= batch.episode_start.float()
+        return counted
+
+    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(the batch loss, each step's |TD error| (L, B), 0 where not counted, metrics). A sequence
+        replay that draws by priority makes each sequence's priority of its steps' errors
+        (rl_hydra/distributed: R2D2); the uniform sequence buffer ignores them."""
+        counted = self.counted(batch)                                                # (L, B)
         q_values = self.unroll(batch)                                                # (L + 1, B, A)
         q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)       # (L, B)
         with torch.no_grad():
@@ -106,7 +114,7 @@ class DRQN(DQN):
                                          None if next_q_online is None else next_q_online.flatten(0, 1))
             targets = targets.view_as(q_taken)                                       # (L, B)
         loss = masked_td_loss(q_taken, targets, counted, self.loss_kind)
-        td_error = (targets - q_taken).detach().abs()                                # (L, B)
-        return loss, None, {"q_value_mean": masked_mean(q_taken.detach(), counted),
+        td_error = (targets - q_taken).detach().abs() * counted                      # (L, B)
+        return loss, td_error, {"q_value_mean": masked_mean(q_taken.detach(), counted),
                       "target_mean": masked_mean(targets, counted),
                       "td_error_mean": masked_mean(td_error, counted)}
