@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
-from rl_hydra import speed
+from rl_hydra import distributed, speed
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.buffers.device import build_on_device
 from rl_hydra.config import ConfigError, resolve_device, validate_run_config
@@ -243,6 +243,8 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
     """
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
+    if distributed.requested(cfg):   # distributed=apex: actors and replay in Ray, this process learns
+        return distributed.run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
     with process_settings(cfg):
         return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
 
