@@ -99,7 +99,8 @@ class Session:
 
     def end(self, status: str, step: int | None) -> None:
         self.record.update(ended=now(), status=status, end_step=step)
-        self._write(lambda sessions: sessions.__setitem__(-1, self.record))
+        # what others added to the session while it ran (a distributed run's cluster) is kept
+        self._write(lambda sessions: sessions.__setitem__(-1, {**sessions[-1], **self.record}))
 
     def _write(self, change) -> None:
         record = read(self.directory) or {"sessions": []}
