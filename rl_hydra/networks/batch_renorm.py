@@ -1,0 +1,104 @@
+"""Batch Renormalization (Ioffe 2017, "Batch Renormalization: Towards Reducing Minibatch
+Dependence in Batch-Normalized Models"), the normalization CrossQ puts in its critic and actor.
+
+In training mode a layer normalizes each feature with its batch's mean and standard deviation,
+corrected toward its running statistics (mu, sigma):
+
+    x_hat = (x - mu_B) / sigma_B * r + d,   r = clip(sigma_B / sigma, 1 / r_max, r_max)
+                                            d = clip((mu_B - mu) / sigma, -d_max, d_max)
+
+with r and d held constant for the gradient, sigma_B = sqrt(var_B + eps), sigma = sqrt(var + eps).
+r = 1, d = 0 is batch normalization. Ioffe relaxes r_max and d_max from (1, 0) gradually; CrossQ's
+implementations (the paper's JAX code, sb3-contrib) keep r = 1, d = 0 for the first
+`warmup_steps` training-mode calls and clip at (r_max, d_max) after, and so does this layer. Each
+training-mode call moves the running mean and variance toward the batch's by `momentum`.
+In inference mode the layer normalizes with the running statistics alone. Either way the output
+is scale * x_hat + bias, per feature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from rl_hydra.config import check_float, check_int
+
+
+class BatchRenorm(nn.Module):
+    """Batch renormalization over the batch dimension (the second to last) of x (..., B, F).
+
+    The statistics and the affine parameters have the shape (F,), or (K, F) for an ensemble of K
+    networks evaluated together on x (K, B, F), each member with its own. The running mean and
+    variance and the count of training-mode calls are buffers: in the state_dict, so checkpoints
+    keep them.
+    """
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    steps: torch.Tensor
+
+    def __init__(self, num_features: int, members: int | None = None, *, momentum: float = 0.01,
+                 eps: float = 0.001, warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0,
+                 key: str = "network"):
+        super().__init__()
+        shape = (num_features,) if members is None else (members, num_features)
+        self.momentum = check_float(f"{key}.momentum", momentum, 0.0, 1.0, exclusive_min=True)
+        self.eps = check_float(f"{key}.eps", eps, 0.0, exclusive_min=True)
+        self.warmup_steps = check_int(f"{key}.warmup_steps", warmup_steps, minimum=0)
+        self.r_max = check_float(f"{key}.r_max", r_max, 1.0)
+        self.d_max = check_float(f"{key}.d_max", d_max, 0.0)
+        self.scale = nn.Parameter(torch.ones(shape))
+        self.bias = nn.Parameter(torch.zeros(shape))
+        self.register_buffer("running_mean", torch.zeros(shape))
+        self.register_buffer("running_var", torch.ones(shape))
+        self.register_buffer("steps", torch.tensor(0, dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """x (..., B, F) normalized per feature; `frozen` detaches scale and bias (gradients still
+        reach x)."""
+        scale, bias = (self.scale.detach(), self.bias.detach()) if frozen else (self.scale, self.bias)
+        scale, bias = scale.unsqueeze(-2), bias.unsqueeze(-2)                          # (..., 1, F) each
+        running_mean = self.running_mean.unsqueeze(-2)                                 # (..., 1, F)
+        running_std = (self.running_var + self.eps).sqrt().unsqueeze(-2)               # (..., 1, F)
+        if not self.training:   # scale * (x - mu) / sigma + bias
+            return torch.addcmul(bias, x - running_mean, scale / running_std)          # (..., B, F)
+        batch_mean = x.mean(dim=-2, keepdim=True)                                      # (..., 1, F)
+        centered = x - batch_mean                                                      # (..., B, F)
+        batch_var = centered.square().mean(dim=-2, keepdim=True)                       # (..., 1, F)
+        batch_std = (batch_var + self.eps).sqrt()                                      # (..., 1, F)
+        with torch.no_grad():
+            warm = self.steps >= self.warmup_steps                                     # (): no host sync
+            r = torch.where(warm, (batch_std / running_std).clamp(1 / self.r_max, self.r_max), 1.0)
+            d = torch.where(warm, ((batch_mean - running_mean) / running_std).clamp(-self.d_max, self.d_max),
+                            0.0)                                                       # (..., 1, F) each
+            self.running_mean.lerp_(batch_mean.squeeze(-2), self.momentum)
+            self.running_var.lerp_(batch_var.squeeze(-2), self.momentum)
+            self.steps += 1
+        # scale * x_hat + bias with x_hat = centered / sigma_B * r + d: two passes over x, not four
+        return torch.addcmul(scale * d + bias, centered, scale * r / batch_std)       # (..., B, F)
+
+    def extra_repr(self) -> str:
+        return (f"{tuple(self.scale.shape)}, momentum={self.momentum}, eps={self.eps}, "
+                f"warmup_steps={self.warmup_steps}, r_max={self.r_max}, d_max={self.d_max}")
+
+
+def renorm_layers(*modules: nn.Module) -> list[BatchRenorm]:
+    return [layer for module in modules for layer in module.modules() if isinstance(layer, BatchRenorm)]
+
+
+@contextlib.contextmanager
+def batch_statistics(*modules: nn.Module) -> Iterator[None]:
+    """Inside the block the batch renormalization layers of `modules` normalize with their batch's
+    statistics and update their running ones (training mode); after it they are back in inference
+    mode, where networks that hold such layers rest (acting, evaluation, the other passes)."""
+    layers = renorm_layers(*modules)
+    for layer in layers:
+        layer.train(True)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.train(False)
