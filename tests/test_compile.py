@@ -16,7 +16,9 @@ SMALL = {"dqn": ["network.hidden_sizes=[32,32]"], "qr_dqn": ["network.hidden_siz
          "iqn": ["network.hidden_sizes=[32]", "network.head_hidden_sizes=[32]"],
          "redq": ["network.actor.hidden_sizes=[32,32]", "network.critic.hidden_sizes=[32,32]"]}
 SMALL["sac"] = [*SMALL["redq"], "network.actor.gsde=true"]   # gSDE's (F, A) noise through the compiled losses
-ENVS = {"dqn": "cartpole", "qr_dqn": "cartpole", "iqn": "cartpole", "redq": "pendulum", "sac": "pendulum"}
+SMALL["tqc"] = SMALL["td3"] = SMALL["redq"]
+ENVS = {"dqn": "cartpole", "qr_dqn": "cartpole", "iqn": "cartpole", "redq": "pendulum", "sac": "pendulum",
+        "tqc": "pendulum", "td3": "pendulum"}
 
 
 def test_bad_compile_value_is_one_config_error_line(tmp_path):
@@ -34,7 +36,10 @@ def test_agent_without_compilable_methods_is_refused_with_the_algos_that_have_th
         compile_agent(RecurrentAgent())
     message = str(error.value)
     assert "\n" not in message and message.startswith("compile=true is not supported by algo=lstm_thing")
-    assert "c51, dopamine_iqn, dqn, iqn, qr_dqn, rainbow, redq, sac" in message
+    listed = message.split("it works with algo=")[1].split(", ")
+    assert listed == sorted(listed) and "drqn" not in listed
+    assert {"c51", "dopamine_iqn", "dqn", "droq", "iqn", "qr_dqn", "rainbow", "redq", "sac", "td3",
+            "tqc"} <= set(listed)
 
 
 def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
@@ -56,7 +61,9 @@ def agent_and_batches(algo: str, compiled: bool, num_batches: int = 3):
                                   pytest.param("qr_dqn", marks=pytest.mark.slow),
                                   pytest.param("iqn", marks=pytest.mark.slow),
                                   pytest.param("redq", marks=pytest.mark.slow),
-                                  pytest.param("sac", marks=pytest.mark.slow)])
+                                  pytest.param("sac", marks=pytest.mark.slow),
+                                  pytest.param("tqc", marks=pytest.mark.slow),
+                                  pytest.param("td3", marks=pytest.mark.slow)])
 def test_compiled_updates_give_the_eager_numbers(algo):
     eager, batches = agent_and_batches(algo, compiled=False)
     compiled, same_batches = agent_and_batches(algo, compiled=True)

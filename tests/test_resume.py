@@ -24,7 +24,12 @@ ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq
              # prioritized replay alone: its tree, RNG and beta's step (annealed within the run)
              "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"],
              # gSDE: the exploration matrices held between env steps
-             "sac_gsde": ["algo=sac", "env=pendulum", "network.actor.gsde=true", "algo.gsde_resample_every=7"]}
+             "sac_gsde": ["algo=sac", "env=pendulum", "network.actor.gsde=true", "algo.gsde_resample_every=7"],
+             "tqc": ["algo=tqc", "env=pendulum", "network.critic.hidden_sizes=[32,32]"],
+             # the Ornstein-Uhlenbeck process of each env, carried across the checkpoint; delayed updates
+             "td3_ou": ["algo=td3", "env=pendulum", "env.num_envs=2", "algo.action_noise.kind=ornstein_uhlenbeck"],
+             # dropout in the critics draws from torch's global stream, which the checkpoint holds
+             "droq": ["algo=droq", "env=pendulum", "algo.policy_delay=2"]}
 ALGOS = list(ALGO_ARGS)
 
 

@@ -102,7 +102,7 @@ class REDQ:
             "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
 
         self.actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
-        self.critic = network["critic"](self.observation_dim + self.action_dim, self.ensemble_size).to(self.device)
+        self.critic = self.make_critic(network["critic"]).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
         self.actor_params = list(self.actor.parameters())
@@ -123,6 +123,10 @@ class REDQ:
         self.updates = 0
         # the actor's metrics between its (delayed) updates are those of its last update
         self.last_actor_metrics: dict[str, torch.Tensor] = {}
+
+    def make_critic(self, factory: Callable[..., nn.Module]) -> nn.Module:
+        """The critic ensemble over (observation, action) vectors (TQC's also takes its quantile count)."""
+        return factory(self.observation_dim + self.action_dim, self.ensemble_size)
 
     def features(self, obs):
         """The vector the actor and the critics read: `obs` itself (a Box vector), or its parts

@@ -1,7 +1,9 @@
-"""Continuous control networks: a squashed-Gaussian actor and a batched critic ensemble.
+"""Continuous control networks: actors (squashed Gaussian for SAC, REDQ and TQC; deterministic
+for TD3) and batched critic ensembles (a scalar Q per member, or TQC's quantiles per member).
 
-The actor acts in the unit box [-1, 1]^A (tanh of a Gaussian sample) and rescales to
-the env's Box bounds only at the env boundary; critics see unit-box actions too.
+Actors act in the unit box [-1, 1]^A (tanh) and rescale to the env's Box bounds only at the
+env boundary; critics see unit-box actions too. The critics' hidden layers may add dropout and
+layer norm (DroQ, Hiraoka et al. 2022): Linear -> Dropout -> LayerNorm -> activation.
 
 With `gsde=true` the actor explores by generalized state-dependent exploration (gSDE; Raffin
 et al. 2022, "Smooth exploration for robotic reinforcement learning"): the Gaussian's noise is
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.config import check_choice, check_float, check_int
+from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
@@ -42,7 +44,30 @@ def squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_s
     return (gaussian - log_det).sum(dim=-1)                                      # (B,)
 
 
-class SquashedGaussianActor(nn.Module):
+class UnitBoxActor(nn.Module):
+    """What every actor shares: it acts in the unit box, and knows the env's bounds to rescale."""
+
+    def __init__(self, action_low: np.ndarray, action_high: np.ndarray):
+        super().__init__()
+        low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)
+        high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32)
+        self.action_dim = int(low.numel())
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_half_range", (high - low) / 2)
+        self.register_buffer("action_low", low)
+        self.register_buffer("action_high", high)
+
+    def to_env(self, unit_action: torch.Tensor) -> torch.Tensor:
+        """Unit box [-1, 1] -> the env's [low, high] (clamped against rounding)."""
+        action = self.action_center + self.action_half_range * unit_action
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+    def from_env(self, action: torch.Tensor) -> torch.Tensor:
+        """The env's [low, high] -> unit box [-1, 1]."""
+        return (action - self.action_center) / self.action_half_range
+
+
+class SquashedGaussianActor(UnitBoxActor):
     """pi(a | s): tanh of a diagonal Gaussian whose mean and log-std an MLP predicts (with
     `gsde`, whose mean it predicts and whose noise is its features times a held matrix)."""
 
@@ -50,10 +75,7 @@ class SquashedGaussianActor(nn.Module):
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
                  log_std_min: float = -20.0, log_std_max: float = 2.0,
                  gsde: bool = False, gsde_log_std_init: float = -3.0, gsde_clip_mean: float = 2.0):
-        super().__init__()
-        low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)
-        high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32)
-        self.action_dim = int(low.numel())
+        super().__init__(action_low, action_high)
         note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
         self.body = mlp(observation_dim, None, hidden_sizes, activation)
         self.features = hidden_sizes[-1] if hidden_sizes else observation_dim
@@ -68,10 +90,6 @@ class SquashedGaussianActor(nn.Module):
         else:
             self.head = nn.Linear(self.features, 2 * self.action_dim)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
-        self.register_buffer("action_center", (high + low) / 2)
-        self.register_buffer("action_half_range", (high - low) / 2)
-        self.register_buffer("action_low", low)
-        self.register_buffer("action_high", high)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs (B, obs_dim) -> mean, log_std (B, A) of the Gaussian before tanh."""
@@ -112,31 +130,45 @@ class SquashedGaussianActor(nn.Module):
         """The deterministic action tanh(mean) (B, A) in the unit box."""
         return torch.tanh(self(obs)[0])
 
-    def to_env(self, unit_action: torch.Tensor) -> torch.Tensor:
-        """Unit box [-1, 1] -> the env's [low, high] (clamped against rounding)."""
-        action = self.action_center + self.action_half_range * unit_action
-        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
 
-    def from_env(self, action: torch.Tensor) -> torch.Tensor:
-        """The env's [low, high] -> unit box [-1, 1]."""
-        return (action - self.action_center) / self.action_half_range
+class DeterministicActor(UnitBoxActor):
+    """mu(s) = tanh(MLP(s)): TD3's policy, one action per state in the unit box."""
+
+    def __init__(self, observation_dim: int, action_low: np.ndarray, action_high: np.ndarray,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu"):
+        super().__init__(action_low, action_high)
+        note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
+        self.body = mlp(observation_dim, self.action_dim, hidden_sizes, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs (B, obs_dim) -> unit-box actions (B, A)."""
+        return torch.tanh(self.body(obs))
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action itself (B, A), as SquashedGaussianActor.mode gives its greedy one."""
+        return self(obs)
 
 
-class CriticEnsemble(nn.Module):
-    """N independent Q(s, a) MLPs evaluated together: stacked weights and batched matmuls.
+class EnsembleMLP(nn.Module):
+    """N independent MLPs over (s, a) evaluated together: stacked weights and batched matmuls.
 
-    Layer k holds weights (N, in_k, out_k) and biases (N, 1, out_k); one `baddbmm`
-    per layer evaluates every member, so there is no Python loop over critics.
+    Layer k holds weights (N, in_k, out_k) and biases (N, 1, out_k); one `baddbmm` per layer
+    evaluates every member, so there is no Python loop over members. Each hidden layer is
+    Linear -> [Dropout] -> [LayerNorm, with each member's own gain and bias] -> activation.
     """
 
-    def __init__(self, input_dim: int, ensemble_size: int, hidden_sizes: Sequence[int] = (256, 256),
-                 activation: str = "relu"):
+    def __init__(self, input_dim: int, ensemble_size: int, output_dim: int, hidden_sizes: Sequence[int],
+                 activation: str, dropout: float, layer_norm: bool):
         super().__init__()
         self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
         hidden_sizes = [check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
                         for i, size in enumerate(hidden_sizes)]
         note_if_linear(hidden_sizes, "network.critic.hidden_sizes")
-        sizes = [input_dim, *hidden_sizes, 1]
+        self.dropout = check_float("network.critic.dropout", dropout, 0.0, 1.0)
+        if self.dropout == 1.0:
+            raise ConfigError("network.critic.dropout=1.0 would drop every unit; expected a number >= 0.0 and < 1.0")
+        self.layer_norm = check_choice("network.critic.layer_norm", layer_norm, (True, False))
+        sizes = [input_dim, *hidden_sizes, output_dim]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -144,7 +176,46 @@ class CriticEnsemble(nn.Module):
             bound = 1.0 / math.sqrt(fan_in)
             self.weights.append(nn.Parameter(torch.empty(ensemble_size, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(ensemble_size, 1, fan_out).uniform_(-bound, bound)))
+        # empty without layer norm, so that checkpoints of plain critics keep their keys
+        self.norm_weights = nn.ParameterList([nn.Parameter(torch.ones(ensemble_size, 1, size))
+                                              for size in hidden_sizes if self.layer_norm])
+        self.norm_biases = nn.ParameterList([nn.Parameter(torch.zeros(ensemble_size, 1, size))
+                                             for size in hidden_sizes if self.layer_norm])
         self.activation = activation_class(activation)()
+
+    def layers(self, members: torch.Tensor | None, frozen: bool) -> list[list[torch.Tensor]]:
+        """[weights, biases, norm gains, norm biases] of the K members asked for (all: None);
+        `frozen` detaches them."""
+        params = [list(self.weights), list(self.biases), list(self.norm_weights), list(self.norm_biases)]
+        if members is not None:
+            params = [[p[members] for p in group] for group in params]
+        if frozen:
+            params = [[p.detach() for p in group] for group in params]
+        return params
+
+    def hidden(self, obs: torch.Tensor, actions: torch.Tensor, members: torch.Tensor | None,
+               frozen: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The last hidden layer's activations (K, B, H), and the output layer's weights
+        (K, H, out) and biases (K, 1, out)."""
+        weights, biases, gains, shifts = self.layers(members, frozen)
+        x = torch.cat([obs, actions], dim=-1)                                         # (B, in)
+        h = x.expand(weights[0].shape[0], *x.shape)                                   # (K, B, in)
+        for i, (w, b) in enumerate(zip(weights[:-1], biases[:-1])):
+            h = torch.baddbmm(b, h, w)                                                # (K, B, hidden)
+            if self.dropout > 0:
+                h = F.dropout(h, self.dropout, training=self.training)
+            if self.layer_norm:
+                h = F.layer_norm(h, h.shape[-1:]) * gains[i] + shifts[i]              # (K, B, hidden)
+            h = self.activation(h)
+        return h, weights[-1], biases[-1]
+
+
+class CriticEnsemble(EnsembleMLP):
+    """N independent Q(s, a) MLPs (SAC, REDQ, DroQ with dropout and layer norm, TD3)."""
+
+    def __init__(self, input_dim: int, ensemble_size: int, hidden_sizes: Sequence[int] = (256, 256),
+                 activation: str = "relu", dropout: float = 0.0, layer_norm: bool = False):
+        super().__init__(input_dim, ensemble_size, 1, hidden_sizes, activation, dropout, layer_norm)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, members: torch.Tensor | None = None,
                 frozen: bool = False) -> torch.Tensor:
@@ -153,17 +224,25 @@ class CriticEnsemble(nn.Module):
         `frozen` detaches the weights: gradients still reach `actions` (the actor's
         loss) but no parameter gradients are built for the critics.
         """
-        weights, biases = list(self.weights), list(self.biases)
-        if members is not None:
-            weights, biases = [w[members] for w in weights], [b[members] for b in biases]
-        if frozen:
-            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
-        x = torch.cat([obs, actions], dim=-1)                                         # (B, in)
-        h = x.expand(weights[0].shape[0], *x.shape)                                   # (K, B, in)
-        for w, b in zip(weights[:-1], biases[:-1]):
-            h = self.activation(torch.baddbmm(b, h, w))                               # (K, B, hidden)
+        h, w_out, b_out = self.hidden(obs, actions, members, frozen)                  # (K, B, hidden), ...
         # the 1-unit output layer as multiply-and-sum: on CPU a bmm with a single output
         # column (and its backward) is several times slower than this
-        w_out, b_out = weights[-1].transpose(1, 2), biases[-1].squeeze(-1)           # (K, 1, hidden), (K, 1)
-        q = (h * w_out).sum(dim=-1) + b_out                                           # (K, B)
+        q = (h * w_out.transpose(1, 2)).sum(dim=-1) + b_out.squeeze(-1)               # (K, B)
         return q.transpose(0, 1)                                                      # (B, K)
+
+
+class QuantileCriticEnsemble(EnsembleMLP):
+    """N critics, each predicting M quantiles of Z(s, a) at the fractions (2m + 1) / 2M (TQC)."""
+
+    def __init__(self, input_dim: int, ensemble_size: int, num_quantiles: int,
+                 hidden_sizes: Sequence[int] = (512, 512, 512), activation: str = "relu",
+                 dropout: float = 0.0, layer_norm: bool = False):
+        num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        super().__init__(input_dim, ensemble_size, num_quantiles, hidden_sizes, activation, dropout, layer_norm)
+        self.num_quantiles = num_quantiles
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, members: torch.Tensor | None = None,
+                frozen: bool = False) -> torch.Tensor:
+        """Quantiles (B, K, M) of the K = N members (or of `members`); `frozen` as CriticEnsemble's."""
+        h, w_out, b_out = self.hidden(obs, actions, members, frozen)                  # (K, B, hidden), ...
+        return torch.baddbmm(b_out, h, w_out).transpose(0, 1)                         # (B, K, M)
