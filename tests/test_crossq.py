@@ -306,3 +306,31 @@ def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
                            "checkpoint.save_buffer=false")
     assert summary["global_step"] == 20000
     assert summary["eval_return_mean"] >= -200
+
+
+def test_the_benchmark_s_sb3_contrib_defaults_are_the_installed_ones():
+    """scripts/benchmarks/zoo.py writes sb3-contrib's CrossQ defaults out, for the key-by-key check."""
+    pytest.importorskip("sb3_contrib")
+    import inspect
+    import sys
+
+    from sb3_contrib import CrossQ as PeerCrossQ
+    from sb3_contrib.common.torch_layers import BatchRenorm as PeerRenorm
+    from sb3_contrib.crossq.policies import CrossQPolicy
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
+    import zoo
+
+    signature = inspect.signature(PeerCrossQ.__init__).parameters
+    assert {k: signature[k].default for k in zoo.SB3_DEFAULTS["crossq"] if k != "tau"} == \
+        {k: v for k, v in zoo.SB3_DEFAULTS["crossq"].items() if k != "tau"}
+    policy = inspect.signature(CrossQPolicy.__init__).parameters
+    assert {k: policy[k].default for k in zoo.CROSSQ_POLICY if k != "net_arch"} == \
+        {k: v for k, v in zoo.CROSSQ_POLICY.items() if k != "net_arch"}
+    model = PeerCrossQ("MlpPolicy", "Pendulum-v1", device="cpu")
+    assert model.tau == zoo.SB3_DEFAULTS["crossq"]["tau"] and model.policy.net_arch == zoo.CROSSQ_POLICY["net_arch"]
+    assert model.actor.optimizer.defaults["betas"] == zoo.CROSSQ_BETAS == model.critic.optimizer.defaults["betas"]
+    renorm = next(m for m in model.critic.modules() if isinstance(m, PeerRenorm))
+    assert (renorm.rmax, renorm.dmax) == (zoo.CROSSQ_R_MAX, zoo.CROSSQ_D_MAX)

@@ -1,6 +1,6 @@
 """The peer side of scripts/benchmarks/benchmark.py: one Stable-Baselines3 / sb3-contrib run from a spec.
 
-    {"algo": "dqn" | "qr_dqn" | "sac", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
+    {"algo": "dqn" | "qr_dqn" | "sac" | "crossq", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
      "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
      "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id, "num_envs": N, "subprocesses": bool}}
 
@@ -84,7 +84,7 @@ def minatar_cnn():
 
 
 def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
-    from sb3_contrib import QRDQN
+    from sb3_contrib import QRDQN, CrossQ
     from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -110,7 +110,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     kwargs = {**spec["kwargs"], "learning_rate": lr_schedule(spec["kwargs"].get("learning_rate", 3e-4))}
     start = time.perf_counter()
     env = make if "atari" in spec["env"] else DummyVecEnv([lambda: Monitor(make())])
-    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC}[spec["algo"]](
+    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ}[spec["algo"]](
         spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
     learn_start = time.perf_counter()
     model.learn(total_timesteps=spec["steps"], callback=Marks())

@@ -57,6 +57,10 @@ ZOO = {
         "sac.yml MountainCarContinuous-v0"),
     # the Zoo's MuJoCo entry: SB3's defaults with 10,000 random steps first
     "sac_hopper": Zoo("sac", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "sac.yml Hopper"),
+    # sb3-contrib's CrossQ, rl-baselines3-zoo hyperparams/crossq.yml (MuJoCo: its -v4 entries, the paper's values)
+    "crossq_pendulum": Zoo("crossq", dict(policy_delay=2, net_arch=[256, 256]), 20_000, "crossq.yml Pendulum-v1"),
+    "crossq_hopper": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
+                                        net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000, "crossq.yml Hopper"),
 }
 
 # SB3 2.9.2's defaults for what the Zoo leaves out (tests/test_suite_sb3.py checks them against the
@@ -67,7 +71,16 @@ SB3_DEFAULTS = {
     "sac": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
                 gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
                 target_entropy="auto", use_sde=False, sde_sample_freq=-1),
+    # tau: sb3-contrib's CrossQ hands 1.0 to its base class (no target networks; no key of ours)
+    "crossq": dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=1.0,
+                   gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_entropy="auto", policy_delay=3,
+                   use_sde=False, sde_sample_freq=-1),
 }
+# sb3-contrib 2.9.2's CrossQ policy defaults (keywords of CrossQPolicy; Adam's betas are its optimizer_kwargs,
+# r_max 3 and d_max 5 are fixed in its BatchRenorm); tests/test_crossq.py checks them against the installed ones
+CROSSQ_POLICY = dict(net_arch={"pi": [256, 256], "qf": [1024, 1024]}, batch_norm_momentum=0.01, batch_norm_eps=0.001,
+                     renorm_warmup_steps=100_000, log_std_init=-3, use_expln=False, n_critics=2)
+CROSSQ_BETAS, CROSSQ_R_MAX, CROSSQ_D_MAX = (0.5, 0.999), 3.0, 5.0
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)   # torch.optim.Adam's defaults
 SB3_LOG_STD_INIT = -3.0   # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
 POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init")
@@ -151,6 +164,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
             notes.append(f"learning rate {hp['learning_rate']}: SB3 sets it from its progress at each training "
                          "phase, ours from the env step at each update")
         return expected, notes
+    if zoo.algo == "crossq":
+        return crossq_expected({key: v for key, v in common.items() if key != "algo.tau"}, hp), notes
     if hp["target_update_interval"] != 1:
         raise ValueError("SAC: only target_update_interval=1 has a counterpart here")
     ent = hp["ent_coef"]
@@ -171,6 +186,39 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         expected.update({"network.actor.gsde_log_std_init": hp.get("log_std_init", SB3_LOG_STD_INIT),
                          "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
     return expected, notes
+
+
+def crossq_expected(common: dict, hp: dict) -> dict:
+    """sb3-contrib's CrossQ in our keys: no target networks, Adam with beta1 0.5 for the actor and
+    the critics (the temperature's with torch's betas), batch renormalization as its policy's defaults."""
+    policy = {**CROSSQ_POLICY, **{key: hp[key] for key in ("net_arch", "log_std_init", "use_expln") if key in hp}}
+    if policy["use_expln"]:
+        raise ValueError("CrossQ: use_expln=True has no counterpart here (our gSDE takes exp)")
+    arch = policy["net_arch"]
+    widths = {"actor": arch["pi"], "critic": arch["qf"]} if isinstance(arch, dict) else {"actor": arch, "critic": arch}
+    ent = hp["ent_coef"]
+    learned = isinstance(ent, str)
+    alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
+    expected = {**common, "algo.ensemble_size": policy["n_critics"], "algo.policy_delay": hp["policy_delay"],
+                "algo.learn_alpha": learned, "algo.initial_alpha": alpha, "algo.target_entropy": hp["target_entropy"],
+                "algo.max_grad_norm": None}
+    for name in ("actor", "critic", "alpha"):
+        optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
+        if final != 1.0:
+            raise ValueError("CrossQ: a decaying learning rate has no counterpart here")
+        expected.update(optimizer)
+    for net in ("actor", "critic"):
+        expected.update({f"algo.{net}_optimizer.betas": list(CROSSQ_BETAS),
+                         f"network.{net}.hidden_sizes": widths[net], f"network.{net}.activation": "relu",
+                         f"network.{net}.momentum": policy["batch_norm_momentum"],
+                         f"network.{net}.eps": policy["batch_norm_eps"],
+                         f"network.{net}.warmup_steps": policy["renorm_warmup_steps"],
+                         f"network.{net}.r_max": CROSSQ_R_MAX, f"network.{net}.d_max": CROSSQ_D_MAX})
+    expected["network.actor.gsde"] = hp["use_sde"]
+    if hp["use_sde"]:
+        expected.update({"network.actor.gsde_log_std_init": policy["log_std_init"],
+                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+    return expected
 
 
 def overrides(zoo: Zoo) -> list[str]:
