@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import yaml
 from omegaconf import DictConfig
 
+from rl_hydra import distributed
 from rl_hydra.config import ConfigError, check_int, validate_run_config
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
@@ -69,6 +70,10 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     sessions = read_sessions(directory)
     try:
         segments = config_segments(directory, sessions)
+        if distributed.requested(segments[0].cfg):
+            kind = segments[0].cfg.distributed.name
+            raise RunError(f"{directory.path} is a distributed run (distributed={kind}): its actors race each other, "
+                           f"so it is not bit-reproducible and cannot be verified by a re-run")
         metrics = read_metrics(directory)
         if not metrics.rows and not (directory.checkpoints.is_dir() or directory.summary_json.is_file()):
             raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
