@@ -13,6 +13,7 @@ env step after `algo.learning_starts`, so that adding actors adds data, not a di
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import math
 import time
@@ -159,7 +160,9 @@ class Learner:
                 raise RunError(f"the checkpoint holds {len(saved)} replay shards but distributed.shards="
                                f"{len(self.shards)}; resume with the run's own distributed.shards")
             ray.get([shard.load_state_dict.remote(state) for shard, state in zip(self.shards, saved)])
-        self.inflight: list[collections.deque] = [collections.deque() for _ in self.shards]
+        self.inflight: list[collections.deque] = [collections.deque() for _ in self.shards]   # sample requests
+        self.drawn: list[collections.deque] = [collections.deque() for _ in self.shards]      # batches not used yet
+        self.new_priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in self.shards]
         self.turn = 0
 
     def start_actors(self) -> None:
@@ -171,12 +174,17 @@ class Learner:
                                  max_task_retries=0)(Actor)
         epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
         session = len(self.provenance_sessions())   # a resumed run's actors explore new seeds
+        self.plain_config = ray.put(plain)   # held for the run: a restarted actor is built from it again
         for i, epsilon in enumerate(epsilons):
             seed = cfg.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
-            self.actors.append(actor_class.remote(plain, i, epsilon, seed, self.shards[i % len(self.shards)],
-                                                  settings.send_every, settings.priority_eta, self.prioritized))
+            shard = self.shards[i % len(self.shards)]
+            self.actors.append(actor_class.remote(self.plain_config, i, epsilon, seed, shard, settings.send_every,
+                                                  settings.priority_eta, self.prioritized))
         self.publish()
-        self.rounds = {self.launch(i): i for i in range(len(self.actors))}
+        self.rounds: dict[Any, concurrent.futures.Future] = {}   # each actor's round under way: its ref, a future
+        self.round_actor: dict[Any, int] = {}
+        for i in range(len(self.actors)):
+            self.launch(i)
 
     def provenance_sessions(self) -> list[dict[str, Any]]:
         from rl_hydra.runs import provenance
@@ -246,26 +254,28 @@ class Learner:
         return summary
 
     def loop(self) -> None:
-        ray = self.ray
         while not self.done:
             if self.stop_requested:
                 raise StopRequested
-            finished, _ = ray.wait(list(self.rounds), num_returns=len(self.rounds), timeout=0)
-            for future in finished:
-                self.harvest(future)
+            # a Ray future's done() is a flag set by a callback: far cheaper than ray.wait between updates
+            for ref in [ref for ref, future in self.rounds.items() if future.done()]:
+                self.harvest(ref)
                 if self.done:
                     return
-            if not (self.may_update() and self.update()):
-                ray.wait(list(self.rounds), num_returns=1, timeout=0.05)   # idle until an actor reports
+            if not (self.may_update() and self.update()):   # idle until an actor reports
+                concurrent.futures.wait(self.rounds.values(), timeout=0.05, return_when="FIRST_COMPLETED")
 
-    def launch(self, i: int) -> Any:
+    def launch(self, i: int) -> None:
         """Actor i's next round, with the latest published weights (pulled from the object store)."""
-        return self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every)
+        ref = self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every)
+        self.rounds[ref] = ref.future()
+        self.round_actor[ref] = i
 
     def harvest(self, future: Any) -> None:
         """An actor's round: count its steps and episodes, run what falls due, start its next round."""
         ray = self.ray
-        i = self.rounds.pop(future)
+        del self.rounds[future]
+        i = self.round_actor.pop(future)
         try:
             report = ray.get(future)
         except ray.exceptions.RayTaskError as error:
@@ -274,9 +284,9 @@ class Learner:
             raise
         except ray.exceptions.RayActorError as error:
             self.actor_died(i, error)
-            self.rounds[self.launch(i)] = i
+            self.launch(i)
             return
-        self.rounds[self.launch(i)] = i
+        self.launch(i)
         self.lags.append(self.agent.updates - max(report["version"], 0))
         self.finished_returns += report["returns"]
         self.finished_lengths += report["lengths"]
@@ -307,45 +317,42 @@ class Learner:
         drawn = self.next_batch()
         if drawn is None:
             return False
-        shard, sample = drawn
-        if self.recurrent:
-            batch, rows = sample
-        else:
-            batch = sample
-            rows = batch.indices
+        i, sample = drawn
+        batch, rows = sample if self.recurrent else (sample, sample.indices)
         batch = to_device(as_tensors(batch), self.device)
         metrics = self.agent.update(batch)
         priorities = metrics.pop("priorities", None)
         if priorities is not None and self.prioritized:
             if self.recurrent:
                 priorities = sequence_priorities(priorities, self.agent.counted(batch), self.settings.priority_eta)
-            shard.update_priorities.remote(np.asarray(rows), priorities.detach().cpu().numpy())
+            self.new_priorities[i].append((np.asarray(rows), priorities.detach().cpu().numpy()))
         self.monitor.record(metrics, self.agent.updates, self.global_step)
         if self.agent.updates % self.settings.publish_every == 0:
             self.publish()
         return True
 
-    def next_batch(self) -> tuple[Any, Any] | None:
-        """(its shard, a sampled batch), taking turns over the shards, with requests kept in flight."""
-        ray = self.ray
+    def next_batch(self) -> tuple[int, Any] | None:
+        """(its shard, a sampled batch), taking turns over the shards. Each shard has sample requests
+        in flight; the new priorities of its batches go with the request that replaces one (one call)."""
         i = self.turn % len(self.shards)
         self.turn += 1
-        queue, shard = self.inflight[i], self.shards[i]
-        if not getattr(self, "_waiting", None):
-            self._waiting: collections.deque = collections.deque()
-        if self._waiting:
-            return shard, self._waiting.popleft()
-        while len(queue) < self.settings.prefetch:
+        if self.drawn[i]:
+            return i, self.drawn[i].popleft()
+        shard, queue, ray = self.shards[i], self.inflight[i], self.ray
+        if self.new_priorities[i]:
+            rows, priorities = (np.concatenate(parts) for parts in zip(*self.new_priorities[i]))
+            shard.update_priorities.remote(rows, priorities)
+            self.new_priorities[i] = []
+        while len(queue) < self.settings.prefetch + 1:
             queue.append(shard.sample.remote(self.agent.batch_size, SAMPLE_BATCHES))
         try:
             batches = ray.get(queue.popleft())
         except ray.exceptions.RayActorError as error:
             raise ReplayLost(f"replay shard {i} was lost ({type(error).__name__})") from None
-        queue.append(shard.sample.remote(self.agent.batch_size, SAMPLE_BATCHES))
         if batches is None:
             return None
-        self._waiting.extend(batches[1:])
-        return shard, batches[0]
+        self.drawn[i].extend(batches[1:])
+        return i, batches[0]
 
     def publish(self) -> None:
         """The learner's weights into the object store, where actors pull them at their next round."""

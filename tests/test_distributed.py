@@ -1,0 +1,173 @@
+"""distributed=apex's pure parts, without Ray: Ape-X's per-actor epsilon, R2D2's sequence priority,
+the replay shards as plain objects, the config's one-line refusals (nothing left behind), and
+rl-hydra-verify's refusal. Runs on Ray: tests/test_distributed_runs.py (slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from rl_hydra.config import ConfigError
+from rl_hydra.distributed.replay import SequenceShard, TransitionShard, as_arrays
+from rl_hydra.distributed.settings import actor_epsilons, read_settings, requested, sequence_priorities
+from rl_hydra.protocols import Batch, SequenceBatch
+from tests.conftest import TINY, compose_config
+
+
+def test_actor_epsilons_follow_ape_x():
+    eps = actor_epsilons(8)                                # 0.4 ** (1 + 7 i / 7)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
+    assert all(a > b for a, b in zip(eps, eps[1:]))
+    assert actor_epsilons(2, base=0.5, alpha=2.0) == pytest.approx([0.5, 0.5 ** 3])
+    assert actor_epsilons(1) == [0.4]                     # one actor: the base (no i / (N - 1))
+
+
+def test_sequence_priority_is_eta_max_plus_rest_mean_over_counted_steps():
+    td = torch.tensor([[1.0, -2.0], [3.0, 0.0], [5.0, 7.0]])          # (L=3, B=2)
+    counted = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])      # the third step is padding
+    priorities = sequence_priorities(td, counted, eta=0.9)
+    # sequence 0: max 3, mean 2; sequence 1: max 2, mean 1
+    assert priorities.tolist() == pytest.approx([0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1])
+    assert sequence_priorities(td, torch.zeros(3, 2), 0.9).tolist() == [0.0, 0.0]
+
+
+def apex(**keys):
+    node = OmegaConf.load("conf/distributed/apex.yaml")
+    return OmegaConf.merge(node, keys)
+
+
+def test_settings_read_and_auto_actors():
+    settings = read_settings(apex(actors="auto"), cpu_count=16)
+    assert settings.actors == 15 and settings.max_replay_ratio is None and settings.address is None
+    assert read_settings(apex(actors="auto", cpus_per_actor=2), cpu_count=16).actors == 7
+    assert read_settings(apex(actors="auto"), cpu_count=1).actors == 1
+    assert read_settings(apex(address="auto")).address == "auto"
+    assert read_settings(apex(address="ray://head:10001")).address == "ray://head:10001"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("actors", 0, "distributed.actors=0 is out of range"),
+    ("actors", "many", "distributed.actors='many' is not an integer"),
+    ("address", "nowhere", "distributed.address='nowhere' is not allowed"),
+    ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1 is out of range"),
+    ("epsilon_base", 1.5, "distributed.epsilon_base=1.5 is out of range"),
+    ("shards", 3, "distributed.shards=3 is out of range"),
+    ("cpus_per_actor", 0, "distributed.cpus_per_actor=0 is out of range"),
+])
+def test_bad_settings_are_one_line_errors(key, value, says):
+    with pytest.raises(ConfigError, match=says) as error:
+        read_settings(apex(**{"actors": 2, key: value}))
+    assert "\n" not in str(error.value)
+
+
+def test_which_configs_are_distributed():
+    assert not requested(compose_config())
+    assert requested(compose_config("distributed=apex"))
+    assert not requested(OmegaConf.create({"seed": 0}))   # a run recorded before the group existed
+    with pytest.raises(ConfigError, match="distributed.name='apx' is not allowed; choose one of: none, apex"):
+        requested(compose_config("distributed=apex", "distributed.name=apx"))
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["distributed.actors=0"], "distributed.actors=0 is out of range"),
+    (["distributed.address=nowhere"], "distributed.address='nowhere' is not allowed"),
+    (["algo=sac", "env=pendulum"], "distributed=apex runs the Q family"),
+])
+def test_refused_config_leaves_no_run_directory(tmp_path, overrides, says):
+    from rl_hydra.launch import RunFailed, launch
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunFailed, match=says) as failure:
+        launch(compose_config("distributed=apex", *TINY, *overrides), run_dir)
+    assert failure.value.code == 2 and "\n" not in str(failure.value)
+    assert not run_dir.exists()
+
+
+def test_apex_without_ray_is_one_line(tmp_path, monkeypatch):
+    from rl_hydra.launch import RunFailed, launch
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    with pytest.raises(RunFailed, match=r'distributed=apex needs Ray, which is not installed; pip install -e "\.\[ray\]"'):
+        launch(compose_config("distributed=apex", *TINY), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_verify_refuses_a_distributed_run(run_dir):
+    from rl_hydra.runs.run_dir import RunError
+    from rl_hydra.verify import verify_run
+
+    config = run_dir / ".hydra" / "config.yaml"
+    recorded = yaml.safe_load(config.read_text())
+    recorded["distributed"] = {"name": "apex"}
+    config.write_text(yaml.safe_dump(recorded))
+    with pytest.raises(RunError, match="is a distributed run .* not bit-reproducible") as error:
+        verify_run(run_dir)
+    assert "\n" not in str(error.value)
+
+
+# --- the replay shards, as plain objects ---------------------------------------------------------
+BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def transitions(n: int, start: float = 0.0) -> Batch:
+    obs = np.arange(start, start + 3 * n, dtype=np.float32).reshape(n, 3)
+    return Batch(obs=obs, actions=np.arange(n) % 2, rewards=np.full(n, 2.0, np.float32), next_obs=obs + 1,
+                 terminated=np.zeros(n, np.float32), truncated=np.zeros(n, np.float32),
+                 discounts=np.linspace(0.5, 0.9, n).astype(np.float32), weights=np.ones(n, np.float32),
+                 indices=np.arange(n))
+
+
+@pytest.mark.parametrize("buffer", ["prioritized", "replay"])
+def test_transition_shard_keeps_each_rows_discount_and_priority(buffer):
+    node = OmegaConf.to_container(compose_config(f"buffer={buffer}", "buffer.capacity=64").buffer, resolve=True)
+    shard = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
+    assert shard.sample(8, 1) is None                                       # too few rows yet
+    sent = transitions(16)
+    priorities = np.zeros(16)
+    priorities[5] = 100.0                                                   # one row far above the rest
+    assert shard.add(sent, priorities) == 16
+    (batch,) = shard.sample(8, 1)
+    rows = batch.indices
+    assert np.array_equal(batch.obs, sent.obs[rows]) and np.array_equal(batch.discounts, sent.discounts[rows])
+    if buffer == "prioritized":
+        assert (rows == 5).sum() >= 6                                       # drawn by priority
+        shard.update_priorities(np.array([5]), np.array([0.0]))
+    state = shard.state_dict()
+    again = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
+    again.load_state_dict(state)
+    assert again.added == 16 and np.array_equal(again.discounts, shard.discounts)
+
+
+def sequences(n: int, length: int = 4) -> SequenceBatch:
+    return as_arrays(SequenceBatch(
+        obs=torch.arange(n, dtype=torch.float32).repeat(length + 1, 1)[..., None].expand(-1, -1, 3).contiguous(),
+        actions=torch.zeros(length, n, dtype=torch.int64), rewards=torch.ones(length, n),
+        terminated=torch.zeros(length, n), mask=torch.ones(length, n),
+        episode_start=torch.arange(n) % 2 == 0, state=(torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 5),)))
+
+
+def test_sequence_shard_draws_by_priority_and_keeps_the_stored_state():
+    shard = SequenceShard({"capacity": 10}, seed=0, alpha=1.0)
+    priorities = np.full(6, 1e-3)
+    priorities[4] = 10.0
+    shard.add(sequences(6), priorities)
+    assert shard.sample(8, 1) is None                                       # 6 stored < batch of 8
+    shard.add(sequences(6), np.full(6, 1e-3))                               # wraps: 12 into 10
+    assert len(shard) == 10
+    (batch, rows), = shard.sample(8, 1)
+    assert batch.obs.shape == (5, 8, 3) and batch.state[0].shape == (8, 5)
+    assert np.array_equal(batch.state[0][:, 0], batch.obs[0, :, 0])         # each sequence's own stored state
+    assert (rows == 4).sum() >= 6
+    again = SequenceShard({"capacity": 10}, seed=0, alpha=1.0)
+    again.load_state_dict(shard.state_dict())
+    (batch_again, rows_again), = again.sample(8, 1)
+    (batch, rows), = shard.sample(8, 1)
+    assert np.array_equal(rows, rows_again) and np.array_equal(batch.obs, batch_again.obs)
