@@ -1,0 +1,188 @@
+"""TD3: the smoothed target by hand, the delayed actor and target updates, exploration noise, refusals, runs."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from rl_hydra import load_run, train
+from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target, smoothed_target_action
+from rl_hydra.config import ConfigError
+from rl_hydra.networks.actor_critic import DeterministicActor
+from rl_hydra.training import agent_node
+from tests.conftest import TINY, compose_config, metric_rows, run_training
+from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
+
+SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
+
+
+def make_agent(*overrides: str) -> TD3:
+    cfg = compose_config("algo=td3", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
+    torch.manual_seed(0)
+    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=ACTION_SPACE,
+                       network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+
+
+def snapshot(agent: TD3) -> dict[str, dict[str, torch.Tensor]]:
+    return {name: copy.deepcopy(getattr(agent, name).state_dict())
+            for name in ("actor", "actor_target", "critic", "critic_target")}
+
+
+def moved(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> bool:
+    return any(not torch.equal(before[key], after[key]) for key in before if not key.startswith("action_"))
+
+
+# --- pure functions, by hand -------------------------------------------------------------
+def test_smoothed_target_action_clips_the_noise_then_the_action():
+    next_actions = torch.tensor([[0.0, 0.9], [-0.95, 0.2]])
+    noise = torch.tensor([[1.0, 1.0], [-4.0, -0.5]])          # standard normal draws
+    got = smoothed_target_action(next_actions, noise, noise_std=0.2, noise_clip=0.5)
+    # 0.2 * noise = [0.2, 0.2], [-0.8 -> -0.5 (clip), -0.1]; sums 0.2, 1.1 -> 1.0 (box), -1.45 -> -1.0 (box), 0.1
+    torch.testing.assert_close(got, torch.tensor([[0.2, 1.0], [-1.0, 0.1]]))
+
+
+def test_smoothed_target_is_the_min_of_both_target_critics_by_hand():
+    rewards, terminated = torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0])
+    next_q = torch.tensor([[3.0, 2.0], [5.0, 7.0]])           # (B, 2) at the smoothed target action
+    got = smoothed_target(rewards, terminated, next_q, torch.tensor([0.9, 0.9]))
+    torch.testing.assert_close(got, torch.tensor([1.0 + 0.9 * 2.0, -1.0]))
+
+
+def test_ornstein_uhlenbeck_step_by_hand():
+    previous, noise = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5, 1.0]])
+    got = ornstein_uhlenbeck_step(previous, noise, std=0.3, theta=0.15, dt=0.01)
+    expected = previous - 0.15 * previous * 0.01 + 0.3 * 0.1 * noise
+    torch.testing.assert_close(got, expected)
+
+
+# --- the update -----------------------------------------------------------------------------
+def test_critic_loss_against_an_independent_computation():
+    agent = make_agent()
+    batch, smoothing = random_batch(16, seed=2), torch.randn(16, 2, generator=torch.Generator().manual_seed(5))
+    loss, q_values = agent.critic_loss(batch, smoothing)
+    with torch.no_grad():   # the network outputs; the smoothing, min, target and loss in numpy
+        mu_next = agent.actor_target(batch.next_obs).numpy()
+        action = np.clip(mu_next + np.clip(0.2 * smoothing.numpy(), -0.5, 0.5), -1, 1)
+        next_q = agent.critic_target(batch.next_obs, torch.as_tensor(action)).numpy()
+        q = agent.critic(batch.obs, agent.actor.from_env(batch.actions)).numpy()
+    y = batch.rewards.numpy() + 0.99 * (1 - batch.terminated.numpy()) * next_q.min(axis=1)
+    np.testing.assert_allclose(q_values.detach().numpy(), q)
+    np.testing.assert_allclose(float(loss.detach()), ((q - y[:, None]) ** 2).mean(axis=0).sum(), rtol=1e-5)
+
+
+def test_actor_loss_is_minus_the_first_critic_at_mu():
+    agent = make_agent()
+    obs = torch.randn(8, 3)
+    torch.testing.assert_close(agent.actor_loss(obs), -agent.critic(obs, agent.actor(obs))[:, 0].mean())
+    agent.actor_loss(obs).backward()
+    assert all(p.grad is None for p in agent.critic.parameters())   # the critics stay out of the actor's step
+
+
+def test_actor_and_targets_update_only_every_policy_delay_critic_updates():
+    agent = make_agent("algo.policy_delay=3", "algo.tau=0.1")
+    history = []
+    for i in range(7):
+        before = snapshot(agent)
+        metrics = agent.update(random_batch(seed=i))
+        after = snapshot(agent)
+        history.append(tuple(moved(before[name], after[name]) for name in before))
+        if (i + 1) % 3 == 0:   # the targets moved by polyak toward the networks as they are after this update
+            for name in ("actor", "critic"):
+                for key, online in after[name].items():
+                    expected = 0.9 * before[f"{name}_target"][key] + 0.1 * online
+                    torch.testing.assert_close(after[f"{name}_target"][key], expected)
+        assert ("actor_loss" in metrics) == (i >= 2)
+    #                 actor  actor_target critic critic_target
+    assert history == [(False, False, True, False), (False, False, True, False), (True, True, True, True)] * 2 + [
+        (False, False, True, False)]
+    assert agent.updates == 7
+
+
+def test_gaussian_exploration_is_mu_plus_noise_clipped_and_greedy_is_mu():
+    agent = make_agent("algo.action_noise.std=0.3")
+    obs = np.random.default_rng(0).normal(size=(4000, 3)).astype(np.float32)
+    greedy, _ = agent.act(obs[:5], explore=False)
+    with torch.no_grad():
+        mu = agent.actor(torch.as_tensor(obs[:5]))
+    np.testing.assert_allclose(greedy, agent.actor.to_env(mu).numpy(), rtol=1e-6)
+    same = np.repeat(obs[:1], 4000, axis=0)
+    explored = agent.actor.from_env(torch.as_tensor(agent.act(same, explore=True)[0])).numpy()
+    with torch.no_grad():
+        center = agent.actor(torch.as_tensor(obs[:1])).numpy()[0]
+    inside = np.abs(center) < 0.3   # no clipping near the middle: the unit-box spread is the noise's
+    np.testing.assert_allclose(explored.std(axis=0)[inside], 0.3, rtol=0.1)
+    assert np.all(np.abs(explored) <= 1.0 + 1e-6)
+
+
+def test_ornstein_uhlenbeck_noise_is_one_process_per_env_carried_in_the_state_dict():
+    agent = make_agent("algo.action_noise.kind=ornstein_uhlenbeck", "algo.action_noise.std=0.5")
+    obs = np.zeros((3, 3), np.float32)
+    agent.act(obs, explore=True)
+    first = agent.ou_state.clone()
+    agent.act(obs, explore=True)
+    assert first.shape == (3, 2) and not torch.equal(first, agent.ou_state)
+    buffer = io.BytesIO()
+    torch.save(agent.state_dict(), buffer)
+    buffer.seek(0)
+    clone = make_agent("algo.action_noise.kind=ornstein_uhlenbeck", "algo.action_noise.std=0.5")
+    clone.load_state_dict(torch.load(buffer, weights_only=True))
+    np.testing.assert_array_equal(clone.act(obs, explore=True)[0], agent.act(obs, explore=True)[0])
+    batch = random_batch(seed=9)
+    assert clone.update(batch)["critic_loss"] == agent.update(batch)["critic_loss"]
+
+
+def test_deterministic_actor_stays_in_the_box():
+    torch.manual_seed(0)
+    actor = DeterministicActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(8,))
+    env_actions = actor.to_env(actor(1e3 * torch.randn(64, 3)))
+    assert torch.all(env_actions >= torch.as_tensor(ACTION_SPACE.low))
+    assert torch.all(env_actions <= torch.as_tensor(ACTION_SPACE.high))
+
+
+# --- refusals ------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    (["env=cartpole"], "algo=td3 needs a continuous (Box) action space"),
+    (["network=redq"], "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
+                       "rl_hydra.networks.actor_critic.CriticEnsemble, but algo=td3 builds on actor: "
+                       "rl_hydra.networks.actor_critic.DeterministicActor"),
+    (["algo.action_noise.kind=pink"], "algo.action_noise.kind='pink' is not allowed; choose one of: gaussian, "
+                                      "ornstein_uhlenbeck"),
+    (["+algo.action_noise.sigma=0.2"], "algo.action_noise.sigma is not a key of the exploration noise; "
+                                       "allowed: kind, std, theta, dt"),
+    (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
+    (["algo.target_noise_clip=-1"], "algo.target_noise_clip=-1"),
+])
+def test_what_does_not_fit_is_refused_in_one_line(tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        run_training(tmp_path, "algo=td3", "env=pendulum", *TINY, *overrides)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+# --- runs ---------------------------------------------------------------------------------------
+def test_runs_are_deterministic_given_the_seed_and_load_run_predicts_mu(tmp_path):
+    args = ["algo=td3", "env=pendulum", *TINY, *SMALL_NET, "env.num_envs=2", "algo.learning_starts=100",
+            "algo.batch_size=32", "algo.action_noise.kind=ornstein_uhlenbeck"]
+    first, second = (train(*args, run_dir=tmp_path / name) for name in ("a", "b"))
+    assert first.summary["updates"] == 201 and first.summary["eval_return_mean"] == second.summary["eval_return_mean"]
+    rows = metric_rows(tmp_path / "a")
+    assert rows == metric_rows(tmp_path / "b") and rows[-1]["train/actor_loss"] != ""
+    loaded = load_run(tmp_path / "a")
+    obs = np.array([0.5, -0.5, 1.0], np.float32)
+    with torch.no_grad():
+        mu = loaded.agent.actor.to_env(loaded.agent.actor(torch.as_tensor(obs[None])))[0].numpy()
+    np.testing.assert_allclose(loaded.predict(obs), mu, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_pendulum_preset_reaches_minus_200(tmp_path):
+    """The RL Zoo's preset as `python train.py algo=td3 env=pendulum` runs it (20k steps, the first 10k random)."""
+    summary = run_training(tmp_path, "algo=td3", "env=pendulum", "train.progress=false", "device=cpu",
+                           "checkpoint.save_buffer=false")
+    assert summary["global_step"] == 20000
+    assert summary["eval_return_mean"] >= -200
