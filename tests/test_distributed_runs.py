@@ -1,0 +1,93 @@
+"""distributed=apex on a local Ray instance (2 actors): Ape-X learns CartPole, R2D2 (algo=drqn) learns
+CartPole without velocities, a killed actor is restarted by Ray and the run completes, and a driver
+killed with SIGKILL is resumed to the end. Slow: each starts Ray and trains for a minute or so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, metric_rows, run_cli, run_training
+
+pytestmark = pytest.mark.slow
+
+APEX = ["distributed=apex", "distributed.actors=2", "train.progress=false", "device=cpu"]
+
+
+def read_json(path):
+    return json.loads(path.read_text())
+
+
+def test_apex_dqn_learns_cartpole(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(*APEX, "algo=dqn", "buffer=prioritized", "env=cartpole", "train.total_steps=20000",
+                     "train.eval_every=2000", "train.stop_at_return=200", f"hydra.run.dir={run_dir}", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "completed"
+    assert summary["best_eval_return_mean"] >= 150, summary     # a random policy scores about 20
+    session = read_json(run_dir / "provenance.json")["sessions"][-1]
+    assert session["distributed"]["actors"] == 2 and session["distributed"]["nodes"]
+    rows = metric_rows(run_dir)
+    assert all(float(row["distributed/env_sps"]) > 0 for row in rows[1:])
+    assert any(row["rollout/return_mean"] for row in rows) and float(rows[-1]["distributed/replay_ratio"]) <= 0.5
+
+
+def test_r2d2_learns_cartpole_without_velocities(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(*APEX, "algo=drqn", "env=cartpole_no_velocity", "train.total_steps=20000",
+                     "train.eval_every=2500", "train.stop_at_return=200", f"hydra.run.dir={run_dir}", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "completed"
+    assert summary["best_eval_return_mean"] >= 120, summary     # without velocities, memory is needed
+
+
+def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch, caplog):
+    from rl_hydra.distributed import learner
+
+    killed: list[int] = []
+    harvest = learner.Learner.harvest
+
+    def kill_an_actor_once(self, ref):
+        harvest(self, ref)
+        if not killed and self.global_step >= 1600:
+            pid = self.ray.get(self.actors[1].pid.remote())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    monkeypatch.setattr(learner.Learner, "harvest", kill_an_actor_once)
+    summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=6000",
+                           "train.eval_every=3000", "train.log_every=800")
+    assert killed and summary["status"] == "completed" and summary["global_step"] >= 6000
+    assert int(metric_rows(tmp_path / "run")[-1]["distributed/actor_restarts"]) == 1
+    died = [record.getMessage() for record in caplog.records if "died" in record.getMessage()]
+    assert len(died) == 1 and died[0].startswith("actor 1 died") and "the run goes on" in died[0]
+
+
+def test_a_killed_driver_resumes_to_the_end(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "train.py"), *APEX, "buffer=prioritized", "train.total_steps=8000",
+               "train.checkpoint_every=2000", "train.eval_every=4000", f"hydra.run.dir={run_dir}"]
+    driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run_dir / "checkpoints" / "last.pt").is_file():
+            assert driver.poll() is None and time.monotonic() < deadline, "no checkpoint before the kill"
+            time.sleep(0.5)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    result = run_cli(f"resume={run_dir}", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "completed" and summary["global_step"] >= 8000
+    sessions = read_json(run_dir / "provenance.json")["sessions"]
+    assert [s["status"] for s in sessions] == ["killed", "completed"]
+    assert all(s["distributed"]["actors"] == 2 for s in sessions)
