@@ -98,6 +98,36 @@ def test_sb3_defaults_are_the_installed_ones():
     assert inspect.signature(SACPolicy.__init__).parameters["log_std_init"].default == zoo.SB3_LOG_STD_INIT
 
 
+def test_tqc_and_td3_translate_sb3s_defaults_and_name_a_changed_key():
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import TQC
+    from sb3_contrib.tqc.policies import TQCPolicy
+    from stable_baselines3 import TD3
+    from stable_baselines3.td3.policies import TD3Policy
+
+    for algo, cls in (("tqc", TQC), ("td3", TD3)):
+        signature = inspect.signature(cls.__init__).parameters
+        assert {k: signature[k].default for k in zoo.SB3_DEFAULTS[algo]} == zoo.SB3_DEFAULTS[algo]
+    tqc_policy = inspect.signature(TQCPolicy.__init__).parameters
+    assert {k: tqc_policy[k].default for k in ("n_quantiles", "n_critics", "log_std_init")} == {
+        k: zoo.TQC_POLICY[k] for k in ("n_quantiles", "n_critics", "log_std_init")}
+    assert inspect.signature(TD3Policy.__init__).parameters["n_critics"].default == zoo.TD3_POLICY["n_critics"]
+    expected, _ = zoo.expected_config(zoo.ZOO["tqc_hopper"])
+    assert (expected["algo.ensemble_size"], expected["algo.num_quantiles"],
+            expected["algo.top_quantiles_to_drop_per_critic"]) == (2, 25, 5)
+    expected, notes = zoo.expected_config(zoo.ZOO["td3_pendulum"])
+    assert (expected["algo.action_noise.kind"], expected["algo.action_noise.std"], expected["algo.gamma"]) == (
+        "gaussian", 0.1, 0.98)
+    assert zoo.sb3_spec(zoo.ZOO["td3_pendulum"], "Pendulum-v1", 20_000)["action_noise"] == {"kind": "normal",
+                                                                                           "std": 0.1}
+    found = zoo.mismatches(compose_config("algo=tqc", "env=pendulum", "algo.top_quantiles_to_drop_per_critic=3"),
+                           zoo.ZOO["tqc_pendulum"])
+    assert found == ["algo.top_quantiles_to_drop_per_critic is 3 in our config; SB3's run means 2"]
+    found = zoo.mismatches(compose_config("algo=td3", "env=pendulum", "algo.action_noise.kind=ornstein_uhlenbeck",
+                                          "algo.policy_delay=3"), zoo.ZOO["td3_pendulum"])
+    assert [line.split(" ", 1)[0] for line in found] == ["algo.policy_delay", "algo.action_noise.kind"]
+
+
 def test_a_suite_whose_presets_go_beyond_sb3_is_refused_before_anything_runs(tmp_path, capsys):
     # the discrete suite runs the tuned presets (dqn_acrobot: double Q and dueling); SB3 has neither
     with pytest.raises(SystemExit) as exit_info:
@@ -114,3 +144,15 @@ def test_unknown_rows_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         benchmark.main(["suite", "discrete_zoo", "--rows", "dqn_pong", "--out", str(tmp_path)])
     assert exit_info.value.code == 2 and "error: --rows dqn_pong: not rows of suite discrete_zoo" in capsys.readouterr().err
+
+
+def test_algos_pick_a_suites_rows_and_an_algo_without_rows_is_refused(tmp_path, capsys):
+    args = benchmark.with_defaults(benchmark.build_parser().parse_args(
+        ["suite", "continuous", "--algos", "tqc", "td3", "--out", str(tmp_path)]))
+    cases = benchmark.suite_cases(args)
+    assert {case.id for case in cases} == {f"{a}_{e}" for a in ("tqc", "td3") for e in ("pendulum", "hopper",
+                                                                                        "half_cheetah")}
+    assert {case.peer["algo"] for case in cases} == {"tqc", "td3"} and benchmark.check(cases) == []
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["suite", "continuous", "--algos", "ddpg", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and "error: --algos ddpg: no rows of suite continuous" in capsys.readouterr().err

@@ -3,6 +3,7 @@ every comparison.
 
     python scripts/benchmarks/benchmark.py cartpole --seeds 4             # DQN, QR-DQN: Zoo, one update per step, solve
     python scripts/benchmarks/benchmark.py suite discrete_zoo --seeds 3   # a suite's rows against their Zoo entries
+    python scripts/benchmarks/benchmark.py suite continuous --algos tqc td3 --rows tqc_pendulum td3_pendulum
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
     python scripts/benchmarks/benchmark.py minatar --algos qr_dqn iqn rainbow --quantiles 50 --sides ours
     python scripts/benchmarks/benchmark.py atari --seeds 2                # Pong: training steps/s over 20k steps
@@ -98,7 +99,12 @@ def suite_cases(args) -> list[Case]:
     if unknown:
         raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
                           f"choose among: {', '.join(r.name for r in suite.rows)}")
-    rows = [r for r in suite.rows if not args.rows or r.name in args.rows]
+    algos = sorted({r.algo for r in suite.rows})
+    if set(args.algos) - set(algos):
+        raise ConfigError(f"--algos {' '.join(sorted(set(args.algos) - set(algos)))}: no rows of suite {suite.name}; "
+                          f"choose among: {', '.join(algos)}")
+    rows = [r for r in suite.rows
+            if (not args.rows or r.name in args.rows) and (not args.algos or r.algo in args.algos)]
     skipped = [r.name for r in rows if r.name not in ZOO]
     if skipped:
         print(f"no SB3 counterpart, skipped: {', '.join(skipped)}", file=sys.stderr)
@@ -340,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
     parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow; "
-                                                   "atari: dqn iqn rainbow")
+                                                   "atari: dqn iqn rainbow; suite: only these algos' rows")
     parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"], help="minatar games")
     parser.add_argument("--quantiles", type=int, default=HP["quantiles"], help="minatar: QR-DQN's, both sides")
     parser.add_argument("--learning-starts", type=int, help="minatar (5000) and atari (1000): random warm-up steps")

@@ -1,7 +1,8 @@
 """The peer side of scripts/benchmarks/benchmark.py: one Stable-Baselines3 / sb3-contrib run from a spec.
 
-    {"algo": "dqn" | "qr_dqn" | "sac" | "crossq", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
+    {"algo": "dqn" | "qr_dqn" | "sac" | "crossq" | "tqc" | "td3", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
      "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
+     "action_noise": {"kind": "normal" | "ornstein-uhlenbeck", "std": s} (optional: the Zoo's noise_type, noise_std),
      "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id, "num_envs": N, "subprocesses": bool}}
 
 `run(spec, seed, eval_episodes, device)` builds, learns and evaluates greedily on `eval_episodes`
@@ -83,9 +84,18 @@ def minatar_cnn():
     return MinAtarConv
 
 
+def action_noise(noise: dict, action_dim: int):
+    """The Zoo's noise_type and noise_std as SB3's action noise object (std per action dimension)."""
+    import numpy as np
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+    kind = {"normal": NormalActionNoise, "ornstein-uhlenbeck": OrnsteinUhlenbeckActionNoise}[noise["kind"]]
+    return kind(mean=np.zeros(action_dim), sigma=noise["std"] * np.ones(action_dim))
+
+
 def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
-    from sb3_contrib import QRDQN, CrossQ
-    from stable_baselines3 import DQN, SAC
+    from sb3_contrib import QRDQN, TQC, CrossQ
+    from stable_baselines3 import DQN, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
@@ -110,7 +120,9 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     kwargs = {**spec["kwargs"], "learning_rate": lr_schedule(spec["kwargs"].get("learning_rate", 3e-4))}
     start = time.perf_counter()
     env = make if "atari" in spec["env"] else DummyVecEnv([lambda: Monitor(make())])
-    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ}[spec["algo"]](
+    if spec.get("action_noise"):
+        kwargs["action_noise"] = action_noise(spec["action_noise"], env.action_space.shape[0])
+    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ, "tqc": TQC, "td3": TD3}[spec["algo"]](
         spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
     learn_start = time.perf_counter()
     model.learn(total_timesteps=spec["steps"], callback=Marks())

@@ -38,6 +38,8 @@ _ONE_UPDATE_PER_STEP = dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50
 _MOUNTAIN_CAR = dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
                      target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
                      exploration_final_eps=0.07, net_arch=[256, 256])
+_TD3_MUJOCO = dict(learning_starts=10_000, noise_type="normal", noise_std=0.1, learning_rate=1e-3, batch_size=256,
+                   net_arch=[400, 300])
 ZOO = {
     "dqn_cartpole": Zoo("dqn", dict(_CARTPOLE), 50_000, "dqn.yml CartPole-v1"),
     "qr_dqn_cartpole": Zoo("qr_dqn", dict(_CARTPOLE, n_quantiles=10), 50_000, "qrdqn.yml CartPole-v1"),
@@ -61,6 +63,16 @@ ZOO = {
     "crossq_pendulum": Zoo("crossq", dict(policy_delay=2, net_arch=[256, 256]), 20_000, "crossq.yml Pendulum-v1"),
     "crossq_hopper": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
                                         net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000, "crossq.yml Hopper"),
+    # sb3-contrib's TQC and SB3's TD3, rl-baselines3-zoo hyperparams/tqc.yml and td3.yml (MuJoCo: their -v4 entries)
+    "tqc_pendulum": Zoo("tqc", dict(learning_rate=1e-3, net_arch=[256, 256]), 20_000, "tqc.yml Pendulum-v1"),
+    "tqc_hopper": Zoo("tqc", dict(learning_starts=10_000, top_quantiles_to_drop_per_net=5, net_arch=[256, 256]),
+                      1_000_000, "tqc.yml Hopper"),
+    "tqc_half_cheetah": Zoo("tqc", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "tqc.yml HalfCheetah"),
+    "td3_pendulum": Zoo("td3", dict(gamma=0.98, buffer_size=200_000, learning_starts=10_000, noise_type="normal",
+                                    noise_std=0.1, learning_rate=1e-3, net_arch=[400, 300]), 20_000,
+                        "td3.yml Pendulum-v1"),
+    "td3_hopper": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml Hopper"),
+    "td3_half_cheetah": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml HalfCheetah"),
 }
 
 # SB3 2.9.2's defaults for what the Zoo leaves out (tests/test_suite_sb3.py checks them against the
@@ -75,7 +87,19 @@ SB3_DEFAULTS = {
     "crossq": dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=1.0,
                    gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_entropy="auto", policy_delay=3,
                    use_sde=False, sde_sample_freq=-1),
+    "tqc": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
+                gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
+                target_entropy="auto", top_quantiles_to_drop_per_net=2, use_sde=False, sde_sample_freq=-1),
+    "td3": dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
+                gamma=0.99, train_freq=1, gradient_steps=1, policy_delay=2, target_policy_noise=0.2,
+                target_noise_clip=0.5),
 }
+# their policies' defaults (TQCPolicy, TD3Policy keywords; tests/test_suite_sb3.py checks them against the installed)
+TQC_POLICY = dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=-3)
+TD3_POLICY = dict(net_arch=[400, 300], n_critics=2)
+# the Zoo's noise_type in our algo.action_noise.kind; SB3's Ornstein-Uhlenbeck noise's theta and dt
+NOISE_KINDS = {"normal": "gaussian", "ornstein-uhlenbeck": "ornstein_uhlenbeck"}
+OU_THETA, OU_DT = 0.15, 0.01
 # sb3-contrib 2.9.2's CrossQ policy defaults (keywords of CrossQPolicy; Adam's betas are its optimizer_kwargs,
 # r_max 3 and d_max 5 are fixed in its BatchRenorm); tests/test_crossq.py checks them against the installed ones
 CROSSQ_POLICY = dict(net_arch={"pi": [256, 256], "qf": [1024, 1024]}, batch_norm_momentum=0.01, batch_norm_eps=0.001,
@@ -83,7 +107,8 @@ CROSSQ_POLICY = dict(net_arch={"pi": [256, 256], "qf": [1024, 1024]}, batch_norm
 CROSSQ_BETAS, CROSSQ_R_MAX, CROSSQ_D_MAX = (0.5, 0.999), 3.0, 5.0
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)   # torch.optim.Adam's defaults
 SB3_LOG_STD_INIT = -3.0   # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
-POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init")
+POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init", "n_critics")
+NOISE_KEYS = ("noise_type", "noise_std")   # the Zoo's; SB3 takes an action_noise object (sb3_peer.py builds it)
 
 
 def per_step(zoo: Zoo, steps: int = 20_000) -> Zoo:
@@ -166,6 +191,15 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         return expected, notes
     if zoo.algo == "crossq":
         return crossq_expected({key: v for key, v in common.items() if key != "algo.tau"}, hp), notes
+    if zoo.algo == "tqc":
+        return tqc_expected(common, hp), notes + [
+            "critic loss: sb3-contrib averages the critics' quantile losses, ours sums them (the paper's one "
+            "loss per critic); Adam's step is the same up to its eps",
+            "sb3-contrib updates the temperature before the critics, ours after the actor (as our SAC)"]
+    if zoo.algo == "td3":
+        if hp.get("noise_type") == "ornstein-uhlenbeck":
+            notes.append("SB3 restarts the Ornstein-Uhlenbeck noise at each episode's end; ours runs on")
+        return td3_expected(common, hp), notes
     if hp["target_update_interval"] != 1:
         raise ValueError("SAC: only target_update_interval=1 has a counterpart here")
     ent = hp["ent_coef"]
@@ -221,6 +255,57 @@ def crossq_expected(common: dict, hp: dict) -> dict:
     return expected
 
 
+def tqc_expected(common: dict, hp: dict) -> dict:
+    """sb3-contrib's TQC in our keys: SAC's actor and temperature, its critics' quantiles and truncation."""
+    policy = {**TQC_POLICY, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
+    if hp["target_update_interval"] != 1:
+        raise ValueError("TQC: only target_update_interval=1 has a counterpart here")
+    ent = hp["ent_coef"]
+    learned = isinstance(ent, str)
+    alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
+    expected = {**common, "algo.ensemble_size": policy["n_critics"], "algo.num_quantiles": policy["n_quantiles"],
+                "algo.top_quantiles_to_drop_per_critic": hp["top_quantiles_to_drop_per_net"], "algo.kappa": 1.0,
+                "algo.policy_delay": 1, "algo.learn_alpha": learned, "algo.initial_alpha": alpha,
+                "algo.target_entropy": hp["target_entropy"], "algo.max_grad_norm": None,
+                "network.critic._target_": "rl_hydra.networks.actor_critic.QuantileCriticEnsemble",
+                "network.critic.dropout": 0.0, "network.critic.layer_norm": False}
+    for name in ("actor", "critic", "alpha"):
+        optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
+        if final != 1.0:
+            raise ValueError("TQC: a decaying learning rate has no counterpart here")
+        expected.update(optimizer)
+    for net in ("actor", "critic"):
+        expected.update({f"network.{net}.hidden_sizes": policy["net_arch"], f"network.{net}.activation": "relu"})
+    expected["network.actor.gsde"] = hp["use_sde"]
+    if hp["use_sde"]:
+        expected.update({"network.actor.gsde_log_std_init": policy["log_std_init"],
+                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+    return expected
+
+
+def td3_expected(common: dict, hp: dict) -> dict:
+    """SB3's TD3 in our keys: twin critics, target smoothing, the delay, and the Zoo's exploration noise."""
+    policy = {**TD3_POLICY, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
+    if policy["n_critics"] != 2:
+        raise ValueError("TD3: only n_critics=2 (clipped double Q) has a counterpart here")
+    kind = NOISE_KINDS[hp.get("noise_type", "normal")]
+    expected = {**common, "algo.policy_delay": hp["policy_delay"],
+                "algo.target_policy_noise": hp["target_policy_noise"],
+                "algo.target_noise_clip": hp["target_noise_clip"], "algo.max_grad_norm": None,
+                "algo.action_noise.kind": kind, "algo.action_noise.std": hp.get("noise_std", 0.1),
+                "network.actor._target_": "rl_hydra.networks.actor_critic.DeterministicActor",
+                "network.critic.dropout": 0.0, "network.critic.layer_norm": False}
+    if kind == "ornstein_uhlenbeck":
+        expected.update({"algo.action_noise.theta": OU_THETA, "algo.action_noise.dt": OU_DT})
+    for name in ("actor", "critic"):
+        optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
+        if final != 1.0:
+            raise ValueError("TD3: a decaying learning rate has no counterpart here")
+        expected.update({**optimizer, f"network.{name}.hidden_sizes": policy["net_arch"],
+                         f"network.{name}.activation": "relu"})
+    return expected
+
+
 def overrides(zoo: Zoo) -> list[str]:
     """train.py overrides that set every expected key (`++`: added where the config lacks it)."""
     def value(v) -> str:
@@ -265,7 +350,9 @@ def mismatches(cfg, zoo: Zoo) -> list[str]:
     expected, _ = expected_config(zoo)
     found = [f"{key} is {our_value(cfg, key)!r} in our config; SB3's run means {value!r}"
              for key, value in expected.items() if not same(our_value(cfg, key), value)]
-    names = ("optimizer",) if zoo.algo in DQN_FAMILY else ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
+    names = ("optimizer",) if zoo.algo in DQN_FAMILY else (
+        ("actor_optimizer", "critic_optimizer") if zoo.algo == "td3" else ("actor_optimizer", "critic_optimizer",
+                                                                            "alpha_optimizer"))
     for name in names:
         node = cfg.algo[name]
         if not isinstance(hydra.utils.instantiate(node)([torch.nn.Parameter(torch.zeros(1))]), torch.optim.Adam):
@@ -279,5 +366,9 @@ def sb3_spec(zoo: Zoo, env_id: str, steps: int) -> dict:
     policy_kwargs = {key: hp.pop(key) for key in POLICY_KEYS if key in hp}
     if zoo.algo in DQN_FAMILY:
         hp.update(tau=1.0, exploration_initial_eps=1.0)
-    return {"algo": zoo.algo, "policy": "MlpPolicy", "env": {"gym": env_id}, "kwargs": hp,
+    noise = {key: hp.pop(key) for key in NOISE_KEYS if key in hp}
+    spec = {"algo": zoo.algo, "policy": "MlpPolicy", "env": {"gym": env_id}, "kwargs": hp,
             "policy_kwargs": policy_kwargs, "steps": steps}
+    if noise:   # the Zoo's action noise, which sb3_peer.py builds for the env's action size
+        spec["action_noise"] = {"kind": noise.get("noise_type", "normal"), "std": noise.get("noise_std", 0.1)}
+    return spec
