@@ -29,7 +29,9 @@ ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq
              # the Ornstein-Uhlenbeck process of each env, carried across the checkpoint; delayed updates
              "td3_ou": ["algo=td3", "env=pendulum", "env.num_envs=2", "algo.action_noise.kind=ornstein_uhlenbeck"],
              # dropout in the critics draws from torch's global stream, which the checkpoint holds
-             "droq": ["algo=droq", "env=pendulum", "algo.policy_delay=2"]}
+             "droq": ["algo=droq", "env=pendulum", "algo.policy_delay=2"],
+             # batch renormalization's running statistics and step counts; the actor every 3rd update
+             "crossq": ["algo=crossq", "env=pendulum", "network.critic.hidden_sizes=[32,32]", "algo.policy_delay=3"]}
 ALGOS = list(ALGO_ARGS)
 
 

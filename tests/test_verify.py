@@ -437,7 +437,7 @@ def test_the_next_verify_removes_what_a_killed_one_left(slow_run, tmp_path, caps
 # --- every algorithm ---------------------------------------------------------------------------------
 ALGO_OVERRIDES = {"drqn": ["env=cartpole_no_velocity", "algo.burn_in=2"], "sac": ["env=pendulum"],
                   "redq": ["env=pendulum"], "tqc": ["env=pendulum"], "td3": ["env=pendulum"],
-                  "droq": ["env=pendulum", "algo.policy_delay=1"]}
+                  "droq": ["env=pendulum", "algo.policy_delay=1"], "crossq": ["env=pendulum"]}
 ALGOS = sorted(path.stem for path in (CONF_DIR / "algo").glob("*.yaml"))
 
 
