@@ -114,7 +114,8 @@ def private_api_forbidden():
     speed.forget_probes()
 
 
-ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum", "crossq": "pendulum"}
+ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum",
+           "crossq": "pendulum"}
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 
 

@@ -14,7 +14,8 @@ from rl_hydra.protocols import Agent, Buffer, RecurrentAgent, SequenceBuffer
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config
 
-ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum", "crossq": "pendulum"}
+ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum",
+           "crossq": "pendulum"}
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 
 
