@@ -91,3 +91,23 @@ def test_a_killed_driver_resumes_to_the_end(tmp_path):
     sessions = read_json(run_dir / "provenance.json")["sessions"]
     assert [s["status"] for s in sessions] == ["killed", "completed"]
     assert all(s["distributed"]["actors"] == 2 for s in sessions)
+
+
+def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, monkeypatch):
+    from rl_hydra.distributed import learner
+    from rl_hydra.launch import RunFailed
+
+    harvest = learner.Learner.harvest
+
+    def kill_the_shard(self, ref):
+        harvest(self, ref)
+        if self.global_step >= 2400 and self.global_step < 3000:
+            self.ray.kill(self.shards[0], no_restart=True)
+
+    monkeypatch.setattr(learner.Learner, "harvest", kill_the_shard)
+    with pytest.raises(RunFailed, match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
+                                        r"resume with: python train\.py resume=") as failure:
+        run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=8000",
+                     "train.checkpoint_every=2000", "train.eval_every=4000")
+    assert "\n" not in str(failure.value)
+    assert read_json(tmp_path / "run" / "summary.json")["status"] == "failed"

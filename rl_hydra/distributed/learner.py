@@ -39,7 +39,7 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit, resume_command
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("distributed/env_sps", "distributed/updates_per_s", "distributed/replay_ratio",
+COLUMNS = ("distributed/updates", "distributed/env_sps", "distributed/updates_per_s", "distributed/replay_ratio",
            "distributed/weight_lag", "distributed/actor_restarts", "distributed/actors")
 SAMPLE_BATCHES = 4     # batches per sample request: one Ray round trip serves several updates
 ACTOR_SEED_STRIDE = 10_007   # actor i's envs are seeded from seed + (i + 1) * stride: apart from each other's
@@ -380,7 +380,7 @@ class Learner:
             row["rollout/return_mean"] = float(np.mean(self.finished_returns))
             row["rollout/length_mean"] = float(np.mean(self.finished_lengths))
             self.finished_returns, self.finished_lengths = [], []
-        row.update({"distributed/env_sps": round((steps - steps_before) / seconds, 1),
+        row.update({"distributed/updates": updates, "distributed/env_sps": round((steps - steps_before) / seconds, 1),
                     "distributed/updates_per_s": round((updates - updates_before) / seconds, 1),
                     "distributed/replay_ratio": round((updates - updates_before) / max(steps - steps_before, 1), 4),
                     "distributed/weight_lag": float(np.mean(self.lags)) if self.lags else None,
