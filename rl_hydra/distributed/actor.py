@@ -35,15 +35,15 @@ def network_weights(agent) -> dict[str, dict[str, torch.Tensor]]:
 class Actor:
     """One actor; `collect` acts one round and reports what it did."""
 
-    def __init__(self, cfg_container: dict, index: int, epsilon: float, seed: int, shard: Any, send_every: int,
-                 eta: float, prioritized: bool):
+    def __init__(self, cfg_container: dict, index: int, epsilon: float, seed: int, send_every: int, eta: float,
+                 prioritized: bool):
         from rl_hydra.training import build_agent, process_settings
 
         cfg = OmegaConf.create(cfg_container)
         cfg.seed = seed
         self.settings = contextlib.ExitStack()   # the actor process's threads, denormals, seeds and speed paths
         self.settings.enter_context(process_settings(cfg))
-        self.index, self.shard, self.send_every, self.eta = index, shard, send_every, eta
+        self.index, self.send_every, self.eta = index, send_every, eta
         self.prioritized = prioritized
         self.env = make_env(cfg.env, seed=seed, say_time_limit=False)
         observation_space, action_space = self.env.single_observation_space, self.env.single_action_space
@@ -76,15 +76,15 @@ class Actor:
             return self.unsent
         return self.rows_added - self.local.lookahead * self.local.num_envs - self.rows_sent
 
-    def collect(self, weights: dict | None, version: int, steps: int) -> dict[str, Any]:
-        """Act `steps` env steps (whole vector steps) with `weights` (None: those held), sending as it goes;
-        returns the round's steps, finished episodes, the weights' version and its seconds."""
+    def collect(self, weights: dict | None, version: int, steps: int, shard: Any) -> dict[str, Any]:
+        """Act `steps` env steps (whole vector steps) with `weights` (None: those held), sending to `shard`
+        as it goes; returns the round's steps, finished episodes, the weights' version and its seconds."""
         started = time.perf_counter()
         if weights is not None:
             for name, state in weights.items():
                 getattr(self.agent, name).load_state_dict(state)
             self.version = version
-        sends, taken = [], 0
+        self.shard, sends, taken = shard, [], 0
         while taken < steps:
             self.step()
             taken += self.env.num_envs

@@ -42,11 +42,13 @@ log = logging.getLogger(__name__)
 COLUMNS = ("distributed/updates", "distributed/env_sps", "distributed/updates_per_s", "distributed/replay_ratio",
            "distributed/weight_lag", "distributed/actor_restarts", "distributed/actors")
 SAMPLE_BATCHES = 4     # batches per sample request: one Ray round trip serves several updates
+RESTART_PATIENCE = 300.0   # seconds an actor may take to come back after a death, before the run stops
 ACTOR_SEED_STRIDE = 10_007   # actor i's envs are seeded from seed + (i + 1) * stride: apart from each other's
 
 
-class ReplayLost(RuntimeError):
-    """A replay shard's process died: its data is gone, the run stops with the resume command."""
+class ClusterFault(RuntimeError):
+    """A replay shard's process died (its data is gone), or an actor more often than Ray restarts it:
+    the run stops with the resume command."""
 
 
 def run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool,
@@ -107,6 +109,8 @@ class Learner:
         self.started: float | None = None
         self.restarts = 0
         self.deaths: collections.Counter[int] = collections.Counter()
+        self.down_since: dict[int, float] = {}          # actors whose last round failed: since when
+        self.retries: list[tuple[float, int]] = []      # (when, actor): rounds to ask for again
         self.lags: list[int] = []
         self.stop_requested = False
         self.actors: list[Any] = []
@@ -131,6 +135,9 @@ class Learner:
         ray, settings = self.ray, self.settings
         if ray.is_initialized():   # inside a Ray job already (the Ray sweep launcher): its cluster
             return
+        ray_log = logging.getLogger("ray")   # its notes at start-up (token authentication, ...) stay off the console
+        level = ray_log.level
+        ray_log.setLevel(logging.ERROR)
         try:
             if settings.address is None:
                 ray.init(num_cpus=math.ceil(settings.actors * settings.cpus_per_actor), include_dashboard=False,
@@ -141,6 +148,8 @@ class Learner:
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise ConfigError(f"distributed.address={settings.address}: cannot join a Ray cluster there "
                               f"({str(error).splitlines()[0]})") from None
+        finally:
+            ray_log.setLevel(level)
         self.ray_started = True
 
     def start_replay(self, checkpoint: dict[str, Any] | None) -> None:
@@ -174,12 +183,10 @@ class Learner:
                                  max_task_retries=0)(Actor)
         epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
         session = len(self.provenance_sessions())   # a resumed run's actors explore new seeds
-        self.plain_config = ray.put(plain)   # held for the run: a restarted actor is built from it again
-        for i, epsilon in enumerate(epsilons):
+        for i, epsilon in enumerate(epsilons):   # a restarted actor is built again from these arguments
             seed = cfg.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
-            shard = self.shards[i % len(self.shards)]
-            self.actors.append(actor_class.remote(self.plain_config, i, epsilon, seed, shard, settings.send_every,
-                                                  settings.priority_eta, self.prioritized))
+            self.actors.append(actor_class.remote(plain, i, epsilon, seed, settings.send_every, settings.priority_eta,
+                                                  self.prioritized))
         self.publish()
         self.rounds: dict[Any, concurrent.futures.Future] = {}   # each actor's round under way: its ref, a future
         self.round_actor: dict[Any, int] = {}
@@ -234,7 +241,7 @@ class Learner:
                 self.run_dir.write_summary(self.summary("interrupted", reason="stopped by signal"))
                 status = "interrupted"
                 raise
-            except ReplayLost as error:
+            except ClusterFault as error:
                 from rl_hydra.launch import EXIT_FAILED, RunFailed
 
                 self.run_dir.write_summary(self.summary("failed", reason=str(error)))
@@ -262,12 +269,21 @@ class Learner:
                 self.harvest(ref)
                 if self.done:
                     return
+            now = time.monotonic()
+            for retry in [retry for retry in self.retries if retry[0] <= now]:
+                self.retries.remove(retry)
+                self.launch(retry[1])
             if not (self.may_update() and self.update()):   # idle until an actor reports
-                concurrent.futures.wait(self.rounds.values(), timeout=0.05, return_when="FIRST_COMPLETED")
+                if self.rounds:
+                    concurrent.futures.wait(self.rounds.values(), timeout=0.05, return_when="FIRST_COMPLETED")
+                else:
+                    time.sleep(0.05)
 
     def launch(self, i: int) -> None:
         """Actor i's next round, with the latest published weights (pulled from the object store)."""
-        ref = self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every)
+        # its shard comes with each round, not at construction: Ray rebuilds a restarted actor from plain arguments
+        shard = self.shards[i % len(self.shards)]
+        ref = self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every, shard)
         self.rounds[ref] = ref.future()
         self.round_actor[ref] = i
 
@@ -280,12 +296,12 @@ class Learner:
             report = ray.get(future)
         except ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, ray.exceptions.RayActorError):   # its shard died under it
-                raise ReplayLost(f"replay shard {i % len(self.shards)} was lost ({type(error.cause).__name__})")
+                raise ClusterFault(f"replay shard {i % len(self.shards)} was lost ({type(error.cause).__name__})")
             raise
         except ray.exceptions.RayActorError as error:
-            self.actor_died(i, error)
-            self.launch(i)
+            self.actor_down(i, error)
             return
+        self.down_since.pop(i, None)
         self.launch(i)
         self.lags.append(self.agent.updates - max(report["version"], 0))
         self.finished_returns += report["returns"]
@@ -299,14 +315,22 @@ class Learner:
         if due is not None:
             self.on_due(due)
 
-    def actor_died(self, i: int, error: Exception) -> None:
-        self.deaths[i] += 1
-        self.restarts += 1
-        if self.deaths[i] > self.settings.max_restarts:
-            raise ReplayLost(f"actor {i} died {self.deaths[i]} times, more than distributed.max_restarts="
-                             f"{self.settings.max_restarts}")
-        log.warning("actor %d died (%s); Ray restarts it (%d of distributed.max_restarts=%d) and the run goes on",
-                    i, type(error).__name__, self.deaths[i], self.settings.max_restarts)
+    def actor_down(self, i: int, error: Exception) -> None:
+        """Actor i's round failed: it died (counted and logged once), or Ray is still restarting it
+        (its next round is asked for again shortly)."""
+        now = time.monotonic()
+        if i not in self.down_since:
+            self.down_since[i] = now
+            self.deaths[i] += 1
+            self.restarts += 1
+            if self.deaths[i] > self.settings.max_restarts:
+                raise ClusterFault(f"actor {i} died {self.deaths[i]} times, more than distributed.max_restarts="
+                                   f"{self.settings.max_restarts}")
+            log.warning("actor %d died (%s); Ray restarts it (%d of distributed.max_restarts=%d) and the run goes on",
+                        i, type(error).__name__, self.deaths[i], self.settings.max_restarts)
+        elif now - self.down_since[i] > RESTART_PATIENCE:
+            raise ClusterFault(f"actor {i} did not come back within {RESTART_PATIENCE:.0f} s of its death")
+        self.retries.append((now + 0.5, i))
 
     def may_update(self) -> bool:
         learned_from = self.global_step - self.agent.learning_starts
@@ -348,7 +372,7 @@ class Learner:
         try:
             batches = ray.get(queue.popleft())
         except ray.exceptions.RayActorError as error:
-            raise ReplayLost(f"replay shard {i} was lost ({type(error).__name__})") from None
+            raise ClusterFault(f"replay shard {i} was lost ({type(error).__name__})") from None
         if batches is None:
             return None
         self.drawn[i].extend(batches[1:])
@@ -406,7 +430,7 @@ class Learner:
             try:
                 state["replay"] = self.ray.get([shard.state_dict.remote() for shard in self.shards])
             except self.ray.exceptions.RayActorError as error:
-                raise ReplayLost(f"a replay shard was lost ({type(error).__name__})") from None
+                raise ClusterFault(f"a replay shard was lost ({type(error).__name__})") from None
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
