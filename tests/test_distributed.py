@@ -171,3 +171,13 @@ def test_sequence_shard_draws_by_priority_and_keeps_the_stored_state():
     (batch_again, rows_again), = again.sample(8, 1)
     (batch, rows), = shard.sample(8, 1)
     assert np.array_equal(rows, rows_again) and np.array_equal(batch.obs, batch_again.obs)
+
+
+def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
+    from rl_hydra.launch import RunFailed, launch
+
+    with pytest.raises(RunFailed, match=r"distributed.min_replay_ratio=0.8 is out of range; expected a number "
+                                        r"<= 0.5, the cap on updates per env step") as failure:
+        launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.min_replay_ratio=0.8", *TINY),
+               tmp_path / "run")
+    assert failure.value.code == 2 and not (tmp_path / "run").exists()

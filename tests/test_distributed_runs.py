@@ -111,3 +111,19 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
                      "train.checkpoint_every=2000", "train.eval_every=4000")
     assert "\n" not in str(failure.value)
     assert read_json(tmp_path / "run" / "summary.json")["status"] == "failed"
+
+
+@pytest.mark.parametrize("algo", ["qr_dqn", "iqn", "c51", "rainbow"])
+def test_every_feed_forward_q_algo_runs_distributed(tmp_path, algo):
+    summary = run_training(tmp_path / "run", *APEX, f"algo={algo}", "buffer=prioritized", "algo.learning_starts=500",
+                           "train.total_steps=2400", "train.eval_every=2400", "train.eval_episodes=2",
+                           "distributed.weights_every=200")
+    assert summary["status"] == "completed" and summary["updates"] > 0
+
+
+def test_min_replay_ratio_holds_the_actors_to_the_learner(tmp_path):
+    # dqn_cartpole's preset: 0.5 updates per env step after 1000 steps; 2 actors, rounds of 400 steps
+    summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "distributed.min_replay_ratio=0.5",
+                           "train.total_steps=6000", "train.eval_every=6000", "train.eval_episodes=2")
+    cap = 0.5 * (summary["global_step"] - 1000)
+    assert cap - 0.5 * 2 * 400 <= summary["updates"] <= cap

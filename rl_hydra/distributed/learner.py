@@ -95,6 +95,10 @@ class Learner:
         self.prioritized = self.recurrent or cfg.buffer._target_.endswith("PrioritizedReplayBuffer")
         agent = self.agent
         self.replay_ratio = settings.max_replay_ratio or agent.gradient_steps / agent.train_every
+        if settings.min_replay_ratio is not None and settings.min_replay_ratio > self.replay_ratio:
+            raise ConfigError(f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
+                              f"number <= {self.replay_ratio:g}, the cap on updates per env step "
+                              f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)")
         train = cfg.train
         self.schedule = Schedule(train.total_steps, train.eval_every, train.log_every, train.checkpoint_every)
         self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
@@ -111,6 +115,7 @@ class Learner:
         self.deaths: collections.Counter[int] = collections.Counter()
         self.down_since: dict[int, float] = {}          # actors whose last round failed: since when
         self.retries: list[tuple[float, int]] = []      # (when, actor): rounds to ask for again
+        self.held: list[int] = []                       # actors whose next round waits for the learner
         self.lags: list[int] = []
         self.stop_requested = False
         self.actors: list[Any] = []
@@ -273,7 +278,12 @@ class Learner:
             for retry in [retry for retry in self.retries if retry[0] <= now]:
                 self.retries.remove(retry)
                 self.launch(retry[1])
-            if not (self.may_update() and self.update()):   # idle until an actor reports
+            updated = self.may_update() and self.update()
+            if self.held and not (updated and self.behind()):
+                for i in self.held:
+                    self.launch(i)
+                self.held = []
+            if not updated:   # idle until an actor reports
                 if self.rounds:
                     concurrent.futures.wait(self.rounds.values(), timeout=0.05, return_when="FIRST_COMPLETED")
                 else:
@@ -302,7 +312,10 @@ class Learner:
             self.actor_down(i, error)
             return
         self.down_since.pop(i, None)
-        self.launch(i)
+        if self.behind():   # min_replay_ratio: its next round waits for the learner (see `loop`)
+            self.held.append(i)
+        else:
+            self.launch(i)
         self.lags.append(self.agent.updates - max(report["version"], 0))
         self.finished_returns += report["returns"]
         self.finished_lengths += report["lengths"]
@@ -331,6 +344,12 @@ class Learner:
         elif now - self.down_since[i] > RESTART_PATIENCE:
             raise ClusterFault(f"actor {i} did not come back within {RESTART_PATIENCE:.0f} s of its death")
         self.retries.append((now + 0.5, i))
+
+    def behind(self) -> bool:
+        """Whether the learner has made fewer than `min_replay_ratio` updates per env step (after warm-up)."""
+        floor = self.settings.min_replay_ratio
+        learned_from = self.global_step - self.agent.learning_starts
+        return floor is not None and learned_from > 0 and self.agent.updates < floor * learned_from
 
     def may_update(self) -> bool:
         learned_from = self.global_step - self.agent.learning_starts

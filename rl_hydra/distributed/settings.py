@@ -38,6 +38,7 @@ class Settings:
     publish_every: int
     send_every: int
     max_replay_ratio: float | None
+    min_replay_ratio: float | None
     priority_eta: float
     priority_alpha: float
     max_restarts: int
@@ -56,7 +57,11 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
     if actors == "auto":
         actors = auto_actors(cpus, cpu_count)
     actors = check_int("distributed.actors", actors, minimum=1, maximum=LARGEST_ACTORS)
-    ratio = node.get("max_replay_ratio")
+    ratio, floor = node.get("max_replay_ratio"), node.get("min_replay_ratio")
+    if ratio is not None:
+        ratio = check_float("distributed.max_replay_ratio", ratio, 0.0, exclusive_min=True)
+    if floor is not None:   # at most the cap, which the learner checks once it knows the algo's own
+        floor = check_float("distributed.min_replay_ratio", floor, 0.0, ratio, exclusive_min=True)
     return Settings(
         address=address, actors=actors, cpus_per_actor=cpus,
         shards=check_int("distributed.shards", node.get("shards", 1), minimum=1, maximum=actors),
@@ -65,8 +70,8 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
         weights_every=check_int("distributed.weights_every", node.get("weights_every", 400), minimum=1),
         publish_every=check_int("distributed.publish_every", node.get("publish_every", 50), minimum=1),
         send_every=check_int("distributed.send_every", node.get("send_every", 50), minimum=1),
-        max_replay_ratio=None if ratio is None else check_float("distributed.max_replay_ratio", ratio, 0.0,
-                                                                exclusive_min=True),
+        max_replay_ratio=ratio,
+        min_replay_ratio=floor,
         priority_eta=check_float("distributed.priority_eta", node.get("priority_eta", 0.9), 0.0, 1.0),
         priority_alpha=check_float("distributed.priority_alpha", node.get("priority_alpha", 0.9), 0.0),
         max_restarts=check_int("distributed.max_restarts", node.get("max_restarts", 3), minimum=0, maximum=1000),
