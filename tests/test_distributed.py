@@ -181,3 +181,13 @@ def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
         launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.min_replay_ratio=0.8", *TINY),
                tmp_path / "run")
     assert failure.value.code == 2 and not (tmp_path / "run").exists()
+
+
+def test_joining_a_cluster_that_is_not_there_is_one_line(tmp_path, monkeypatch):
+    from rl_hydra.launch import RunFailed, launch
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(RunFailed, match="distributed.address=auto: cannot join a Ray cluster there") as failure:
+        launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.address=auto", *TINY),
+               tmp_path / "run")
+    assert failure.value.code == 2 and "\n" not in str(failure.value) and not (tmp_path / "run").exists()
