@@ -24,6 +24,7 @@ from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFaile
 from rl_hydra.resume import resume_main
 from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.runs.sweep_parent import mark_sweep_process
+from rl_hydra.schema import type_refusal
 
 log = logging.getLogger("rl_hydra")
 
@@ -239,8 +240,11 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
     from hydra.errors import HydraException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    parsed = OverridesParser.create().parse_overrides(chosen)
     cause = error.__cause__
+    wrong_type = type_refusal(cause)   # a value its schema's type refuses (rl_hydra/schema)
+    if wrong_type is not None:
+        return wrong_type
+    parsed = OverridesParser.create().parse_overrides(chosen)
     lacking = getattr(cause, "full_key", None) if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) else None
     key = next((override.key_or_group for override in parsed if not override.is_delete() and lacking is not None
                 and (override.key_or_group == lacking or override.key_or_group.startswith(f"{lacking}."))), None)

@@ -9,21 +9,24 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra.schema import register_schemas, validate_config
+from rl_hydra.schema.keys import LARGEST_INT, ConfigError, shown
+from rl_hydra.schema.keys import is_int as _is_int
+from rl_hydra.schema.keys import is_number as _is_number
+from rl_hydra.schema.run import LARGEST_ENVS, LARGEST_EPISODES, LARGEST_SEED, LARGEST_THREADS
+
+__all__ = ["LARGEST_ENVS", "LARGEST_EPISODES", "LARGEST_INT", "LARGEST_SEED", "LARGEST_THREADS", "ConfigError",
+           "shown"]
 if TYPE_CHECKING:
     import torch
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message is one user-facing line."""
 
 
 # --- composing with Hydra ---------------------------------------------------------------
@@ -135,6 +138,7 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
+register_schemas()   # the schemas (rl_hydra/schema) the group files compose onto
 
 
 def check_preset(cfg: DictConfig) -> None:
@@ -175,27 +179,6 @@ def plain_dict(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
     return cast(dict[str, Any], OmegaConf.to_container(node, resolve=resolve))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:   # an integer too large for a float
-        return False
-
-
-# no integer key of a run needs more: a budget, a capacity or a size past this is a typo (1e100)
-LARGEST_INT = 10**12
-LARGEST_SEED = 2**32 - 1   # numpy's global seed
-LARGEST_EPISODES = 1000    # an evaluation steps its episodes side by side, one env each
-LARGEST_ENVS = 1024
-LARGEST_THREADS = 1024
-
-
 def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return `value` as an int if it is one in [minimum, maximum] (maximum: LARGEST_INT unless
     given), else raise ConfigError. A float with an integral value (`1e5`, as Hydra reads
@@ -208,15 +191,6 @@ def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | N
     if (minimum is not None and value < minimum) or value > maximum:
         raise ConfigError(f"{key}={shown(value)} is out of range; {_bounds(minimum, maximum, 'an integer')}")
     return value
-
-
-def shown(value: Any) -> str:
-    """A value for a message: a huge integer as its size (Python refuses to print one past 4,300 digits)."""
-    if _is_int(value) and value.bit_length() > 64:
-        digits = int(math.log10(abs(value))) + 1
-        digits += (abs(value) >= 10**digits) - (abs(value) < 10**(digits - 1))   # log10's rounding at a power of 10
-        return f"<{'a negative' if value < 0 else 'an'} integer of {digits} digits>"
-    return repr(value)
 
 
 def check_float(key: str, value: Any, minimum: float | None = None, maximum: float | None = None,
@@ -272,27 +246,12 @@ def check_required(cfg: DictConfig) -> None:
 
 
 def validate_run_config(cfg: DictConfig) -> None:
-    """Check the run-level keys of conf/train.yaml (the groups check themselves) and that no
-    required key is left `???`; integer keys given as integral floats (`1e5`) are written back as ints."""
+    """The one check of a composed config, before anything is built: no required key left `???`,
+    every key in the range its schema declares (rl_hydra/schema), then what only the whole config
+    shows: a device that exists, an env id, a preset on the env it was tuned for."""
     check_required(cfg)
-    cfg.seed = check_int("seed", cfg.seed, minimum=0, maximum=LARGEST_SEED)
-    cfg.torch_threads = check_int("torch_threads", cfg.torch_threads, minimum=1, maximum=LARGEST_THREADS)
-    check_choice("compile", cfg.get("compile", False), (True, False))
-    check_choice("flush_denormal", cfg.get("flush_denormal", True), (True, False))
-    check_choice("fast_paths", cfg.get("fast_paths", True), (True, False))
+    validate_config(cfg)
     resolve_device(cfg.device)
-    cfg.train.total_steps = check_int("train.total_steps", cfg.train.total_steps, minimum=1)
-    for key in ("eval_every", "checkpoint_every", "log_every"):
-        cfg.train[key] = check_int(f"train.{key}", cfg.train[key], minimum=1)
-    cfg.train.eval_episodes = check_int("train.eval_episodes", cfg.train.eval_episodes, minimum=1,
-                                        maximum=LARGEST_EPISODES)
-    if cfg.train.get("stop_at_return") is not None:
-        check_float("train.stop_at_return", cfg.train.stop_at_return)
-    cfg.env.num_envs = check_int("env.num_envs", cfg.env.num_envs, minimum=1, maximum=LARGEST_ENVS)
-    if cfg.env.get("max_episode_steps") is not None:
-        cfg.env.max_episode_steps = check_int("env.max_episode_steps", cfg.env.max_episode_steps, minimum=1)
-    if cfg.env.get("eval_epsilon") is not None:
-        check_float("env.eval_epsilon", cfg.env.eval_epsilon, 0.0, 1.0)
     if not isinstance(cfg.env.id, str) or not cfg.env.id:
         raise ConfigError(f"env.id={cfg.env.id!r} must be a gymnasium environment id such as CartPole-v1")
     check_preset(cfg)

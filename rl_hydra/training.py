@@ -20,7 +20,7 @@ from torch import nn
 from rl_hydra import distributed, speed
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.buffers.device import build_on_device
-from rl_hydra.config import ConfigError, resolve_device, validate_run_config
+from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops import off_policy, recurrent
@@ -235,13 +235,13 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
     run directory keeps a good checkpoint and its metrics. The caller's process
     settings (threads, denormals, global RNGs) are as they were when it returns.
 
+    `cfg` is validated already (rl_hydra.launch, rl-hydra-verify: rl_hydra.config.validate_run_config).
     Nothing is written into `run_dir` before `on_ready(step, device)` is called: by then the
     config is validated, the run built and a resumed checkpoint loaded (`step` is where training
     starts), so a caller that refuses there (rl_hydra.launch: the directory's lock) leaves the
     directory as it was. `stop_after`: end after that many env steps, as if the run were
     interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """
-    validate_run_config(cfg)
     device = resolve_device(cfg.device)
     if distributed.requested(cfg):   # distributed=apex: actors and replay in Ray, this process learns
         return distributed.run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)

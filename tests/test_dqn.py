@@ -11,10 +11,10 @@ from rl_hydra import speed
 from rl_hydra.algos.common import LinearSchedule
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.replay import Batch
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.updates import clip_grad_norm
-from tests.conftest import algo_keys
+from tests.conftest import algo_keys, compose_config
 
 OBS = gym.spaces.Box(-1, 1, (3,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(2)
@@ -139,8 +139,9 @@ def test_state_dict_round_trip_restores_everything():
     ("learning_starts", -1, "algo.learning_starts=-1"), ("train_every", 0, "algo.train_every=0"),
 ])
 def test_bad_hyperparameters_raise_one_line_config_errors(key, value, message):
+    cfg = compose_config(f"algo.{key}={value}")   # the schema's ranges (rl_hydra/schema/algos.py)
     with pytest.raises(ConfigError) as error:
-        make_dqn(**{key: value})
+        validate_run_config(cfg)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 

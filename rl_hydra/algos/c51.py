@@ -18,7 +18,7 @@ from torch import nn
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import gather_actions
-from rl_hydra.config import ConfigError, check_float, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.losses import weighted_mean
 from rl_hydra.protocols import Batch, Capabilities
 
@@ -53,8 +53,7 @@ class C51(DQN):
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
     def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):
-        self.num_atoms = check_int("algo.num_atoms", num_atoms, minimum=2)
-        v_min, v_max = check_float("algo.v_min", v_min), check_float("algo.v_max", v_max)
+        self.num_atoms = num_atoms
         if v_max <= v_min:
             raise ConfigError(f"algo.v_max={v_max} must be greater than algo.v_min={v_min} "
                               "(the atoms span [v_min, v_max]; set them to the env's range of returns)")

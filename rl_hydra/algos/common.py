@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError, check_float
+from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.envs.spaces import parts
 
@@ -57,9 +57,8 @@ def num_rows(obs) -> int:
 
 def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter],
                    key: str, device: torch.device) -> torch.optim.Optimizer:
-    """Call a `_partial_` optimizer after checking its learning rate."""
-    if isinstance(factory, functools.partial) and "lr" in factory.keywords:
-        check_float(f"{key}.lr", factory.keywords["lr"], minimum=0.0, exclusive_min=True)
+    """Call a `_partial_` optimizer (fused only on the CPU and CUDA, where torch has a fused step)."""
+    if isinstance(factory, functools.partial):
         if factory.keywords.get("fused") and device.type not in ("cpu", "cuda"):
             factory = functools.partial(factory, fused=False)
     return factory(params)

@@ -21,8 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from rl_hydra.algos.common import LinearSchedule, make_optimizer, num_rows, observation_tensor, require_discrete
-from rl_hydra.config import check_choice, check_float, check_int
-from rl_hydra.losses import TD_LOSSES, q_learning_targets, td_loss, weighted_mean
+from rl_hydra.losses import q_learning_targets, td_loss, weighted_mean
 from rl_hydra.networks.acting import argmax_actions
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
@@ -51,23 +50,19 @@ class DQN:
         # algo.gamma and algo.n_step go to the transition buffer, which discounts the returns: the
         # loss bootstraps with each batch's `discounts`
         self.device = torch.device(device)
-        self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
-        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
-        self.train_every = check_int("algo.train_every", train_every, minimum=1)
-        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
-        self.target_update_every = check_int("algo.target_update_every", target_update_every, minimum=1)
-        self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
-        self.double_q = check_choice("algo.double_q", double_q, (True, False))
-        self.loss_kind = check_choice("algo.loss", loss, TD_LOSSES)
-        self.max_grad_norm = None if max_grad_norm is None else check_float(
-            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
-        exploration = dict(exploration)
-        start = check_float("algo.exploration.start", exploration.get("start"), 0.0, 1.0)
-        end = check_float("algo.exploration.end", exploration.get("end"), 0.0, 1.0)
-        fraction = check_float("algo.exploration.fraction", exploration.get("fraction"), 0.0, 1.0)
-        self.epsilon_schedule = LinearSchedule(start, end, fraction * total_steps)
+        self.batch_size = batch_size
+        self.learning_starts = learning_starts
+        self.train_every = train_every
+        self.gradient_steps = gradient_steps
+        self.target_update_every = target_update_every
+        self.tau = tau
+        self.double_q = double_q
+        self.loss_kind = loss
+        self.max_grad_norm = max_grad_norm
+        self.epsilon_schedule = LinearSchedule(exploration["start"], exploration["end"],
+                                               exploration["fraction"] * total_steps)
         # the learning rate decays linearly to final_lr_fraction * lr at the end of training
-        self.lr_factor = LinearSchedule(1.0, check_float("algo.final_lr_fraction", final_lr_fraction, 0.0, 1.0),
+        self.lr_factor = LinearSchedule(1.0, final_lr_fraction,
                                         total_steps - self.learning_starts)
 
         self.observation = network_input(observation_space)   # a vector's size, or the space (frames, indices, parts)

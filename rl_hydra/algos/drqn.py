@@ -16,7 +16,6 @@ import torch.nn.functional as F
 
 from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
 from rl_hydra.protocols import Capabilities, SequenceBatch
 
@@ -53,9 +52,9 @@ class DRQN(DQN):
     def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)
         # its sequence buffer stores the rewards as they came: the discount is applied here, in `loss`
-        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
-        self.burn_in = check_int("algo.burn_in", burn_in, minimum=0)
-        self.n_step = check_int("algo.n_step", n_step, minimum=1)
+        self.gamma = gamma
+        self.burn_in = burn_in
+        self.n_step = n_step
 
     # --- the hidden state ---------------------------------------------------------
     def initial_state(self, num_envs: int):

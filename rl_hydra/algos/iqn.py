@@ -20,7 +20,6 @@ from torch import nn
 from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
-from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities
 from rl_hydra.runs.rng import restore_generator
@@ -37,10 +36,10 @@ class IQN(DQN):
 
     def __init__(self, *args, num_tau_samples: int = 64, num_tau_prime_samples: int = 64,
                  num_quantile_samples: int = 32, kappa: float = 1.0, seed: int = 0, **kwargs):
-        self.num_tau_samples = check_int("algo.num_tau_samples", num_tau_samples, minimum=1)                  # N
-        self.num_tau_prime_samples = check_int("algo.num_tau_prime_samples", num_tau_prime_samples, minimum=1)  # N'
-        self.num_quantile_samples = check_int("algo.num_quantile_samples", num_quantile_samples, minimum=1)    # K
-        self.kappa = check_float("algo.kappa", kappa, 0.0, exclusive_min=True)
+        self.num_tau_samples = num_tau_samples                  # N
+        self.num_tau_prime_samples = num_tau_prime_samples  # N'
+        self.num_quantile_samples = num_quantile_samples    # K
+        self.kappa = kappa
         super().__init__(*args, seed=seed, **kwargs)
         # its own stream, so sampling fractions neither disturbs nor depends on other torch draws
         self.tau_generator = torch.Generator(device=self.device)

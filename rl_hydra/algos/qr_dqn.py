@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.config import check_float, check_int
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities
 
@@ -48,8 +47,8 @@ class QRDQN(DQN):
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 
     def __init__(self, *args, num_quantiles: int = 200, kappa: float = 1.0, **kwargs):
-        self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
-        self.kappa = check_float("algo.kappa", kappa, 0.0, exclusive_min=True)
+        self.num_quantiles = num_quantiles
+        self.kappa = kappa
         super().__init__(*args, **kwargs)
         self.taus = midpoint_taus(self.num_quantiles, self.device)   # (N,)
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities
 from rl_hydra.runs.rng import restore_generator
@@ -85,21 +85,22 @@ class REDQ:
         self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
         if self.observation_encoder is not None:
             self.observation_encoder.to(self.device)
-        self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
-        self.subset_size = check_int("algo.subset_size", subset_size, minimum=1, maximum=self.ensemble_size)
-        self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
-        self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
-        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
-        self.train_every = check_int("algo.train_every", train_every, minimum=1)
-        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
-        self.policy_delay = check_int("algo.policy_delay", policy_delay, minimum=1)
-        self.learn_alpha = check_choice("algo.learn_alpha", learn_alpha, (True, False))
-        self.actor_q = check_choice("algo.actor_q", actor_q, ("mean", "min"))
-        initial_alpha = check_float("algo.initial_alpha", initial_alpha, 0.0, exclusive_min=True)
+        self.ensemble_size = ensemble_size
+        if subset_size > ensemble_size:
+            raise ConfigError(f"algo.subset_size={subset_size} is out of range; expected an integer >= 1 and <= "
+                              f"algo.ensemble_size={ensemble_size}")
+        self.subset_size = subset_size
+        self.tau = tau
+        self.batch_size = batch_size
+        self.learning_starts = learning_starts
+        self.train_every = train_every
+        self.gradient_steps = gradient_steps
+        self.policy_delay = policy_delay
+        self.learn_alpha = learn_alpha
+        self.actor_q = actor_q
         self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
-                               else check_float("algo.target_entropy", target_entropy))
-        self.max_grad_norm = None if max_grad_norm is None else check_float(
-            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
+                               else target_entropy)
+        self.max_grad_norm = max_grad_norm
 
         self.actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
         self.critic = self.make_critic(network["critic"]).to(self.device)

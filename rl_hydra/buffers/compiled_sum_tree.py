@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from rl_hydra.buffers.sum_tree import SumTree
-from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.config import ConfigError
 
 try:
     import numba
@@ -37,7 +37,6 @@ ROOT_WIDTH = 128  # the compiled tree's widest root; the numpy tree's is 4096 (f
 def make_sum_tree(capacity: int, backend: str = "auto") -> SumTree:
     """The sum tree for `backend` (buffer.sum_tree): "numba" (compiled; needs numba), "numpy", or
     "auto" (numba if installed, else numpy with a log line naming the install)."""
-    check_choice("buffer.sum_tree", backend, ("auto", "numba", "numpy"))
     if numba is None and backend == "numba":
         raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
     if numba is None and backend == "auto":

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ class DeviceMemoryShort(ConfigError):
 
 def storage_device(choice: str, run_device: torch.device) -> torch.device:
     """The device `buffer.device` asks for, on a run on `run_device` (auto: the run's own)."""
-    check_choice("buffer.device", choice, BUFFER_DEVICES)
     if choice == "cuda" and run_device.type != "cuda":
         raise ConfigError(f"buffer.device=cuda needs a CUDA run (device=cuda); this run's device is {run_device}; "
                           "use buffer.device=auto or cpu")

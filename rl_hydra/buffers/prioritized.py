@@ -37,7 +37,6 @@ import torch
 from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.buffers.device import to_device
 from rl_hydra.buffers.replay import Batch, ReplayBuffer
-from rl_hydra.config import check_float, check_int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -52,11 +51,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                  share_frames: bool | str = "auto", sum_tree: str = "auto"):
         super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma,
                          share_frames)
-        self.alpha = check_float("buffer.alpha", alpha, 0.0)  # 0: uniform over the drawable rows
-        self.beta = check_float("buffer.beta", beta, 0.0, 1.0)
-        self.beta_final = check_float("buffer.beta_final", beta_final, 0.0, 1.0)
-        self.beta_steps = None if beta_steps is None else check_int("buffer.beta_steps", beta_steps, minimum=1)
-        self.epsilon = check_float("buffer.epsilon", epsilon, 0.0, exclusive_min=True)
+        self.alpha = alpha  # 0: uniform over the drawable rows
+        self.beta = beta
+        self.beta_final = beta_final
+        self.beta_steps = beta_steps
+        self.epsilon = epsilon
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, sum_tree)  # the base may have rounded capacity up
         self.max_priority = 1.0             # the largest p_i so far: a new row's priority
         self.sample_calls = 0               # beta's annealing step

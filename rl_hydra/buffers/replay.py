@@ -20,7 +20,6 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.device import DeviceMemoryShort, to_device
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
-from rl_hydra.config import check_choice, check_float, check_int
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import Batch
 from rl_hydra.runs.rng import restore_generator
@@ -122,11 +121,10 @@ class ReplayBuffer:
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  n_step: int = 1, gamma: float = 0.99, share_frames: bool | str = "auto"):
-        self.capacity = check_int("buffer.capacity", capacity, minimum=1)
-        self.n_step = check_int("algo.n_step", n_step, minimum=1)
-        self.gamma = check_float("algo.gamma", gamma, 0.0, 1.0)
+        self.capacity = capacity
+        self.n_step = n_step
+        self.gamma = gamma
         self.num_envs = num_envs
-        check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
         share = shares_frames(observation_space, share_frames)
         # rows of the same env's later (earlier) steps a drawable row needs: its n-step future
         # (and, with shared frames, the row after it, which holds its next observation) and its

@@ -26,7 +26,7 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column_name, human_bytes
-from rl_hydra.config import ConfigError, check_choice, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import SequenceBatch
 from rl_hydra.runs.rng import restore_generator
@@ -40,9 +40,8 @@ class SequenceBuffer:
     def __init__(self, capacity: int, sequence_length: int, stride: int, observation_space: gym.Space,
                  action_space: gym.Space, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  share_frames: bool | str = "auto"):
-        self.capacity = check_int("buffer.capacity", capacity, minimum=1)
-        self.sequence_length = length = check_int("buffer.sequence_length", sequence_length, minimum=1)
-        stride = check_int("buffer.stride", stride, minimum=1)
+        self.capacity = capacity
+        self.sequence_length = length = sequence_length
         if stride > length:
             raise ConfigError(f"buffer.stride={stride} is out of range; expected an integer >= 1 and "
                               f"<= buffer.sequence_length={length} (chunks may overlap, not leave gaps)")
@@ -53,7 +52,6 @@ class SequenceBuffer:
         self.parts = list(parts)
         self.obs_columns = [column_name("obs", part) for part in self.parts]   # "obs", or "obs/<part>" each
         action_shape, action_dtype = action_layout(action_space)
-        check_choice("buffer.share_frames", share_frames, (True, False, "auto"))
         share = shares_frames(observation_space, share_frames)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages

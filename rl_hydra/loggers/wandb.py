@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import DictConfig
 
-from rl_hydra.config import check_choice, plain_dict
+from rl_hydra.config import plain_dict
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -35,7 +35,7 @@ class WandbLogger:
     def __init__(self, project: str = "rl-hydra", entity: str | None = None, mode: str = "offline",
                  tags: Sequence[str] | None = None):
         require("wandb", "wandb")
-        self.mode = check_choice("logger.wandb.mode", mode, MODES)
+        self.mode: Any = mode   # one of rl_hydra/schema/loggers.py's WANDB_MODES
         self.project, self.entity, self.tags = project, entity, list(tags or [])
         self.run: Run | None = None
         self.run_dir: RunDirectory | None = None

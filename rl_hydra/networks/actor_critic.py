@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
 from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
@@ -79,14 +78,12 @@ class SquashedGaussianActor(UnitBoxActor):
         note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
         self.body = mlp(observation_dim, None, hidden_sizes, activation)
         self.features = hidden_sizes[-1] if hidden_sizes else observation_dim
-        self.gsde = check_choice("network.actor.gsde", gsde, (True, False))
+        self.gsde = gsde
         if self.gsde:   # the mean only; the noise's scale is log_std, (F, A)
             self.head = nn.Linear(self.features, self.action_dim)
             self.gsde_log_std = nn.Parameter(torch.full((self.features, self.action_dim),
-                                                        check_float("network.actor.gsde_log_std_init",
-                                                                    gsde_log_std_init)))
-            self.gsde_clip_mean = check_float("network.actor.gsde_clip_mean", gsde_clip_mean, 0.0,
-                                              exclusive_min=True)
+                                                        float(gsde_log_std_init)))
+            self.gsde_clip_mean = gsde_clip_mean
         else:
             self.head = nn.Linear(self.features, 2 * self.action_dim)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
@@ -160,14 +157,10 @@ class EnsembleMLP(nn.Module):
     def __init__(self, input_dim: int, ensemble_size: int, output_dim: int, hidden_sizes: Sequence[int],
                  activation: str, dropout: float, layer_norm: bool):
         super().__init__()
-        self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
-        hidden_sizes = [check_int(f"network.critic.hidden_sizes[{i}]", size, minimum=1)
-                        for i, size in enumerate(hidden_sizes)]
+        self.ensemble_size = ensemble_size
+        hidden_sizes = list(hidden_sizes)
         note_if_linear(hidden_sizes, "network.critic.hidden_sizes")
-        self.dropout = check_float("network.critic.dropout", dropout, 0.0, 1.0)
-        if self.dropout == 1.0:
-            raise ConfigError("network.critic.dropout=1.0 would drop every unit; expected a number >= 0.0 and < 1.0")
-        self.layer_norm = check_choice("network.critic.layer_norm", layer_norm, (True, False))
+        self.dropout, self.layer_norm = dropout, layer_norm
         sizes = [input_dim, *hidden_sizes, output_dim]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -237,7 +230,6 @@ class QuantileCriticEnsemble(EnsembleMLP):
     def __init__(self, input_dim: int, ensemble_size: int, num_quantiles: int,
                  hidden_sizes: Sequence[int] = (512, 512, 512), activation: str = "relu",
                  dropout: float = 0.0, layer_norm: bool = False):
-        num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
         super().__init__(input_dim, ensemble_size, num_quantiles, hidden_sizes, activation, dropout, layer_norm)
         self.num_quantiles = num_quantiles
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from rl_hydra.config import check_int
 from rl_hydra.networks.mlp import PerActionNetwork
 
 
@@ -20,5 +19,5 @@ class CategoricalNetwork(PerActionNetwork):
     """
 
     def __init__(self, observation: int | gym.Space, num_actions: int, num_atoms: int, *args, **options):
-        super().__init__(observation, num_actions, check_int("algo.num_atoms", num_atoms, minimum=2), *args, **options)
+        super().__init__(observation, num_actions, num_atoms, *args, **options)
         self.num_atoms = num_atoms

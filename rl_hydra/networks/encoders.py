@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import check_observation_space
 
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
@@ -126,8 +126,6 @@ def make_encoder(observation: int | gym.Space, kind: str = "auto",
                  discrete_embedding: int | None = None) -> tuple[nn.Module | None, int]:
     """(the encoder, or None for a vector passed as it is; its output size). `discrete_embedding`:
     None encodes Discrete and MultiDiscrete parts one-hot, an integer d embeds each index in d features."""
-    if discrete_embedding is not None:
-        check_int("network.discrete_embedding", discrete_embedding, minimum=1)
     if not isinstance(observation, (int, gym.spaces.Box)):
         return part_encoders(observation, kind, discrete_embedding)
     kind = choose_encoder(observation, kind)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.noisy import NoisyLinear
@@ -36,13 +36,8 @@ def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activatio
     (the order of DroQ's critics, Hiraoka et al. 2022), then a final Linear to `out_dim` if given.
     `linear(in, out)` builds each Linear layer (e.g. a NoisyLinear)."""
     act = activation_class(activation)
-    check_choice("network.layer_norm", layer_norm, (True, False))
-    dropout = check_float("network.dropout", dropout, 0.0, 1.0)
-    if dropout == 1.0:
-        raise ConfigError("network.dropout=1.0 would drop every unit; expected a number >= 0.0 and < 1.0")
     layers: list[nn.Module] = []
     for i, size in enumerate(hidden_sizes):
-        size = check_int(f"network.hidden_sizes[{i}]", size, minimum=1)
         layers.append(linear(in_dim, size))
         if dropout > 0:
             layers.append(nn.Dropout(dropout))
@@ -65,9 +60,8 @@ def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes
 def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True) -> Callable[[int, int], nn.Module]:
     """What builds a network's Linear layers: nn.Linear (without its bias where `bias` is false),
     or NoisyLinear with sigma0 = `noisy_sigma0`."""
-    check_choice("network.noisy", noisy, (True, False))
-    sigma0 = check_float("network.noisy_sigma0", noisy_sigma0, 0.0)
-    if not check_choice("network.bias", bias, (True, False)):
+    sigma0 = noisy_sigma0
+    if not bias:
         if noisy:
             raise ConfigError("network.bias=false is not supported with network.noisy=true (noisy layers keep "
                               "their noisy bias); set one of them back")
@@ -91,8 +85,7 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     noisy (Fortunato et al. 2018): every Linear is a NoisyLinear(sigma0=noisy_sigma0).
     Neither: exactly `mlp(in_dim, num_actions * K, hidden_sizes)`.
     """
-    check_choice("network.dueling", dueling, (True, False))
-    hidden_sizes = [check_int(f"{hidden_key}[{i}]", size, minimum=1) for i, size in enumerate(hidden_sizes)]
+    hidden_sizes = list(hidden_sizes)
     options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0, bias))
     if not dueling:
         return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)

@@ -9,7 +9,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import PerActionNetwork, action_value_mlp, activation_class, encode, linear_layer, mlp
 
@@ -24,7 +24,7 @@ class QuantileNetwork(PerActionNetwork):
     """
 
     def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int, *args, **options):
-        super().__init__(observation, num_actions, check_int("algo.num_quantiles", num_quantiles, minimum=1),
+        super().__init__(observation, num_actions, num_quantiles,
                          *args, **options)
         self.num_quantiles = num_quantiles
 
@@ -56,7 +56,7 @@ class ImplicitQuantileNetwork(nn.Module):
                  activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
                  encoder: str = "auto", discrete_embedding: int | None = None):
         super().__init__()
-        self.embedding_dim = check_int("network.embedding_dim", embedding_dim, minimum=1)
+        self.embedding_dim = embedding_dim
         if len(hidden_sizes) < 1:
             raise ConfigError(f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
                               f"layer for the state features psi(s), e.g. [256]")

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import check_choice, check_int
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import mlp
 
@@ -27,8 +26,8 @@ class RecurrentQNetwork(nn.Module):
                  lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu",
                  encoder: str = "auto", discrete_embedding: int | None = None, cell: str = "lstm"):
         super().__init__()
-        self.lstm_size = check_int("network.lstm_size", lstm_size, minimum=1)
-        self.cell = check_choice("network.cell", cell, CELLS)
+        self.lstm_size = lstm_size
+        self.cell = cell
         # the Box encoders read (N, *shape) and are folded over the time axis here; the others
         # (indices, a Dict of parts) take any leading axes themselves
         self.observation_shape = ((observation,) if isinstance(observation, int) else tuple(observation.shape)

@@ -1,0 +1,156 @@
+"""The config schema: each node's keys declared once, as typed dataclasses (rl_hydra/schema/*.py).
+
+Every group file names its node's schema first in its defaults list (`- /schema/algo/dqn@_here_`),
+so that Hydra composes onto it and OmegaConf refuses a wrong type then; `validate_config` (the
+launch calls it once) checks every declared range and choice. A node with no schema of its own,
+such as one read back from a run directory's .hydra/config.yaml, is checked with the schema that
+declares its `_target_`. `describe("algo.batch_size")` is a key's help and range, for messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.schema import algos, buffers, envs, loggers, networks, run
+from rl_hydra.schema.keys import ConfigError, Range, check, fields, schema_of, validate
+
+__all__ = ["ConfigError", "Range", "check", "describe", "register_schemas", "validate_config"]
+
+# (group, name) -> schema: what `- /schema/<group>/<name>@_here_` in a group file refers to
+STORED: dict[tuple[str, str], type] = {
+    ("", "run"): run.RunKeys,
+    ("algo", "dqn"): algos.DQNKeys, ("algo", "qr_dqn"): algos.QRDQNKeys, ("algo", "iqn"): algos.IQNKeys,
+    ("algo", "c51"): algos.C51Keys, ("algo", "drqn"): algos.DRQNKeys, ("algo", "redq"): algos.REDQKeys,
+    ("network", "q"): networks.QNetworkKeys, ("network", "head"): networks.QuantileNetworkKeys,
+    ("network", "implicit_quantile"): networks.ImplicitQuantileNetworkKeys,
+    ("network", "recurrent"): networks.RecurrentQNetworkKeys, ("network", "actor_critic"): networks.ActorCriticKeys,
+    ("buffer", "replay"): buffers.ReplayKeys, ("buffer", "prioritized"): buffers.PrioritizedKeys,
+    ("buffer", "sequence"): buffers.SequenceKeys,
+    ("env", "base"): envs.EnvKeys, ("env", "gym"): envs.GymEnvKeys, ("env", "family"): envs.FamilyEnvKeys,
+    ("env", "minatar"): envs.MinAtarEnvKeys, ("env", "atari"): envs.AtariEnvKeys,
+    ("env", "minigrid"): envs.MiniGridEnvKeys,
+    ("logger", "plain"): loggers.LoggerKeys, ("logger", "mlflow"): loggers.MLflowKeys,
+    ("logger", "wandb"): loggers.WandbKeys,
+}
+ALL_SCHEMAS = (*STORED.values(), networks.ActorKeys, networks.CriticKeys)
+
+
+def register_schemas() -> None:
+    """Store every schema in Hydra's ConfigStore under schema/<group>/<name> (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for (group, name), schema in STORED.items():
+        store.store(group=f"schema/{group}".rstrip("/"), name=name, node=schema)
+
+
+def declare(schema: type, *targets: str) -> None:
+    """Add the classes a schema declares the keys of (an algorithm outside the package)."""
+    by_target().update(dict.fromkeys(targets, schema))
+
+
+@functools.lru_cache(maxsize=None)
+def by_target() -> dict[str, type]:
+    return {target: schema for schema in ALL_SCHEMAS for target in getattr(schema, "targets", ())}
+
+
+def schema_for(node: DictConfig) -> type | None:
+    """The schema of a node: the one it was composed onto, else the one declaring its _target_."""
+    typed = schema_of(node)
+    if typed is not None:
+        return typed
+    target = node.get("_target_") if "_target_" in node else None
+    return by_target().get(str(target)) if target is not None else None
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Check every declared key of a composed (or read back) run config; raise ConfigError."""
+    walk(cfg, run.RunKeys, "")
+
+
+def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
+    if schema is None and prefix == "env.":   # an env node read back: each key as the family declaring it has it
+        return validate_env(node)
+    if schema is not None:
+        validate(node, schema, prefix)
+    declared = {field.name: field for field in dataclasses.fields(schema)} if schema is not None else {}
+    hints = typing.get_type_hints(schema) if schema is not None else {}
+    for name in [str(name) for name in node.keys()]:
+        if OmegaConf.is_missing(node, name) or not isinstance(node._get_node(name), DictConfig):
+            continue
+        child = node[name]
+        field = declared.get(name)
+        hint = hints.get(name) if field is not None else None
+        sub = (field.metadata.get("schema") if field is not None else None) or \
+            (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None) or schema_for(child)
+        walk(child, sub, f"{prefix}{name}.")
+
+
+def validate_env(node: DictConfig) -> None:
+    for name in [str(name) for name in node.keys()]:
+        schema = next((s for s in envs.ENV_SCHEMAS if name in {f.name for f in dataclasses.fields(s)}), None)
+        if schema is not None:
+            rule = dict((n, r) for n, r, _ in fields(schema))[name]
+            if rule is not None and not OmegaConf.is_missing(node, name):
+                check(node[name], f"env.{name}", rule)
+
+
+def describe(full_key: str) -> str | None:
+    """`algo.batch_size: samples per update; expected an integer >= 1 and <= ...`, for a key some
+    schema declares (the first that does, by its last name and group), else None."""
+    group, _, name = full_key.rpartition(".")
+    head = group.split(".")[0] if group else ""
+    candidates = [schema for (g, _), schema in STORED.items() if g == head] or list(ALL_SCHEMAS)
+    if not group:
+        candidates = [run.RunKeys]
+    elif group == "train":
+        candidates = [run.TrainKeys]
+    for schema in candidates:
+        for field_name, rule, help in fields(schema):
+            if field_name == name and help:
+                return f"{full_key}: {help}" + (f"; {rule.allowed()}" if rule and rule.kind != "any" else "")
+    return None
+
+
+def type_refusal(error: BaseException | None) -> str | None:
+    """One line for OmegaConf's refusal of a value of the wrong type while Hydra composes
+    (`algo.batch_size=abc`), naming the key, the value and what its schema allows; None for any
+    other error. An integral float for an integer key (`1e5`) is told the integer to give."""
+    from omegaconf.errors import ValidationError
+
+    if not isinstance(error, ValidationError) or not getattr(error, "full_key", None):
+        return None
+    full_key, value, owner = str(error.full_key), getattr(error, "value", None), getattr(error, "object_type", None)
+    name = str(full_key.rsplit(".", 1)[-1]).split("[")[0]
+    rules = {n: (rule, help) for n, rule, help in fields(owner)} if isinstance(owner, type) and \
+        dataclasses.is_dataclass(owner) else {}
+    if not rules:   # a list's item: the rule is its list's, one level up
+        return f"{full_key}={shown_value(value)} has the wrong type; {str(error).splitlines()[0]}"
+    rule, help = rules.get(name, (None, ""))
+    allowed = rule.allowed() if rule is not None and rule.kind != "any" else f"expected {owner_type(owner, name)}"  # type: ignore[arg-type]
+    hint = ""
+    if rule is not None and rule.kind == "integer" and isinstance(value, float) and value.is_integer():
+        hint = f" (give {int(value)})"
+    why = "is not allowed" if rule is not None and rule.kind == "choice" else f"is not {kind_word(rule)}{hint}"
+    return f"{full_key}={shown_value(value)} {why}; {allowed}" + (f" ({help})" if help else "")
+
+
+def shown_value(value: Any) -> str:
+    from rl_hydra.schema.keys import shown
+
+    return shown(value)
+
+
+def kind_word(rule: Range | None) -> str:
+    kind = rule.kind if rule is not None else "any"
+    return {"integer": "an integer", "number": "a number"}.get(kind, "of the key's type")
+
+
+def owner_type(owner: type, name: str) -> str:
+    hint = typing.get_type_hints(owner).get(name)
+    return getattr(hint, "__name__", str(hint))

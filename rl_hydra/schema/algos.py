@@ -1,0 +1,120 @@
+"""The keys of each algorithm's node (conf/algo/*.yaml): one schema per algorithm class, the
+family's shared keys in a base. `targets` names the classes a schema declares the keys of."""
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from rl_hydra.schema.keys import key
+
+TD_LOSSES = ("huber", "mse")
+
+
+@dataclass
+class OptimizerKeys:
+    """An optimizer node (`_partial_`: the agent gives it its parameters). Only `lr` is declared:
+    any optimizer's other keyword arguments may be added (`++algo.optimizer.eps=1e-5`)."""
+
+    lr: float = key(help="learning rate", minimum=0.0, above=True)
+
+
+def optimizer(help: str) -> Any:
+    """An optimizer key of an algorithm: left untyped (any optimizer's keys), its lr checked."""
+    return key(help=help, schema=OptimizerKeys)
+
+
+@dataclass
+class ExplorationKeys:
+    start: float = key(help="epsilon at step 0", minimum=0.0, maximum=1.0)
+    end: float = key(help="epsilon once the decay is over", minimum=0.0, maximum=1.0)
+    fraction: float = key(help="of train.total_steps over which epsilon decays linearly", minimum=0.0, maximum=1.0)
+
+
+@dataclass
+class ScheduleKeys:
+    """When an agent learns (rl_hydra/protocols.py's Agent reads these)."""
+
+    _target_: str = key(help="the agent's class")
+    batch_size: int = key(help="samples (sequences for DRQN) per update", integer=True, minimum=1)
+    learning_starts: int = key(help="env steps of random acting before the first update", integer=True, minimum=0)
+    train_every: int = key(help="env steps between training phases", integer=True, minimum=1)
+    gradient_steps: int = key(help="updates per training phase", integer=True, minimum=1)
+    gamma: float = key(help="discount; the buffer builds the discounted returns", minimum=0.0, maximum=1.0)
+    n_step: int = key(help="rewards summed before bootstrapping", integer=True, minimum=1)
+    tau: float = key(help="target update rate: 1.0 a hard copy, < 1 polyak averaging", minimum=0.0, maximum=1.0,
+                     above=True)
+    max_grad_norm: Optional[float] = key(help="clip each gradient to this norm (null: never)", minimum=0.0,
+                                         above=True, nullable=True)
+
+
+@dataclass
+class DQNFamilyKeys(ScheduleKeys):
+    """conf/algo/base/dqn.yaml: what DQN, QR-DQN, IQN and C51 share."""
+
+    targets: ClassVar[tuple[str, ...]] = ()
+    target_update_every: int = key(help="updates between target syncs", integer=True, minimum=1)
+    double_q: bool = key(help="pick the next action with the online net, value it with the target",
+                         choices=(True, False))
+    exploration: ExplorationKeys = field(default_factory=ExplorationKeys)
+    final_lr_fraction: float = key(help="lr decays linearly to this fraction of optimizer.lr", minimum=0.0,
+                                   maximum=1.0)
+    optimizer: Any = optimizer("the Q network's optimizer")
+
+
+@dataclass
+class DQNKeys(DQNFamilyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.dqn.DQN",)
+    loss: str = key(help="the TD loss", choices=TD_LOSSES)
+
+
+@dataclass
+class QRDQNKeys(DQNFamilyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.qr_dqn.QRDQN",)
+    num_quantiles: int = key(help="N quantiles per action", integer=True, minimum=1)
+    kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
+
+
+@dataclass
+class IQNKeys(DQNFamilyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.iqn.IQN",)
+    num_tau_samples: int = key(help="N: fractions for the online quantiles of each update", integer=True, minimum=1)
+    num_tau_prime_samples: int = key(help="N': fractions for the target samples", integer=True, minimum=1)
+    num_quantile_samples: int = key(help="K: fractions averaged to pick an action", integer=True, minimum=1)
+    kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
+
+
+@dataclass
+class C51Keys(DQNFamilyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.c51.C51",)
+    num_atoms: int = key(help="N atoms of the support", integer=True, minimum=2)
+    v_min: float = key(help="the support's lower end", minimum=float("-inf"))
+    v_max: float = key(help="the support's upper end (> v_min)", minimum=float("-inf"))
+
+
+@dataclass
+class DRQNKeys(DQNFamilyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.drqn.DRQN",)
+    loss: str = key(help="the TD loss", choices=TD_LOSSES)
+    burn_in: int = key(help="leading steps of each sequence that only refresh the stored state", integer=True,
+                       minimum=0)
+
+
+@dataclass
+class REDQKeys(ScheduleKeys):
+    """conf/algo/redq.yaml, and SAC (REDQ with N = M = 2, G = 1, the actor on the min)."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
+    ensemble_size: int = key(help="N critics", integer=True, minimum=1)
+    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True,
+                           minimum=1)
+    policy_delay: int = key(help="critic updates per actor (and alpha) update", integer=True, minimum=1)
+    initial_alpha: float = key(help="the entropy temperature at step 0", minimum=0.0, above=True)
+    learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)",
+                            choices=(True, False))
+    target_entropy: Any = key(help="auto (-action_dim) or a number")
+    actor_q: str = key(help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)",
+                       choices=("mean", "min"))
+    gsde_resample_every: int = key(help="env steps between new gSDE matrices; -1: after each training phase",
+                                   integer=True, minimum=-1)
+    actor_optimizer: Any = optimizer("the actor's optimizer")
+    critic_optimizer: Any = optimizer("the critics' optimizer")
+    alpha_optimizer: Any = optimizer("the temperature's optimizer")

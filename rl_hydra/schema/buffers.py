@@ -1,0 +1,45 @@
+"""The keys of each buffer node (conf/buffer/*.yaml). The discount and n-step come from the algo
+node (algo.gamma, algo.n_step): the run hands them to a transition buffer (rl_hydra/training.py)."""
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+from rl_hydra.schema.keys import key
+
+BUFFER_DEVICES = ("auto", "cpu", "cuda")
+SUM_TREES = ("auto", "numba", "numpy")
+SHARE_FRAMES = (True, False, "auto")
+
+
+@dataclass
+class BufferKeys:
+    targets: ClassVar[tuple[str, ...]] = ()
+    _target_: str = key(help="the buffer's class")
+    capacity: int = key(help="rows kept (chunks for the sequence buffer)", integer=True, minimum=1)
+    device: str = key(help="where it lives: auto (the run's device, if it fits there)", choices=BUFFER_DEVICES)
+
+
+@dataclass
+class ReplayKeys(BufferKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.replay.ReplayBuffer",)
+    share_frames: Any = key(help="frame stacks stored one frame per row", choices=SHARE_FRAMES)
+
+
+@dataclass
+class PrioritizedKeys(BufferKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.prioritized.PrioritizedReplayBuffer",)
+    alpha: float = key(help="how much priorities count (0: uniform)", minimum=0.0)
+    beta: float = key(help="importance-weight exponent at the first update", minimum=0.0, maximum=1.0)
+    beta_final: float = key(help="... reached after beta_steps updates", minimum=0.0, maximum=1.0)
+    beta_steps: Optional[int] = key(help="updates over which beta anneals (null: never)", integer=True, minimum=1,
+                                    nullable=True)
+    epsilon: float = key(help="added to |TD error|: no drawable row gets probability 0", minimum=0.0, above=True)
+    sum_tree: str = key(help="numba (the compiled tree) | numpy | auto", choices=SUM_TREES)
+
+
+@dataclass
+class SequenceKeys(BufferKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.sequence.SequenceBuffer",)
+    sequence_length: int = key(help="steps per stored chunk", integer=True, minimum=1)
+    stride: int = key(help="a new chunk every `stride` steps (<= sequence_length)", integer=True, minimum=1)
+    share_frames: Any = key(help="frame stacks kept as one frame per step", choices=SHARE_FRAMES)

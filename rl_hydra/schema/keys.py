@@ -1,0 +1,160 @@
+"""How a config key is declared, and the one validator that reads the declarations.
+
+A schema is a dataclass whose fields are the keys of one config node, each made with `key(...)`:
+its type (OmegaConf enforces it when Hydra composes), its range or choices and one line of help
+(`validate` checks those, `describe` shows them). The YAML files stay the home of the values: a
+field's default is MISSING unless every file that uses the schema would set the same value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+
+# no integer key of a run needs more: a budget, a capacity or a size past this is a typo (1e100)
+LARGEST_INT = 10**12
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message is one user-facing line."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """What a key allows: an integer or number in [minimum, maximum] (an end left out is open;
+    `above`/`below` make it strict), or one of `choices`. `nullable`: null is allowed too."""
+
+    kind: str = "number"                       # integer | number | choice | any
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False                        # minimum excluded
+    below: bool = False                        # maximum excluded
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    each: bool = False                         # the range holds for each item of a list
+
+    def allowed(self) -> str:
+        """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`."""
+        if self.choices is not None:
+            return f"choose one of: {', '.join(_word(c) for c in self.choices)}"
+        low = None if self.minimum is None else f"{'>' if self.above else '>='} {_number(self.minimum)}"
+        high = None if self.maximum is None else f"{'<' if self.below else '<='} {_number(self.maximum)}"
+        bounds = " and ".join(part for part in (low, high) if part)
+        what = {"integer": "an integer", "number": "a number"}.get(self.kind, "a value")
+        return f"expected {'each item ' if self.each else ''}{what}" + (f" {bounds}" if bounds else "") + \
+            (" or null" if self.nullable else "")
+
+    def refuses(self, value: Any) -> str | None:
+        """Why `value` is refused ("is not an integer", "is out of range", ...), or None."""
+        if value is None:
+            return None if self.nullable or self.kind == "any" else "is not set"
+        if self.choices is not None:
+            return None if any(value == c and type(value) is type(c) for c in self.choices) else "is not allowed"
+        if self.kind == "integer" and not is_int(value):
+            return "is not an integer"
+        if self.kind == "number" and not is_number(value):
+            return "is not a finite number"
+        if self.kind == "any":
+            return None
+        too_low = self.minimum is not None and (value <= self.minimum if self.above else value < self.minimum)
+        too_high = self.maximum is not None and (value >= self.maximum if self.below else value > self.maximum)
+        return "is out of range" if too_low or too_high else None
+
+
+def _word(choice: Any) -> str:
+    if isinstance(choice, bool) or choice is None:
+        return {True: "true", False: "false", None: "null"}[choice]
+    return str(choice)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else str(value)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:   # an integer too large for a float
+        return False
+
+
+def shown(value: Any) -> str:
+    """A value for a message: a huge integer as its size (Python refuses to print one past 4,300 digits)."""
+    if is_int(value) and value.bit_length() > 64:
+        digits = int(math.log10(abs(value))) + 1
+        digits += (abs(value) >= 10**digits) - (abs(value) < 10**(digits - 1))   # log10's rounding at a power of 10
+        return f"<{'a negative' if value < 0 else 'an'} integer of {digits} digits>"
+    if isinstance(value, bool) or value is None:
+        return _word(value)
+    return repr(value)
+
+
+def key(default: Any = MISSING, help: str = "", *, integer: bool = False, minimum: float | None = None,
+        maximum: float | None = None, above: bool = False, below: bool = False,
+        choices: tuple[Any, ...] | None = None, nullable: bool = False, each: bool = False,
+        schema: type | None = None) -> Any:
+    """A schema field: `batch_size: int = key(help="samples per update", integer=True, minimum=1)`.
+    An integer's maximum is LARGEST_INT unless given; a list default is copied for each instance.
+    `schema`: the keys of a node left untyped, so that it may hold more (an optimizer's keyword
+    arguments), which `validate` still checks."""
+    nullable = nullable or (choices is not None and None in choices)
+    if choices is not None:
+        kind = "choice"
+    elif integer:
+        kind, maximum = "integer", LARGEST_INT if maximum is None else maximum
+    elif minimum is not None or maximum is not None:
+        kind = "number"
+    else:
+        kind = "any"
+    metadata = {"help": help, "range": Range(kind, minimum, maximum, above, below, choices, nullable, each),
+                "schema": schema}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def fields(schema: type) -> Iterator[tuple[str, Range | None, str]]:
+    """(name, range, help) of each key a schema declares."""
+    for field in dataclasses.fields(schema):
+        yield field.name, field.metadata.get("range"), field.metadata.get("help", "")
+
+
+def schema_of(node: Any) -> type | None:
+    """The schema dataclass a composed node was typed with (None for a plain node)."""
+    if not isinstance(node, DictConfig):
+        return None
+    node_type = OmegaConf.get_type(node)
+    return node_type if node_type is not None and dataclasses.is_dataclass(node_type) else None
+
+
+def check(value: Any, full_key: str, rule: Range) -> None:
+    """Raise ConfigError (one line: key, value, what is allowed) unless `value` keeps `rule`."""
+    items = list(value) if rule.each and isinstance(value, (list, tuple, ListConfig)) else None
+    if items is None:
+        why = rule.refuses(value)
+        if why is not None:
+            raise ConfigError(f"{full_key}={shown(value)} {why}; {rule.allowed()}")
+        return
+    for index, item in enumerate(items):
+        why = rule.refuses(item)
+        if why is not None:
+            raise ConfigError(f"{full_key}[{index}]={shown(item)} {why}; {rule.allowed()}")
+
+
+def validate(node: DictConfig, schema: type, prefix: str) -> None:
+    """Check every declared key of `node` that it holds against its range (resolved: an
+    interpolation is checked for what it gives); keys it lacks and keys without a range are left alone."""
+    for name, rule, _ in fields(schema):
+        if rule is None or name not in node or OmegaConf.is_missing(node, name):
+            continue
+        check(node[name], f"{prefix}{name}", rule)

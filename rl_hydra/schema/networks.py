@@ -1,0 +1,102 @@
+"""The keys of each network node (conf/network/*.yaml): `_partial_` factories the agent calls with
+the observation and action spaces, so no size that the env decides is here."""
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from rl_hydra.schema.keys import key
+
+ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "silu")
+ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
+CELLS = ("lstm", "gru")
+BOOL = (True, False)
+
+
+def sizes(help: str) -> Any:
+    return key(help=help, integer=True, minimum=1, each=True)
+
+
+@dataclass
+class NetworkKeys:
+    targets: ClassVar[tuple[str, ...]] = ()
+    _target_: str = key(help="the network's class")
+    _partial_: bool = key(help="built by the agent, which passes the spaces", choices=BOOL)
+    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+    encoder: str = key(help="what reads the observation (docs/pixels.md)", choices=ENCODERS)
+    discrete_embedding: Optional[int] = key(help="null: Discrete parts one-hot; d: a learned embedding of d each",
+                                            integer=True, minimum=1, nullable=True)
+
+
+@dataclass
+class HeadKeys(NetworkKeys):
+    """An MLP over the encoder with a head per action: Q values, quantiles or atoms."""
+
+    hidden_sizes: list[int] = sizes("the hidden layers' widths")
+    layer_norm: bool = key(help="LayerNorm after each hidden Linear", choices=BOOL)
+    dropout: float = key(help="dropout after each hidden Linear", minimum=0.0, maximum=1.0, below=True)
+    dueling: bool = key(help="V and A streams; Q = V + A - mean A", choices=BOOL)
+    noisy: bool = key(help="every Linear a NoisyLinear (Fortunato et al. 2018)", choices=BOOL)
+    noisy_sigma0: float = key(help="initial noise scale: sigma = noisy_sigma0 / sqrt(fan_in)", minimum=0.0)
+
+
+@dataclass
+class QNetworkKeys(HeadKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.mlp.QNetwork",)
+    bias: bool = key(help="false: Linear layers without a bias", choices=BOOL)
+
+
+@dataclass
+class QuantileNetworkKeys(HeadKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.quantile.QuantileNetwork",
+                                          "rl_hydra.networks.categorical.CategoricalNetwork")
+
+
+@dataclass
+class ImplicitQuantileNetworkKeys(NetworkKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.quantile.ImplicitQuantileNetwork",)
+    embedding_dim: int = key(help="cosine basis size", integer=True, minimum=1)
+    hidden_sizes: list[int] = sizes("psi(s)'s widths (at least one)")
+    head_hidden_sizes: list[int] = sizes("the head's widths, after the product")
+    dueling: bool = key(help="V and A streams in the head", choices=BOOL)
+    noisy: bool = key(help="every Linear of psi and the head a NoisyLinear", choices=BOOL)
+    noisy_sigma0: float = key(help="initial noise scale", minimum=0.0)
+
+
+@dataclass
+class RecurrentQNetworkKeys(NetworkKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.recurrent.RecurrentQNetwork",)
+    encoder_sizes: list[int] = sizes("the MLP before the core")
+    cell: str = key(help="the recurrent core (docs/drqn.md)", choices=CELLS)
+    lstm_size: int = key(help="the core's hidden size (a GRU's too)", integer=True, minimum=1)
+    head_sizes: list[int] = sizes("the MLP after the core")
+
+
+@dataclass
+class ActorKeys:
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.SquashedGaussianActor",)
+    _target_: str = key(help="the actor's class")
+    _partial_: bool = key(help="built by the agent", choices=BOOL)
+    hidden_sizes: list[int] = sizes("the hidden layers' widths")
+    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+    gsde: bool = key(help="generalized state-dependent exploration (SB3's use_sde)", choices=BOOL)
+    gsde_log_std_init: float = key(help="initial log-std of the exploration matrix's entries",
+                                   minimum=float("-inf"))
+    gsde_clip_mean: float = key(help="with gSDE, the mean before tanh is clipped to [-c, c]", minimum=0.0, above=True)
+
+
+@dataclass
+class CriticKeys:
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.CriticEnsemble",)
+    _target_: str = key(help="the critics' class")
+    _partial_: bool = key(help="built by the agent", choices=BOOL)
+    hidden_sizes: list[int] = sizes("the hidden layers' widths")
+    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+
+
+@dataclass
+class ActorCriticKeys:
+    """conf/network/redq.yaml: the actor and the critic ensemble of SAC and REDQ."""
+
+    targets: ClassVar[tuple[str, ...]] = ()
+    actor: ActorKeys = field(default_factory=ActorKeys)
+    critic: CriticKeys = field(default_factory=CriticKeys)
