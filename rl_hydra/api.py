@@ -7,9 +7,10 @@ from pathlib import Path
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rl_hydra.config import hydra_scope
+from rl_hydra.config import ConfigError, hydra_scope
 from rl_hydra.launch import launch
 from rl_hydra.run import Run, load_run
+from rl_hydra.schema import type_refusal
 
 
 def compose_train_config(*overrides: str) -> DictConfig:
@@ -20,8 +21,13 @@ def compose_train_config(*overrides: str) -> DictConfig:
 def _compose(overrides) -> tuple[DictConfig, DictConfig]:
     """(the run's config, the part of Hydra's own node a run directory keeps: the run directory,
     the group choices and the overrides)."""
+    from hydra.errors import HydraException
+
     with hydra_scope():   # also from inside a running Hydra app, whose state it leaves as it was
-        cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        try:
+            cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        except HydraException as error:   # a value of the wrong type, a key or option that does not exist
+            raise ConfigError(type_refusal(error.__cause__) or str(error).splitlines()[0]) from None
         hydra_cfg = OmegaConf.create({"run": {"dir": cfg.hydra.run.dir},
                                       "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},
                                       "overrides": {"task": list(overrides)}})

@@ -7,6 +7,7 @@ this module turns its RunFailed into one `error:` line on stderr and the exit co
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import shlex
 import sys
@@ -24,7 +25,7 @@ from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFaile
 from rl_hydra.resume import resume_main
 from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.runs.sweep_parent import mark_sweep_process
-from rl_hydra.schema import type_refusal
+from rl_hydra.schema import key_lines, type_refusal
 
 log = logging.getLogger("rl_hydra")
 
@@ -135,7 +136,7 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
 
 
 def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train",
-                 launches: bool = True) -> None:
+                 launches: bool = True) -> DictConfig:
     """The one check before Hydra runs: compose the config as the run will, with Hydra's compose
     API, and turn Hydra's refusal into one ConfigError line (a group option that does not exist,
     with the group's options and the closest one; a key the config lacks, with the closest key and
@@ -166,6 +167,7 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
     with open_dict(cfg):
         del cfg["hydra"]
     check_required(cfg)
+    return cfg
 
 
 # the groups that act only in a sweep: without -m Hydra runs one plain job and ignores them
@@ -304,7 +306,10 @@ def main() -> None:
             multirun = args.multirun or any(o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN"
                                             for o in overrides)
             launches = not (args.cfg or args.info or args.help or args.hydra_help)
-            check_config(overrides, multirun=multirun, config_name=args.config_name or "train", launches=launches)
+            cfg = check_config(overrides, multirun=multirun, config_name=args.config_name or "train",
+                               launches=launches)
+            if args.help:   # after Hydra's help: each key's help and range, from the schema
+                atexit.register(lambda: print("== Keys ==\n" + "\n".join(key_lines(cfg))))
     except ConfigError as error:
         fail(str(error), EXIT_CONFIG)
     mark_sweep_process()   # a sweep's jobs in worker processes stop when this process is gone (kill -9)

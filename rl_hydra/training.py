@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import signal
@@ -25,6 +26,7 @@ from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
+from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent
 from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
 
@@ -143,6 +145,12 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
     return str(target).rsplit(".", 1)[-1]
 
 
+def run_settings(cfg: DictConfig, run_dir: RunDirectory, agent: Agent) -> RunSettings:
+    """What the loop is told of the run (the config stops here): its schedule, evaluation and loggers."""
+    make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)   # the training env's build said it
+    return RunSettings.from_config(cfg, make_eval_env=make_eval_env, identity=run_dir.identity(cfg, agent.name))
+
+
 def compiles(agent_or_class) -> bool:
     """Whether `compile=true` applies: the agent declares pure `compiled_methods` and is not
     recurrent (torch.compile would leave the LSTM of a recurrent loss eager)."""
@@ -255,7 +263,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
-    runner = Runner(cfg, agent, env, buffer, run_dir.path, stop_after=stop_after)
+    runner = Runner(run_settings(cfg, run_dir, agent), agent, env, buffer, run_dir.path, stop_after=stop_after)
     if checkpoint is not None:
         try:
             runner.load_state_dict(checkpoint)

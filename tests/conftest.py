@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,9 +21,11 @@ TINY = ["train.total_steps=300", "train.eval_every=150", "train.eval_episodes=2"
 
 
 def compose_config(*overrides: str) -> DictConfig:
-    """The config `python train.py <overrides>` would run, without Hydra's run-dir keys."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
+    """The config `python train.py <overrides>` would run, without Hydra's run-dir keys (a value of
+    the wrong type for its schema: one ConfigError line, as on the command line)."""
+    from rl_hydra.api import compose_train_config
+
+    return compose_train_config(*overrides)
 
 
 def algo_keys(option: str, **overrides) -> dict:
@@ -76,9 +77,12 @@ def skip_without_env_extra(*overrides: str) -> None:
 
 def run_training(run_dir: Path, *overrides: str) -> dict:
     """Train in-process through rl_hydra.training.run, the code path train.py takes."""
+    from rl_hydra.config import validate_run_config
     from rl_hydra.training import run
 
-    return run(compose_config(*overrides), run_dir)
+    cfg = compose_config(*overrides)
+    validate_run_config(cfg)   # as the launch does, once
+    return run(cfg, run_dir)
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
-from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.envs import make_env
 from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.loops import recurrent
 from rl_hydra.loops.runner import Runner, StopRequested
-from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.losses import masked_td_loss
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from rl_hydra.training import build_components, pick_loop, run
+from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.training import build_components, pick_loop, run, run_settings
 from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra, stop_at
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -304,7 +304,7 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "algo.learning_starts=100000",
                          "buffer.sequence_length=6", "buffer.stride=3", "algo.burn_in=0", "train.total_steps=200")
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
-    runner = Runner(cfg, agent, env, buffer, tmp_path)
+    runner = Runner(run_settings(cfg, RunDirectory(tmp_path), agent), agent, env, buffer, tmp_path)
     runner.start()
     recurrent.loop(runner)
     runner.close()

@@ -96,7 +96,7 @@ BAD_INPUTS = [
     (["env=gym", "env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
-    (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: True, False"),
+    (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: true, false"),
     (["+algo.gamme=0.9"], "cannot build algo (rl_hydra.algos.dqn.DQN): DQN.__init__() got an unexpected keyword argument 'gamme'"),
 ]
 if not torch.cuda.is_available():
@@ -207,7 +207,7 @@ def test_the_launching_process_does_not_import_torch():
                                     "algo.alpha_optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
 ])
 def test_the_divergence_hint_is_true_for_the_config_at_hand(args, hint):
-    from rl_hydra.loops.runner import divergence_hint
+    from rl_hydra.loops.settings import divergence_hint
 
     assert divergence_hint(compose_config(*args)) == hint
 

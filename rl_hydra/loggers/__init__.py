@@ -3,9 +3,10 @@ getting the same rows as metrics.csv (rl_hydra.loops.reporting.Reporter hands th
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig
 
 from rl_hydra.config import ConfigError
 from rl_hydra.loggers.base import Logger
@@ -15,7 +16,7 @@ from rl_hydra.loggers.tensorboard import TensorBoardLogger
 __all__ = ["CSVLogger", "Logger", "TensorBoardLogger", "build_loggers"]
 
 
-def build_loggers(node: DictConfig | None) -> dict[str, Logger]:
+def build_loggers(node: Mapping[str, Any] | None) -> dict[str, Logger]:
     """{name: logger} for what `cfg.logger` chooses ({name: {_target_: ...}}), with "csv" first and
     always there: metrics.csv is the run's record. A config from before the group existed (a run
     resumed from an older directory) gets CSV and TensorBoard."""
@@ -26,7 +27,7 @@ def build_loggers(node: DictConfig | None) -> dict[str, Logger]:
     return {"csv": csv, **loggers}
 
 
-def _build(name: str, spec: DictConfig) -> Logger:
+def _build(name: str, spec: Mapping[str, Any]) -> Logger:
     try:
         return instantiate(spec)
     except InstantiationException as error:

@@ -10,8 +10,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping, Protocol, Sequence
 
-from omegaconf import DictConfig
-
 from rl_hydra.config import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, atomic_write_bytes
 
@@ -22,8 +20,9 @@ class Logger(Protocol):
     """One option of the `logger` config group (conf/logger/<name>.yaml builds it by `_target_`).
     The Reporter hands every logger the same rows, by the names and steps metrics.csv has."""
 
-    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
-        """Open for the run in `run_dir` trained with `cfg`, at `step`: 0 for a new run, the
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
+        """Open for the run in `run_dir` trained with `config` (the whole config, resolved, as plain
+        data: what a tracker records as the run's parameters), at `step`: 0 for a new run, the
         checkpoint's step when a run continues (resume, or a re-launched sweep), whatever was
         logged after it then being stale. `columns`: the metric names a row may hold."""
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from omegaconf import DictConfig
-
 from rl_hydra.runs.metrics import MetricsCSV
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -16,7 +14,7 @@ class CSVLogger:
     def __init__(self) -> None:
         self.file: MetricsCSV | None = None
 
-    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
         # rows after `step` are stale, also from a first attempt killed before its first checkpoint
         self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step)
 

@@ -92,14 +92,14 @@ class MLflowLogger:
         assert self.client is not None and self.run_id is not None, "logged before start()"
         return self.client, self.run_id
 
-    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
         self.run_dir = run_dir
         sweep = sweep_of(run_dir.path)
         parent = recall(sweep, "mlflow") if sweep is not None else {}
         tags = {"mlflow.parentRunId": parent["run_id"]} if parent.get("tracking_uri") == self.tracking_uri else {}
         self.run_id = self.open_run(run_dir.path, run_dir.path.name, tags)
         self._tag_provenance(run_dir)
-        self._log_params(flat_config(OmegaConf.to_container(cfg, resolve=True)))
+        self._log_params(flat_config(dict(config)))
         log.info("MLflow run %s (experiment %s) in %s; see it with: %s", self.run_id, self.experiment,
                  self.tracking_uri, how_to_see(self.tracking_uri))
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import DictConfig
-
 from rl_hydra.loggers.base import numbers
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -17,7 +15,7 @@ class TensorBoardLogger:
     def __init__(self) -> None:
         self.writer: SummaryWriter | None = None
 
-    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
         from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
 
         # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own

@@ -12,9 +12,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import DictConfig
-
-from rl_hydra.config import plain_dict
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -41,7 +38,7 @@ class WandbLogger:
         self.run_dir: RunDirectory | None = None
         self._saved: tuple[dict[str, str], Any] | None = None
 
-    def start(self, run_dir: RunDirectory, cfg: DictConfig, step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
         import wandb
 
         from rl_hydra.runs import provenance
@@ -57,7 +54,7 @@ class WandbLogger:
         self.run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=run_dir.path,
                               id=record.get("id"), resume="allow" if record else None, name=run_dir.path.name,
                               group=group, tags=[*self.tags, *provenance.short_tags(run_dir)],
-                              config={**plain_dict(cfg), "provenance": provenance.latest(run_dir)},
+                              config={**config, "provenance": provenance.latest(run_dir)},
                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
         self._say_where()

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rl_hydra.envs import make_env
 from rl_hydra.loops.monitor import StopRequested
 
 log = logging.getLogger(__name__)
@@ -74,13 +73,16 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop
 
 
 class Evaluator:
-    """`train.eval_episodes` greedy episodes (`env.eval_epsilon`) on a separate env, each round on new seeds.
+    """`train.eval_episodes` greedy episodes (acting at random with probability `epsilon`, the env's
+    `eval_epsilon`) on a separate env made by `make_env(seed=, num_envs=)`, each round on new seeds.
 
     Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
     round first reached `train.stop_at_return`."""
 
-    def __init__(self, env_cfg, seed: int, episodes: int, stop_at_return: float | None):
-        self.env_cfg, self.seed, self.episodes, self.stop_at_return = env_cfg, seed, episodes, stop_at_return
+    def __init__(self, make_env: Callable[..., VectorEnv], seed: int, episodes: int, stop_at_return: float | None,
+                 epsilon: float = 0.0):
+        self.make_env, self.seed, self.episodes, self.stop_at_return = make_env, seed, episodes, stop_at_return
+        self.epsilon = epsilon
         self.env: VectorEnv | None = None
         self.rounds = 0
         self.best_return = -math.inf
@@ -91,10 +93,9 @@ class Evaluator:
         """Evaluate `agent`; returns whether this round set a new best. StopRequested (from
         `should_stop`) abandons the round and leaves the evaluator as it was before it."""
         if self.env is None:
-            self.env = make_env(self.env_cfg, seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes,
-                                say_time_limit=False)   # the training env's build said it
+            self.env = self.make_env(seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
         returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
-                                    epsilon=self.env_cfg.get("eval_epsilon", 0.0), should_stop=should_stop)
+                                    epsilon=self.epsilon, should_stop=should_stop)
         self.rounds += 1
         mean = float(returns.mean())
         self.last = {"eval/return_mean": mean, "eval/return_std": float(returns.std()),

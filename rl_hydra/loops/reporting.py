@@ -8,10 +8,10 @@ import logging
 import time
 from typing import Any, Mapping
 
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rl_hydra.loggers import Logger
+from rl_hydra.loops.settings import RunSettings
 from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,9 @@ class Reporter:
     errors stop the run. Any other logger that raises is warned about once and dropped, and the
     run goes on."""
 
-    def __init__(self, run_dir: RunDirectory, metric_names, total_steps: int, progress: bool,
-                 loggers: Mapping[str, Logger], cfg: DictConfig):
-        self.run_dir, self.total_steps, self.show_progress, self.cfg = run_dir, total_steps, progress, cfg
+    def __init__(self, run_dir: RunDirectory, metric_names, settings: RunSettings, loggers: Mapping[str, Logger]):
+        self.run_dir, self.total_steps, self.show_progress = run_dir, settings.total_steps, settings.progress
+        self.stop_at_return, self.config = settings.stop_at_return, settings.config
         self.columns = ["time/elapsed_s", "time/sps", "rollout/return_mean", "rollout/length_mean",
                         "rollout/episodes", *(f"train/{m}" for m in metric_names),
                         "eval/return_mean", "eval/return_std", "eval/length_mean"]
@@ -42,9 +42,9 @@ class Reporter:
     def start(self, step: int) -> None:
         """Open the loggers; a resumed run (step > 0) drops rows logged after its checkpoint."""
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        self.csv.start(self.run_dir, self.cfg, step, self.columns)
+        self.csv.start(self.run_dir, self.config, step, self.columns)
         for name in list(self.others):
-            self._call(name, "start", self.run_dir, self.cfg, step, self.columns)
+            self._call(name, "start", self.run_dir, self.config, step, self.columns)
         self.progress = tqdm(total=self.total_steps, initial=step, unit="step", dynamic_ncols=True,
                              disable=not self.show_progress, mininterval=0.5, bar_format=BAR_FORMAT)
         self._row_time, self._row_step = time.perf_counter(), step
@@ -73,8 +73,7 @@ class Reporter:
     def _solved(self, row: Mapping[str, Any]) -> bool:
         """Whether this row's evaluation reached train.stop_at_return, the Evaluator's rule for
         stopping: this row is then the run's last."""
-        target = OmegaConf.select(self.cfg, "train.stop_at_return")
-        value = row.get("eval/return_mean")
+        target, value = self.stop_at_return, row.get("eval/return_mean")
         return target is not None and value is not None and value >= target
 
     def _end_bar(self, step: int) -> None:

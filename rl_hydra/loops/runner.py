@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
@@ -23,6 +22,7 @@ from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonito
 from rl_hydra.loops.reporting import Reporter
 from rl_hydra.loops.rollout import Rollout
 from rl_hydra.loops.schedule import Due, Schedule
+from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent, Buffer
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -32,20 +32,22 @@ __all__ = ["Runner", "StopRequested", "TrainingDiverged"]
 
 
 class Runner:
-    def __init__(self, cfg: DictConfig, agent: Agent, env, buffer: Buffer, run_dir: str | Path,
+    """`settings`: what the run's config says of the loop (loops/settings.py, built by rl_hydra.training)."""
+
+    def __init__(self, settings: RunSettings, agent: Agent, env, buffer: Buffer, run_dir: str | Path,
                  stop_after: int | None = None):
-        self.cfg, self.agent, self.env, self.buffer = cfg, agent, env, buffer
-        train = cfg.train
+        self.settings, self.agent, self.env, self.buffer = settings, agent, env, buffer
         self.run_dir = RunDirectory(run_dir)
-        self.schedule = Schedule(train.total_steps, train.eval_every, train.log_every, train.checkpoint_every)
+        self.schedule = Schedule(settings.total_steps, settings.eval_every, settings.log_every,
+                                 settings.checkpoint_every)
         self.rollout = Rollout(env)
         # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
         self.update_priorities = getattr(buffer, "update_priorities", None)
         self.monitor = UpdateMonitor(torch.device(getattr(agent, "device", "cpu")).type == "cpu",
-                                     divergence_hint(cfg))
-        self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
-        self.reporter = Reporter(self.run_dir, agent.metric_names, train.total_steps, train.progress,
-                                 build_loggers(cfg.get("logger")), cfg)
+                                     settings.divergence_hint)
+        self.evaluator = Evaluator(settings.make_eval_env, settings.seed, settings.eval_episodes,
+                                   settings.stop_at_return, settings.eval_epsilon)
+        self.reporter = Reporter(self.run_dir, agent.metric_names, settings, build_loggers(settings.loggers))
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         self.stop_requested = False
@@ -181,7 +183,7 @@ class Runner:
 
     def save_checkpoint(self, name: str, with_buffer: bool | None = None) -> Path:
         if with_buffer is None:
-            with_buffer = bool(self.cfg.checkpoint.save_buffer)
+            with_buffer = self.settings.save_buffer
         path = self.run_dir.save_checkpoint(name, self.state_dict(with_buffer))
         if name == "last":
             log.info("checkpoint %s at step %d (%.1f MB)", path, self.global_step, path.stat().st_size / 1e6)
@@ -192,7 +194,7 @@ class Runner:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         solved = evaluator.solved_at or {}
         return {
-            "status": status, "reason": reason, **self.run_dir.identity(self.cfg, self.agent.name),
+            "status": status, "reason": reason, **self.settings.identity,
             "global_step": self.global_step, "updates": self.agent.updates,
             "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
@@ -206,17 +208,3 @@ class Runner:
         self.reporter.close(status)
         self.env.close()
         self.evaluator.close()
-
-
-def divergence_hint(cfg: DictConfig) -> str:
-    """What to try when a loss goes non-finite, true for this config."""
-    lr_keys = [f"algo.{key}.lr" for key, value in cfg.algo.items() if isinstance(value, DictConfig) and "lr" in value]
-    clip = cfg.algo.get("max_grad_norm", "absent")
-    if clip is None:
-        clip_hint = "enable algo.max_grad_norm (e.g. 10)"
-    elif clip == "absent":
-        clip_hint = None
-    else:
-        clip_hint = f"lower algo.max_grad_norm (now {clip})"
-    lr_hint = f"try a lower {' / '.join(lr_keys)}" if lr_keys else "try a lower learning rate"
-    return lr_hint + (f" or {clip_hint}" if clip_hint else "")

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.schema import algos, buffers, envs, loggers, networks, run
+from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
 from rl_hydra.schema.keys import ConfigError, Range, check, fields, schema_of, validate
 
 __all__ = ["ConfigError", "Range", "check", "describe", "register_schemas", "validate_config"]
@@ -26,9 +26,14 @@ STORED: dict[tuple[str, str], type] = {
     ("", "run"): run.RunKeys,
     ("algo", "dqn"): algos.DQNKeys, ("algo", "qr_dqn"): algos.QRDQNKeys, ("algo", "iqn"): algos.IQNKeys,
     ("algo", "c51"): algos.C51Keys, ("algo", "drqn"): algos.DRQNKeys, ("algo", "redq"): algos.REDQKeys,
+    ("algo", "tqc"): algos.TQCKeys, ("algo", "td3"): algos.TD3Keys, ("algo", "crossq"): algos.CrossQKeys,
     ("network", "q"): networks.QNetworkKeys, ("network", "head"): networks.QuantileNetworkKeys,
     ("network", "implicit_quantile"): networks.ImplicitQuantileNetworkKeys,
     ("network", "recurrent"): networks.RecurrentQNetworkKeys, ("network", "actor_critic"): networks.ActorCriticKeys,
+    ("network", "squashed_actor"): networks.ActorKeys,
+    ("network", "deterministic_actor"): networks.DeterministicActorKeys,
+    ("network", "critic"): networks.CriticKeys, ("network", "batch_renorm_actor"): networks.BatchRenormActorKeys,
+    ("network", "batch_renorm_critic"): networks.BatchRenormCriticKeys,
     ("buffer", "replay"): buffers.ReplayKeys, ("buffer", "prioritized"): buffers.PrioritizedKeys,
     ("buffer", "sequence"): buffers.SequenceKeys,
     ("env", "base"): envs.EnvKeys, ("env", "gym"): envs.GymEnvKeys, ("env", "family"): envs.FamilyEnvKeys,
@@ -36,8 +41,9 @@ STORED: dict[tuple[str, str], type] = {
     ("env", "minigrid"): envs.MiniGridEnvKeys,
     ("logger", "plain"): loggers.LoggerKeys, ("logger", "mlflow"): loggers.MLflowKeys,
     ("logger", "wandb"): loggers.WandbKeys,
+    ("distributed", "none"): distributed.OneProcessKeys, ("distributed", "apex"): distributed.ApexKeys,
 }
-ALL_SCHEMAS = (*STORED.values(), networks.ActorKeys, networks.CriticKeys)
+ALL_SCHEMAS = tuple(STORED.values())
 
 
 def register_schemas() -> None:
@@ -74,8 +80,8 @@ def validate_config(cfg: DictConfig) -> None:
 
 
 def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
-    if schema is None and prefix == "env.":   # an env node read back: each key as the family declaring it has it
-        return validate_env(node)
+    if prefix == "env.":   # also a key of another family (+env.eval_epsilon) or of a node read back
+        validate_env(node)
     if schema is not None:
         validate(node, schema, prefix)
     declared = {field.name: field for field in dataclasses.fields(schema)} if schema is not None else {}
@@ -154,3 +160,27 @@ def kind_word(rule: Range | None) -> str:
 def owner_type(owner: type, name: str) -> str:
     hint = typing.get_type_hints(owner).get(name)
     return getattr(hint, "__name__", str(hint))
+
+
+def key_lines(cfg: DictConfig) -> list[str]:
+    """`algo.batch_size: samples ... per update; expected an integer >= 1 ...`: each key of a
+    composed config that a schema declares, with its help and range (for `--help`)."""
+    lines: list[str] = []
+
+    def visit(node: DictConfig, schema: type | None, prefix: str) -> None:
+        declared = {name: (rule, help) for name, rule, help in fields(schema)} if schema is not None else {}
+        for name in [str(name) for name in node.keys()]:
+            child = node._get_node(name)
+            if isinstance(child, DictConfig):
+                hint = typing.get_type_hints(schema).get(name) if schema is not None else None
+                field = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
+                sub = (field.metadata.get("schema") if field is not None else None) or \
+                    (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None) or schema_of(child)
+                visit(child, sub, f"{prefix}{name}.")
+            elif name in declared and declared[name][1] and not name.startswith("_"):
+                rule, help = declared[name]
+                allowed = f"; {rule.allowed(brief=True)}" if rule is not None and rule.kind != "any" else ""
+                lines.append(f"{prefix}{name}: {help}{allowed}")
+
+    visit(cfg, schema_of(cfg) or run.RunKeys, "")
+    return lines

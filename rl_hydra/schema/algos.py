@@ -17,6 +17,10 @@ class OptimizerKeys:
     lr: float = key(help="learning rate", minimum=0.0, above=True)
 
 
+def target_rate() -> Any:
+    return key(help="target update rate: 1.0 a hard copy, < 1 polyak averaging", minimum=0.0, maximum=1.0, above=True)
+
+
 def optimizer(help: str) -> Any:
     """An optimizer key of an algorithm: left untyped (any optimizer's keys), its lr checked."""
     return key(help=help, schema=OptimizerKeys)
@@ -40,8 +44,6 @@ class ScheduleKeys:
     gradient_steps: int = key(help="updates per training phase", integer=True, minimum=1)
     gamma: float = key(help="discount; the buffer builds the discounted returns", minimum=0.0, maximum=1.0)
     n_step: int = key(help="rewards summed before bootstrapping", integer=True, minimum=1)
-    tau: float = key(help="target update rate: 1.0 a hard copy, < 1 polyak averaging", minimum=0.0, maximum=1.0,
-                     above=True)
     max_grad_norm: Optional[float] = key(help="clip each gradient to this norm (null: never)", minimum=0.0,
                                          above=True, nullable=True)
 
@@ -51,6 +53,7 @@ class DQNFamilyKeys(ScheduleKeys):
     """conf/algo/base/dqn.yaml: what DQN, QR-DQN, IQN and C51 share."""
 
     targets: ClassVar[tuple[str, ...]] = ()
+    tau: float = target_rate()
     target_update_every: int = key(help="updates between target syncs", integer=True, minimum=1)
     double_q: bool = key(help="pick the next action with the online net, value it with the target",
                          choices=(True, False))
@@ -86,8 +89,8 @@ class IQNKeys(DQNFamilyKeys):
 class C51Keys(DQNFamilyKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.c51.C51",)
     num_atoms: int = key(help="N atoms of the support", integer=True, minimum=2)
-    v_min: float = key(help="the support's lower end", minimum=float("-inf"))
-    v_max: float = key(help="the support's upper end (> v_min)", minimum=float("-inf"))
+    v_min: float = key(help="the support's lower end", number=True)
+    v_max: float = key(help="the support's upper end (> v_min)", number=True)
 
 
 @dataclass
@@ -99,22 +102,67 @@ class DRQNKeys(DQNFamilyKeys):
 
 
 @dataclass
-class REDQKeys(ScheduleKeys):
-    """conf/algo/redq.yaml, and SAC (REDQ with N = M = 2, G = 1, the actor on the min)."""
+class EntropyKeys(ScheduleKeys):
+    """What SAC's family shares: a squashed Gaussian actor, a learned temperature, three optimizers."""
 
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
+    targets: ClassVar[tuple[str, ...]] = ()
     ensemble_size: int = key(help="N critics", integer=True, minimum=1)
-    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True,
-                           minimum=1)
     policy_delay: int = key(help="critic updates per actor (and alpha) update", integer=True, minimum=1)
     initial_alpha: float = key(help="the entropy temperature at step 0", minimum=0.0, above=True)
     learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)",
                             choices=(True, False))
     target_entropy: Any = key(help="auto (-action_dim) or a number")
-    actor_q: str = key(help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)",
-                       choices=("mean", "min"))
     gsde_resample_every: int = key(help="env steps between new gSDE matrices; -1: after each training phase",
                                    integer=True, minimum=-1)
     actor_optimizer: Any = optimizer("the actor's optimizer")
     critic_optimizer: Any = optimizer("the critics' optimizer")
     alpha_optimizer: Any = optimizer("the temperature's optimizer")
+
+
+@dataclass
+class REDQKeys(EntropyKeys):
+    """conf/algo/base/redq.yaml: REDQ, SAC (N = M = 2, G = 1, the actor on the min) and DroQ."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
+    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True,
+                           minimum=1)
+    tau: float = target_rate()
+    actor_q: str = key(help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)",
+                       choices=("mean", "min"))
+
+
+@dataclass
+class TQCKeys(EntropyKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.tqc.TQC",)
+    num_quantiles: int = key(help="M quantiles per critic", integer=True, minimum=1)
+    top_quantiles_to_drop_per_critic: int = key(help="d: the target keeps the N * (M - d) smallest pooled atoms",
+                                                integer=True, minimum=0)
+    kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
+    tau: float = target_rate()
+
+
+@dataclass
+class CrossQKeys(EntropyKeys):
+    """No target networks, so no tau: the critics' batch renormalization (network/crossq.yaml) keeps them stable."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.crossq.CrossQ",)
+
+
+@dataclass
+class ActionNoiseKeys:
+    kind: str = key(help="gaussian | ornstein_uhlenbeck", choices=("gaussian", "ornstein_uhlenbeck"))
+    std: float = key(help="sigma of either kind (unit-box scale)", minimum=0.0)
+    theta: float = key(help="ornstein_uhlenbeck: pull toward 0 per unit time", minimum=0.0)
+    dt: float = key(help="ornstein_uhlenbeck: time per env step", minimum=0.0, above=True)
+
+
+@dataclass
+class TD3Keys(ScheduleKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.td3.TD3",)
+    tau: float = target_rate()
+    policy_delay: int = key(help="critic updates per actor and target update", integer=True, minimum=1)
+    target_policy_noise: float = key(help="std of the Gaussian added to the target action", minimum=0.0)
+    target_noise_clip: float = key(help="that noise is clipped to [-c, c]", minimum=0.0)
+    action_noise: ActionNoiseKeys = field(default_factory=ActionNoiseKeys)
+    actor_optimizer: Any = optimizer("the actor's optimizer")
+    critic_optimizer: Any = optimizer("the critics' optimizer")

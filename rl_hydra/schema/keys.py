@@ -37,12 +37,14 @@ class Range:
     nullable: bool = False
     each: bool = False                         # the range holds for each item of a list
 
-    def allowed(self) -> str:
-        """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`."""
+    def allowed(self, brief: bool = False) -> str:
+        """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`; `brief`
+        leaves out the bound every integer key has (LARGEST_INT)."""
         if self.choices is not None:
             return f"choose one of: {', '.join(_word(c) for c in self.choices)}"
         low = None if self.minimum is None else f"{'>' if self.above else '>='} {_number(self.minimum)}"
-        high = None if self.maximum is None else f"{'<' if self.below else '<='} {_number(self.maximum)}"
+        high = None if self.maximum is None or (brief and self.maximum == LARGEST_INT) else \
+            f"{'<' if self.below else '<='} {_number(self.maximum)}"
         bounds = " and ".join(part for part in (low, high) if part)
         what = {"integer": "an integer", "number": "a number"}.get(self.kind, "a value")
         return f"expected {'each item ' if self.each else ''}{what}" + (f" {bounds}" if bounds else "") + \
@@ -72,7 +74,7 @@ def _word(choice: Any) -> str:
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else str(value)
+    return str(value)   # as declared: 1 for an integer key's bound, 0.0 for a number's
 
 
 def is_int(value: Any) -> bool:
@@ -99,7 +101,8 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
-def key(default: Any = MISSING, help: str = "", *, integer: bool = False, minimum: float | None = None,
+def key(default: Any = MISSING, help: str = "", *, integer: bool = False, number: bool = False,
+        minimum: float | None = None,
         maximum: float | None = None, above: bool = False, below: bool = False,
         choices: tuple[Any, ...] | None = None, nullable: bool = False, each: bool = False,
         schema: type | None = None) -> Any:
@@ -112,7 +115,7 @@ def key(default: Any = MISSING, help: str = "", *, integer: bool = False, minimu
         kind = "choice"
     elif integer:
         kind, maximum = "integer", LARGEST_INT if maximum is None else maximum
-    elif minimum is not None or maximum is not None:
+    elif number or minimum is not None or maximum is not None:
         kind = "number"
     else:
         kind = "any"

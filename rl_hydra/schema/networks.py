@@ -1,7 +1,7 @@
 """The keys of each network node (conf/network/*.yaml): `_partial_` factories the agent calls with
 the observation and action spaces, so no size that the env decides is here."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from rl_hydra.schema.keys import key
@@ -72,21 +72,61 @@ class RecurrentQNetworkKeys(NetworkKeys):
 
 
 @dataclass
-class ActorKeys:
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.SquashedGaussianActor",)
+class DeterministicActorKeys:
+    """TD3's actor: tanh(mu(s)), scaled to the action box."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.DeterministicActor",)
     _target_: str = key(help="the actor's class")
     _partial_: bool = key(help="built by the agent", choices=BOOL)
     hidden_sizes: list[int] = sizes("the hidden layers' widths")
     activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+
+
+@dataclass
+class ActorKeys(DeterministicActorKeys):
+    """SAC's squashed Gaussian actor (REDQ, DroQ, TQC)."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.SquashedGaussianActor",)
     gsde: bool = key(help="generalized state-dependent exploration (SB3's use_sde)", choices=BOOL)
     gsde_log_std_init: float = key(help="initial log-std of the exploration matrix's entries",
-                                   minimum=float("-inf"))
+                                   number=True)
     gsde_clip_mean: float = key(help="with gSDE, the mean before tanh is clipped to [-c, c]", minimum=0.0, above=True)
 
 
 @dataclass
 class CriticKeys:
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.CriticEnsemble",)
+    """An ensemble of Q(s, a) critics (TQC's quantile critics too); the algorithm gives their number."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.CriticEnsemble",
+                                          "rl_hydra.networks.actor_critic.QuantileCriticEnsemble")
+    _target_: str = key(help="the critics' class")
+    _partial_: bool = key(help="built by the agent", choices=BOOL)
+    hidden_sizes: list[int] = sizes("the hidden layers' widths")
+    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+    dropout: float = key(help="after each hidden Linear (DroQ: 0.01)", minimum=0.0, maximum=1.0, below=True)
+    layer_norm: bool = key(help="after the dropout, before the activation (DroQ: true)", choices=BOOL)
+
+
+@dataclass
+class BatchRenormKeys:
+    """Batch renormalization (Ioffe 2017) after each hidden Linear: CrossQ's actor and critics."""
+
+    momentum: float = key(help="the running statistics' update rate", minimum=0.0, maximum=1.0, above=True)
+    eps: float = key(help="added to the variance", minimum=0.0, above=True)
+    warmup_steps: int = key(help="updates of plain batch norm before r and d are clipped less", integer=True,
+                            minimum=0)
+    r_max: float = key(help="r is clipped to [1 / r_max, r_max]", minimum=1.0)
+    d_max: float = key(help="d is clipped to [-d_max, d_max]", minimum=0.0)
+
+
+@dataclass
+class BatchRenormActorKeys(ActorKeys, BatchRenormKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.crossq.BatchRenormActor",)
+
+
+@dataclass
+class BatchRenormCriticKeys(BatchRenormKeys):
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.crossq.BatchRenormCriticEnsemble",)
     _target_: str = key(help="the critics' class")
     _partial_: bool = key(help="built by the agent", choices=BOOL)
     hidden_sizes: list[int] = sizes("the hidden layers' widths")
@@ -95,8 +135,10 @@ class CriticKeys:
 
 @dataclass
 class ActorCriticKeys:
-    """conf/network/redq.yaml: the actor and the critic ensemble of SAC and REDQ."""
+    """An actor and a critic ensemble (network/redq.yaml, td3, tqc, crossq, droq). Each part is typed
+    by its own schema, named in the file's defaults list (`/schema/network/critic@critic`), since the
+    algorithms pair different actors and critics."""
 
     targets: ClassVar[tuple[str, ...]] = ()
-    actor: ActorKeys = field(default_factory=ActorKeys)
-    critic: CriticKeys = field(default_factory=CriticKeys)
+    actor: Any = key(help="the policy network")
+    critic: Any = key(help="the critics")

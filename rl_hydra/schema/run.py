@@ -21,7 +21,7 @@ class TrainKeys:
     log_every: int = key(help="env steps between rows of metrics.csv", integer=True, minimum=1)
     progress: bool = key(help="a tqdm progress bar on stderr", choices=(True, False))
     stop_at_return: Optional[float] = key(help="stop once an evaluation's mean return reaches this (null: never)",
-                                          minimum=float("-inf"), nullable=True)
+                                          number=True, nullable=True)
 
 
 @dataclass
@@ -38,6 +38,7 @@ class RunKeys:
     network: Any = None
     buffer: Any = None
     logger: Any = None
+    distributed: Any = None   # the distributed group's node (schema/distributed.py)
     seed: int = key(help="seeds the run's generators, its envs and its agent", integer=True, minimum=0,
                     maximum=LARGEST_SEED)
     preset: Any = key(None, "set by a tuned preset: {name, env_id it was tuned for}")

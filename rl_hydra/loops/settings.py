@@ -1,0 +1,66 @@
+"""What a training loop is told of its run, built once from the validated config.
+
+The config stops at build (rl_hydra/training.py): the loop, the evaluator, the reporter and the
+loggers get a `RunSettings`, never the DictConfig, so none of them can reach for a key that is
+not theirs. `RunSettings.from_config` is the one place that reads the config for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl_hydra.config import plain_dict
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    seed: int
+    total_steps: int              # train.*
+    eval_every: int
+    eval_episodes: int
+    checkpoint_every: int
+    log_every: int
+    progress: bool
+    stop_at_return: float | None
+    save_buffer: bool             # checkpoint.save_buffer
+    eval_epsilon: float           # env.eval_epsilon: evaluation acts at random this often (0: greedy)
+    make_eval_env: Callable[..., Any]   # (seed=, num_envs=) -> the evaluation's vector env
+    loggers: Mapping[str, Mapping[str, Any]] | None   # the logger group's choice ({name: {_target_: ...}})
+    divergence_hint: str          # what to try when a loss goes non-finite, true for this config
+    identity: Mapping[str, Any]   # what the run is, for summary.json: algo, env, env_id, seed
+    config: Mapping[str, Any]     # the whole config, resolved, as plain data: what trackers record
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, *, make_eval_env: Callable[..., Any],
+                    identity: Mapping[str, Any]) -> RunSettings:
+        train = cfg.train
+        logger = cfg.get("logger")
+        return cls(seed=int(cfg.seed), total_steps=int(train.total_steps), eval_every=int(train.eval_every),
+                   eval_episodes=int(train.eval_episodes), checkpoint_every=int(train.checkpoint_every),
+                   log_every=int(train.log_every), progress=bool(train.progress),
+                   stop_at_return=None if train.get("stop_at_return") is None else float(train.stop_at_return),
+                   save_buffer=bool(OmegaConf.select(cfg, "checkpoint.save_buffer", default=True)),
+                   eval_epsilon=float(cfg.env.get("eval_epsilon") or 0.0), make_eval_env=make_eval_env,
+                   loggers=None if logger is None else plain_dict(logger), divergence_hint=divergence_hint(cfg),
+                   identity=dict(identity), config=plain_dict(cfg))
+
+    def replace(self, **changes: Any) -> RunSettings:
+        return dataclasses.replace(self, **changes)
+
+
+def divergence_hint(cfg: DictConfig) -> str:
+    """What to try when a loss goes non-finite, true for this config."""
+    lr_keys = [f"algo.{key}.lr" for key, value in cfg.algo.items() if isinstance(value, DictConfig) and "lr" in value]
+    clip = cfg.algo.get("max_grad_norm", "absent")
+    if clip is None:
+        clip_hint = "enable algo.max_grad_norm (e.g. 10)"
+    elif clip == "absent":
+        clip_hint = None
+    else:
+        clip_hint = f"lower algo.max_grad_norm (now {clip})"
+    lr_hint = f"try a lower {' / '.join(lr_keys)}" if lr_keys else "try a lower learning rate"
+    return lr_hint + (f" or {clip_hint}" if clip_hint else "")
