@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,9 +24,19 @@ TINY = ["train.total_steps=300", "train.eval_every=150", "train.eval_episodes=2"
 def compose_config(*overrides: str) -> DictConfig:
     """The config `python train.py <overrides>` would run, without Hydra's run-dir keys (a value of
     the wrong type for its schema: one ConfigError line, as on the command line)."""
-    from rl_hydra.api import compose_train_config
+    from hydra.errors import HydraException
 
-    return compose_train_config(*overrides)
+    from rl_hydra.config import ConfigError
+    from rl_hydra.schema import type_refusal
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        try:
+            return compose(config_name="train", overrides=list(overrides))
+        except HydraException as error:
+            refused = type_refusal(error.__cause__)
+            if refused is None:
+                raise
+            raise ConfigError(refused) from None
 
 
 def algo_keys(option: str, **overrides) -> dict:

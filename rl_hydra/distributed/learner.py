@@ -33,7 +33,6 @@ from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
 from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonitor
 from rl_hydra.loops.reporting import Reporter
-from rl_hydra.loops.runner import divergence_hint
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit, resume_command
 
@@ -74,7 +73,7 @@ class Learner:
         from rl_hydra.algos.dqn import DQN
         from rl_hydra.envs import make_env
         from rl_hydra.fit import check_fit, import_class
-        from rl_hydra.training import build_agent, cfg_choice, compile_agent
+        from rl_hydra.training import build_agent, cfg_choice, compile_agent, run_settings
 
         self.cfg, self.run_dir, self.device, self.settings, self.ray = cfg, run_dir, device, settings, ray
         if not issubclass(import_class(cfg.algo._target_, "algo._target_"), DQN):
@@ -99,12 +98,12 @@ class Learner:
             raise ConfigError(f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
                               f"number <= {self.replay_ratio:g}, the cap on updates per env step "
                               f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)")
-        train = cfg.train
-        self.schedule = Schedule(train.total_steps, train.eval_every, train.log_every, train.checkpoint_every)
-        self.evaluator = Evaluator(cfg.env, cfg.seed, train.eval_episodes, train.stop_at_return)
-        self.monitor = UpdateMonitor(device.type == "cpu", divergence_hint(cfg))
-        self.reporter = Reporter(run_dir, agent.metric_names, train.total_steps, train.progress,
-                                 build_loggers(cfg.get("logger")), cfg)
+        loop = self.loop_settings = run_settings(cfg, run_dir, agent)   # what the loop's parts are told
+        self.schedule = Schedule(loop.total_steps, loop.eval_every, loop.log_every, loop.checkpoint_every)
+        self.evaluator = Evaluator(loop.make_eval_env, loop.seed, loop.eval_episodes, loop.stop_at_return,
+                                   loop.eval_epsilon)
+        self.monitor = UpdateMonitor(device.type == "cpu", loop.divergence_hint)
+        self.reporter = Reporter(run_dir, agent.metric_names, loop, build_loggers(loop.loggers))
         self.reporter.columns += list(COLUMNS)
         self.episodes = 0
         self.finished_returns: list[float] = []
