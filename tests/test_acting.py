@@ -17,14 +17,14 @@ from torch.nn.utils.parametrizations import spectral_norm
 from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import QRDQN
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.mlp import QNetwork, mlp
 from rl_hydra.networks.noisy import noise_disabled, resample_noise
 from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.speed.lean_adam import LeanAdam
-from tests.conftest import algo_keys
+from tests.conftest import algo_keys, compose_config
 
 OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
 
@@ -162,10 +162,11 @@ def test_mlp_layer_norm_and_dropout_are_placed_as_droq_places_them():
     net = mlp(4, 2, [8, 8], "relu", layer_norm=True, dropout=0.1)
     kinds = [type(layer).__name__ for layer in net]
     assert kinds == ["Linear", "Dropout", "LayerNorm", "ReLU"] * 2 + ["Linear"]
-    with pytest.raises(ConfigError, match=r"network.dropout=1.0"):
-        mlp(4, 2, [8], dropout=1.0)
-    with pytest.raises(ConfigError, match=r"network.layer_norm='yes'"):
-        mlp(4, 2, [8], layer_norm="yes")
+    # their ranges are the schema's (rl_hydra/schema/networks.py): checked before anything is built
+    with pytest.raises(ConfigError, match=r"network.dropout=1.0 is out of range; expected a number >= 0.0 and < 1.0"):
+        validate_run_config(compose_config("network.dropout=1.0"))
+    with pytest.raises(ConfigError, match=r"network.layer_norm='maybe' is not allowed; choose one of: true, false"):
+        compose_config("network.layer_norm=maybe")
 
 
 def test_an_empty_hidden_sizes_is_a_linear_network_and_the_log_says_so(caplog):

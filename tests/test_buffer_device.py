@@ -13,7 +13,7 @@ import torch
 
 from rl_hydra.buffers.device import DeviceFeed, DeviceMemoryShort, build_on_device, storage_device, to_device
 from rl_hydra.buffers.replay import ReplayBuffer
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, validate_run_config
 from tests.conftest import TINY, compose_config, run_training
 
 CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")
@@ -26,8 +26,7 @@ def test_auto_is_the_runs_own_device_and_cpu_keeps_it_on_the_host():
 
 
 @pytest.mark.parametrize("choice, run_device, message", [
-    ("cuda", CPU, r"buffer.device=cuda needs a CUDA run \(device=cuda\); this run's device is cpu"),
-    ("gpu", CUDA, r"buffer.device='gpu' is not allowed; choose one of: auto, cpu, cuda")])
+    ("cuda", CPU, r"buffer.device=cuda needs a CUDA run \(device=cuda\); this run's device is cpu")])
 def test_a_device_the_buffer_cannot_live_on_is_refused_in_one_line(choice, run_device, message):
     with pytest.raises(ConfigError, match=message):
         storage_device(choice, run_device)
@@ -42,6 +41,11 @@ def short_on_the_gpu(made: list):
             raise DeviceMemoryShort("buffer.capacity=100 needs 9.0 GB but cuda has 1.0 GB free")
         return ReplayBuffer(100, OBS, ACTIONS, device=storage)
     return make
+
+
+def test_a_device_that_is_no_choice_is_refused_by_the_schema():
+    with pytest.raises(ConfigError, match=r"buffer.device='gpu' is not allowed; choose one of: auto, cpu, cuda"):
+        validate_run_config(compose_config("buffer.device=gpu"))
 
 
 def test_auto_falls_back_to_host_memory_when_the_gpu_is_short_and_says_so(caplog):

@@ -11,10 +11,10 @@ import pytest
 from rl_hydra import cli as cli_module
 from rl_hydra.cli import HydraFlags, check_config, command_line
 from rl_hydra.config import ConfigError
-from tests.conftest import TINY
+from tests.conftest import CONF_DIR, TINY
 from tests.test_run_record import cli
 
-OPTIONS = {"algo": "c51, dopamine_iqn, dqn, drqn, iqn, qr_dqn, rainbow, redq, sac",
+OPTIONS = {"algo": ", ".join(sorted(path.stem for path in (CONF_DIR / "algo").glob("*.yaml"))),
            "logger": "csv, mlflow, tensorboard, wandb"}
 NEW_KEY = "(a new key is added with +{key}=...; python train.py --cfg job shows every key)"
 
