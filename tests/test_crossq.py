@@ -274,10 +274,10 @@ def test_groups_that_do_not_fit_are_refused_in_one_line(args, message):
 @pytest.mark.parametrize("overrides, message", [
     (["algo.batch_size=1"], "algo.batch_size=1 is out of range; expected an integer >= 2"),
     (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
-    (["network.critic.momentum=0"], "network.critic.momentum=0 is out of range; expected a number > 0.0"),
+    (["network.critic.momentum=0"], "network.critic.momentum=0.0 is out of range; expected a number > 0.0"),
     (["network.actor.r_max=0.5"], "network.actor.r_max=0.5 is out of range; expected a number >= 1.0"),
     (["network.critic.warmup_steps=-1"], "network.critic.warmup_steps=-1 is out of range"),
-    (["network.critic.activation=swish"], "network.activation='swish' is not allowed"),
+    (["network.critic.activation=swish"], "network.critic.activation='swish' is not allowed"),
 ])
 def test_bad_config_fails_before_training(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
