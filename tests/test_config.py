@@ -194,6 +194,8 @@ def test_yaml_is_the_one_source_of_default_values(group):
                              *(["env=pendulum"] if path.stem in ("redq", "sac") else []))
         node = cfg[group]
         for part in ([node] if "_target_" in node else [v for v in node.values() if isinstance(v, DictConfig)]):
+            if group == "algo" and getattr(get_class(part._target_), "name", path.stem) != path.stem:
+                continue   # a preset of another algorithm's class (droq, rainbow): its values are its own
             defaults = python_defaults(get_class(part._target_))
             values = OmegaConf.to_container(part, resolve=True)
             for key, default in defaults.items():

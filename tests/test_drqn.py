@@ -12,7 +12,7 @@ import torch
 
 from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.buffers.sequence import SequenceBuffer
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.loops import recurrent
@@ -270,8 +270,10 @@ def test_old_env_name_cartpole_novel_composes_like_cartpole_no_velocity(algo):
     (["network=dqn"], "but algo=drqn builds on rl_hydra.networks.recurrent.RecurrentQNetwork; leave network= out"),
 ])
 def test_bad_configs_fail_while_building(overrides, message):
-    with pytest.raises(ConfigError) as error:
-        build_components(compose_config("algo=drqn", *overrides), torch.device("cpu"))
+    with pytest.raises(ConfigError) as error:   # the schema's ranges first, then what only the build sees
+        cfg = compose_config("algo=drqn", *overrides)
+        validate_run_config(cfg)
+        build_components(cfg, torch.device("cpu"))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
