@@ -152,8 +152,8 @@ def test_deterministic_actor_stays_in_the_box():
                        "rl_hydra.networks.actor_critic.DeterministicActor"),
     (["algo.action_noise.kind=pink"], "algo.action_noise.kind='pink' is not allowed; choose one of: gaussian, "
                                       "ornstein_uhlenbeck"),
-    (["+algo.action_noise.sigma=0.2"], "algo.action_noise.sigma is not a key of the exploration noise; "
-                                       "allowed: kind, std, theta, dt"),
+    (["+algo.action_noise.sigma=0.2"], "algo.action_noise.sigma is not a key of algo.action_noise; "
+                                       "its keys: kind, std, theta, dt"),
     (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
     (["algo.target_noise_clip=-1"], "algo.target_noise_clip=-1"),
 ])

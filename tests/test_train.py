@@ -97,7 +97,7 @@ BAD_INPUTS = [
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
     (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: true, false"),
-    (["+algo.gamme=0.9"], "cannot build algo (rl_hydra.algos.dqn.DQN): DQN.__init__() got an unexpected keyword argument 'gamme'"),
+    (["+algo.gamme=0.9"], "algo.gamme is not a key of algo; its keys: batch_size, learning_starts"),
 ]
 if not torch.cuda.is_available():
     BAD_INPUTS.append((["device=cuda"], "device='cuda' but CUDA is not available"))

@@ -20,13 +20,10 @@ import torch
 
 from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
 from rl_hydra.algos.redq import ensemble_mse
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities
 from rl_hydra.runs.rng import restore_generator
-
-NOISE_KINDS = ("gaussian", "ornstein_uhlenbeck")
-NOISE_KEYS = ("kind", "std", "theta", "dt")
 
 
 # --- the math -------------------------------------------------------------------------
@@ -70,7 +67,7 @@ class TD3:
                  *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
                  tau: float = 0.005, batch_size: int = 256, learning_starts: int = 25000, train_every: int = 1,
                  gradient_steps: int = 1, policy_delay: int = 2, target_policy_noise: float = 0.2,
-                 target_noise_clip: float = 0.5, action_noise: Mapping[str, Any] | None = None,
+                 target_noise_clip: float = 0.5, action_noise: Mapping[str, Any],
                  max_grad_norm: float | None = None):
         del total_steps  # TD3 has no schedule over the run
         self.device = torch.device(device)
@@ -82,25 +79,18 @@ class TD3:
         self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
         if self.observation_encoder is not None:
             self.observation_encoder.to(self.device)
-        self.tau = check_float("algo.tau", tau, 0.0, 1.0, exclusive_min=True)
-        self.batch_size = check_int("algo.batch_size", batch_size, minimum=1)
-        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
-        self.train_every = check_int("algo.train_every", train_every, minimum=1)
-        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
-        self.policy_delay = check_int("algo.policy_delay", policy_delay, minimum=1)
-        self.target_policy_noise = check_float("algo.target_policy_noise", target_policy_noise, 0.0)
-        self.target_noise_clip = check_float("algo.target_noise_clip", target_noise_clip, 0.0)
-        self.max_grad_norm = None if max_grad_norm is None else check_float(
-            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
-        noise = dict(action_noise or {"kind": "gaussian", "std": 0.1})
-        unknown = sorted(set(noise) - set(NOISE_KEYS))
-        if unknown:
-            raise ConfigError(f"algo.action_noise.{unknown[0]} is not a key of the exploration noise; "
-                              f"allowed: {', '.join(NOISE_KEYS)}")
-        self.noise_kind = check_choice("algo.action_noise.kind", noise.get("kind", "gaussian"), NOISE_KINDS)
-        self.noise_std = check_float("algo.action_noise.std", noise.get("std", 0.1), 0.0)
-        self.noise_theta = check_float("algo.action_noise.theta", noise.get("theta", 0.15), 0.0, exclusive_min=True)
-        self.noise_dt = check_float("algo.action_noise.dt", noise.get("dt", 0.01), 0.0, exclusive_min=True)
+        self.tau = tau
+        self.batch_size = batch_size
+        self.learning_starts = learning_starts
+        self.train_every = train_every
+        self.gradient_steps = gradient_steps
+        self.policy_delay = policy_delay
+        self.target_policy_noise = target_policy_noise
+        self.target_noise_clip = target_noise_clip
+        self.max_grad_norm = max_grad_norm
+        noise = action_noise   # its keys: rl_hydra/schema/algos.py (ActionNoiseKeys)
+        self.noise_kind, self.noise_std = noise["kind"], float(noise["std"])
+        self.noise_theta, self.noise_dt = float(noise["theta"]), float(noise["dt"])
 
         self.actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)

@@ -19,7 +19,7 @@ from torch import nn
 
 from rl_hydra.algos.qr_dqn import midpoint_taus
 from rl_hydra.algos.redq import REDQ
-from rl_hydra.config import check_float, check_int
+from rl_hydra.config import check_int
 from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble, SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
@@ -66,10 +66,10 @@ class TQC(REDQ):
     def __init__(self, *args, ensemble_size: int = 5, num_quantiles: int = 25,
                  top_quantiles_to_drop_per_critic: int = 2, kappa: float = 1.0, gradient_steps: int = 1,
                  policy_delay: int = 1, **kwargs):
-        self.num_quantiles = check_int("algo.num_quantiles", num_quantiles, minimum=1)
+        self.num_quantiles = num_quantiles
         self.drop_per_critic = check_int("algo.top_quantiles_to_drop_per_critic", top_quantiles_to_drop_per_critic,
                                          minimum=0, maximum=self.num_quantiles - 1)
-        self.kappa = check_float("algo.kappa", kappa, 0.0, exclusive_min=True)
+        self.kappa = kappa
         # every critic's atoms enter the target (no subset), and the actor reads all of them
         super().__init__(*args, ensemble_size=ensemble_size, subset_size=ensemble_size, gradient_steps=gradient_steps,
                          policy_delay=policy_delay, actor_q="mean", **kwargs)

@@ -85,6 +85,12 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
     if schema is not None:
         validate(node, schema, prefix)
     declared = {field.name: field for field in dataclasses.fields(schema)} if schema is not None else {}
+    if schema is not None and schema_of(node) is schema and prefix:   # a key added to a group's node with + (a typo)
+        known = set(declared) | (ENV_KEYS if prefix == "env." else set())
+        extra = sorted(str(name) for name in node.keys() if str(name) not in known)
+        if extra:
+            raise ConfigError(f"{prefix}{extra[0]} is not a key of {prefix[:-1] or 'the config'}; its keys: "
+                              f"{', '.join(n for n in declared if not n.startswith('_'))}")
     hints = typing.get_type_hints(schema) if schema is not None else {}
     for name in [str(name) for name in node.keys()]:
         if OmegaConf.is_missing(node, name) or not isinstance(node._get_node(name), DictConfig):
@@ -95,6 +101,9 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
         sub = (field.metadata.get("schema") if field is not None else None) or \
             (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None) or schema_for(child)
         walk(child, sub, f"{prefix}{name}.")
+
+
+ENV_KEYS = {field.name for schema in envs.ENV_SCHEMAS for field in dataclasses.fields(schema)}
 
 
 def validate_env(node: DictConfig) -> None:

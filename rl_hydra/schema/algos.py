@@ -152,7 +152,7 @@ class CrossQKeys(EntropyKeys):
 class ActionNoiseKeys:
     kind: str = key(help="gaussian | ornstein_uhlenbeck", choices=("gaussian", "ornstein_uhlenbeck"))
     std: float = key(help="sigma of either kind (unit-box scale)", minimum=0.0)
-    theta: float = key(help="ornstein_uhlenbeck: pull toward 0 per unit time", minimum=0.0)
+    theta: float = key(help="ornstein_uhlenbeck: pull toward 0 per unit time", minimum=0.0, above=True)
     dt: float = key(help="ornstein_uhlenbeck: time per env step", minimum=0.0, above=True)
 
 
