@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rl_hydra"
 
 # bottom to top; a module belongs to the first entry that is its name or a package above it
 LAYERS = [
-    ["config", "protocols", "losses", "speed"],                   # contracts, pure functions, the speed layer
+    ["schema", "config", "protocols", "losses", "speed"],         # contracts, pure functions, the speed layer
     ["networks", "buffers", "envs", "runs"],                       # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
     ["loops"],

@@ -21,7 +21,7 @@ from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.envs import spaces
 from rl_hydra.envs import wrappers
 from rl_hydra.envs.wrappers import ObservationParts
@@ -119,8 +119,8 @@ def test_indices_are_one_hot_or_embedded_inside_the_network():
     assert size == 500 and torch.equal(encoder(obs), F.one_hot(obs.long(), 500).float())
     embedded, size = make_encoder(DISCRETE, discrete_embedding=8)
     assert isinstance(embedded, Embedding) and size == 8 and embedded(obs).shape == (3, 8)
-    with pytest.raises(ConfigError, match="network.discrete_embedding=0 is out of range"):
-        make_encoder(DISCRETE, discrete_embedding=0)
+    with pytest.raises(ConfigError, match="network.discrete_embedding=0 is out of range"):   # the schema's range
+        validate_run_config(compose_config("network.discrete_embedding=0"))
 
 
 def test_multi_discrete_is_one_one_hot_per_dimension_side_by_side_and_starts_count():
