@@ -145,10 +145,10 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
     return str(target).rsplit(".", 1)[-1]
 
 
-def run_settings(cfg: DictConfig, run_dir: RunDirectory, agent: Agent) -> RunSettings:
+def run_settings(cfg: DictConfig, agent: Agent) -> RunSettings:
     """What the loop is told of the run (the config stops here): its schedule, evaluation and loggers."""
     make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)   # the training env's build said it
-    return RunSettings.from_config(cfg, make_eval_env=make_eval_env, identity=run_dir.identity(cfg, agent.name))
+    return RunSettings.from_config(cfg, make_eval_env=make_eval_env, algo_name=agent.name)
 
 
 def compiles(agent_or_class) -> bool:
@@ -263,7 +263,7 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
-    runner = Runner(run_settings(cfg, run_dir, agent), agent, env, buffer, run_dir.path, stop_after=stop_after)
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, run_dir.path, stop_after=stop_after)
     if checkpoint is not None:
         try:
             runner.load_state_dict(checkpoint)

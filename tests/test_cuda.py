@@ -16,7 +16,6 @@ import rl_hydra.loops.monitor as monitor_module
 import rl_hydra.loops.runner as runner_module
 from rl_hydra import speed
 from rl_hydra.loops.runner import Runner, TrainingDiverged
-from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.speed import cuda_graph
 from rl_hydra.training import build_components, pick_loop, run_settings, seed_everything
 from tests.conftest import TINY, compose_config, run_training
@@ -46,7 +45,7 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 def tiny_run(tmp_path, algo: str):
     cfg = compose_config(*TINY_CUDA, *CASES[algo])
     agent, env, buffer = build_components(cfg, torch.device("cuda"))
-    runner = Runner(run_settings(cfg, RunDirectory(tmp_path), agent), agent, env, buffer, tmp_path)
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     runner.start()
     try:
         pick_loop(agent)(runner)
@@ -81,7 +80,7 @@ def test_redq_keeps_networks_optimizers_and_buffer_on_the_gpu(tmp_path):
 def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, algo):
     cfg = compose_config(*TINY_CUDA, *CASES[algo])
     agent, env, buffer = build_components(cfg, torch.device("cuda"))
-    runner = Runner(run_settings(cfg, RunDirectory(tmp_path), agent), agent, env, buffer, tmp_path)
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     obs, transitions = env.reset()[0], []
     for _ in range(agent.batch_size + 10):
         actions = env.action_space.sample()

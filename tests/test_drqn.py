@@ -306,7 +306,7 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "algo.learning_starts=100000",
                          "buffer.sequence_length=6", "buffer.stride=3", "algo.burn_in=0", "train.total_steps=200")
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
-    runner = Runner(run_settings(cfg, RunDirectory(tmp_path), agent), agent, env, buffer, tmp_path)
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     runner.start()
     recurrent.loop(runner)
     runner.close()

@@ -62,7 +62,7 @@ def test_resume_restores_exactly_the_saved_state(tmp_path, monkeypatch, algo):
     # a fresh process would build everything anew from the config, then load
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
     torch.manual_seed(12345)  # disturb the global stream: resume must restore it
-    restored = Runner(run_settings(cfg, RunDirectory(tmp_path), agent), agent, env, buffer, tmp_path)
+    restored = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     restored.load_state_dict(saved)
     restored.rollout.start()
     assert_same(saved, restored.state_dict(with_buffer=True))

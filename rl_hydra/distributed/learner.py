@@ -98,7 +98,7 @@ class Learner:
             raise ConfigError(f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
                               f"number <= {self.replay_ratio:g}, the cap on updates per env step "
                               f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)")
-        loop = self.loop_settings = run_settings(cfg, run_dir, agent)   # what the loop's parts are told
+        loop = self.loop_settings = run_settings(cfg, agent)   # what the loop's parts are told
         self.schedule = Schedule(loop.total_steps, loop.eval_every, loop.log_every, loop.checkpoint_every)
         self.evaluator = Evaluator(loop.make_eval_env, loop.seed, loop.eval_episodes, loop.stop_at_return,
                                    loop.eval_epsilon)

@@ -194,7 +194,7 @@ class Runner:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         solved = evaluator.solved_at or {}
         return {
-            "status": status, "reason": reason, **self.settings.identity,
+            "status": status, "reason": reason, **self.identity(),
             "global_step": self.global_step, "updates": self.agent.updates,
             "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
@@ -202,6 +202,10 @@ class Runner:
             "solved_at_s": solved.get("elapsed_s"),
             "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
+
+    def identity(self) -> dict[str, Any]:
+        """What the run is, for summary.json (the group choices from .hydra/, written by now)."""
+        return self.run_dir.identity_of(self.settings.env_id, self.settings.seed, self.settings.algo_name)
 
     def close(self, status: str = "completed") -> None:
         """`status`: the run's, as summary.json has it (completed, failed, interrupted)."""

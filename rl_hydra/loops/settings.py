@@ -31,12 +31,12 @@ class RunSettings:
     make_eval_env: Callable[..., Any]   # (seed=, num_envs=) -> the evaluation's vector env
     loggers: Mapping[str, Mapping[str, Any]] | None   # the logger group's choice ({name: {_target_: ...}})
     divergence_hint: str          # what to try when a loss goes non-finite, true for this config
-    identity: Mapping[str, Any]   # what the run is, for summary.json: algo, env, env_id, seed
+    env_id: str                   # what the run is, for summary.json (with the group choices of .hydra/)
+    algo_name: str
     config: Mapping[str, Any]     # the whole config, resolved, as plain data: what trackers record
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, make_eval_env: Callable[..., Any],
-                    identity: Mapping[str, Any]) -> RunSettings:
+    def from_config(cls, cfg: DictConfig, *, make_eval_env: Callable[..., Any], algo_name: str) -> RunSettings:
         train = cfg.train
         logger = cfg.get("logger")
         return cls(seed=int(cfg.seed), total_steps=int(train.total_steps), eval_every=int(train.eval_every),
@@ -46,7 +46,7 @@ class RunSettings:
                    save_buffer=bool(OmegaConf.select(cfg, "checkpoint.save_buffer", default=True)),
                    eval_epsilon=float(cfg.env.get("eval_epsilon") or 0.0), make_eval_env=make_eval_env,
                    loggers=None if logger is None else plain_dict(logger), divergence_hint=divergence_hint(cfg),
-                   identity=dict(identity), config=plain_dict(cfg))
+                   env_id=str(cfg.env.id), algo_name=algo_name, config=plain_dict(cfg))
 
     def replace(self, **changes: Any) -> RunSettings:
         return dataclasses.replace(self, **changes)

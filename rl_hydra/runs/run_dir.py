@@ -196,9 +196,12 @@ class RunDirectory:
         env.id is still `???`) and the seed."""
         from omegaconf import OmegaConf
 
-        env_id = OmegaConf.select(cfg, "env.id", throw_on_missing=False)
+        return self.identity_of(OmegaConf.select(cfg, "env.id", throw_on_missing=False), cfg.seed, algo_name)
+
+    def identity_of(self, env_id: str | None, seed: int, algo_name: str | None = None) -> dict[str, Any]:
+        """`identity`, from the env id and seed (the choices are read from .hydra/ now)."""
         return {"algo": self.config_choice("algo") or algo_name, "env": self.config_choice("env") or env_id,
-                "env_id": env_id, "seed": cfg.seed}
+                "env_id": env_id, "seed": seed}
 
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
