@@ -28,6 +28,8 @@ def _compose(overrides) -> tuple[DictConfig, DictConfig]:
             cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
         except HydraException as error:   # a value of the wrong type, a key or option that does not exist
             raise ConfigError(type_refusal(error.__cause__) or str(error).splitlines()[0]) from None
+        except OverflowError as error:   # a float key given an integer past a float's range
+            raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
         hydra_cfg = OmegaConf.create({"run": {"dir": cfg.hydra.run.dir},
                                       "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},
                                       "overrides": {"task": list(overrides)}})

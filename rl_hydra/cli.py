@@ -162,6 +162,8 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
             raise ConfigError(missing_option(error, overrides, options)) from None
         except HydraException as error:   # ConfigCompositionException, ...
             raise ConfigError(refused_override(error, chosen, config_name)) from None
+        except OverflowError as error:   # a float key given an integer past a float's range
+            raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
     if launches and not multirun:
         check_sweep_only(cfg.hydra.runtime.choices, overrides)
     with open_dict(cfg):

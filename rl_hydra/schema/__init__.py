@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import typing
 from typing import Any
 
@@ -93,7 +94,7 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
                               f"{', '.join(n for n in declared if not n.startswith('_'))}")
     hints = typing.get_type_hints(schema) if schema is not None else {}
     for name in [str(name) for name in node.keys()]:
-        if OmegaConf.is_missing(node, name) or not isinstance(node._get_node(name), DictConfig):
+        if OmegaConf.is_missing(node, name) or not isinstance(node[name], DictConfig):
             continue
         child = node[name]
         field = declared.get(name)
@@ -138,6 +139,16 @@ def type_refusal(error: BaseException | None) -> str | None:
     other error. An integral float for an integer key (`1e5`) is told the integer to give."""
     from omegaconf.errors import ValidationError
 
+    if isinstance(error, OverflowError):   # OmegaConf's float() of a huge integer: its key on a line of the message
+        found = re.search(r"full_key: (\S+)", str(error))
+        owner_name = re.search(r"object_type=(\w+)", str(error))
+        owner = next((s for s in ALL_SCHEMAS if owner_name and s.__name__ == owner_name.group(1)), None)
+        if found is None or owner is None:
+            return None
+        name = found.group(1).rsplit(".", 1)[-1]
+        rule = {n: r for n, r, _ in fields(owner)}.get(name)
+        return f"{found.group(1)}=<a number too large for a float> is not a finite number" + \
+            (f"; {rule.allowed()}" if rule is not None else "")
     if not isinstance(error, ValidationError) or not getattr(error, "full_key", None):
         return None
     full_key, value, owner = str(error.full_key), getattr(error, "value", None), getattr(error, "object_type", None)
@@ -149,7 +160,8 @@ def type_refusal(error: BaseException | None) -> str | None:
     rule, help = rules.get(name, (None, ""))
     allowed = rule.allowed() if rule is not None and rule.kind != "any" else f"expected {owner_type(owner, name)}"  # type: ignore[arg-type]
     hint = ""
-    if rule is not None and rule.kind == "integer" and isinstance(value, float) and value.is_integer():
+    if rule is not None and rule.kind == "integer" and isinstance(value, float) and value.is_integer() and \
+            rule.refuses(int(value)) is None:
         hint = f" (give {int(value)})"
     why = "is not allowed" if rule is not None and rule.kind == "choice" else f"is not {kind_word(rule)}{hint}"
     return f"{full_key}={shown_value(value)} {why}; {allowed}" + (f" ({help})" if help else "")
@@ -179,7 +191,7 @@ def key_lines(cfg: DictConfig) -> list[str]:
     def visit(node: DictConfig, schema: type | None, prefix: str) -> None:
         declared = {name: (rule, help) for name, rule, help in fields(schema)} if schema is not None else {}
         for name in [str(name) for name in node.keys()]:
-            child = node._get_node(name)
+            child = None if OmegaConf.is_missing(node, name) else node[name]
             if isinstance(child, DictConfig):
                 hint = typing.get_type_hints(schema).get(name) if schema is not None else None
                 field = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
