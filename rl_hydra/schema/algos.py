@@ -111,7 +111,8 @@ class EntropyKeys(ScheduleKeys):
     initial_alpha: float = key(help="the entropy temperature at step 0", minimum=0.0, above=True)
     learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)",
                             choices=(True, False))
-    target_entropy: Any = key(help="auto (-action_dim) or a number")
+    target_entropy: Any = key(help="the entropy alpha is tuned toward: auto (-action_dim) or a number", number=True,
+                              also=("auto",))
     gsde_resample_every: int = key(help="env steps between new gSDE matrices; -1: after each training phase",
                                    integer=True, minimum=-1)
     actor_optimizer: Any = optimizer("the actor's optimizer")

@@ -36,6 +36,7 @@ class Range:
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
     each: bool = False                         # the range holds for each item of a list
+    also: tuple[Any, ...] = ()                 # words allowed beside the numbers (target_entropy: auto)
 
     def allowed(self, brief: bool = False) -> str:
         """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`; `brief`
@@ -48,12 +49,14 @@ class Range:
         bounds = " and ".join(part for part in (low, high) if part)
         what = {"integer": "an integer", "number": "a number"}.get(self.kind, "a value")
         return f"expected {'each item ' if self.each else ''}{what}" + (f" {bounds}" if bounds else "") + \
-            (" or null" if self.nullable else "")
+            "".join(f" or {_word(word)}" for word in self.also) + (" or null" if self.nullable else "")
 
     def refuses(self, value: Any) -> str | None:
         """Why `value` is refused ("is not an integer", "is out of range", ...), or None."""
         if value is None:
             return None if self.nullable or self.kind == "any" else "is not set"
+        if any(value == word and type(value) is type(word) for word in self.also):
+            return None
         if self.choices is not None:
             return None if any(value == c and type(value) is type(c) for c in self.choices) else "is not allowed"
         if self.kind == "integer" and not is_int(value):
@@ -105,7 +108,7 @@ def key(default: Any = MISSING, help: str = "", *, integer: bool = False, number
         minimum: float | None = None,
         maximum: float | None = None, above: bool = False, below: bool = False,
         choices: tuple[Any, ...] | None = None, nullable: bool = False, each: bool = False,
-        schema: type | None = None) -> Any:
+        also: tuple[Any, ...] = (), schema: type | None = None) -> Any:
     """A schema field: `batch_size: int = key(help="samples per update", integer=True, minimum=1)`.
     An integer's maximum is LARGEST_INT unless given; a list default is copied for each instance.
     `schema`: the keys of a node left untyped, so that it may hold more (an optimizer's keyword
@@ -119,7 +122,7 @@ def key(default: Any = MISSING, help: str = "", *, integer: bool = False, number
         kind = "number"
     else:
         kind = "any"
-    metadata = {"help": help, "range": Range(kind, minimum, maximum, above, below, choices, nullable, each),
+    metadata = {"help": help, "range": Range(kind, minimum, maximum, above, below, choices, nullable, each, also),
                 "schema": schema}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
