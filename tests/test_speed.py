@@ -141,8 +141,8 @@ def test_fast_paths_is_checked_and_may_change_on_resume():
     from rl_hydra.config import ConfigError, validate_run_config
 
     assert "fast_paths" in RESUMABLE
-    with pytest.raises(ConfigError, match="fast_paths='yes' is not allowed"):
-        validate_run_config(compose_config("fast_paths=yes"))
+    with pytest.raises(ConfigError, match="fast_paths='maybe' is not allowed"):   # (yes and no read as booleans)
+        validate_run_config(compose_config("fast_paths=maybe"))
 
 
 # --- cuda_graph: which gradient steps may be replayed (the replay itself: tests/test_cuda.py) ----------
