@@ -105,7 +105,7 @@ def test_a_refused_command_changes_no_byte_of_the_run_and_says_why_in_one_line(f
 def test_a_launch_that_finds_its_run_finished_writes_nothing(finished, monkeypatch, capsys):
     before = snapshot(finished)
     for argv in ([*RECORD, f"hydra.run.dir={finished}"], [f"resume={finished}"],
-                 [f"resume={finished}", "train.total_steps=4e2", "train.progress=false"]):
+                 [f"resume={finished}", "train.total_steps=400", "train.progress=false"]):
         code, out, _ = cli(monkeypatch, capsys, *argv)
         assert code == 0 and "already holds a finished run (step 400); not training again" in out[-1]
     assert snapshot(finished) == before
@@ -115,11 +115,14 @@ def test_a_resume_validates_its_overrides_as_a_fresh_run_and_records_them_once_i
                                                                                       monkeypatch, capsys):
     run_dir = tmp_path / "run"
     os.system(f"cp -r {finished} {run_dir}")
-    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")   # as a new run: refused
+    assert code == 2 and err == ["error: train.total_steps=600.0 is not an integer (give 600); expected an integer "
+                                 ">= 1 and <= 1000000000000"], err
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=600")
     assert code == 0, err
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    assert cfg.train.total_steps == 600 and isinstance(cfg.train.total_steps, int)   # 6e2 is 600, as for a new run
-    assert OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")[-1] == "train.total_steps=6e2"
+    assert cfg.train.total_steps == 600 and isinstance(cfg.train.total_steps, int)
+    assert OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")[-1] == "train.total_steps=600"
     assert json.loads((run_dir / "summary.json").read_text())["global_step"] == 600
     sessions = json.loads((run_dir / "provenance.json").read_text())["sessions"]
     assert [s["start_step"] for s in sessions] == [0, 400] and [s["end_step"] for s in sessions] == [400, 600]

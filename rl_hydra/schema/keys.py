@@ -149,6 +149,9 @@ def check(value: Any, full_key: str, rule: Range) -> None:
     if items is None:
         why = rule.refuses(value)
         if why is not None:
+            if rule.kind == "integer" and isinstance(value, float) and value.is_integer() and \
+                    rule.refuses(int(value)) is None:
+                why += f" (give {int(value)})"   # 6e2, as a run read back from YAML may hold it
             raise ConfigError(f"{full_key}={shown(value)} {why}; {rule.allowed()}")
         return
     for index, item in enumerate(items):
