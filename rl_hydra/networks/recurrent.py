@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import gymnasium as gym
 import numpy as np
@@ -41,7 +41,8 @@ class RecurrentQNetwork(nn.Module):
 
     def initial_state(self, batch: int) -> State:
         """The state before an episode's first observation: zeros."""
-        zeros = torch.zeros(batch, self.lstm_size, device=self.head[-1].weight.device)
+        last = cast(nn.Linear, self.head[-1])   # torch types an indexed Sequential as any Module
+        zeros = torch.zeros(batch, self.lstm_size, device=last.weight.device)
         return (zeros, zeros.clone()) if self.cell == "lstm" else (zeros,)
 
     def reset_state(self, state: State, episode_start: np.ndarray | torch.Tensor) -> State:
@@ -54,11 +55,12 @@ class RecurrentQNetwork(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """(..., *observation_shape) -> (..., E): the CNN (if any) over every step, then the MLP."""
-        if self.observation_encoder is not None and self.observation_shape is None:
-            obs = self.observation_encoder(obs)                                # (..., F)
-        elif self.observation_encoder is not None:
-            leading = obs.shape[: obs.dim() - len(self.observation_shape)]
-            obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
+        if self.observation_encoder is not None:
+            if self.observation_shape is None:
+                obs = self.observation_encoder(obs)                            # (..., F)
+            else:
+                leading = obs.shape[: obs.dim() - len(self.observation_shape)]
+                obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
         return self.encoder(obs)
 
     def forward(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:

@@ -37,7 +37,8 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
 @torch.no_grad()
 def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""
-    target_params, online_params = list(target.parameters()), list(online.parameters())
+    target_params: list[torch.Tensor] = list(target.parameters())
+    online_params: list[torch.Tensor] = list(online.parameters())
     if tau >= 1.0:
         speed.copy_(target_params, online_params)
     else:
