@@ -55,7 +55,7 @@ def num_rows(obs) -> int:
     return spaces.num_rows(obs)
 
 
-def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter],
+def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor],
                    key: str, device: torch.device) -> torch.optim.Optimizer:
     """Call a `_partial_` optimizer (fused only on the CPU and CUDA, where torch has a fused step)."""
     if isinstance(factory, functools.partial):
