@@ -21,7 +21,7 @@ from rl_hydra.algos.common import make_optimizer, observation_tensor, require_bo
 from rl_hydra.config import ConfigError, check_float
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Observation
 from rl_hydra.runs.rng import restore_generator
 
 
@@ -144,7 +144,7 @@ class REDQ:
 
     # --- the agent protocol -------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
         obs_t = self.features(observation_tensor(obs, self.device))
         if explore:
