@@ -10,10 +10,17 @@ against it. How to add one: docs/extending.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import torch
+
+Observation: TypeAlias = "np.ndarray | dict[str, np.ndarray]"
+"""What `Agent.act` takes: a batch of observations (num_envs, ...), or a dict of parts
+{part: (num_envs, ...)} of a Dict or Tuple observation (envs/spaces.py)."""
+
+ObservationTensor: TypeAlias = "torch.Tensor | dict[str, torch.Tensor]"
+"""The same on the agent's device (algos/common.py observation_tensor), as its networks read it."""
 
 
 class Batch(NamedTuple):
@@ -120,7 +127,7 @@ class Agent(Protocol):
     updates: int
     """Updates made so far; restored on resume. Divergence errors and summary.json name it."""
 
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...), or for a dict of parts
         {part: (num_envs, ...)} of a Dict or Tuple observation (envs/spaces.py).
 

@@ -9,7 +9,7 @@ import random
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -141,7 +141,7 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
         return f"<{group}>"
     with contextlib.suppress(Exception):
         if group == "algo":
-            return str(get_class(target).name)
+            return str(getattr(get_class(target), "name"))   # an agent class's ClassVar, if it has one
     return str(target).rsplit(".", 1)[-1]
 
 
@@ -170,7 +170,17 @@ def algos_that_compile() -> list[str]:
     return [name for name, agent_class in algo_options().items() if compiles(agent_class)]
 
 
-def first_update_step(agent: Agent) -> int:
+class UpdateSchedule(Protocol):
+    """What `first_update_step` reads: an agent, or the two keys of its config (rl_hydra/verify)."""
+
+    @property
+    def learning_starts(self) -> int: ...
+
+    @property
+    def train_every(self) -> int: ...
+
+
+def first_update_step(agent: UpdateSchedule) -> int:
     """The env step of the first update: the first multiple of `train_every` at or after
     `learning_starts` (a vector step of n envs may reach it up to n - 1 steps later)."""
     return -(-max(agent.learning_starts, 1) // agent.train_every) * agent.train_every

@@ -20,7 +20,7 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import gather_actions
 from rl_hydra.config import ConfigError
 from rl_hydra.losses import weighted_mean
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
 
 
 def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -63,7 +63,7 @@ class C51(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_atoms)
 
-    def action_values(self, obs: torch.Tensor) -> torch.Tensor:
+    def action_values(self, obs: ObservationTensor) -> torch.Tensor:
         """Q(s, a) = sum_i p_i(s, a) z_i: (B, obs_dim) -> (B, A)."""
         return self.expected_values(self.q_net(obs))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterable
+from typing import Callable, Iterable, overload
 
 import gymnasium as gym
 import numpy as np
@@ -13,6 +13,7 @@ from torch import nn
 from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.envs.spaces import parts
+from rl_hydra.protocols import Observation, ObservationTensor
 
 
 def require_discrete(action_space: gym.Space, algo: str) -> int:
@@ -55,7 +56,7 @@ def num_rows(obs) -> int:
     return spaces.num_rows(obs)
 
 
-def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter],
+def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor],
                    key: str, device: torch.device) -> torch.optim.Optimizer:
     """Call a `_partial_` optimizer (fused only on the CPU and CUDA, where torch has a fused step)."""
     if isinstance(factory, functools.partial):
@@ -69,7 +70,11 @@ def is_raw_pixels(obs: np.ndarray) -> bool:
     return obs.dtype == np.uint8 or obs.dtype == np.bool_
 
 
-def observation_tensor(obs: np.ndarray | dict[str, np.ndarray], device: torch.device) -> torch.Tensor | dict:
+@overload
+def observation_tensor(obs: np.ndarray, device: torch.device) -> torch.Tensor: ...
+@overload
+def observation_tensor(obs: Observation, device: torch.device) -> ObservationTensor: ...
+def observation_tensor(obs: Observation, device: torch.device) -> ObservationTensor:
     """`obs` as a tensor on `device`: float32, or uint8/bool kept as they are (raw pixels); a
     dict of parts as a dict of such tensors. Arrays on the CPU that need no conversion are shared,
     not copied. (Indices become float32 too: encoders read them back with .long(), exactly.)"""

@@ -120,8 +120,7 @@ class CrossQ(REDQ):
         self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
         self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, "algo.critic_optimizer",
                                                self.device)
-        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha],  # type: ignore[list-item]  # a leaf tensor
-                                              "algo.alpha_optimizer", self.device)
+        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.exploration_noise: torch.Tensor | None = None   # gSDE's (n, F, A) matrices; None: draw anew

@@ -26,7 +26,7 @@ from rl_hydra.networks.acting import argmax_actions
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class DQN:
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions)
 
-    def action_values(self, obs: torch.Tensor) -> torch.Tensor:
+    def action_values(self, obs: ObservationTensor) -> torch.Tensor:
         """Values used to pick the greedy action: (B, obs_dim) (or a dict of parts) -> (B, A)."""
         return self.q_net(obs)
 
@@ -120,7 +120,7 @@ class DQN:
             actions[random_rows] = self.rng.integers(self.num_actions, size=count)
         return actions
 
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         if not explore:
             with noise_disabled(self.q_net) if self.noisy else contextlib.nullcontext():  # deterministic
                 return self.greedy_actions(obs, explore=False), state
@@ -132,20 +132,21 @@ class DQN:
             resample_noise(self.q_net)   # fresh noise for every acting step, as Fortunato et al. act
         return self.randomize(self.greedy_actions(obs, explore=True), random_rows), state
 
-    def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+    def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
         return argmax_actions(self.action_values, observation_tensor(obs, self.device))
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update(self, batch: Batch) -> dict[str, torch.Tensor | float]:
         if self.lr_factor.start != self.lr_factor.end:
             factor = self.lr_factor(self.explore_steps)
             for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base_lr * factor
-        loss, priorities, metrics = self.gradient_step(batch)
+        loss, priorities, step_metrics = self.gradient_step(batch)
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
-        metrics = {"loss": loss, **metrics, "epsilon": self.epsilon}  # epsilon: a float, no tensor to build
+        # epsilon: a float, no tensor to build
+        metrics: dict[str, torch.Tensor | float] = {"loss": loss, **step_metrics, "epsilon": self.epsilon}
         if priorities is not None:  # read by a prioritized buffer, not a metric
             metrics["priorities"] = priorities
         return metrics

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
-from rl_hydra.protocols import Capabilities, SequenceBatch
+from rl_hydra.networks.recurrent import RecurrentQNetwork
+from rl_hydra.protocols import Capabilities, Observation, SequenceBatch
 
 
 def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
@@ -48,6 +49,7 @@ class DRQN(DQN):
     capabilities: ClassVar[Capabilities] = Capabilities(
         actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True)
     tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its sequence loss is not declared tensor-only
+    q_net: RecurrentQNetwork   # network: the capabilities' class (checked by fit)
 
     def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -63,7 +65,7 @@ class DRQN(DQN):
     def reset_state(self, state, episode_start: np.ndarray):
         return self.q_net.reset_state(state, episode_start)
 
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Greedy (or epsilon-greedy) actions and the next state; `state=None` is the initial state.
         The network always runs, even for random actions, so the state follows every observation."""
         n = num_rows(obs)
@@ -96,7 +98,9 @@ class DRQN(DQN):
         counted[: self.burn_in] *= batch.episode_start.float()
         return counted
 
-    def loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    # its batches are SequenceBatches where DQN's are Batches: the recurrent loop and buffer hand them out
+    def loss(self, batch: SequenceBatch,  # type: ignore[override]
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(the batch loss, each step's |TD error| (L, B), 0 where not counted, metrics). A sequence
         replay that draws by priority makes each sequence's priority of its steps' errors
         (rl_hydra/distributed: R2D2); the uniform sequence buffer ignores them."""

@@ -21,7 +21,7 @@ from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor
 from rl_hydra.runs.rng import restore_generator
 
 
@@ -53,7 +53,7 @@ class IQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions)
 
-    def greedy_actions(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+    def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:
         """Exploring actions average K sampled fractions, as the paper acts. Greedy actions
         (evaluation, predict) average K evenly spaced ones, the midpoints of K equal bins:
         the same mean over tau ~ U(0, 1), but the same action for the same observation."""
@@ -64,7 +64,7 @@ class IQN(DQN):
             taus = self.greedy_taus.expand(num_rows(obs_t), -1)                   # (B, K)
             return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy()
 
-    def action_values(self, obs: torch.Tensor, net: nn.Module | None = None,
+    def action_values(self, obs: ObservationTensor, net: nn.Module | None = None,
                       taus: torch.Tensor | None = None) -> torch.Tensor:
         """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
         if taus is None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.losses import quantile_huber_loss, weighted_mean
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
 
 
 def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -55,7 +55,7 @@ class QRDQN(DQN):
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_quantiles)
 
-    def action_values(self, obs: torch.Tensor) -> torch.Tensor:
+    def action_values(self, obs: ObservationTensor) -> torch.Tensor:
         """Q(s, a) = mean over quantiles: (B, obs_dim) -> (B, A)."""
         return self.q_net(obs).mean(dim=2)
 

@@ -10,7 +10,7 @@ N = M = 2, G = 1 with the actor on the min of both critics (algos/sac.py).
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, cast
 
 import gymnasium as gym
 import numpy as np
@@ -18,9 +18,10 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
-from rl_hydra.config import ConfigError
+from rl_hydra.config import ConfigError, check_float
+from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Observation
 from rl_hydra.runs.rng import restore_generator
 
 
@@ -62,6 +63,7 @@ class REDQ:
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
     tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its update counts the delayed actor steps in Python
+    actor: SquashedGaussianActor
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  network: Mapping[str, Callable[..., nn.Module]],
@@ -78,6 +80,7 @@ class REDQ:
         del total_steps  # REDQ has no schedule over the run
         self.device = torch.device(device)
         self.action_dim = require_box(action_space, self.name)
+        assert isinstance(action_space, gym.spaces.Box)   # require_box refused anything else
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; "
                               f"the env has {action_space}")
@@ -99,10 +102,11 @@ class REDQ:
         self.learn_alpha = learn_alpha
         self.actor_q = actor_q
         self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
-                               else target_entropy)
+                               else check_float("algo.target_entropy", target_entropy))
         self.max_grad_norm = max_grad_norm
 
-        self.actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
+        actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
+        self.actor = cast(SquashedGaussianActor, actor)   # network.actor: the capabilities' class (checked by fit)
         self.critic = self.make_critic(network["critic"]).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
@@ -140,7 +144,7 @@ class REDQ:
 
     # --- the agent protocol -------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): sampled when exploring, else tanh of the mean."""
         obs_t = self.features(observation_tensor(obs, self.device))
         if explore:

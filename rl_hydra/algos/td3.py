@@ -22,7 +22,7 @@ from rl_hydra.algos.common import make_optimizer, observation_tensor, require_bo
 from rl_hydra.algos.redq import ensemble_mse
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Observation
 from rl_hydra.runs.rng import restore_generator
 
 
@@ -115,7 +115,7 @@ class TD3:
 
     # --- the agent protocol -------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
+    def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Env-scale float32 actions (n, A): mu(s) plus exploration noise, clipped to the box, when exploring."""
         unit = self.actor(self.features(observation_tensor(obs, self.device)))       # (n, A)
         if explore:

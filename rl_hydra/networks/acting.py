@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from rl_hydra import speed
+from rl_hydra.protocols import ObservationTensor
 
 
-def argmax_actions(action_values: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor) -> np.ndarray:
+def argmax_actions(action_values: Callable[[ObservationTensor], torch.Tensor], obs: ObservationTensor) -> np.ndarray:
     """argmax_a action_values(obs)[b, a] for each row b: obs (n, ...) -> actions (n,)."""
     with speed.acting():   # without autograd
         values = action_values(obs)                                           # (n, A)

@@ -46,6 +46,11 @@ def squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_s
 class UnitBoxActor(nn.Module):
     """What every actor shares: it acts in the unit box, and knows the env's bounds to rescale."""
 
+    action_center: torch.Tensor       # the buffers registered below, (A,) each
+    action_half_range: torch.Tensor
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(self, action_low: np.ndarray, action_high: np.ndarray):
         super().__init__()
         low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32)

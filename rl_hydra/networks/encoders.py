@@ -89,7 +89,7 @@ def describe(observation: int | gym.Space) -> str:
     return f"vectors of {observation}" if isinstance(observation, int) else str(observation)
 
 
-def choose_encoder(observation: int | gym.Space, kind: str) -> str:
+def choose_encoder(observation: int | gym.spaces.Box, kind: str) -> str:
     """The encoder `kind` resolves to for this observation, or a ConfigError naming what fits."""
     if kind not in ENCODERS:
         raise ConfigError(f"network.encoder={kind!r} is not allowed; choose one of: {', '.join(ENCODERS)}")
@@ -151,6 +151,8 @@ class OneHot(nn.Module):
     """Indices (..., *shape) of a Discrete (shape ()) or MultiDiscrete space -> (..., sum(nvec)):
     one 1 per dimension, at that dimension's offset plus its index (one-hot for a Discrete)."""
 
+    offsets: torch.Tensor   # a buffer, (K,)
+
     def __init__(self, nvec: np.ndarray, start: np.ndarray):
         super().__init__()
         nvec = np.asarray(nvec, np.int64)
@@ -167,6 +169,8 @@ class OneHot(nn.Module):
 class Embedding(nn.Module):
     """Indices (..., *shape) of a Discrete or MultiDiscrete space -> (..., K * dim): a learned
     vector of `dim` per dimension and value, the K dimensions' vectors side by side."""
+
+    offsets: torch.Tensor   # a buffer, (K,)
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int):
         super().__init__()
@@ -185,6 +189,8 @@ class GridIndices(nn.Module):
     maps: each channel one-hot (F = sum(nvec)) or, with `dim`, a learned vector of `dim` per
     channel and value (F = C * dim). A CNN then reads a key and a ball as different features, where
     scaled indices would make them 0.5 and 0.6 of one."""
+
+    offsets: torch.Tensor   # a buffer, (C, 1, 1)
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int | None = None):
         super().__init__()
@@ -256,18 +262,19 @@ class PartsEncoder(nn.Module):
 def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, name: str = "") -> tuple[nn.Module, int]:
     """The encoder of one part (any leading axes) and its output size."""
     grid = index_grid(space) if isinstance(space, gym.spaces.MultiDiscrete) and kind in ("auto", "grid_cnn") else None
-    if grid is not None:
+    if isinstance(space, gym.spaces.MultiDiscrete) and grid is not None:
         indices = GridIndices(*grid, dim=discrete_embedding)
         body = grid_cnn(indices.channels)
         size = output_size(body, (indices.channels, *space.shape[1:]))
         return ImagePart(nn.Sequential(indices, body), tuple(space.shape)), size
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         nvec = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
-        encoder = OneHot(nvec, space.start) if discrete_embedding is None else Embedding(nvec, space.start,
-                                                                                        discrete_embedding)
-        return encoder, encoder.size
+        indices_encoder: OneHot | Embedding = (OneHot(nvec, space.start) if discrete_embedding is None
+                                               else Embedding(nvec, space.start, discrete_embedding))
+        return indices_encoder, indices_encoder.size
     if isinstance(space, gym.spaces.MultiBinary):
         return FlatPart(tuple(space.shape)), int(np.prod(space.shape))
+    assert isinstance(space, gym.spaces.Box), space   # the one leaf left (check_observation_space)
     shape = tuple(space.shape)
     if len(shape) <= 1:   # a vector part, or a number: as it is, whatever CNN network.encoder names
         return FlatPart(shape, pixel_scale(space)), int(np.prod(shape))
@@ -277,6 +284,7 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
         if not name:
             raise
         raise ConfigError(f"observation part {name!r}: {error}") from None
+    assert encoder is not None   # make_encoder leaves only a vector unencoded
     return ImagePart(encoder, shape), size
 
 

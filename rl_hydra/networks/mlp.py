@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -86,7 +86,8 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     Neither: exactly `mlp(in_dim, num_actions * K, hidden_sizes)`.
     """
     hidden_sizes = list(hidden_sizes)
-    options = dict(layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0, bias))
+    options: dict[str, Any] = dict(layer_norm=layer_norm, dropout=dropout,
+                                   linear=linear_layer(noisy, noisy_sigma0, bias))
     if not dueling:
         return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)
     # the streams' own layer: the last hidden one, or none for an empty head (each stream one Linear)

@@ -37,9 +37,10 @@ def noisy_linear_numpy(layer: NoisyLinear, x: np.ndarray) -> np.ndarray | None:
     and the noise the layer holds."""
     names = ("weight_mu", "bias_mu", "weight_sigma", "bias_sigma", "scaled_in", "scaled_out")
     views = [speed.numpy_view(getattr(layer, name)) for name in names]
-    if any(v is None for v in views):
+    arrays = [v for v in views if v is not None]
+    if len(arrays) < len(views):
         return None
-    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = views       # (p, q), (q,), (p, q), (q,), (p,), (q,)
+    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = arrays      # (p, q), (q,), (p, q), (q,), (p,), (q,)
     if not layer.noise_enabled:
         return np.dot(x, weight_mu_t) + bias_mu
     bias = bias_mu + bias_sigma * f_out                                         # (q,)
@@ -54,6 +55,11 @@ class NoisyLinear(nn.Module):
     Initialised as the paper does for factorised noise, with p = in_features:
     mu ~ U(-1/sqrt(p), 1/sqrt(p)) and sigma = sigma0 / sqrt(p).
     """
+
+    epsilon_in: torch.Tensor       # the buffers registered below
+    epsilon_out: torch.Tensor
+    scaled_in: torch.Tensor
+    scaled_out: torch.Tensor
 
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
         super().__init__()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +11,7 @@ from torch import nn
 
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import mlp
+from rl_hydra.protocols import ObservationTensor
 
 # The core's state, each tensor (B, lstm_size): (h, c) for an LSTM, (h,) for a GRU. Batch first,
 # so rows can be stored and reset per env.
@@ -41,7 +42,8 @@ class RecurrentQNetwork(nn.Module):
 
     def initial_state(self, batch: int) -> State:
         """The state before an episode's first observation: zeros."""
-        zeros = torch.zeros(batch, self.lstm_size, device=self.head[-1].weight.device)
+        last = cast(nn.Linear, self.head[-1])   # torch types an indexed Sequential as any Module
+        zeros = torch.zeros(batch, self.lstm_size, device=last.weight.device)
         return (zeros, zeros.clone()) if self.cell == "lstm" else (zeros,)
 
     def reset_state(self, state: State, episode_start: np.ndarray | torch.Tensor) -> State:
@@ -52,23 +54,25 @@ class RecurrentQNetwork(nn.Module):
         fresh = self.initial_state(len(start))
         return tuple(torch.where(start, f, s) for f, s in zip(fresh, state))                       # (B, H) each
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: ObservationTensor) -> torch.Tensor:
         """(..., *observation_shape) -> (..., E): the CNN (if any) over every step, then the MLP."""
-        if self.observation_encoder is not None and self.observation_shape is None:
-            obs = self.observation_encoder(obs)                                # (..., F)
-        elif self.observation_encoder is not None:
-            leading = obs.shape[: obs.dim() - len(self.observation_shape)]
-            obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
+        if self.observation_encoder is not None:
+            if self.observation_shape is None:
+                obs = self.observation_encoder(obs)                            # (..., F)
+            else:
+                assert isinstance(obs, torch.Tensor)   # a Box's observations: one tensor
+                leading = obs.shape[: obs.dim() - len(self.observation_shape)]
+                obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
         return self.encoder(obs)
 
-    def forward(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def forward(self, obs: ObservationTensor, state: State) -> tuple[torch.Tensor, State]:
         features = self.features(obs)                                          # (T, B, E)
         layered = tuple(s[None].contiguous() for s in state)                   # (1, B, H) each
         outputs, layered = self.core(features, layered if self.cell == "lstm" else layered[0])  # (T, B, H)
         layered = layered if self.cell == "lstm" else (layered,)
         return self.head(outputs), tuple(s[0] for s in layered)                # (T, B, A), (B, H) each
 
-    def act(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def act(self, obs: ObservationTensor, state: State) -> tuple[torch.Tensor, State]:
         """One step while collecting: obs (B, obs_dim) -> values (B, num_actions) and the next state.
 
         The same weights as `forward`, through the single-step cell kernel: on CPU it costs a

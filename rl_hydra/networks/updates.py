@@ -4,6 +4,8 @@ where it is on (rl_hydra/speed/foreach.py); the numbers are the same."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
@@ -11,7 +13,7 @@ from rl_hydra import speed
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                   params: list[nn.Parameter], max_grad_norm: float | None) -> None:
+                   params: Sequence[torch.Tensor], max_grad_norm: float | None) -> None:
     """One step of `optimizer` on the gradient of `loss`, clipped to `max_grad_norm` if given."""
     for param in params:  # what zero_grad(set_to_none=True) does, without its per-call profiler hooks
         param.grad = None
@@ -22,7 +24,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
 
 
 @torch.no_grad()
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale gradients so their global L2 norm is at most `max_norm`; returns the norm before.
 
     torch.nn.utils.clip_grad_norm_'s math, with half its per-call overhead (it matters at
@@ -37,7 +39,8 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
 @torch.no_grad()
 def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""
-    target_params, online_params = list(target.parameters()), list(online.parameters())
+    target_params: list[torch.Tensor] = list(target.parameters())
+    online_params: list[torch.Tensor] = list(online.parameters())
     if tau >= 1.0:
         speed.copy_(target_params, online_params)
     else:

@@ -105,7 +105,8 @@ def adam(params: Iterable[nn.Parameter] | Iterable[dict], lr: float, betas: tupl
          eps: float = 1e-8, weight_decay: float = 0.0, fused: bool = True) -> torch.optim.Adam:
     """torch.optim.Adam, with the lean step (lean_adam.LeanAdam) where it is on; both keep the
     same state_dict, so a checkpoint of either loads into the other."""
-    options = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "fused": fused}
+    options: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                               "fused": fused}
     if active("adam") and fused:
         return lean_adam.LeanAdam(params, **options, allocate_moments=zeros_like)
     return torch.optim.Adam(params, **options)

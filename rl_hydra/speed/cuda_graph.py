@@ -37,7 +37,7 @@ WARMUP = 3   # plain calls in a row before recording: lazy state (optimizer mome
 def declared_base(agent: Any) -> type | None:
     """The nearest class in the agent's MRO that declares a `tensor_only_step`, if the agent runs that
     very step (no method it lists overridden in its class or instance, no network class of its own)."""
-    base = next((cls for cls in type(agent).__mro__ if "tensor_only_step" in vars(cls)), None)
+    base: type[Any] | None = next((cls for cls in type(agent).__mro__ if "tensor_only_step" in vars(cls)), None)
     if base is None or not base.tensor_only_step:
         return None
     own = {name: value for name, value in vars(agent).items() if not isinstance(value, Step)}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 from torch.optim import optimizer as torch_optimizer
 
-FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # the kernel behind torch.optim.Adam(fused=True)
+FUSED_ADAM: Any = getattr(torch, "_fused_adam_", None)  # the kernel behind torch.optim.Adam(fused=True), or None
 
 MomentAllocator = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
@@ -62,7 +62,7 @@ class LeanAdam(torch.optim.Adam):
         """torch's Adam step inside torch's hook and profiler wrapper, as torch.optim.Adam runs it."""
         adam_step = torch.optim.Adam.step
         if getattr(adam_step, "hooked", False):  # torch patched the class's step already
-            adam_step = adam_step.__wrapped__
+            adam_step = adam_step.__wrapped__  # type: ignore[attr-defined]  # set by torch's functools.wraps
         return torch.optim.Optimizer.profile_hook_step(adam_step)(self, closure)
 
     def _init_state(self, params: list[torch.Tensor], states: list[dict]) -> None:
@@ -103,7 +103,9 @@ class LeanAdam(torch.optim.Adam):
                    maximize=False, grad_scale=None, found_inf=None)
         return None
 
-    step.hooked = True  # keeps torch from wrapping it in its (costly) hook wrapper: hooks take _torch_step
+    # keeps torch from wrapping it in its (costly) hook wrapper: hooks take _torch_step (mypy types no
+    # attributes on functions)
+    step.hooked = True  # type: ignore[attr-defined]
 
 
 def plain_zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -133,10 +135,10 @@ def probe() -> None:
         for p, g in zip(params, grads):
             p.grad = g.clone()
         optimizer.step()
-        for p, (m, v), g in zip(expected, moments, grads):
-            g = g.double() + weight_decay * p
+        for want, (m, v), g in zip(expected, moments, grads):
+            g = g.double() + weight_decay * want
             m.mul_(beta1).add_((1 - beta1) * g)
             v.mul_(beta2).add_((1 - beta2) * g * g)
-            p -= lr / (1 - beta1 ** t) * m / (v.sqrt() / (1 - beta2 ** t) ** 0.5 + eps)
+            want -= lr / (1 - beta1 ** t) * m / (v.sqrt() / (1 - beta2 ** t) ** 0.5 + eps)
     if not all(torch.allclose(p.detach().double(), want, rtol=1e-5, atol=1e-6) for p, want in zip(params, expected)):
         raise ArithmeticError("torch._fused_adam_ no longer computes Adam's step from the arguments LeanAdam passes")

@@ -123,24 +123,26 @@ def forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
         return None
     kind = type(module)
     if kind is nn.Linear:
-        weight_t, bias = view(module._parameters["weight"]), module._parameters["bias"]
+        weight, bias = module._parameters["weight"], module._parameters["bias"]
+        weight_t = None if weight is None else view(weight)
         if weight_t is None:
             return None
         x = np.dot(x, weight_t)  # a fresh array: the in-place ops after it never touch the caller's input
         if bias is not None:
-            bias = view(bias)
-            if bias is None:
+            bias_view = view(bias)
+            if bias_view is None:
                 return None
-            x += bias
+            x += bias_view
         return x
     activation = NUMPY_ACTIVATIONS.get(kind)
     if activation is not None:
         return activation(x)
     if kind.forward is nn.Sequential.forward:
         for child in module._modules.values():
-            x = forward_tree(child, x)
-            if x is None:
+            out = None if child is None else forward_tree(child, x)
+            if out is None:
                 return None
+            x = out
         return x
     twin = twin_of(kind.forward)
     return None if twin is None else twin(module, x)

@@ -27,7 +27,7 @@ class LeanSyncVectorEnv(SyncVectorEnv):
         # a Python int passes Discrete.contains (which CartPole asserts) faster than a numpy one
         self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
 
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if not self._lean:
             return super().step(actions)
         infos: dict[str, Any] = {}
@@ -68,4 +68,5 @@ def probe() -> None:
         if not ended:
             raise ValueError("no episode ended while it was compared")
     finally:
-        lean.close(), plain.close()
+        lean.close()
+        plain.close()
