@@ -53,16 +53,16 @@ def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch
     from rl_hydra.distributed import learner
 
     killed: list[int] = []
-    harvest = learner.Learner.harvest
+    account = learner.Learner.account
 
-    def kill_an_actor_once(self, ref):
-        harvest(self, ref)
+    def kill_an_actor_once(self, report):
+        account(self, report)
         if not killed and self.global_step >= 1600:
-            pid = self.ray.get(self.actors[1].pid.remote())
+            pid = self.ray.get(self.cluster.actors[1].pid.remote())
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    monkeypatch.setattr(learner.Learner, "harvest", kill_an_actor_once)
+    monkeypatch.setattr(learner.Learner, "account", kill_an_actor_once)
     summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=6000",
                            "train.eval_every=3000", "train.log_every=800")
     assert killed and summary["status"] == "completed" and summary["global_step"] >= 6000
@@ -97,14 +97,14 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
     from rl_hydra.distributed import learner
     from rl_hydra.launch import RunFailed
 
-    harvest = learner.Learner.harvest
+    account = learner.Learner.account
 
-    def kill_the_shard(self, ref):
-        harvest(self, ref)
+    def kill_the_shard(self, report):
+        account(self, report)
         if self.global_step >= 2400 and self.global_step < 3000:
-            self.ray.kill(self.shards[0], no_restart=True)
+            self.ray.kill(self.cluster.shards[0], no_restart=True)
 
-    monkeypatch.setattr(learner.Learner, "harvest", kill_the_shard)
+    monkeypatch.setattr(learner.Learner, "account", kill_the_shard)
     with pytest.raises(RunFailed, match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
                                         r"resume with: python train\.py resume=") as failure:
         run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=8000",
