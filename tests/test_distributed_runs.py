@@ -95,7 +95,8 @@ def test_a_killed_driver_resumes_to_the_end(tmp_path):
 
 def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, monkeypatch):
     from rl_hydra.distributed import learner
-    from rl_hydra.launch import RunFailed
+    from rl_hydra.launch import RunFailed, launch
+    from tests.conftest import compose_config
 
     account = learner.Learner.account
 
@@ -105,12 +106,14 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
             self.ray.kill(self.cluster.shards[0], no_restart=True)
 
     monkeypatch.setattr(learner.Learner, "account", kill_the_shard)
+    run_dir = tmp_path / "run"
     with pytest.raises(RunFailed, match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
                                         r"resume with: python train\.py resume=") as failure:
-        run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=8000",
-                     "train.checkpoint_every=2000", "train.eval_every=4000")
-    assert "\n" not in str(failure.value)
-    assert read_json(tmp_path / "run" / "summary.json")["status"] == "failed"
+        launch(compose_config(*APEX, "buffer=prioritized", "train.total_steps=8000", "train.checkpoint_every=2000",
+                              "train.eval_every=4000"), run_dir)
+    assert failure.value.code == 1 and "\n" not in str(failure.value)
+    assert read_json(run_dir / "summary.json")["status"] == "failed"
+    assert read_json(run_dir / "provenance.json")["sessions"][-1]["status"] == "failed"
 
 
 @pytest.mark.parametrize("algo", ["qr_dqn", "iqn", "c51", "rainbow"])

@@ -176,15 +176,12 @@ class Learner:
                 self.run_dir.write_summary(self.summary("interrupted", reason="stopped by signal"))
                 status = "interrupted"
                 raise
-            except ClusterFault as error:
-                from rl_hydra.launch import EXIT_FAILED, RunFailed
-
+            except ClusterFault as error:   # the launch reports it as a failed run (exit status 1)
                 self.run_dir.write_summary(self.summary("failed", reason=str(error)))
                 step = self.run_dir.checkpoint_step("last")
                 where = (f"the last checkpoint is {self.run_dir.checkpoints / 'last.pt'} (step {step})"
                          if step is not None else "no checkpoint was written yet")
-                raise RunFailed(f"{error}; {where}; resume with: {resume_command(self.run_dir.path)}",
-                                EXIT_FAILED) from None
+                raise ClusterFault(f"{error}; {where}; resume with: {resume_command(self.run_dir.path)}") from None
             finally:
                 self.reporter.close(status)
                 self.evaluator.close()
