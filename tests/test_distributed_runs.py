@@ -130,3 +130,19 @@ def test_min_replay_ratio_holds_the_actors_to_the_learner(tmp_path):
                            "train.total_steps=6000", "train.eval_every=6000", "train.eval_episodes=2")
     cap = 0.5 * (summary["global_step"] - 1000)
     assert cap - 0.5 * 2 * 400 <= summary["updates"] <= cap
+
+
+def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
+    import ray
+
+    from rl_hydra.launch import RunFailed, launch
+    from tests.conftest import compose_config
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)   # a cluster of one CPU, joined as it is
+    try:
+        with pytest.raises(RunFailed, match=r"distributed.actors=2 x distributed.cpus_per_actor=1 needs 2 CPUs but "
+                                            r"the Ray cluster has 1; lower distributed.actors") as failure:
+            launch(compose_config(*APEX), tmp_path / "run")
+    finally:
+        ray.shutdown()
+    assert failure.value.code == 2 and not (tmp_path / "run").exists()

@@ -55,8 +55,16 @@ class Cluster:
         """A local Ray instance sized to the actors, or the cluster at `distributed.address`; inside a
         Ray job already (a sweep on Hydra's Ray launcher), the connection it has."""
         ray, settings = self.ray, self.settings
-        if ray.is_initialized():
-            return
+        if not ray.is_initialized():
+            self.start_or_join()
+        needed, cpus = settings.actors * settings.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
+        if needed > cpus:   # the actors would wait for ever to be placed
+            raise ConfigError(f"distributed.actors={settings.actors} x distributed.cpus_per_actor="
+                              f"{settings.cpus_per_actor:g} needs {needed:g} CPUs but the Ray cluster has {cpus:g}; "
+                              f"lower distributed.actors or distributed.cpus_per_actor")
+
+    def start_or_join(self) -> None:
+        ray, settings = self.ray, self.settings
         ray_log = logging.getLogger("ray")   # its notes at start-up (token authentication, ...) stay off the console
         level = ray_log.level
         ray_log.setLevel(logging.ERROR)
