@@ -146,3 +146,10 @@ def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
     finally:
         ray.shutdown()
     assert failure.value.code == 2 and not (tmp_path / "run").exists()
+
+
+def test_a_shard_too_large_for_its_node_is_refused_in_one_line(tmp_path):
+    result = run_cli(*APEX, "distributed.actors=1", "buffer=prioritized", "buffer.capacity=100000000000",
+                     f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and not (tmp_path / "run").exists()
+    assert result.stderr.strip().splitlines()[-1].startswith("error: buffer.capacity=100000000000 needs ")

@@ -92,6 +92,9 @@ class Cluster:
                 self.shards.append(shard_class.remote(buffer, cfg.seed + i, alpha=self.settings.priority_alpha))
             else:
                 self.shards.append(shard_class.remote(buffer, **spaces, gamma=float(cfg.algo.gamma), seed=cfg.seed + i))
+        for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):
+            if refused is not None:   # its buffer, e.g. too large for the memory of the node it is on
+                raise ConfigError(refused)
         if saved is not None:
             if len(saved) != len(self.shards):
                 raise RunError(f"the checkpoint holds {len(saved)} replay shards but distributed.shards="
