@@ -1,7 +1,7 @@
 """`distributed=apex`: one run spread over Ray. This process (the driver, on the GPU where there is
 one) is the learner: it samples from the replay shards, updates the run's agent, sends the new
 priorities back and publishes its weights; Ray actors act (rl_hydra/distributed/actor.py) and hold
-the replay (rl_hydra/distributed/replay.py). The run directory, its metrics, checkpoints, resume
+the replay (replay.py), started and watched by cluster.py. The run directory, its metrics, checkpoints, resume
 and refusals are a single-process run's (rl_hydra/training.py); what differs is counted in the
 metrics' distributed/* columns and recorded in provenance.json.
 

@@ -1,6 +1,6 @@
 """Replay shards: what a Ray replay actor holds. Actors `add` finished n-step transitions (or
 sequences) with the priorities they computed; the learner `sample`s batches and sends back
-`update_priorities`. Plain classes: rl_hydra.distributed.learner makes them Ray actors.
+`update_priorities`. Plain classes: rl_hydra/distributed/cluster.py makes them Ray actors.
 
 A transition shard holds the run's own transition buffer (buffer=prioritized: Ape-X; buffer=replay:
 uniform), built for one-step rows: an actor has already summed each row's n rewards, so the row's
