@@ -53,16 +53,16 @@ def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch
     from rl_hydra.distributed import learner
 
     killed: list[int] = []
-    harvest = learner.Learner.harvest
+    account = learner.Learner.account
 
-    def kill_an_actor_once(self, ref):
-        harvest(self, ref)
+    def kill_an_actor_once(self, report):
+        account(self, report)
         if not killed and self.global_step >= 1600:
-            pid = self.ray.get(self.actors[1].pid.remote())
+            pid = self.ray.get(self.cluster.actors[1].pid.remote())
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    monkeypatch.setattr(learner.Learner, "harvest", kill_an_actor_once)
+    monkeypatch.setattr(learner.Learner, "account", kill_an_actor_once)
     summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=6000",
                            "train.eval_every=3000", "train.log_every=800")
     assert killed and summary["status"] == "completed" and summary["global_step"] >= 6000
@@ -95,22 +95,25 @@ def test_a_killed_driver_resumes_to_the_end(tmp_path):
 
 def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, monkeypatch):
     from rl_hydra.distributed import learner
-    from rl_hydra.launch import RunFailed
+    from rl_hydra.launch import RunFailed, launch
+    from tests.conftest import compose_config
 
-    harvest = learner.Learner.harvest
+    account = learner.Learner.account
 
-    def kill_the_shard(self, ref):
-        harvest(self, ref)
+    def kill_the_shard(self, report):
+        account(self, report)
         if self.global_step >= 2400 and self.global_step < 3000:
-            self.ray.kill(self.shards[0], no_restart=True)
+            self.ray.kill(self.cluster.shards[0], no_restart=True)
 
-    monkeypatch.setattr(learner.Learner, "harvest", kill_the_shard)
+    monkeypatch.setattr(learner.Learner, "account", kill_the_shard)
+    run_dir = tmp_path / "run"
     with pytest.raises(RunFailed, match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
                                         r"resume with: python train\.py resume=") as failure:
-        run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=8000",
-                     "train.checkpoint_every=2000", "train.eval_every=4000")
-    assert "\n" not in str(failure.value)
-    assert read_json(tmp_path / "run" / "summary.json")["status"] == "failed"
+        launch(compose_config(*APEX, "buffer=prioritized", "train.total_steps=8000", "train.checkpoint_every=2000",
+                              "train.eval_every=4000"), run_dir)
+    assert failure.value.code == 1 and "\n" not in str(failure.value)
+    assert read_json(run_dir / "summary.json")["status"] == "failed"
+    assert read_json(run_dir / "provenance.json")["sessions"][-1]["status"] == "failed"
 
 
 @pytest.mark.parametrize("algo", ["qr_dqn", "iqn", "c51", "rainbow"])
@@ -127,3 +130,26 @@ def test_min_replay_ratio_holds_the_actors_to_the_learner(tmp_path):
                            "train.total_steps=6000", "train.eval_every=6000", "train.eval_episodes=2")
     cap = 0.5 * (summary["global_step"] - 1000)
     assert cap - 0.5 * 2 * 400 <= summary["updates"] <= cap
+
+
+def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
+    import ray
+
+    from rl_hydra.launch import RunFailed, launch
+    from tests.conftest import compose_config
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)   # a cluster of one CPU, joined as it is
+    try:
+        with pytest.raises(RunFailed, match=r"distributed.actors=2 x distributed.cpus_per_actor=1 needs 2 CPUs but "
+                                            r"the Ray cluster has 1; lower distributed.actors") as failure:
+            launch(compose_config(*APEX), tmp_path / "run")
+    finally:
+        ray.shutdown()
+    assert failure.value.code == 2 and not (tmp_path / "run").exists()
+
+
+def test_a_shard_too_large_for_its_node_is_refused_in_one_line(tmp_path):
+    result = run_cli(*APEX, "distributed.actors=1", "buffer=prioritized", "buffer.capacity=100000000000",
+                     f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and not (tmp_path / "run").exists()
+    assert result.stderr.strip().splitlines()[-1].startswith("error: buffer.capacity=100000000000 needs ")

@@ -18,7 +18,7 @@ LAYERS = [
     ["networks", "buffers", "envs", "runs"],                       # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
     ["loops"],
-    ["fit", "training"],                                           # build a run and hand it to a loop
+    ["fit", "training", "distributed"],                            # build a run and hand it to a loop (or to Ray)
     ["launch"],                                                    # the one way a run starts
     ["api", "run", "report", "video", "verify", "suite", "sweep_report", "resume", "cli", "__init__"],   # what users call
 ]

@@ -1,7 +1,7 @@
 """`distributed=apex`: one run spread over Ray. This process (the driver, on the GPU where there is
 one) is the learner: it samples from the replay shards, updates the run's agent, sends the new
 priorities back and publishes its weights; Ray actors act (rl_hydra/distributed/actor.py) and hold
-the replay (rl_hydra/distributed/replay.py). The run directory, its metrics, checkpoints, resume
+the replay (replay.py), started and watched by cluster.py. The run directory, its metrics, checkpoints, resume
 and refusals are a single-process run's (rl_hydra/training.py); what differs is counted in the
 metrics' distributed/* columns and recorded in provenance.json.
 
@@ -12,8 +12,6 @@ env step after `algo.learning_starts`, so that adding actors adds data, not a di
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import logging
 import math
 import time
@@ -22,12 +20,13 @@ from typing import Any, Callable, cast
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rl_hydra.buffers.device import to_device
 from rl_hydra.config import ConfigError
-from rl_hydra.distributed.actor import Actor, network_weights
-from rl_hydra.distributed.replay import SequenceShard, TransitionShard, as_tensors, shard_config
+from rl_hydra.distributed.actor import network_weights
+from rl_hydra.distributed.cluster import Cluster, ClusterFault
+from rl_hydra.distributed.replay import as_tensors
 from rl_hydra.distributed.settings import Settings, actor_epsilons, read_settings, require_ray, sequence_priorities
 from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
@@ -40,14 +39,6 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ("distributed/updates", "distributed/env_sps", "distributed/updates_per_s", "distributed/replay_ratio",
            "distributed/weight_lag", "distributed/actor_restarts", "distributed/actors")
-SAMPLE_BATCHES = 4     # batches per sample request: one Ray round trip serves several updates
-RESTART_PATIENCE = 300.0   # seconds an actor may take to come back after a death, before the run stops
-ACTOR_SEED_STRIDE = 10_007   # actor i's envs are seeded from seed + (i + 1) * stride: apart from each other's
-
-
-class ClusterFault(RuntimeError):
-    """A replay shard's process died (its data is gone), or an actor more often than Ray restarts it:
-    the run stops with the resume command."""
 
 
 def run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool,
@@ -65,10 +56,13 @@ def run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bo
         try:
             return learner.train(resume, on_ready)
         finally:
-            learner.shutdown()
+            learner.cluster.shutdown()
 
 
 class Learner:
+    """The driver's side of a distributed run: the agent it updates, the schedule of env steps that
+    actors report, evaluation, metrics and checkpoints; the Ray side is its `cluster`."""
+
     def __init__(self, cfg: DictConfig, run_dir: RunDirectory, device: torch.device, settings: Settings, ray: Any):
         from rl_hydra.algos.dqn import DQN
         from rl_hydra.envs import make_env
@@ -91,7 +85,9 @@ class Learner:
             from rl_hydra.loops.recurrent import check_sequences
 
             check_sequences(self.agent, cfg.buffer)
-        self.prioritized = self.recurrent or cfg.buffer._target_.endswith("PrioritizedReplayBuffer")
+        # R2D2's sequences always; transitions where the run's buffer draws by priority (buffer=prioritized)
+        buffer_class = import_class(cfg.buffer._target_, "buffer._target_")
+        self.prioritized = self.recurrent or callable(getattr(buffer_class, "update_priorities", None))
         agent = self.agent
         self.replay_ratio = settings.max_replay_ratio or agent.gradient_steps / agent.train_every
         if settings.min_replay_ratio is not None and settings.min_replay_ratio > self.replay_ratio:
@@ -110,19 +106,13 @@ class Learner:
         self.finished_lengths: list[int] = []
         self.elapsed_before = 0.0
         self.started: float | None = None
-        self.restarts = 0
-        self.deaths: collections.Counter[int] = collections.Counter()
-        self.down_since: dict[int, float] = {}          # actors whose last round failed: since when
-        self.retries: list[tuple[float, int]] = []      # (when, actor): rounds to ask for again
-        self.held: list[int] = []                       # actors whose next round waits for the learner
+        self.restarts_before = 0   # actor restarts in earlier sessions of the run
         self.lags: list[int] = []
         self.stop_requested = False
-        self.actors: list[Any] = []
-        self.shards: list[Any] = []
-        self.ray_started = False
+        self.cluster = Cluster(ray, settings, cfg, self.recurrent, self.prioritized)
         self.row_mark = (time.perf_counter(), 0, 0)   # (time, env steps, updates) at the last row
 
-    # --- building ---------------------------------------------------------------------
+    # --- where the run stands -------------------------------------------------------------
     @property
     def global_step(self) -> int:
         return self.schedule.step
@@ -134,68 +124,6 @@ class Learner:
     @property
     def elapsed(self) -> float:
         return self.elapsed_before + (0.0 if self.started is None else time.perf_counter() - self.started)
-
-    def start_ray(self) -> None:
-        ray, settings = self.ray, self.settings
-        if ray.is_initialized():   # inside a Ray job already (the Ray sweep launcher): its cluster
-            return
-        ray_log = logging.getLogger("ray")   # its notes at start-up (token authentication, ...) stay off the console
-        level = ray_log.level
-        ray_log.setLevel(logging.ERROR)
-        try:
-            if settings.address is None:
-                ray.init(num_cpus=math.ceil(settings.actors * settings.cpus_per_actor), include_dashboard=False,
-                         log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
-            else:
-                ray.init(address=settings.address, log_to_driver=False, logging_level=logging.WARNING,
-                         configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            raise ConfigError(f"distributed.address={settings.address}: cannot join a Ray cluster there "
-                              f"({str(error).splitlines()[0]})") from None
-        finally:
-            ray_log.setLevel(level)
-        self.ray_started = True
-
-    def start_replay(self, checkpoint: dict[str, Any] | None) -> None:
-        ray, cfg = self.ray, self.cfg
-        shard_class = ray.remote(num_cpus=0, max_restarts=0)(SequenceShard if self.recurrent else TransitionShard)
-        buffer = shard_config(cfg)
-        for i in range(self.settings.shards):
-            seed = cfg.seed + i
-            if self.recurrent:
-                shard = shard_class.remote(buffer, seed, alpha=self.settings.priority_alpha)
-            else:
-                shard = shard_class.remote(buffer, **self.spaces, gamma=float(cfg.algo.gamma), seed=seed)
-            self.shards.append(shard)
-        saved = (checkpoint or {}).get("replay")
-        if saved is not None:
-            if len(saved) != len(self.shards):
-                raise RunError(f"the checkpoint holds {len(saved)} replay shards but distributed.shards="
-                               f"{len(self.shards)}; resume with the run's own distributed.shards")
-            ray.get([shard.load_state_dict.remote(state) for shard, state in zip(self.shards, saved)])
-        self.inflight: list[collections.deque] = [collections.deque() for _ in self.shards]   # sample requests
-        self.drawn: list[collections.deque] = [collections.deque() for _ in self.shards]      # batches not used yet
-        self.new_priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in self.shards]
-        self.turn = 0
-
-    def start_actors(self) -> None:
-        ray, cfg, settings = self.ray, self.cfg, self.settings
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(plain, dict)
-        plain.pop("logger", None)
-        actor_class = ray.remote(num_cpus=settings.cpus_per_actor, max_restarts=settings.max_restarts,
-                                 max_task_retries=0)(Actor)
-        epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
-        session = len(self.provenance_sessions())   # a resumed run's actors explore new seeds
-        for i, epsilon in enumerate(epsilons):   # a restarted actor is built again from these arguments
-            seed = cfg.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
-            self.actors.append(actor_class.remote(plain, i, epsilon, seed, settings.send_every, settings.priority_eta,
-                                                  self.prioritized))
-        self.publish()
-        self.rounds: dict[Any, concurrent.futures.Future] = {}   # each actor's round under way: its ref, a future
-        self.round_actor: dict[Any, int] = {}
-        for i in range(len(self.actors)):
-            self.launch(i)
 
     def provenance_sessions(self) -> list[dict[str, Any]]:
         from rl_hydra.runs import provenance
@@ -212,17 +140,19 @@ class Learner:
         checkpoint = self.run_dir.load_checkpoint("last") if resume else None
         if checkpoint is not None:
             self.load_state_dict(checkpoint)
-        self.start_ray()
-        self.start_replay(checkpoint)
-        self.start_actors()
+        cluster = self.cluster
+        cluster.connect()
+        cluster.start_replay(self.spaces, (checkpoint or {}).get("replay"))
+        self.publish()
+        cluster.start_actors(session=len(self.provenance_sessions()))   # a resumed run's actors explore new seeds
         if on_ready is not None:
             on_ready(self.global_step, self.device)
         self.record_provenance()
         log.info("distributed=apex: %d actors (epsilon %s), %d replay shard%s, the learner on %s; at most %.3g "
-                 "updates per env step", len(self.actors),
-                 ", ".join(f"{e:.3g}" for e in actor_epsilons(len(self.actors), self.settings.epsilon_base,
+                 "updates per env step", self.settings.actors,
+                 ", ".join(f"{e:.3g}" for e in actor_epsilons(self.settings.actors, self.settings.epsilon_base,
                                                              self.settings.epsilon_alpha)),
-                 len(self.shards), "" if len(self.shards) == 1 else "s", self.device, self.replay_ratio)
+                 self.settings.shards, "" if self.settings.shards == 1 else "s", self.device, self.replay_ratio)
         if checkpoint is not None:
             log.info("resuming %s at step %d with fresh actors", self.run_dir.path, self.global_step)
         status, summary = "failed", None
@@ -245,15 +175,12 @@ class Learner:
                 self.run_dir.write_summary(self.summary("interrupted", reason="stopped by signal"))
                 status = "interrupted"
                 raise
-            except ClusterFault as error:
-                from rl_hydra.launch import EXIT_FAILED, RunFailed
-
+            except ClusterFault as error:   # the launch reports it as a failed run (exit status 1)
                 self.run_dir.write_summary(self.summary("failed", reason=str(error)))
                 step = self.run_dir.checkpoint_step("last")
                 where = (f"the last checkpoint is {self.run_dir.checkpoints / 'last.pt'} (step {step})"
                          if step is not None else "no checkpoint was written yet")
-                raise RunFailed(f"{error}; {where}; resume with: {resume_command(self.run_dir.path)}",
-                                EXIT_FAILED) from None
+                raise ClusterFault(f"{error}; {where}; resume with: {resume_command(self.run_dir.path)}") from None
             finally:
                 self.reporter.close(status)
                 self.evaluator.close()
@@ -264,57 +191,27 @@ class Learner:
                  summary["steps_per_second"], self.agent.updates, self.restarts, self.run_dir.path)
         return summary
 
+    @property
+    def restarts(self) -> int:
+        return self.restarts_before + self.cluster.restarts
+
     def loop(self) -> None:
+        cluster = self.cluster
         while not self.done:
             if self.stop_requested:
                 raise StopRequested
-            # a Ray future's done() is a flag set by a callback: far cheaper than ray.wait between updates
-            for ref in [ref for ref, future in self.rounds.items() if future.done()]:
-                self.harvest(ref)
+            for report in cluster.finished_rounds(hold=self.behind()):   # min_replay_ratio: actors wait
+                self.account(report)
                 if self.done:
                     return
-            now = time.monotonic()
-            for retry in [retry for retry in self.retries if retry[0] <= now]:
-                self.retries.remove(retry)
-                self.launch(retry[1])
             updated = self.may_update() and self.update()
-            if self.held and not (updated and self.behind()):
-                for i in self.held:
-                    self.launch(i)
-                self.held = []
+            if cluster.held and not (updated and self.behind()):
+                cluster.release()
             if not updated:   # idle until an actor reports
-                if self.rounds:
-                    concurrent.futures.wait(self.rounds.values(), timeout=0.05, return_when="FIRST_COMPLETED")
-                else:
-                    time.sleep(0.05)
+                cluster.wait(0.05)
 
-    def launch(self, i: int) -> None:
-        """Actor i's next round, with the latest published weights (pulled from the object store)."""
-        # its shard comes with each round, not at construction: Ray rebuilds a restarted actor from plain arguments
-        shard = self.shards[i % len(self.shards)]
-        ref = self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every, shard)
-        self.rounds[ref] = ref.future()
-        self.round_actor[ref] = i
-
-    def harvest(self, future: Any) -> None:
-        """An actor's round: count its steps and episodes, run what falls due, start its next round."""
-        ray = self.ray
-        del self.rounds[future]
-        i = self.round_actor.pop(future)
-        try:
-            report = ray.get(future)
-        except ray.exceptions.RayTaskError as error:
-            if isinstance(error.cause, ray.exceptions.RayActorError):   # its shard died under it
-                raise ClusterFault(f"replay shard {i % len(self.shards)} was lost ({type(error.cause).__name__})")
-            raise
-        except ray.exceptions.RayActorError as error:
-            self.actor_down(i, error)
-            return
-        self.down_since.pop(i, None)
-        if self.behind():   # min_replay_ratio: its next round waits for the learner (see `loop`)
-            self.held.append(i)
-        else:
-            self.launch(i)
+    def account(self, report: dict[str, Any]) -> None:
+        """An actor's round: count its steps and episodes, and run what falls due."""
         self.lags.append(self.agent.updates - max(report["version"], 0))
         self.finished_returns += report["returns"]
         self.finished_lengths += report["lengths"]
@@ -326,23 +223,6 @@ class Learner:
             self.monitor.check_device(self.global_step)
         if due is not None:
             self.on_due(due)
-
-    def actor_down(self, i: int, error: Exception) -> None:
-        """Actor i's round failed: it died (counted and logged once), or Ray is still restarting it
-        (its next round is asked for again shortly)."""
-        now = time.monotonic()
-        if i not in self.down_since:
-            self.down_since[i] = now
-            self.deaths[i] += 1
-            self.restarts += 1
-            if self.deaths[i] > self.settings.max_restarts:
-                raise ClusterFault(f"actor {i} died {self.deaths[i]} times, more than distributed.max_restarts="
-                                   f"{self.settings.max_restarts}")
-            log.warning("actor %d died (%s); Ray restarts it (%d of distributed.max_restarts=%d) and the run goes on",
-                        i, type(error).__name__, self.deaths[i], self.settings.max_restarts)
-        elif now - self.down_since[i] > RESTART_PATIENCE:
-            raise ClusterFault(f"actor {i} did not come back within {RESTART_PATIENCE:.0f} s of its death")
-        self.retries.append((now + 0.5, i))
 
     def behind(self) -> bool:
         """Whether the learner has made fewer than `min_replay_ratio` updates per env step (after warm-up)."""
@@ -356,7 +236,7 @@ class Learner:
 
     def update(self) -> bool:
         """One update on the next prefetched batch; False while the shards hold too little."""
-        drawn = self.next_batch()
+        drawn = self.cluster.sample(self.agent.batch_size)
         if drawn is None:
             return False
         i, sample = drawn
@@ -367,39 +247,14 @@ class Learner:
         if priorities is not None and self.prioritized:
             if self.recurrent:
                 priorities = sequence_priorities(priorities, self.agent.counted(batch), self.settings.priority_eta)
-            self.new_priorities[i].append((np.asarray(rows), priorities.detach().cpu().numpy()))
+            self.cluster.send_priorities(i, np.asarray(rows), priorities.detach().cpu().numpy())
         self.monitor.record(metrics, self.agent.updates, self.global_step)
         if self.agent.updates % self.settings.publish_every == 0:
             self.publish()
         return True
 
-    def next_batch(self) -> tuple[int, Any] | None:
-        """(its shard, a sampled batch), taking turns over the shards. Each shard has sample requests
-        in flight; the new priorities of its batches go with the request that replaces one (one call)."""
-        i = self.turn % len(self.shards)
-        self.turn += 1
-        if self.drawn[i]:
-            return i, self.drawn[i].popleft()
-        shard, queue, ray = self.shards[i], self.inflight[i], self.ray
-        if self.new_priorities[i]:
-            rows, priorities = (np.concatenate(parts) for parts in zip(*self.new_priorities[i]))
-            shard.update_priorities.remote(rows, priorities)
-            self.new_priorities[i] = []
-        while len(queue) < self.settings.prefetch + 1:
-            queue.append(shard.sample.remote(self.agent.batch_size, SAMPLE_BATCHES))
-        try:
-            batches = ray.get(queue.popleft())
-        except ray.exceptions.RayActorError as error:
-            raise ClusterFault(f"replay shard {i} was lost ({type(error).__name__})") from None
-        if batches is None:
-            return None
-        self.drawn[i].extend(batches[1:])
-        return i, batches[0]
-
     def publish(self) -> None:
-        """The learner's weights into the object store, where actors pull them at their next round."""
-        self.weights = self.ray.put(network_weights(self.agent))
-        self.version = self.agent.updates
+        self.cluster.publish(network_weights(self.agent), self.agent.updates)
 
     # --- what falls due ---------------------------------------------------------------
     def on_due(self, due: Due) -> None:
@@ -426,7 +281,7 @@ class Learner:
                     "distributed/updates_per_s": round((updates - updates_before) / seconds, 1),
                     "distributed/replay_ratio": round((updates - updates_before) / max(steps - steps_before, 1), 4),
                     "distributed/weight_lag": float(np.mean(self.lags)) if self.lags else None,
-                    "distributed/actor_restarts": self.restarts, "distributed/actors": len(self.actors)})
+                    "distributed/actor_restarts": self.restarts, "distributed/actors": self.settings.actors})
         self.lags = []
         last = self.evaluator.last
         if with_eval and last is not None:
@@ -442,13 +297,10 @@ class Learner:
                        "finished_lengths": list(self.finished_lengths),
                        "latest_update": {k: float(v) for k, v in self.monitor.latest.items()}},
             "rng": {"torch": torch.get_rng_state()},
-            "distributed": {"actors": len(self.actors), "actor_restarts": self.restarts},
+            "distributed": {"actors": self.settings.actors, "actor_restarts": self.restarts},
         }
         if with_replay:
-            try:
-                state["replay"] = self.ray.get([shard.state_dict.remote() for shard in self.shards])
-            except self.ray.exceptions.RayActorError as error:
-                raise ClusterFault(f"a replay shard was lost ({type(error).__name__})") from None
+            state["replay"] = self.cluster.replay_states()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -462,7 +314,7 @@ class Learner:
             self.finished_returns = list(runner["finished_returns"])
             self.finished_lengths = list(runner["finished_lengths"])
             self.monitor.latest = dict(runner["latest_update"])
-            self.restarts = int(state.get("distributed", {}).get("actor_restarts", 0))
+            self.restarts_before = int(state.get("distributed", {}).get("actor_restarts", 0))
             torch.set_rng_state(state["rng"]["torch"])
         except (KeyError, RuntimeError, ValueError) as error:
             raise RunError(f"checkpoint {self.run_dir.checkpoints / 'last.pt'} does not fit this config "
@@ -500,27 +352,8 @@ class Learner:
         from rl_hydra.runs import provenance
         from rl_hydra.runs.run_dir import atomic_write_text
 
-        ray = self.ray
-        nodes = sorted({node.get("NodeManagerHostname") or node.get("NodeManagerAddress")
-                        for node in ray.nodes() if node.get("Alive")})
         record = provenance.read(self.run_dir)
         if not record or not record["sessions"]:
             return
-        record["sessions"][-1]["distributed"] = {
-            "kind": "apex", "ray": ray.__version__, "address": self.settings.address or "local",
-            "nodes": nodes, "actors": len(self.actors), "cpus_per_actor": self.settings.cpus_per_actor,
-            "shards": len(self.shards)}
+        record["sessions"][-1]["distributed"] = self.cluster.describe()
         atomic_write_text(self.run_dir.provenance_json, json.dumps(record, indent=2) + "\n")
-
-    def shutdown(self) -> None:
-        """End the actors and shards (and the local Ray instance this run started)."""
-        ray = self.ray
-        if not ray.is_initialized():
-            return
-        for handle in [*self.actors, *self.shards]:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        if self.ray_started:
-            ray.shutdown()

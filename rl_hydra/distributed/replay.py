@@ -1,6 +1,6 @@
 """Replay shards: what a Ray replay actor holds. Actors `add` finished n-step transitions (or
 sequences) with the priorities they computed; the learner `sample`s batches and sends back
-`update_priorities`. Plain classes: rl_hydra.distributed.learner makes them Ray actors.
+`update_priorities`. Plain classes: rl_hydra/distributed/cluster.py makes them Ray actors.
 
 A transition shard holds the run's own transition buffer (buffer=prioritized: Ape-X; buffer=replay:
 uniform), built for one-step rows: an actor has already summed each row's n rewards, so the row's
@@ -20,7 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.buffers import compiled_sum_tree
-from rl_hydra.config import check_int
+from rl_hydra.config import ConfigError, check_int
 from rl_hydra.protocols import Batch, SequenceBatch
 
 
@@ -53,12 +53,17 @@ class TransitionShard:
     """The run's transition buffer (`cfg.buffer`) for rows that arrive as finished n-step transitions."""
 
     def __init__(self, buffer_cfg: dict, observation_space, action_space, gamma: float, seed: int):
-        from hydra.utils import instantiate
+        from rl_hydra.training import build
 
         node = OmegaConf.create(buffer_cfg)
         node.pop("device", None)
-        self.buffer = instantiate(node, observation_space=observation_space, action_space=action_space,
-                                  num_envs=1, device="cpu", seed=seed, n_step=1, gamma=gamma, share_frames=False)
+        self.refused: str | None = None   # why the buffer could not be built here (`ready` says it)
+        try:
+            self.buffer = build(node, "buffer", observation_space=observation_space, action_space=action_space,
+                                num_envs=1, device="cpu", seed=seed, n_step=1, gamma=gamma, share_frames=False)
+        except ConfigError as error:   # too large for this node's memory, ...
+            self.refused = str(error)
+            return
         self.discounts = np.zeros(self.buffer.capacity, np.float32)   # gamma^k of each row's return
         self.prioritized = hasattr(self.buffer, "update_priorities")
         self.added = 0
@@ -76,6 +81,10 @@ class TransitionShard:
 
     def __len__(self) -> int:
         return len(self.buffer)
+
+    def ready(self) -> str | None:
+        """None, or why the shard's buffer could not be built (one line)."""
+        return self.refused
 
     def sample(self, batch_size: int, count: int) -> list[Batch] | None:
         """`count` batches (numpy arrays), or None while fewer than `batch_size` rows are stored."""
@@ -131,6 +140,10 @@ class SequenceShard:
 
     def __len__(self) -> int:
         return self.size
+
+    def ready(self) -> str | None:
+        """None: its chunks are allocated at the first add, once their shapes are known."""
+        return None
 
     def sample(self, batch_size: int, count: int) -> list[tuple[SequenceBatch, np.ndarray]] | None:
         """`count` (batch, its rows (B,)), or None while fewer than `batch_size` sequences are stored."""
