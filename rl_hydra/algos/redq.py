@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
-from rl_hydra.config import ConfigError, check_float
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities, Observation
@@ -102,7 +102,7 @@ class REDQ:
         self.learn_alpha = learn_alpha
         self.actor_q = actor_q
         self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
-                               else check_float("algo.target_entropy", target_entropy))
+                               else float(target_entropy))   # auto or a number: the schema's check
         self.max_grad_norm = max_grad_norm
 
         actor = network["actor"](self.observation_dim, action_space.low, action_space.high).to(self.device)
