@@ -27,7 +27,7 @@ from torch import nn
 
 from rl_hydra.algos.common import make_optimizer, require_box, vector_features
 from rl_hydra.algos.redq import REDQ, ensemble_mse
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
+from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.batch_renorm import batch_statistics
 from rl_hydra.networks.updates import optimizer_step
@@ -93,19 +93,11 @@ class CrossQ(REDQ):
         self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
         if self.observation_encoder is not None:
             self.observation_encoder.to(self.device)
-        self.ensemble_size = check_int("algo.ensemble_size", ensemble_size, minimum=1)
-        # batch statistics need two rows at least (the actor's pass normalizes B rows)
-        self.batch_size = check_int("algo.batch_size", batch_size, minimum=2)
-        self.learning_starts = check_int("algo.learning_starts", learning_starts, minimum=0)
-        self.train_every = check_int("algo.train_every", train_every, minimum=1)
-        self.gradient_steps = check_int("algo.gradient_steps", gradient_steps, minimum=1)
-        self.policy_delay = check_int("algo.policy_delay", policy_delay, minimum=1)
-        self.learn_alpha = check_choice("algo.learn_alpha", learn_alpha, (True, False))
-        initial_alpha = check_float("algo.initial_alpha", initial_alpha, 0.0, exclusive_min=True)
-        self.target_entropy = (-float(self.action_dim) if target_entropy == "auto"
-                               else check_float("algo.target_entropy", target_entropy))
-        self.max_grad_norm = None if max_grad_norm is None else check_float(
-            "algo.max_grad_norm", max_grad_norm, 0.0, exclusive_min=True)
+        # the keys' ranges: rl_hydra/schema/algos.py (CrossQKeys)
+        self.ensemble_size, self.batch_size, self.policy_delay = ensemble_size, batch_size, policy_delay
+        self.learning_starts, self.train_every, self.gradient_steps = learning_starts, train_every, gradient_steps
+        self.learn_alpha, self.max_grad_norm = learn_alpha, max_grad_norm
+        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
         if gsde_resample_every != -1 and not (isinstance(gsde_resample_every, int) and gsde_resample_every >= 1):
             raise ConfigError(f"algo.gsde_resample_every={gsde_resample_every!r} is out of range; expected -1 (a new "
                               f"matrix after each training phase only) or an integer >= 1")

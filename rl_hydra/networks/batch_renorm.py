@@ -25,8 +25,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.config import check_float, check_int
-
 
 class BatchRenorm(nn.Module):
     """Batch renormalization over the batch dimension (the second to last) of x (..., B, F).
@@ -42,15 +40,11 @@ class BatchRenorm(nn.Module):
     steps: torch.Tensor
 
     def __init__(self, num_features: int, members: int | None = None, *, momentum: float = 0.01,
-                 eps: float = 0.001, warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0,
-                 key: str = "network"):
+                 eps: float = 0.001, warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0):
         super().__init__()
         shape = (num_features,) if members is None else (members, num_features)
-        self.momentum = check_float(f"{key}.momentum", momentum, 0.0, 1.0, exclusive_min=True)
-        self.eps = check_float(f"{key}.eps", eps, 0.0, exclusive_min=True)
-        self.warmup_steps = check_int(f"{key}.warmup_steps", warmup_steps, minimum=0)
-        self.r_max = check_float(f"{key}.r_max", r_max, 1.0)
-        self.d_max = check_float(f"{key}.d_max", d_max, 0.0)
+        # their ranges: rl_hydra/schema/networks.py (BatchRenormKeys)
+        self.momentum, self.eps, self.warmup_steps, self.r_max, self.d_max = momentum, eps, warmup_steps, r_max, d_max
         self.scale = nn.Parameter(torch.ones(shape))
         self.bias = nn.Parameter(torch.zeros(shape))
         self.register_buffer("running_mean", torch.zeros(shape))

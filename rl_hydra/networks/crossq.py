@@ -22,11 +22,11 @@ from rl_hydra.networks.batch_renorm import BatchRenorm
 from rl_hydra.networks.mlp import activation_class
 
 
-def renorm_factory(part: str, momentum: float, eps: float, warmup_steps: int, r_max: float,
+def renorm_factory(momentum: float, eps: float, warmup_steps: int, r_max: float,
                    d_max: float) -> Callable[..., BatchRenorm]:
-    """BatchRenorm(num_features, members) with these settings, checked under network.<part>.*."""
+    """BatchRenorm(num_features, members) with these settings (network.<actor|critic>.*)."""
     return functools.partial(BatchRenorm, momentum=momentum, eps=eps, warmup_steps=warmup_steps, r_max=r_max,
-                             d_max=d_max, key=f"network.{part}")
+                             d_max=d_max)
 
 
 class BatchRenormActor(SquashedGaussianActor):
@@ -41,7 +41,7 @@ class BatchRenormActor(SquashedGaussianActor):
                  r_max: float = 3.0, d_max: float = 5.0):
         super().__init__(observation_dim, action_low, action_high, hidden_sizes, activation, log_std_min,
                          log_std_max, gsde, gsde_log_std_init, gsde_clip_mean)
-        renorm = renorm_factory("actor", momentum, eps, warmup_steps, r_max, d_max)
+        renorm = renorm_factory(momentum, eps, warmup_steps, r_max, d_max)
         layers: list[nn.Module] = [renorm(observation_dim)]
         for fan_in, fan_out in zip([observation_dim, *hidden_sizes[:-1]], hidden_sizes):
             layers += [nn.Linear(fan_in, fan_out), activation_class(activation)(), renorm(fan_out)]
@@ -60,7 +60,7 @@ class BatchRenormCriticEnsemble(nn.Module):
         super().__init__()
         self.ensemble = CriticEnsemble(input_dim, ensemble_size, hidden_sizes, activation)
         self.ensemble_size = self.ensemble.ensemble_size
-        renorm = renorm_factory("critic", momentum, eps, warmup_steps, r_max, d_max)
+        renorm = renorm_factory(momentum, eps, warmup_steps, r_max, d_max)
         self.norms = nn.ModuleList(renorm(size, ensemble_size) for size in [input_dim, *hidden_sizes])
         self.activation = activation_class(activation)()
         self.eval()

@@ -147,6 +147,7 @@ class CrossQKeys(EntropyKeys):
     """No target networks, so no tau: the critics' batch renormalization (network/crossq.yaml) keeps them stable."""
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.crossq.CrossQ",)
+    batch_size: int = key(help="B: the critics see 2B rows; batch statistics need B >= 2", integer=True, minimum=2)
 
 
 @dataclass
