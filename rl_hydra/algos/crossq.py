@@ -32,7 +32,6 @@ from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.batch_renorm import batch_statistics
 from rl_hydra.networks.updates import optimizer_step
 from rl_hydra.protocols import Batch, Capabilities
-from rl_hydra.runs.rng import restore_generator
 
 
 # --- the math -------------------------------------------------------------------------
@@ -158,29 +157,10 @@ class CrossQ(REDQ):
         return (alpha * log_prob - q_value).mean(), log_prob
 
     # --- the state ------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Weights and the normalization layers' running statistics (buffers of the networks'
-        state_dicts), optimizers, counters, the generator and gSDE's held noise."""
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(),
-                "actor_optimizer": self.actor_optimizer.state_dict(),
-                "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict(),
-                "updates": self.updates, "generator": self.generator.get_state(),
-                "last_actor_metrics": dict(self.last_actor_metrics),
-                "exploration_noise": self.exploration_noise, "explore_steps": self.explore_steps}
+    def target_state(self) -> dict:
+        """No target networks: REDQ's state without them (the networks' state_dicts hold the
+        normalization layers' running statistics)."""
+        return {}
 
-    def load_state_dict(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.updates = state["updates"]
-        restore_generator(self.generator, state["generator"])
-        self.last_actor_metrics = dict(state["last_actor_metrics"])
-        noise = state["exploration_noise"]
-        self.exploration_noise = None if noise is None else noise.to(self.device)
-        self.explore_steps = state["explore_steps"]
+    def load_target_state(self, state: dict) -> None:
+        pass

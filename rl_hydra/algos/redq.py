@@ -220,7 +220,7 @@ class REDQ:
 
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                **self.target_state(), "log_alpha": self.log_alpha.detach().clone(),
                 "actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict(),
@@ -228,10 +228,17 @@ class REDQ:
                 "last_actor_metrics": dict(self.last_actor_metrics),
                 "exploration_noise": self.exploration_noise, "explore_steps": self.explore_steps}
 
+    def target_state(self) -> dict:
+        """The target critics' part of the state (CrossQ has none)."""
+        return {"critic_target": self.critic_target.state_dict()}
+
+    def load_target_state(self, state: dict) -> None:
+        self.critic_target.load_state_dict(state["critic_target"])
+
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        self.load_target_state(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
