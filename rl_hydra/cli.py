@@ -34,6 +34,7 @@ log = logging.getLogger("rl_hydra")
 USER_GROUPS = {"algo": "the algorithm", "env": "the environment; env=gym env.id=<any registered id>",
                "network": "default: the algorithm's own", "buffer": "default: the algorithm's own",
                "logger": "a list, e.g. logger=[csv,tensorboard,mlflow]",
+               "distributed": "none: one process; apex: actors and replay on Ray (docs/distributed.md)",
                "hparams_search": "with -m: an Optuna search, +hparams_search=<name>"}
 
 
