@@ -72,14 +72,21 @@ class RecurrentQNetworkKeys(NetworkKeys):
 
 
 @dataclass
-class DeterministicActorKeys:
-    """TD3's actor: tanh(mu(s)), scaled to the action box."""
+class PartKeys:
+    """What every actor and critic ensemble has: an MLP the algorithm builds with the spaces."""
 
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.DeterministicActor",)
-    _target_: str = key(help="the actor's class")
+    targets: ClassVar[tuple[str, ...]] = ()
+    _target_: str = key(help="the actor's or the critics' class")
     _partial_: bool = key(help="built by the agent", choices=BOOL)
     hidden_sizes: list[int] = sizes("the hidden layers' widths")
     activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+
+
+@dataclass
+class DeterministicActorKeys(PartKeys):
+    """TD3's actor: tanh(mu(s)), scaled to the action box."""
+
+    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.DeterministicActor",)
 
 
 @dataclass
@@ -94,15 +101,11 @@ class ActorKeys(DeterministicActorKeys):
 
 
 @dataclass
-class CriticKeys:
+class CriticKeys(PartKeys):
     """An ensemble of Q(s, a) critics (TQC's quantile critics too); the algorithm gives their number."""
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.CriticEnsemble",
                                           "rl_hydra.networks.actor_critic.QuantileCriticEnsemble")
-    _target_: str = key(help="the critics' class")
-    _partial_: bool = key(help="built by the agent", choices=BOOL)
-    hidden_sizes: list[int] = sizes("the hidden layers' widths")
-    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
     dropout: float = key(help="after each hidden Linear (DroQ: 0.01)", minimum=0.0, maximum=1.0, below=True)
     layer_norm: bool = key(help="after the dropout, before the activation (DroQ: true)", choices=BOOL)
 
@@ -125,12 +128,8 @@ class BatchRenormActorKeys(ActorKeys, BatchRenormKeys):
 
 
 @dataclass
-class BatchRenormCriticKeys(BatchRenormKeys):
+class BatchRenormCriticKeys(PartKeys, BatchRenormKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.crossq.BatchRenormCriticEnsemble",)
-    _target_: str = key(help="the critics' class")
-    _partial_: bool = key(help="built by the agent", choices=BOOL)
-    hidden_sizes: list[int] = sizes("the hidden layers' widths")
-    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
 
 
 @dataclass
