@@ -1,10 +1,10 @@
 """rl-hydra: a Hydra-configured launcher for off-policy deep RL.
 
-    from rl_hydra import train, load_run
-    run = train("algo=iqn", "env=cartpole", "train.total_steps=5000")
-    run = load_run("outputs/2026-01-01/12-00-00-000000_iqn_cartpole")
-    action = run.predict(observation)
-    verdict = verify_run("outputs/...")   # re-run its first steps and compare with its record
+from rl_hydra import train, load_run
+run = train("algo=iqn", "env=cartpole", "train.total_steps=5000")
+run = load_run("outputs/2026-01-01/12-00-00-000000_iqn_cartpole")
+action = run.predict(observation)
+verdict = verify_run("outputs/...")   # re-run its first steps and compare with its record
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ if TYPE_CHECKING:
     from rl_hydra.verify import verify_run
 
 __all__ = ["Run", "compose_train_config", "load_run", "train", "verify_run"]
-_HOMES = {"Run": "rl_hydra.run", "load_run": "rl_hydra.run",
-          "compose_train_config": "rl_hydra.api", "train": "rl_hydra.api", "verify_run": "rl_hydra.verify"}
+_HOMES = {
+    "Run": "rl_hydra.run",
+    "load_run": "rl_hydra.run",
+    "compose_train_config": "rl_hydra.api",
+    "train": "rl_hydra.api",
+    "verify_run": "rl_hydra.verify",
+}
 
 
 def __getattr__(name: str) -> Any:

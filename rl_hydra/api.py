@@ -23,16 +23,20 @@ def _compose(overrides) -> tuple[DictConfig, DictConfig]:
     the group choices and the overrides)."""
     from hydra.errors import HydraException
 
-    with hydra_scope():   # also from inside a running Hydra app, whose state it leaves as it was
+    with hydra_scope():  # also from inside a running Hydra app, whose state it leaves as it was
         try:
             cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
-        except HydraException as error:   # a value of the wrong type, a key or option that does not exist
+        except HydraException as error:  # a value of the wrong type, a key or option that does not exist
             raise ConfigError(type_refusal(error.__cause__) or str(error).splitlines()[0]) from None
-        except OverflowError as error:   # a float key given an integer past a float's range
+        except OverflowError as error:  # a float key given an integer past a float's range
             raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
-        hydra_cfg = OmegaConf.create({"run": {"dir": cfg.hydra.run.dir},
-                                      "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},
-                                      "overrides": {"task": list(overrides)}})
+        hydra_cfg = OmegaConf.create(
+            {
+                "run": {"dir": cfg.hydra.run.dir},
+                "runtime": {"choices": OmegaConf.to_container(cfg.hydra.runtime.choices)},
+                "overrides": {"task": list(overrides)},
+            }
+        )
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, hydra_cfg
@@ -50,8 +54,10 @@ def train(*overrides: str, run_dir: str | Path | None = None, checkpoint: str = 
     run_dir = Path(run_dir if run_dir is not None else hydra_cfg.run.dir)
     print(f"rl-hydra: training into {run_dir}")
     summary = launch(cfg, run_dir, overrides=list(overrides), hydra_cfg=hydra_cfg)
-    print(f"rl-hydra: {summary['status']} at step {summary['global_step']}, eval return "
-          f"{summary['eval_return_mean']}; run directory: {run_dir}")
+    print(
+        f"rl-hydra: {summary['status']} at step {summary['global_step']}, eval return "
+        f"{summary['eval_return_mean']}; run directory: {run_dir}"
+    )
     return load_run(run_dir, checkpoint=checkpoint, trust=named_code(cfg))
 
 

@@ -31,11 +31,15 @@ log = logging.getLogger("rl_hydra")
 
 # what `--help` lists: the groups a user picks, each with what it is for (algo/base, the optimizer
 # group and suite/ are building blocks of the others)
-USER_GROUPS = {"algo": "the algorithm", "env": "the environment; env=gym env.id=<any registered id>",
-               "network": "default: the algorithm's own", "buffer": "default: the algorithm's own",
-               "logger": "a list, e.g. logger=[csv,tensorboard,mlflow]",
-               "distributed": "none: one process; apex: actors and replay on Ray (docs/distributed.md)",
-               "hparams_search": "with -m: an Optuna search, +hparams_search=<name>"}
+USER_GROUPS = {
+    "algo": "the algorithm",
+    "env": "the environment; env=gym env.id=<any registered id>",
+    "network": "default: the algorithm's own",
+    "buffer": "default: the algorithm's own",
+    "logger": "a list, e.g. logger=[csv,tensorboard,mlflow]",
+    "distributed": "none: one process; apex: actors and replay on Ray (docs/distributed.md)",
+    "hparams_search": "with -m: an Optuna search, +hparams_search=<name>",
+}
 
 
 def help_groups(searchpath=()) -> str:
@@ -48,8 +52,10 @@ def help_groups(searchpath=()) -> str:
         loader = GlobalHydra.instance().config_loader()
         options = {group: shown(group_options(loader, group, "train", overrides)) for group in USER_GROUPS}
     lines = [f"{group}: {', '.join(options[group])}  ({what})" for group, what in USER_GROUPS.items()]
-    lines.append("algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
-                 "~algo_env drops it")
+    lines.append(
+        "algo_env: a tuned preset (conf/algo_env/<algo>_<env>.yaml) applies by itself when one exists; "
+        "~algo_env drops it"
+    )
     return "\n".join(lines)
 
 
@@ -71,7 +77,7 @@ def shown(options: list[str]) -> list[str]:
 
 if not OmegaConf.has_resolver("rl_hydra.help_groups"):
     OmegaConf.register_new_resolver("rl_hydra.help_groups", help_groups)
-register_job_dir_resolver()   # hydra.sweep.subdir, resolved in whichever process runs a job
+register_job_dir_resolver()  # hydra.sweep.subdir, resolved in whichever process runs a job
 
 
 def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -79,7 +85,7 @@ def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
     gave it, never through Hydra's override parser: a sweep job's directory is named from its
     overrides (`seed=0,train.total_steps=2000`), which that parser cannot read as one value. A path
     quoted for Hydra as well (`"resume='<path>'"`) is read too."""
-    paths = [argument[len("resume="):] for argument in argv if argument.startswith("resume=")]
+    paths = [argument[len("resume=") :] for argument in argv if argument.startswith("resume=")]
     others = [argument for argument in argv if not argument.startswith("resume=")]
     if not paths:
         return None, others
@@ -112,8 +118,13 @@ class HydraFlags(argparse.ArgumentParser):
         self.add_argument("--config-name", "-cn")
         self.add_argument("--config-dir", "-cd")
         self.add_argument("--experimental-rerun")
-        self.add_argument("--info", "-i", nargs="?", const="all",
-                          choices=["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"])
+        self.add_argument(
+            "--info",
+            "-i",
+            nargs="?",
+            const="all",
+            choices=["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"],
+        )
 
     def error(self, message: str):
         raise ConfigError(f"{message}; python train.py --hydra-help lists Hydra's flags")
@@ -130,14 +141,16 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
         return args, OverridesParser.create().parse_overrides(args.overrides)
     except OverrideParseException as error:
         raise ConfigError(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
-    except ValueError:   # Python refuses an integer of over 4,300 digits: the override parser's int() raises
+    except ValueError:  # Python refuses an integer of over 4,300 digits: the override parser's int() raises
         huge = max(args.overrides, key=len)
-        raise ConfigError(f"{huge[:30]}... ({len(huge)} characters) holds a number out of range; no key takes a "
-                          f"number that large") from None
+        raise ConfigError(
+            f"{huge[:30]}... ({len(huge)} characters) holds a number out of range; no key takes a number that large"
+        ) from None
 
 
-def check_config(overrides: list[Override], *, multirun: bool = False, config_name: str = "train",
-                 launches: bool = True) -> DictConfig:
+def check_config(
+    overrides: list[Override], *, multirun: bool = False, config_name: str = "train", launches: bool = True
+) -> DictConfig:
     """The one check before Hydra runs: compose the config as the run will, with Hydra's compose
     API, and turn Hydra's refusal into one ConfigError line (a group option that does not exist,
     with the group's options and the closest one; a key the config lacks, with the closest key and
@@ -155,15 +168,14 @@ def check_config(overrides: list[Override], *, multirun: bool = False, config_na
         def options(group: str) -> list[str]:
             return group_options(loader, group, config_name, searchpath)
 
-        chosen = [first_job(override, loader, options) if multirun else as_typed(override)
-                  for override in overrides]
+        chosen = [first_job(override, loader, options) if multirun else as_typed(override) for override in overrides]
         try:
             cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
         except MissingConfigException as error:
             raise ConfigError(missing_option(error, overrides, options)) from None
-        except HydraException as error:   # ConfigCompositionException, ...
+        except HydraException as error:  # ConfigCompositionException, ...
             raise ConfigError(refused_override(error, chosen, config_name)) from None
-        except OverflowError as error:   # a float key given an integer past a float's range
+        except OverflowError as error:  # a float key given an integer past a float's range
             raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
     if launches and not multirun:
         check_sweep_only(cfg.hydra.runtime.choices, overrides)
@@ -198,9 +210,9 @@ def first_job(override: Override, loader, options) -> str:
     if not override.is_sweep_override():
         return as_typed(override)
     key, swept = override.get_key_element(), override.value()
-    if isinstance(swept, IntervalSweep):   # the one sweep that is not discrete
+    if isinstance(swept, IntervalSweep):  # the one sweep that is not discrete
         return f"{key}={swept.start}"
-    override.config_loader = loader   # glob(...) lists the group's options through it
+    override.config_loader = loader  # glob(...) lists the group's options through it
     jobs = [f"{key}={value}" for value in override.sweep_string_iterator()]
     allowed = options(override.key_or_group)
     for job in OverridesParser.create().parse_overrides(jobs) if allowed else []:
@@ -228,11 +240,11 @@ def closest(typed, candidates: list[str]) -> str:
 def missing_option(error, overrides: list[Override], options) -> str:
     """One line for Hydra's MissingConfigException: a group option that does not exist."""
     group, _, option = (error.missing_cfg_file or "").rpartition("/")
-    if not group:   # the primary config itself
+    if not group:  # the primary config itself
         return str(error).splitlines()[0]
-    if any(override.key_or_group == group for override in overrides):   # as given on the command line
+    if any(override.key_or_group == group for override in overrides):  # as given on the command line
         return not_an_option(group, option, options(group))
-    offered = shown(options(group))   # from a file's defaults
+    offered = shown(options(group))  # from a file's defaults
     return f"{str(error).splitlines()[0]}; choose one of: {', '.join(offered)}{closest(option, offered)}"
 
 
@@ -246,28 +258,38 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     cause = error.__cause__
-    wrong_type = type_refusal(cause)   # a value its schema's type refuses (rl_hydra/schema)
+    wrong_type = type_refusal(cause)  # a value its schema's type refuses (rl_hydra/schema)
     if wrong_type is not None:
         return wrong_type
     parsed = OverridesParser.create().parse_overrides(chosen)
     lacking = getattr(cause, "full_key", None) if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) else None
-    key = next((override.key_or_group for override in parsed if not override.is_delete() and lacking is not None
-                and (override.key_or_group == lacking or override.key_or_group.startswith(f"{lacking}."))), None)
-    if key is None:   # not an override's key the config lacks
+    key = next(
+        (
+            override.key_or_group
+            for override in parsed
+            if not override.is_delete()
+            and lacking is not None
+            and (override.key_or_group == lacking or override.key_or_group.startswith(f"{lacking}."))
+        ),
+        None,
+    )
+    if key is None:  # not an override's key the config lacks
         lines = [line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()]
         if cause is not None and str(cause).strip():
             lines.append(str(cause).strip().splitlines()[0])
         return "; ".join(lines) or type(error).__name__
-    try:   # the config without the refused key, for the closest one
+    try:  # the config without the refused key, for the closest one
         others = [as_typed(override) for override in parsed if override.key_or_group != key]
         cfg = compose(config_name=config_name, overrides=others, return_hydra_config=key.startswith("hydra."))
     except HydraException:
         known = []
-    else:   # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
+    else:  # every key and every prefix of one: algo.optimizer.lr, algo.optimizer, algo
         known = sorted({".".join(k.split(".")[:n]) for k in flat_config(cfg) for n in range(1, k.count(".") + 2)})
     hint = closest(key, known).removeprefix("; ")
-    return (f"{key} is not a key of the config; {hint + ' ' if hint else ''}(a new key is added with +{key}=...; "
-            f"python train.py --cfg job shows every key)")
+    return (
+        f"{key} is not a key of the config; {hint + ' ' if hint else ''}(a new key is added with +{key}=...; "
+        f"python train.py --cfg job shows every key)"
+    )
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
@@ -284,11 +306,15 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
         cfg.train.progress = False
     try:
-        summary = launch(cfg, Path(hydra_cfg.runtime.output_dir), keep_refused=multirun,
-                         overrides=list(hydra_cfg.overrides.task),
-                         hydra_cfg=hydra_cfg)   # type: ignore[arg-type]  # a DictConfig, typed as its schema
+        summary = launch(
+            cfg,
+            Path(hydra_cfg.runtime.output_dir),
+            keep_refused=multirun,
+            overrides=list(hydra_cfg.overrides.task),
+            hydra_cfg=hydra_cfg,  # type: ignore[arg-type]  # a DictConfig, typed as its schema
+        )
     except RunFailed as error:
-        if multirun and error.code != EXIT_INTERRUPTED:   # the job's train.log has the line too
+        if multirun and error.code != EXIT_INTERRUPTED:  # the job's train.log has the line too
             print(f"error: {hydra_cfg.runtime.output_dir}: {error}", file=sys.stderr)
             sweep_report.record_failure(hydra_cfg.sweep.dir, hydra_cfg.runtime.output_dir)
             return None
@@ -306,20 +332,20 @@ def main() -> None:
             resume_main(resume, [as_typed(override) for override in overrides])
             return
         if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):
-            multirun = args.multirun or any(o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN"
-                                            for o in overrides)
+            multirun = args.multirun or any(
+                o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN" for o in overrides
+            )
             launches = not (args.cfg or args.info or args.help or args.hydra_help)
-            cfg = check_config(overrides, multirun=multirun, config_name=args.config_name or "train",
-                               launches=launches)
-            if args.help:   # after Hydra's help: each key's help and range, from the schema
+            cfg = check_config(overrides, multirun=multirun, config_name=args.config_name or "train", launches=launches)
+            if args.help:  # after Hydra's help: each key's help and range, from the schema
                 atexit.register(lambda: print("== Keys ==\n" + "\n".join(key_lines(cfg))))
     except ConfigError as error:
         fail(str(error), EXIT_CONFIG)
-    mark_sweep_process()   # a sweep's jobs in worker processes stop when this process is gone (kill -9)
+    mark_sweep_process()  # a sweep's jobs in worker processes stop when this process is gone (kill -9)
     hydra_main()
-    if sweep_report.failed_jobs:   # a sweep some of whose jobs failed (the line is printed)
+    if sweep_report.failed_jobs:  # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)
 
 
-if __name__ == "__main__":   # python -m rl_hydra.cli, as train.py
+if __name__ == "__main__":  # python -m rl_hydra.cli, as train.py
     main()

@@ -21,12 +21,11 @@ from rl_hydra.schema.keys import is_int as _is_int
 from rl_hydra.schema.keys import is_number as _is_number
 from rl_hydra.schema.run import LARGEST_ENVS, LARGEST_EPISODES, LARGEST_SEED, LARGEST_THREADS
 
-__all__ = ["LARGEST_ENVS", "LARGEST_EPISODES", "LARGEST_INT", "LARGEST_SEED", "LARGEST_THREADS", "ConfigError",
-           "shown"]
+__all__ = ["LARGEST_ENVS", "LARGEST_EPISODES", "LARGEST_INT", "LARGEST_SEED", "LARGEST_THREADS", "ConfigError", "shown"]
 if TYPE_CHECKING:
     import torch
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"   # ships with the package; a link to ./conf in a checkout
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # ships with the package; a link to ./conf in a checkout
 
 
 # --- composing with Hydra ---------------------------------------------------------------
@@ -43,13 +42,13 @@ def hydra_scope(config_dir: Path = CONF_DIR) -> Iterator[None]:
 
     global_hydra, version, job = GlobalHydra.instance(), VersionBase.instance(), JobRuntime.instance()
     outer = global_hydra.hydra, version.getbase(), job.conf
-    global_hydra.clear()          # initialize refuses to run over an initialized Hydra
-    job.conf = job.conf.copy()    # and names its job in the copy
+    global_hydra.clear()  # initialize refuses to run over an initialized Hydra
+    job.conf = job.conf.copy()  # and names its job in the copy
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             yield
     finally:
-        GlobalHydra.set_instance(global_hydra)   # initialize leaves a copy of it in its place
+        GlobalHydra.set_instance(global_hydra)  # initialize leaves a copy of it in its place
         global_hydra.hydra, version.version_base, job.conf = outer
 
 
@@ -68,7 +67,7 @@ def compose_option(group: str, option: str) -> DictConfig:
 
 
 # --- env groups, presets and run names ---------------------------------------------------
-ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}   # old names that still work, not shown as choices
+ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}  # old names that still work, not shown as choices
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,7 +100,7 @@ def env_groups_for(env_id: str) -> list[str]:
     exact = [name for name in names if group_env_id(name) == env_id]
     if exact:
         return exact
-    families = []   # (the longest matching pattern's length, the group)
+    families = []  # (the longest matching pattern's length, the group)
     for name in names:
         matching = [len(pattern) for pattern in group_id_patterns(name) if fnmatch.fnmatchcase(env_id, pattern)]
         if matching:
@@ -138,7 +137,7 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
-register_schemas()   # the schemas (rl_hydra/schema) the group files compose onto
+register_schemas()  # the schemas (rl_hydra/schema) the group files compose onto
 
 
 def check_preset(cfg: DictConfig) -> None:
@@ -150,11 +149,17 @@ def check_preset(cfg: DictConfig) -> None:
     groups = [g for g in env_groups_for(cfg.env.id) if g not in ENV_ALIASES]
     gym = f"env=gym env.id={cfg.env.id} (the algorithm's defaults)"
     own_group = groups and group_env_id(groups[0]) == cfg.env.id
-    instead = (f"env={groups[0]} (with its own preset, if any), {gym}" if own_group
-               else f"env={groups[0]} env.id={cfg.env.id}" if groups   # a group made for the id's family (its ids)
-               else gym)
-    raise ConfigError(f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
-                      f"choose {instead}, or ~algo_env to drop the preset")
+    instead = (
+        f"env={groups[0]} (with its own preset, if any), {gym}"
+        if own_group
+        else f"env={groups[0]} env.id={cfg.env.id}"
+        if groups  # a group made for the id's family (its ids)
+        else gym
+    )
+    raise ConfigError(
+        f"algo_env={preset.name} is tuned for env.id={preset.env_id}, not {cfg.env.id}; "
+        f"choose {instead}, or ~algo_env to drop the preset"
+    )
 
 
 def flat_config(cfg: Any) -> dict[str, Any]:
@@ -193,8 +198,9 @@ def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | N
     return value
 
 
-def check_float(key: str, value: Any, minimum: float | None = None, maximum: float | None = None,
-                *, exclusive_min: bool = False) -> float:
+def check_float(
+    key: str, value: Any, minimum: float | None = None, maximum: float | None = None, *, exclusive_min: bool = False
+) -> float:
     """Return `value` as float if it is a finite number in range, else raise ConfigError."""
     allowed = _bounds(minimum, maximum, "a number", exclusive_min)
     if not _is_number(value):
@@ -228,8 +234,10 @@ def resolve_device(name: Any) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={name!r} but CUDA is not available on this machine "
-                          f"(torch {torch.__version__}); use device=cpu or device=auto")
+        raise ConfigError(
+            f"device={name!r} but CUDA is not available on this machine "
+            f"(torch {torch.__version__}); use device=cpu or device=auto"
+        )
     return torch.device(name)
 
 
@@ -241,8 +249,9 @@ def check_required(cfg: DictConfig) -> None:
     """Refuse a config with a required key (`???`, such as env=gym's env.id) not given. Nothing is
     resolved (OmegaConf.missing_keys would resolve `${hydra:...}`, which only a running job can)."""
     for key in sorted(key for key, value in flat_config(cfg).items() if value == "???"):
-        raise ConfigError(f"{key} is required here (it is ??? in the chosen groups); "
-                          f"{REQUIRED_EXAMPLES.get(key, f'give {key}=...')}")
+        raise ConfigError(
+            f"{key} is required here (it is ??? in the chosen groups); {REQUIRED_EXAMPLES.get(key, f'give {key}=...')}"
+        )
 
 
 def validate_run_config(cfg: DictConfig) -> None:

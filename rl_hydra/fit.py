@@ -18,8 +18,10 @@ from rl_hydra.protocols import Capabilities
 
 ACTION_KINDS = {"discrete": "a discrete action space", "continuous": "a continuous (Box) action space"}
 # env groups named in messages (building every env to find its action space would be slow)
-ENV_EXAMPLES = {"discrete": ["cartpole", "acrobot", "mountain_car", "lunar_lander", "minatar", "atari"],
-                "continuous": ["pendulum", "mountain_car_continuous", "hopper", "half_cheetah"]}
+ENV_EXAMPLES = {
+    "discrete": ["cartpole", "acrobot", "mountain_car", "lunar_lander", "minatar", "atari"],
+    "continuous": ["pendulum", "mountain_car_continuous", "hopper", "half_cheetah"],
+}
 
 
 def action_kind(space: gym.Space) -> str | None:
@@ -43,22 +45,28 @@ def check_fit(cfg: DictConfig, action_space: gym.Space, choice) -> Capabilities:
     algo = import_class(cfg.algo._target_, "algo._target_")
     can: Capabilities | None = getattr(algo, "capabilities", None)
     if can is None:
-        raise ConfigError(f"algo._target_={cfg.algo._target_} declares no `capabilities` (rl_hydra/protocols.py "
-                          f"Capabilities: action space, network, buffers, n-step); see docs/extending.md")
+        raise ConfigError(
+            f"algo._target_={cfg.algo._target_} declares no `capabilities` (rl_hydra/protocols.py "
+            f"Capabilities: action space, network, buffers, n-step); see docs/extending.md"
+        )
     name = choice("algo")
     kind = action_kind(action_space)
     if kind != can.actions:
         others = [option for option, other in algo_options().items() if other.capabilities.actions == kind]
         instead = f" or a {kind}-action algo ({', '.join(others)})" if others else ""
-        raise ConfigError(f"algo={name} needs {ACTION_KINDS[can.actions]} but the env has {action_space}; "
-                          f"use a {can.actions} env ({', '.join(ENV_EXAMPLES[can.actions])}){instead}")
+        raise ConfigError(
+            f"algo={name} needs {ACTION_KINDS[can.actions]} but the env has {action_space}; "
+            f"use a {can.actions} env ({', '.join(ENV_EXAMPLES[can.actions])}){instead}"
+        )
     check_network(cfg.network, can, name, choice("network"))
     check_buffer(cfg, can, name, choice("buffer"))
     n_step = cfg.algo.get("n_step", 1)
     if not can.n_step and isinstance(n_step, int) and n_step > 1:
         takers = [option for option, other in algo_options().items() if other.capabilities.n_step]
-        raise ConfigError(f"algo.n_step={n_step} is not supported by algo={name}, which learns from one-step "
-                          f"returns; allowed: 1 (n-step returns: {', '.join(takers)})")
+        raise ConfigError(
+            f"algo.n_step={n_step} is not supported by algo={name}, which learns from one-step "
+            f"returns; allowed: 1 (n-step returns: {', '.join(takers)})"
+        )
     return can
 
 
@@ -69,14 +77,24 @@ def check_network(network: DictConfig, can: Capabilities, algo: str, option: str
     for part, class_name in wanted.items():
         node = network.get(part) if part else (None if has_parts else network)
         target = node.get("_target_") if isinstance(node, DictConfig) else None
-        if target is None or not issubclass(import_class(target, f"network.{part}._target_" if part
-                                                          else "network._target_"), get_class(class_name)):
+        if target is None or not issubclass(
+            import_class(target, f"network.{part}._target_" if part else "network._target_"), get_class(class_name)
+        ):
             needs = ", ".join(f"{p}: {c}" if p else c for p, c in wanted.items())
-            builds = (", ".join(f"{p!s}: {node._target_}" for p, node in network.items()
-                                if isinstance(node, DictConfig) and "_target_" in node) or "no network class"
-                      if has_parts else network.get("_target_"))
-            raise ConfigError(f"network={option} builds {builds}, but algo={algo} builds on {needs}; "
-                              f"leave network= out (algo={algo} picks its own) or give a network of that class")
+            builds = (
+                ", ".join(
+                    f"{p!s}: {node._target_}"
+                    for p, node in network.items()
+                    if isinstance(node, DictConfig) and "_target_" in node
+                )
+                or "no network class"
+                if has_parts
+                else network.get("_target_")
+            )
+            raise ConfigError(
+                f"network={option} builds {builds}, but algo={algo} builds on {needs}; "
+                f"leave network= out (algo={algo} picks its own) or give a network of that class"
+            )
 
 
 def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> None:
@@ -86,8 +104,10 @@ def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> 
         raise ConfigError(f"algo={algo} needs {needs}; buffer={option} ({cfg.buffer._target_}) does not fit")
     if hasattr(buffer, "update_priorities") and not can.prioritized:
         takers = [name for name, other in algo_options().items() if other.capabilities.prioritized]
-        raise ConfigError(f"buffer={option} needs an algo whose update returns per-sample priorities; "
-                          f"algo={algo} does not (use buffer=replay, or algo={', '.join(takers)})")
+        raise ConfigError(
+            f"buffer={option} needs an algo whose update returns per-sample priorities; "
+            f"algo={algo} does not (use buffer=replay, or algo={', '.join(takers)})"
+        )
 
 
 @functools.lru_cache(maxsize=None)

@@ -49,7 +49,7 @@ from rl_hydra.runs.sweep_parent import sweep_job
 log = logging.getLogger("rl_hydra")
 
 EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
-LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"   # Hydra's job log format
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log format
 
 
 def fail(message: str, code: int):
@@ -73,9 +73,16 @@ class AlreadyFinished(Exception):
         self.summary = summary
 
 
-def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overrides: Sequence[str] | None = None,
-           hydra_cfg: DictConfig | None = None, keep_refused: bool = False,
-           config_changes: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+def launch(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    overrides: Sequence[str] | None = None,
+    hydra_cfg: DictConfig | None = None,
+    keep_refused: bool = False,
+    config_changes: dict[str, list[Any]] | None = None,
+) -> dict[str, Any]:
     """Train `cfg` into `run_dir` and return its summary; raises RunFailed.
 
     `overrides` (this launch's command line) and `hydra_cfg` (Hydra's node, or the part of it a
@@ -85,27 +92,34 @@ def launch(cfg: DictConfig, run_dir: str | Path, *, resume: bool = False, overri
     in its own new directory, so that the sweep's report lists it."""
     directory = RunDirectory(run_dir)
     overrides = list(overrides or [])
-    with sweep_job():   # a sweep job in a worker process ends with its sweep (kill -9 included)
+    with sweep_job():  # a sweep job in a worker process ends with its sweep (kill -9 included)
         return _launch(cfg, directory, resume, overrides, hydra_cfg, keep_refused, config_changes)
 
 
-def _launch(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: list[str],
-            hydra_cfg: DictConfig | None, keep_refused: bool,
-            config_changes: dict[str, list[Any]] | None) -> dict[str, Any]:
+def _launch(
+    cfg: DictConfig,
+    directory: RunDirectory,
+    resume: bool,
+    overrides: list[str],
+    hydra_cfg: DictConfig | None,
+    keep_refused: bool,
+    config_changes: dict[str, list[Any]] | None,
+) -> dict[str, Any]:
     try:
         validate_run_config(cfg)
         RunLock.check_free(directory)
         directory.check_links()
-        if config_changes:   # as validated: `3e3` given for an integer key is 3000
+        if config_changes:  # as validated: `3e3` given for an integer key is 3000
             config_changes = {key: [old, OmegaConf.select(cfg, key)] for key, (old, _) in config_changes.items()}
         finished = check_directory(directory, cfg, resume, overrides, config_changes)
         if finished is not None:
-            log.info("%s already holds a finished run (step %d); not training again",
-                     directory.path, finished["global_step"])
+            log.info(
+                "%s already holds a finished run (step %d); not training again", directory.path, finished["global_step"]
+            )
             remove_debris(directory)
             return finished
         return _train(cfg, directory, resume, overrides, hydra_cfg, config_changes)
-    except (ConfigError, RunError) as error:   # RunBusy, RunConflict, a damaged record file
+    except (ConfigError, RunError) as error:  # RunBusy, RunConflict, a damaged record file
         failure = RunFailed(str(error), EXIT_CONFIG)
         failure.__cause__ = error
     except RunFailed as error:
@@ -118,34 +132,53 @@ def _launch(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: l
     raise failure
 
 
-def check_directory(directory: RunDirectory, cfg: DictConfig, resume: bool, overrides: Sequence[str],
-                    config_changes: dict[str, list[Any]] | None) -> dict[str, Any] | None:
+def check_directory(
+    directory: RunDirectory,
+    cfg: DictConfig,
+    resume: bool,
+    overrides: Sequence[str],
+    config_changes: dict[str, list[Any]] | None,
+) -> dict[str, Any] | None:
     """What the directory already holds, read only: raises RunFailed for a launch that does not
     fit it; returns the summary of a finished run that this launch would not train further."""
     if not resume and directory.holds_output():
         check_same_config(directory, cfg, overrides)
-    provenance.read(directory)   # a damaged provenance.json is refused before the run writes to it
+    provenance.read(directory)  # a damaged provenance.json is refused before the run writes to it
     summary = directory.read_summary() or {}
     finished = summary.get("status") == "completed" and (
-        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None)
+        summary.get("global_step", 0) >= cfg.train.total_steps or summary.get("solved_at_step") is not None
+    )
     if finished and config_changes:
-        reached = (f"was solved at step {summary['solved_at_step']}" if summary.get("solved_at_step") is not None
-                   else f"ended at step {summary['global_step']}")
-        raise RunFailed(f"{directory.path} {reached}; {format_changes(config_changes)} would not train it "
-                        f"further (to extend it, give a larger train.total_steps); nothing was changed", EXIT_CONFIG)
+        reached = (
+            f"was solved at step {summary['solved_at_step']}"
+            if summary.get("solved_at_step") is not None
+            else f"ended at step {summary['global_step']}"
+        )
+        raise RunFailed(
+            f"{directory.path} {reached}; {format_changes(config_changes)} would not train it "
+            f"further (to extend it, give a larger train.total_steps); nothing was changed",
+            EXIT_CONFIG,
+        )
     return summary if finished else None
 
 
 def format_changes(changes: dict[str, list[Any]]) -> str:
     """The changes of a resume that could have trained a finished run further, its budget
     (`train.total_steps=100`); `this resume` where it changes none of it (train.progress alone)."""
-    budget = [f"{key}={new}" for key, (_, new) in changes.items()
-              if key in ("train.total_steps", "train.stop_at_return")]
+    budget = [
+        f"{key}={new}" for key, (_, new) in changes.items() if key in ("train.total_steps", "train.stop_at_return")
+    ]
     return ", ".join(budget) if budget else "this resume"
 
 
-def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: list[str],
-           hydra_cfg: DictConfig | None, config_changes: dict[str, list[Any]] | None) -> dict[str, Any]:
+def _train(
+    cfg: DictConfig,
+    directory: RunDirectory,
+    resume: bool,
+    overrides: list[str],
+    hydra_cfg: DictConfig | None,
+    config_changes: dict[str, list[Any]] | None,
+) -> dict[str, Any]:
     """Build and train (torch is imported here, in the job, so that the process launching a
     parallel sweep stays light); the directory is taken only once the run is built."""
     from rl_hydra.training import run
@@ -153,7 +186,7 @@ def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: li
     checkpointed = (directory.checkpoints / "last.pt").is_file()
     if resume and not checkpointed:
         log.info("%s has no checkpoint yet (stopped before its first one): training from step 0", directory.path)
-    resume = checkpointed   # a re-launched sweep continues too
+    resume = checkpointed  # a re-launched sweep continues too
     with contextlib.ExitStack() as held:
         session: list[Session] = []
         log_file: list[logging.Handler] = []
@@ -169,7 +202,7 @@ def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: li
             record_config(directory, cfg, overrides, hydra_cfg, config_changes)
             session.append(Session(directory, device, step, config_changes))
             log_file.append(held.enter_context(log_to_file(directory.path / "train.log")))
-            early.release(log_file[0])   # what building the run logged (the buffer's size, ...)
+            early.release(log_file[0])  # what building the run logged (the buffer's size, ...)
             log.info("run directory: %s", directory.path)
 
         try:
@@ -178,10 +211,18 @@ def _train(cfg: DictConfig, directory: RunDirectory, resume: bool, overrides: li
             return done.summary
         except Exception as error:  # noqa: BLE001 - every failure becomes one line and an exit code
             failure, status = classify(error, cfg, directory, committed=bool(session))
-            if log_file:   # the console gets the line from the caller; the run's log keeps it too
+            if log_file:  # the console gets the line from the caller; the run's log keeps it too
                 level = logging.WARNING if failure.code == EXIT_INTERRUPTED else logging.ERROR
-                log_file[0].handle(logging.makeLogRecord({"name": "rl_hydra", "levelno": level, "msg": str(failure),
-                                                          "levelname": logging.getLevelName(level)}))
+                log_file[0].handle(
+                    logging.makeLogRecord(
+                        {
+                            "name": "rl_hydra",
+                            "levelno": level,
+                            "msg": str(failure),
+                            "levelname": logging.getLevelName(level),
+                        }
+                    )
+                )
             if session:
                 end_session(session[0], directory, status)
             raise failure from (error if failure.code == EXIT_CONFIG else None)
@@ -198,17 +239,20 @@ def classify(error: Exception, cfg: DictConfig, directory: RunDirectory, committ
         return error, "failed"
     if isinstance(error, WriteFailed):
         return RunFailed(write_failure(directory, error), EXIT_FAILED), "failed"
-    if isinstance(error, (ConfigError, RunError)):   # a bad config, a busy or unfitting directory or checkpoint
+    if isinstance(error, (ConfigError, RunError)):  # a bad config, a busy or unfitting directory or checkpoint
         return RunFailed(str(error), EXIT_CONFIG), "failed"
     if isinstance(error, TrainingDiverged):
         return RunFailed(f"training diverged: {error}", EXIT_FAILED), "failed"
     if isinstance(error, StopRequested):
-        return RunFailed(f"stopped; the last checkpoint is in {directory.checkpoints / 'last.pt'}; "
-                         f"resume with: {resume_command(directory.path)}", EXIT_INTERRUPTED), "interrupted"
+        return RunFailed(
+            f"stopped; the last checkpoint is in {directory.checkpoints / 'last.pt'}; "
+            f"resume with: {resume_command(directory.path)}",
+            EXIT_INTERRUPTED,
+        ), "interrupted"
     # an env that raised, or a bug: recorded like any failure, traceback kept
     reason = type(error).__name__ + (f": {str(error).splitlines()[0]}" if str(error) else "")
     trace = "".join(traceback.format_exception(error))
-    if not committed:   # failed while being built: the directory is not this run's to write
+    if not committed:  # failed while being built: the directory is not this run's to write
         print(trace, end="", file=sys.stderr)
         return RunFailed(f"run failed before it started: {reason} (traceback above)", EXIT_FAILED), "failed"
     with contextlib.suppress(OSError, RunError):
@@ -226,11 +270,13 @@ def end_session(session: Session, directory: RunDirectory, status: str) -> None:
 def write_failure(directory: RunDirectory, error: WriteFailed) -> str:
     """One line: what could not be written and why, where the run can go on from, and how."""
     step = directory.checkpoint_step("last")
-    where = (f"the last good checkpoint is {directory.checkpoints / 'last.pt'} (step {step})" if step is not None
-             else "no checkpoint was written yet")
+    where = (
+        f"the last good checkpoint is {directory.checkpoints / 'last.pt'} (step {step})"
+        if step is not None
+        else "no checkpoint was written yet"
+    )
     fix = "free some space, then" if error.disk_full else "once that is fixed,"
-    resume = (f"resume with: {resume_command(directory.path)}" if step is not None
-              else "launch the run again")
+    resume = f"resume with: {resume_command(directory.path)}" if step is not None else "launch the run again"
     return f"{error}; {where}; {fix} {resume}"
 
 
@@ -306,6 +352,7 @@ class QuietFileHandler(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         error = sys.exc_info()[1]
         why = "the disk is full" if getattr(error, "errno", None) in DISK_FULL else f"{type(error).__name__}: {error}"
-        print(f"warning: writing {self.baseFilename} failed: {why}; the log goes on in the console only",
-              file=sys.stderr)
+        print(
+            f"warning: writing {self.baseFilename} failed: {why}; the log goes on in the console only", file=sys.stderr
+        )
         logging.getLogger().removeHandler(self)

@@ -10,8 +10,13 @@ from rl_hydra import speed
 TD_LOSSES = ("huber", "mse")
 
 
-def q_learning_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_q_target: torch.Tensor,
-                       discounts: torch.Tensor | float, next_q_online: torch.Tensor | None = None) -> torch.Tensor:
+def q_learning_targets(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q_target: torch.Tensor,
+    discounts: torch.Tensor | float,
+    next_q_online: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Q-learning targets r + discount * (1 - terminated) * Q_target(s', a*).
 
     `rewards` may be n-step sums, with `discounts` gamma^k for the k rewards summed (gamma
@@ -20,13 +25,14 @@ def q_learning_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_q_t
     """
     # rewards, terminated, discounts: (B,); next_q_target, next_q_online: (B, A)
     selector = next_q_target if next_q_online is None else next_q_online
-    next_actions = selector.argmax(dim=1, keepdim=True)                 # (B, 1)
-    next_values = next_q_target.gather(1, next_actions).squeeze(1)      # (B,)
-    return rewards + discounts * (1.0 - terminated) * next_values       # (B,)
+    next_actions = selector.argmax(dim=1, keepdim=True)  # (B, 1)
+    next_values = next_q_target.gather(1, next_actions).squeeze(1)  # (B,)
+    return rewards + discounts * (1.0 - terminated) * next_values  # (B,)
 
 
-def td_loss(q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber",
-            reduction: str = "mean") -> torch.Tensor:
+def td_loss(
+    q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber", reduction: str = "mean"
+) -> torch.Tensor:
     """TD loss between Q(s, a) (B,) and fixed targets (B,); Huber uses delta = 1.
     reduction="mean": the batch mean (); "none": per sample (B,)."""
     if kind == "huber":
@@ -42,8 +48,13 @@ def weighted_mean(per_sample: torch.Tensor, weights: torch.Tensor) -> torch.Tens
     return (weights * per_sample).mean()
 
 
-def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor, taus: torch.Tensor,
-                        kappa: float = 1.0, reduction: str = "mean") -> torch.Tensor:
+def quantile_huber_loss(
+    quantiles: torch.Tensor,
+    target_quantiles: torch.Tensor,
+    taus: torch.Tensor,
+    kappa: float = 1.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
     """Quantile regression Huber loss of QR-DQN (Dabney et al. 2018, eq. 10) and IQN.
 
     For u_ij = target_j - quantile_i: sum over i of the mean over j of
@@ -57,17 +68,18 @@ def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor,
     return per_sample if reduction == "none" else per_sample.mean()
 
 
-@speed.fast_twin("quantile_huber")   # the same numbers with the gradient in closed form (speed/quantile_huber.py)
-def quantile_huber_per_sample(quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor,
-                              kappa: float) -> torch.Tensor:
+@speed.fast_twin("quantile_huber")  # the same numbers with the gradient in closed form (speed/quantile_huber.py)
+def quantile_huber_per_sample(
+    quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
+) -> torch.Tensor:
     """Each sample's sum_i mean_j |tau_i - 1{u_ij < 0}| * Huber_kappa(u_ij) / kappa (B,),
     with u_ij = targets_j - quantiles_i."""
     # quantiles: (B, N); targets: (B, N'); taus: (N,) or (B, N)
-    u = targets[:, None, :] - quantiles[:, :, None]                                          # (B, N, N')
+    u = targets[:, None, :] - quantiles[:, :, None]  # (B, N, N')
     huber = torch.where(u.abs() <= kappa, 0.5 * u.pow(2), kappa * (u.abs() - 0.5 * kappa))  # (B, N, N')
-    tau = taus.expand_as(quantiles)[:, :, None]                                              # (B, N, 1)
-    weight = (tau - (u.detach() < 0).to(u.dtype)).abs()                                      # (B, N, N')
-    return (weight * huber / kappa).mean(dim=2).sum(dim=1)                                   # (B,)
+    tau = taus.expand_as(quantiles)[:, :, None]  # (B, N, 1)
+    weight = (tau - (u.detach() < 0).to(u.dtype)).abs()  # (B, N, N')
+    return (weight * huber / kappa).mean(dim=2).sum(dim=1)  # (B,)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -75,8 +87,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def masked_td_loss(q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                   kind: str = "huber") -> torch.Tensor:
+def masked_td_loss(
+    q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, kind: str = "huber"
+) -> torch.Tensor:
     """Mean TD loss over the steps of a sequence batch where `mask` is 1 (DRQN).
 
     Padding after an episode's end and burn-in steps carry mask 0: they add nothing
@@ -84,9 +97,9 @@ def masked_td_loss(q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Te
     """
     # q_values, targets, mask: (T, B)
     if kind == "huber":
-        per_step = F.smooth_l1_loss(q_values, targets, reduction="none")   # (T, B)
+        per_step = F.smooth_l1_loss(q_values, targets, reduction="none")  # (T, B)
     elif kind == "mse":
-        per_step = F.mse_loss(q_values, targets, reduction="none")         # (T, B)
+        per_step = F.mse_loss(q_values, targets, reduction="none")  # (T, B)
     else:
         raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
-    return masked_mean(per_step, mask)                                      # ()
+    return masked_mean(per_step, mask)  # ()

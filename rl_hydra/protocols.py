@@ -25,26 +25,28 @@ ObservationTensor: TypeAlias = "torch.Tensor | dict[str, torch.Tensor]"
 
 class Batch(NamedTuple):
     """What a transition buffer's `sample_batches` yields and a feed-forward agent's `update` takes."""
-    obs: torch.Tensor          # (B, *obs_shape) float32, uint8 / bool as the env produced them, or integer
-                               # indices (Discrete, MultiDiscrete); a Dict observation: {part: (B, *shape)}
-    actions: torch.Tensor      # (B,) int64 for Discrete, (B, action_dim) float32 for Box
-    rewards: torch.Tensor      # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
-    next_obs: torch.Tensor     # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
-    terminated: torch.Tensor   # (B,) float32, 1 where the episode ended in a terminal state (no bootstrap)
-    truncated: torch.Tensor    # (B,) float32, 1 where a time limit cut the episode
-    discounts: torch.Tensor    # (B,) float32 gamma^k: the bootstrap value's discount after the k rewards summed
-    weights: torch.Tensor      # (B,) float32 importance weights of the samples (1 under uniform replay)
-    indices: torch.Tensor      # (B,) int64 the rows sampled (a prioritized buffer updates their priorities)
+
+    obs: torch.Tensor  # (B, *obs_shape) float32, uint8 / bool as the env produced them, or integer
+    # indices (Discrete, MultiDiscrete); a Dict observation: {part: (B, *shape)}
+    actions: torch.Tensor  # (B,) int64 for Discrete, (B, action_dim) float32 for Box
+    rewards: torch.Tensor  # (B,) float32: the n-step discounted sum r_t + ... + gamma^(k-1) r_(t+k-1)
+    next_obs: torch.Tensor  # (B, *obs_shape) the observation to bootstrap from, the real one at truncation
+    terminated: torch.Tensor  # (B,) float32, 1 where the episode ended in a terminal state (no bootstrap)
+    truncated: torch.Tensor  # (B,) float32, 1 where a time limit cut the episode
+    discounts: torch.Tensor  # (B,) float32 gamma^k: the bootstrap value's discount after the k rewards summed
+    weights: torch.Tensor  # (B,) float32 importance weights of the samples (1 under uniform replay)
+    indices: torch.Tensor  # (B,) int64 the rows sampled (a prioritized buffer updates their priorities)
 
 
 class SequenceBatch(NamedTuple):
     """What a sequence buffer's `sample_batches` yields and a recurrent agent's `update` takes."""
-    obs: torch.Tensor            # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
-                                 # (a dict of such tensors for a Dict observation: envs/spaces.py)
-    actions: torch.Tensor        # (L, B) int64 for Discrete
-    rewards: torch.Tensor        # (L, B) float32
-    terminated: torch.Tensor     # (L, B) float32, 1 where the episode ended in a terminal state
-    mask: torch.Tensor           # (L, B) float32, 1 on real steps, 0 on padding after the episode's end
+
+    obs: torch.Tensor  # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
+    # (a dict of such tensors for a Dict observation: envs/spaces.py)
+    actions: torch.Tensor  # (L, B) int64 for Discrete
+    rewards: torch.Tensor  # (L, B) float32
+    terminated: torch.Tensor  # (L, B) float32, 1 where the episode ended in a terminal state
+    mask: torch.Tensor  # (L, B) float32, 1 on real steps, 0 on padding after the episode's end
     episode_start: torch.Tensor  # (B,) bool, the chunk's first step is its episode's first step
     state: tuple[torch.Tensor, ...]  # each (B, ...): the actor's state before the chunk's first step
 
@@ -181,8 +183,16 @@ class Buffer(Protocol):
     def __len__(self) -> int:
         """How many samples (transitions or sequences) can be drawn now; 0 skips a training phase."""
 
-    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-            terminated: np.ndarray, truncated: np.ndarray, *args: Any) -> None:
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        *args: Any,
+    ) -> None:
         """Store one vector step: rows of (num_envs, ...). `next_obs` is the real last observation
         of an episode that ended. A sequence buffer also takes the actor's state before the step."""
 

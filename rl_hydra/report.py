@@ -67,7 +67,7 @@ def check_keys(argv: list[str], allowed: list[str]) -> None:
 def parse_args(argv: list[str], defaults: Path) -> DictConfig:
     """The evaluate config, every value checked before anything is read or written."""
     cfg = OmegaConf.load(defaults)
-    assert isinstance(cfg, DictConfig)   # conf/evaluate.yaml is a mapping
+    assert isinstance(cfg, DictConfig)  # conf/evaluate.yaml is a mapping
     check_keys(argv, list(cfg))
     try:
         cfg.merge_with(OmegaConf.from_dotlist(argv))
@@ -81,7 +81,7 @@ def parse_args(argv: list[str], defaults: Path) -> DictConfig:
     for key in ("video", "provenance"):
         if not isinstance(cfg[key], bool):
             raise ConfigError(f"{key}={cfg[key]!r} is not allowed; choose one of: true, false")
-    resolve_device(cfg.device)   # a bad device would otherwise fail every run of a sweep one by one
+    resolve_device(cfg.device)  # a bad device would otherwise fail every run of a sweep one by one
     return cfg
 
 
@@ -94,7 +94,7 @@ def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
     run = load_run(run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
-    if cfg.video:   # before the JSON: a run whose video fails is reported failed, with nothing written
+    if cfg.video:  # before the JSON: a run whose video fails is reported failed, with nothing written
         from rl_hydra.video import record_gif
 
         record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
@@ -112,12 +112,16 @@ def find_runs(root: Path) -> list[Path]:
         raise RunError(f"run_dir={root} does not exist")
     store = tracker_store_in(root.resolve())
     if store:
-        raise RunError(f"run_dir={root} is inside {store}/, a tracker's copy of runs that evaluate never writes "
-                       f"into; give the run directory it was copied from")
+        raise RunError(
+            f"run_dir={root} is inside {store}/, a tracker's copy of runs that evaluate never writes "
+            f"into; give the run directory it was copied from"
+        )
     runs = run_dirs(root)
     if not runs:
-        raise RunError(f"run_dir={root} holds no run (a run has .hydra/config.yaml and checkpoints/, "
-                       f"metrics.csv or summary.json; mlartifacts/, mlruns/ and wandb/ are skipped)")
+        raise RunError(
+            f"run_dir={root} holds no run (a run has .hydra/config.yaml and checkpoints/, "
+            f"metrics.csv or summary.json; mlartifacts/, mlruns/ and wandb/ are skipped)"
+        )
     return runs
 
 
@@ -126,25 +130,36 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
     runs = find_runs(root)
     # every run's config is read as data, and refused whole for code it names, before anything is built
     configs = {run_dir: read_config(RunDirectory(run_dir)) for run_dir in runs}
-    RunDirectory(root).check_links()   # the runs' eval/ and the sweep's are written in place
+    RunDirectory(root).check_links()  # the runs' eval/ and the sweep's are written in place
     configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
     labels, _ = distinguishing_labels(configurations.values())
     results = []
     for run_dir in runs:
         # a single run is named by its directory, a sweep's runs by their path inside the sweep
         name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name
-        base = {"run": name, "configuration": labels[configurations[run_dir]],
-                "overrides": configurations[run_dir],
-                "seed": configs[run_dir].get("seed"),
-                "provenance": provenance.latest(RunDirectory(run_dir))}
+        base = {
+            "run": name,
+            "configuration": labels[configurations[run_dir]],
+            "overrides": configurations[run_dir],
+            "seed": configs[run_dir].get("seed"),
+            "provenance": provenance.latest(RunDirectory(run_dir)),
+        }
         try:
             summary = RunDirectory(run_dir).read_summary() or {}
             if summary.get("status") == "failed":
                 raise RunError(summary.get("reason") or "failed")
             result = evaluate_one(run_dir, cfg)
-            results.append({**base, "status": "ok", "return_mean": result["return_mean"],
-                            "return_std": result["return_std"], "step": result["step"],
-                            "eval_file": result["eval_file"], "replaced": result["replaced"]})
+            results.append(
+                {
+                    **base,
+                    "status": "ok",
+                    "return_mean": result["return_mean"],
+                    "return_std": result["return_std"],
+                    "step": result["step"],
+                    "eval_file": result["eval_file"],
+                    "replaced": result["replaced"],
+                }
+            )
         except (RunError, ConfigError) as error:
             if len(runs) == 1:
                 raise
@@ -159,18 +174,23 @@ def measured(cfg) -> str:
 def report(results: list[dict[str, Any]], cfg) -> str:
     lines = [f"| run | seed | step | return ({measured(cfg)}) |", "|---|---|---|---|"]
     for r in results:
-        value = (f"{shown_return(r['return_mean'])} +- {shown_return(r['return_std'])}" if r["status"] == "ok"
-                 else f"failed: {r['reason']}")
+        value = (
+            f"{shown_return(r['return_mean'])} +- {shown_return(r['return_std'])}"
+            if r["status"] == "ok"
+            else f"failed: {r['reason']}"
+        )
         lines.append(f"| {r['run']} | {r['seed']} | {r.get('step', '-')} | {value} |")
     text = "\n".join(lines)
     written = [r for r in results if r["status"] == "ok"]
     replaced = sum(r["replaced"] for r in written)
     if len(written) == 1:
-        text += (f"\n\nwrote {written[0]['eval_file']}"
-                 + (" (replacing the earlier result of the same settings)" if replaced else ""))
+        text += f"\n\nwrote {written[0]['eval_file']}" + (
+            " (replacing the earlier result of the same settings)" if replaced else ""
+        )
     elif written:
-        text += (f"\n\nwrote eval/{setting(cfg)}.json in {len(written)} run directories"
-                 + (f" ({replaced} replacing earlier results of the same settings)" if replaced else ""))
+        text += f"\n\nwrote eval/{setting(cfg)}.json in {len(written)} run directories" + (
+            f" ({replaced} replacing earlier results of the same settings)" if replaced else ""
+        )
     if len(results) > 1:
         text += "\n\n" + sweep_report(results, cfg)
     return text
@@ -191,9 +211,13 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     for r in results:
         curves[r["configuration"]].append(eval_curve(root / r["run"]))
     plot_learning_curves(curves, out / "learning_curves.png")
-    lines = [table, "", f"wrote {csv_file} and {md_file.name}"
-             + (" (replacing an earlier evaluation with the same settings)" if replaced else ""),
-             f"wrote {out / 'learning_curves.png'} (training's own evaluations, from each run's metrics.csv)"]
+    lines = [
+        table,
+        "",
+        f"wrote {csv_file} and {md_file.name}"
+        + (" (replacing an earlier evaluation with the same settings)" if replaced else ""),
+        f"wrote {out / 'learning_curves.png'} (training's own evaluations, from each run's metrics.csv)",
+    ]
     return "\n".join(lines)
 
 
@@ -201,9 +225,12 @@ def markdown_header(results: list[dict[str, Any]], cfg) -> str:
     """What the table measured and the overrides every configuration shares, said once."""
     root = Path(cfg.run_dir)
     _, shared = distinguishing_labels(r["overrides"] for r in results)
-    lines = [f"Evaluation of {root.resolve().name}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
-             f"per run with seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}; statistics across the runs (training "
-             f"seeds) of each configuration.", ""]
+    lines = [
+        f"Evaluation of {root.resolve().name}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
+        f"per run with seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}; statistics across the runs (training "
+        f"seeds) of each configuration.",
+        "",
+    ]
     if shared:
         lines += [f"Every configuration has: `{' '.join(shared)}`", ""]
     return "\n".join(lines) + "\n"

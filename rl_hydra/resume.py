@@ -40,31 +40,41 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
     if not config_file.is_file():
         fail(f"resume={directory.path} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
     try:
-        cfg = read_config(directory)   # data, never code: rl_hydra/runs/trust.py
+        cfg = read_config(directory)  # data, never code: rl_hydra/runs/trust.py
     except RunError as error:
         fail(str(error), EXIT_CONFIG)
     OmegaConf.set_struct(cfg, True)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-    except (OverrideParseException, ValueError) as error:   # ValueError: an integer of over 4,300 digits
+    except (OverrideParseException, ValueError) as error:  # ValueError: an integer of over 4,300 digits
         given = " ".join(o if len(o) <= 80 else f"{o[:60]}...({len(o)} characters)" for o in overrides)
         fail(f"cannot parse the overrides {given}: {str(error).splitlines()[0]}", EXIT_CONFIG)
     allowed = ", ".join(f"{key}*" if key.endswith(".") else key for key in RESUMABLE)
     changes = {}
     for override in parsed:
         key = override.key_or_group
-        if override.is_sweep_override() or override.type.name != "CHANGE" or key.lstrip("+~") in GROUPS \
-                or key.startswith("hydra"):
-            fail(f"{override.input_line!r} cannot be applied when resuming; only key=value changes of existing "
-                 f"keys are allowed ({allowed})", EXIT_CONFIG)
+        if (
+            override.is_sweep_override()
+            or override.type.name != "CHANGE"
+            or key.lstrip("+~") in GROUPS
+            or key.startswith("hydra")
+        ):
+            fail(
+                f"{override.input_line!r} cannot be applied when resuming; only key=value changes of existing "
+                f"keys are allowed ({allowed})",
+                EXIT_CONFIG,
+            )
         if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
             known = sorted(flat_config(cfg))
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
             fail(f"{key} is not a key of the run's config ({config_file}){hint}", EXIT_CONFIG)
         if not key.startswith(tuple(k for k in RESUMABLE if k.endswith("."))) and key not in RESUMABLE:
-            fail(f"{key} cannot change when resuming: the run's checkpoint was trained with it; a resume may "
-                 f"change {allowed} (for another {key}, start a new run)", EXIT_CONFIG)
+            fail(
+                f"{key} cannot change when resuming: the run's checkpoint was trained with it; a resume may "
+                f"change {allowed} (for another {key}, start a new run)",
+                EXIT_CONFIG,
+            )
         old = plain(OmegaConf.select(cfg, key))
         OmegaConf.update(cfg, key, override.value())
         if plain(OmegaConf.select(cfg, key)) != old:

@@ -42,14 +42,16 @@ class Run:
         self.agent = build_agent(self.cfg, env.single_observation_space, env.single_action_space, self.device)
         # how the env turns gymnasium's Dict or Tuple observations into a flat dict of parts (its
         # observation wrappers, innermost first, ObservationParts last): predict takes either
-        self.observation_wrappers = [layer for layer in reversed(list(_wrappers(env.envs[0])))
-                                     if isinstance(layer, gym.ObservationWrapper)]
+        self.observation_wrappers = [
+            layer for layer in reversed(list(_wrappers(env.envs[0]))) if isinstance(layer, gym.ObservationWrapper)
+        ]
         env.close()
         try:
             self.agent.load_state_dict(state["agent"])
         except (KeyError, RuntimeError, ValueError) as error:
-            raise RunError(f"checkpoint {checkpoint}.pt of {self.path} does not fit its config "
-                           f"({misfit(error)})") from None
+            raise RunError(
+                f"checkpoint {checkpoint}.pt of {self.path} does not fit its config ({misfit(error)})"
+            ) from None
         self.step = state["runner"]["global_step"]
 
     @property
@@ -84,7 +86,7 @@ class Run:
         """
         space = self.observation_space
         if isinstance(space, gym.spaces.Dict):
-            if not isinstance(obs, dict) or set(obs) != set(space.spaces):   # one as gymnasium's env gives it
+            if not isinstance(obs, dict) or set(obs) != set(space.spaces):  # one as gymnasium's env gives it
                 for wrapper in self.observation_wrappers:
                     obs = wrapper.observation(obs)
             obs = {key: np.asarray(obs[key]) for key in space.spaces}
@@ -109,8 +111,14 @@ class Run:
             returns, lengths = evaluate(self.agent, env, seed, epsilon=self.cfg.env.get("eval_epsilon", 0.0))
         finally:
             env.close()
-        return {"returns": returns.tolist(), "lengths": lengths.tolist(), "return_mean": float(returns.mean()),
-                "return_std": float(returns.std()), "episodes": episodes, "seed": seed}
+        return {
+            "returns": returns.tolist(),
+            "lengths": lengths.tolist(),
+            "return_mean": float(returns.mean()),
+            "return_std": float(returns.std()),
+            "episodes": episodes,
+            "seed": seed,
+        }
 
 
 def _wrappers(env: gym.Env):

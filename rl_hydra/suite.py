@@ -30,14 +30,14 @@ from rl_hydra.config import CONF_DIR, ConfigError, check_int
 from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
 
 SUITE_DIR = CONF_DIR / "suite"
-TRAIN = [sys.executable, "-m", "rl_hydra.cli"]   # what train.py runs, also where the package is installed
+TRAIN = [sys.executable, "-m", "rl_hydra.cli"]  # what train.py runs, also where the package is installed
 
 
 @dataclass
 class Row:
     algo: str
     env: str
-    steps: int | None = None          # None: the preset's train.total_steps
+    steps: int | None = None  # None: the preset's train.total_steps
     overrides: list[str] = field(default_factory=list)
     reference: float | None = None
     reference_source: str = ""
@@ -68,13 +68,15 @@ def load_suite(name: str) -> Suite:
     if not path.is_file():
         raise ConfigError(f"suite {name!r} does not exist; choose one of: {', '.join(suite_names())}")
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    assert isinstance(raw, dict)   # a suite file is a mapping: rows, seeds
+    assert isinstance(raw, dict)  # a suite file is a mapping: rows, seeds
     rows = []
     for i, entry in enumerate(raw.get("rows") or []):
         unknown = set(entry) - set(Row.__dataclass_fields__)
         if unknown:
-            raise ConfigError(f"suite {name}: row {i} has unknown keys {sorted(unknown)}; "
-                              f"allowed: {', '.join(Row.__dataclass_fields__)}")
+            raise ConfigError(
+                f"suite {name}: row {i} has unknown keys {sorted(unknown)}; "
+                f"allowed: {', '.join(Row.__dataclass_fields__)}"
+            )
         row = Row(**entry)
         for group, choice in (("algo", row.algo), ("env", row.env)):
             if not (CONF_DIR / group / f"{choice}.yaml").is_file():
@@ -93,8 +95,14 @@ def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int) ->
     name whichever seeds one command runs."""
     launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
     seed_list = range(seeds) if isinstance(seeds, int) else seeds
-    return [*TRAIN, "-m", *row.train_overrides(),
-            f"seed={','.join(map(str, seed_list))}", f"hydra.sweep.dir={out / row.name}", *launcher]
+    return [
+        *TRAIN,
+        "-m",
+        *row.train_overrides(),
+        f"seed={','.join(map(str, seed_list))}",
+        f"hydra.sweep.dir={out / row.name}",
+        *launcher,
+    ]
 
 
 def run_suite(suite: Suite, out: Path, jobs: int = 1, only_seeds: Sequence[int] | None = None) -> list[str]:
@@ -127,14 +135,15 @@ def row_statistics(returns: list[float]) -> dict[str, float]:
     if not returns:
         return {}
     low, high = bootstrap_ci(returns, statistic=interquartile_mean, samples=10_000)
-    return {"median": statistics.median(returns), "iqm": interquartile_mean(returns), "iqm_low": low,
-            "iqm_high": high}
+    return {"median": statistics.median(returns), "iqm": interquartile_mean(returns), "iqm_low": low, "iqm_high": high}
 
 
 def tables(suite: Suite, out: Path) -> str:
     """The suite's markdown: one line per row, then each row's seeds."""
-    head = ["| algo | env | steps | seeds | median | IQM [95% CI] | reference | median wall (s) |",
-            "|---|---|---:|---:|---:|---|---:|---:|"]
+    head = [
+        "| algo | env | steps | seeds | median | IQM [95% CI] | reference | median wall (s) |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
     details = []
     for row in suite.rows:
         results = row_results(row, out)
@@ -143,8 +152,10 @@ def tables(suite: Suite, out: Path) -> str:
         steps = results[0]["global_step"] if results else row.steps
         iqm = f"{fmt(stats['iqm'])} [{fmt(stats['iqm_low'])}, {fmt(stats['iqm_high'])}]" if stats else "-"
         wall = statistics.median(r["wall_time_s"] for r in results) if results else None
-        head.append(f"| {row.algo} | {row.env} | {fmt(steps, 0)} | {len(results)}/{suite.seeds} | "
-                    f"{fmt(stats.get('median'))} | {iqm} | {fmt(row.reference)} | {fmt(wall, 0)} |")
+        head.append(
+            f"| {row.algo} | {row.env} | {fmt(steps, 0)} | {len(results)}/{suite.seeds} | "
+            f"{fmt(stats.get('median'))} | {iqm} | {fmt(row.reference)} | {fmt(wall, 0)} |"
+        )
         per_seed = ", ".join(f"seed {r['seed']}: {fmt(r['eval_return_mean'])}" for r in results) or "no finished run"
         source = f" (reference: {row.reference_source})" if row.reference_source else ""
         details.append(f"- `{row.name}`: {per_seed}{source}")
@@ -152,16 +163,22 @@ def tables(suite: Suite, out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("suite", help=f"a conf/suite/ name: {', '.join(suite_names())}")
     parser.add_argument("--seeds", type=int, help="seeds per row (default: the suite's own)")
     parser.add_argument("--out", type=Path, help="where the runs go (default: outputs/suites/<suite>)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time within a row (joblib launcher)")
     parser.add_argument("--rows", nargs="+", help="only these rows (<algo>_<env>)")
-    parser.add_argument("--only-seeds", type=int, nargs="+", metavar="SEED",
-                        help="train only these of the suite's seeds (0 to seeds - 1), e.g. to share a suite "
-                             "between machines; the table reports every finished run")
+    parser.add_argument(
+        "--only-seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="train only these of the suite's seeds (0 to seeds - 1), e.g. to share a suite "
+        "between machines; the table reports every finished run",
+    )
     parser.add_argument("--table-only", action="store_true", help="write the table from the runs there, train nothing")
     args = parser.parse_args(argv)
     try:
@@ -171,14 +188,18 @@ def main(argv: list[str] | None = None) -> None:
         if args.rows:
             unknown = sorted(set(args.rows) - {r.name for r in suite.rows})
             if unknown:
-                raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
-                                  f"choose among: {', '.join(r.name for r in suite.rows)}")
+                raise ConfigError(
+                    f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
+                    f"choose among: {', '.join(r.name for r in suite.rows)}"
+                )
             suite.rows = [r for r in suite.rows if r.name in args.rows]
         only_seeds = sorted(set(args.only_seeds)) if args.only_seeds else None
         outside = [seed for seed in only_seeds or [] if seed not in range(suite.seeds)]
         if outside:
-            raise ConfigError(f"--only-seeds {' '.join(map(str, outside))}: suite {suite.name} has seeds "
-                              f"0 to {suite.seeds - 1} (--seeds sets how many)")
+            raise ConfigError(
+                f"--only-seeds {' '.join(map(str, outside))}: suite {suite.name} has seeds "
+                f"0 to {suite.seeds - 1} (--seeds sets how many)"
+            )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -189,8 +210,10 @@ def main(argv: list[str] | None = None) -> None:
     (out / "suite.md").write_text(text)
     print(text)
     if failed:
-        print(f"error: rows with failed runs: {', '.join(failed)} (see their sweep directories under {out})",
-              file=sys.stderr)
+        print(
+            f"error: rows with failed runs: {', '.join(failed)} (see their sweep directories under {out})",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 FAILED_JOBS = "failed_jobs.txt"
 SWEEP_ID = "RL_HYDRA_SWEEP_ID"
-failed_jobs: list[str] = []   # set by the last sweep of this process; read by rl_hydra.cli.main
+failed_jobs: list[str] = []  # set by the last sweep of this process; read by rl_hydra.cli.main
 
 
 class ShortJoblibLine(logging.Filter):
@@ -62,8 +62,9 @@ def failures_of(record: Path, sweep_id: str) -> list[str]:
     """The job directories that sweep `sweep_id` recorded as failed (and those of jobs run where the
     id did not reach: a line without one counts for every sweep)."""
     lines = record.read_text().splitlines() if record.is_file() else []
-    return sorted({job for line in lines for owner, _, job in [line.rpartition("\t")]
-                   if job and owner in (sweep_id, "")})
+    return sorted(
+        {job for line in lines for owner, _, job in [line.rpartition("\t")] if job and owner in (sweep_id, "")}
+    )
 
 
 class SweepFailures(Callback):
@@ -73,7 +74,7 @@ class SweepFailures(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.previous = os.environ.get(SWEEP_ID)
-        os.environ[SWEEP_ID] = self.sweep_id   # the workers the launcher starts inherit it
+        os.environ[SWEEP_ID] = self.sweep_id  # the workers the launcher starts inherit it
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.previous is None:
@@ -85,5 +86,8 @@ class SweepFailures(Callback):
         failed_jobs[:] = failures_of(record, self.sweep_id)
         if failed_jobs:
             jobs = len(list(sweep_dir.glob("*/.hydra")))
-            print(f"error: {len(failed_jobs)} of {jobs} jobs failed (each one's error is above and in its "
-                  f"train.log; listed in {record}): {', '.join(failed_jobs)}", file=sys.stderr)
+            print(
+                f"error: {len(failed_jobs)} of {jobs} jobs failed (each one's error is above and in its "
+                f"train.log; listed in {record}): {', '.join(failed_jobs)}",
+                file=sys.stderr,
+            )

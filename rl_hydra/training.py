@@ -55,8 +55,12 @@ def process_settings(cfg: DictConfig) -> Iterator[None]:
     behind dead ReLUs, decay into the denormal range, and every update then pays for the slow
     arithmetic on them (docs/benchmark.md)."""
     threads, flushing = torch.get_num_threads(), flushes_denormals()
-    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-           torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+    rng = (
+        random.getstate(),
+        np.random.get_state(),
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+    )
     try:
         with speed.enabled(bool(cfg.get("fast_paths", True))):
             speed.log_fallbacks()
@@ -86,16 +90,23 @@ def seed_everything(seed: int) -> None:
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
-    agent = build(agent_node(cfg), "algo", observation_space=observation_space, action_space=action_space,
-                  network=build(cfg.network, "network"), device=device,
-                  total_steps=cfg.train.total_steps, seed=cfg.seed)
+    agent = build(
+        agent_node(cfg),
+        "algo",
+        observation_space=observation_space,
+        action_space=action_space,
+        network=build(cfg.network, "network"),
+        device=device,
+        total_steps=cfg.train.total_steps,
+        seed=cfg.seed,
+    )
     # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
     speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
-    speed.attach(agent)   # on CUDA, a declared tensor-only gradient step replayed from a CUDA graph
+    speed.attach(agent)  # on CUDA, a declared tensor-only gradient step replayed from a CUDA graph
     return agent
 
 
-RETURN_KEYS = ("n_step", "gamma")   # what discounted n-step returns are built from: one home per run
+RETURN_KEYS = ("n_step", "gamma")  # what discounted n-step returns are built from: one home per run
 
 
 def agent_node(cfg: DictConfig) -> DictConfig:
@@ -105,7 +116,7 @@ def agent_node(cfg: DictConfig) -> DictConfig:
     returns = [key for key in RETURN_KEYS if key in cfg.algo]
     if not returns or import_class(cfg.algo._target_, "algo._target_").capabilities.recurrent:
         return cfg.algo
-    trimmed = cfg.copy()   # the whole config: interpolations in the algo node still resolve
+    trimmed = cfg.copy()  # the whole config: interpolations in the algo node still resolve
     with open_dict(trimmed.algo):
         for key in returns:
             del trimmed.algo[key]
@@ -120,9 +131,13 @@ def build_components(cfg: DictConfig, device: torch.device):
     agent = build_agent(cfg, **spaces, device=device)
     # a transition buffer builds the discounted n-step returns; a recurrent agent sums them over its sequences
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
-    buffer = build_on_device(lambda storage: build(cfg.buffer, "buffer", **spaces, num_envs=env.num_envs,
-                                                   device=storage, seed=cfg.seed, **returns),
-                             cfg.buffer.get("device", "auto"), device)
+    buffer = build_on_device(
+        lambda storage: build(
+            cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=cfg.seed, **returns
+        ),
+        cfg.buffer.get("device", "auto"),
+        device,
+    )
     return agent, env, buffer
 
 
@@ -141,13 +156,13 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
         return f"<{group}>"
     with contextlib.suppress(Exception):
         if group == "algo":
-            return str(getattr(get_class(target), "name"))   # an agent class's ClassVar, if it has one
+            return str(getattr(get_class(target), "name"))  # an agent class's ClassVar, if it has one
     return str(target).rsplit(".", 1)[-1]
 
 
 def run_settings(cfg: DictConfig, agent: Agent) -> RunSettings:
     """What the loop is told of the run (the config stops here): its schedule, evaluation and loggers."""
-    make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)   # the training env's build said it
+    make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)  # the training env's build said it
     return RunSettings.from_config(cfg, make_eval_env=make_eval_env, algo_name=agent.name)
 
 
@@ -160,8 +175,9 @@ def compiles(agent_or_class) -> bool:
 def compile_agent(agent: Agent) -> None:
     """`compile=true`: torch.compile the agent's pure loss functions (see compile_pure_methods)."""
     if not compiles(agent):
-        raise ConfigError(f"compile=true is not supported by algo={agent.name}; "
-                          f"it works with algo={', '.join(algos_that_compile())}")
+        raise ConfigError(
+            f"compile=true is not supported by algo={agent.name}; it works with algo={', '.join(algos_that_compile())}"
+        )
     compile_pure_methods(agent)
 
 
@@ -186,7 +202,7 @@ def first_update_step(agent: UpdateSchedule) -> int:
     return -(-max(agent.learning_starts, 1) // agent.train_every) * agent.train_every
 
 
-FEW_UPDATES = 100   # below this many updates a run has barely begun to learn
+FEW_UPDATES = 100  # below this many updates a run has barely begun to learn
 
 
 def update_count(agent: Agent, total_steps: int) -> int:
@@ -203,9 +219,15 @@ def warn_if_few_updates(agent: Agent, total_steps: int, step: int = 0) -> None:
     if updates >= FEW_UPDATES or step >= total_steps:
         return
     what = "no update" if updates == 0 else f"only {updates} update{'s' if updates > 1 else ''}"
-    log.warning("this run makes %s: with algo.learning_starts=%d and algo.train_every=%d the first update falls at "
-                "step %d of train.total_steps=%d; lower algo.learning_starts or raise train.total_steps",
-                what, agent.learning_starts, agent.train_every, first, total_steps)
+    log.warning(
+        "this run makes %s: with algo.learning_starts=%d and algo.train_every=%d the first update falls at "
+        "step %d of train.total_steps=%d; lower algo.learning_starts or raise train.total_steps",
+        what,
+        agent.learning_starts,
+        agent.train_every,
+        first,
+        total_steps,
+    )
 
 
 def pick_loop(agent: Agent) -> Callable[[Runner], None]:
@@ -243,8 +265,14 @@ def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
-        on_ready: Callable[[int, torch.device], None] | None = None, stop_after: int | None = None) -> dict[str, Any]:
+def run(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    resume: bool = False,
+    *,
+    on_ready: Callable[[int, torch.device], None] | None = None,
+    stop_after: int | None = None,
+) -> dict[str, Any]:
     """Train one run into `run_dir`; returns the summary (also written to summary.json).
 
     With `resume`, continue from `run_dir/checkpoints/last.pt`. Raises ConfigError
@@ -261,14 +289,15 @@ def run(cfg: DictConfig, run_dir: str | Path, resume: bool = False, *,
     interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """
     device = resolve_device(cfg.device)
-    if distributed.requested(cfg):   # distributed=apex: actors and replay in Ray, this process learns
+    if distributed.requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
         return distributed.run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
     with process_settings(cfg):
         return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
 
 
-def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready,
-         stop_after) -> dict[str, Any]:
+def _run(
+    cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready, stop_after
+) -> dict[str, Any]:
     checkpoint = run_dir.load_checkpoint("last") if resume else None
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
@@ -278,18 +307,21 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
         try:
             runner.load_state_dict(checkpoint)
         except (KeyError, RuntimeError, ValueError) as error:
-            raise RunError(f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config "
-                           f"({misfit(error)})") from None
+            raise RunError(
+                f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config ({misfit(error)})"
+            ) from None
         if runner.global_step > cfg.train.total_steps:
-            raise ConfigError(f"train.total_steps={cfg.train.total_steps} is below the step this run has reached "
-                              f"({runner.global_step}); give train.total_steps >= {runner.global_step}")
+            raise ConfigError(
+                f"train.total_steps={cfg.train.total_steps} is below the step this run has reached "
+                f"({runner.global_step}); give train.total_steps >= {runner.global_step}"
+            )
     if on_ready is not None:
         on_ready(runner.global_step, device)
     if checkpoint is not None:
         log.info("resuming %s at step %d", run_dir.path, runner.global_step)
     warn_if_few_updates(agent, cfg.train.total_steps, runner.global_step)
     loop = pick_loop(agent)
-    status = "failed"   # unless the loop ends or is stopped; the loggers end with summary.json's status
+    status = "failed"  # unless the loop ends or is stopped; the loggers end with summary.json's status
     with log_through_progress_bar(runner.reporter.show_progress):
         try:
             with stop_at_step_boundary(runner):
@@ -307,15 +339,24 @@ def _run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: b
             run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
             status = "interrupted"
             raise
-        except KeyboardInterrupt:   # a second Ctrl-C: stop mid-step, keeping the last checkpoint as it is
-            run_dir.write_summary(runner.summary("interrupted", reason="stopped at once by a second signal; "
-                                                 "the last checkpoint is older than this step"))
+        except KeyboardInterrupt:  # a second Ctrl-C: stop mid-step, keeping the last checkpoint as it is
+            run_dir.write_summary(
+                runner.summary(
+                    "interrupted",
+                    reason="stopped at once by a second signal; the last checkpoint is older than this step",
+                )
+            )
             status = "interrupted"
             raise StopRequested from None
         finally:
             runner.close(status)
     eval_return = summary["eval_return_mean"]
-    log.info("finished: eval return %s, %d steps in %.1f s (%.0f steps/s); run directory: %s",
-             "none" if eval_return is None else f"{eval_return:.1f}", summary["global_step"], summary["wall_time_s"],
-             summary["steps_per_second"], run_dir.path)
+    log.info(
+        "finished: eval return %s, %d steps in %.1f s (%.0f steps/s); run directory: %s",
+        "none" if eval_return is None else f"{eval_return:.1f}",
+        summary["global_step"],
+        summary["wall_time_s"],
+        summary["steps_per_second"],
+        run_dir.path,
+    )
     return summary

@@ -13,7 +13,7 @@ import numpy as np
 from rl_hydra.envs import make_env
 from rl_hydra.runs.run_dir import RunError
 
-MIN_SIDE = 160   # smaller frames (MinAtar's 10x10 grid) are enlarged, each cell a block of pixels
+MIN_SIDE = 160  # smaller frames (MinAtar's 10x10 grid) are enlarged, each cell a block of pixels
 
 
 def gif_frame(frame: np.ndarray) -> np.ndarray:
@@ -37,10 +37,10 @@ def record_gif(run, path: Path, seed: int = 0, max_frames: int = 1000, fps: int 
     except ImportError as error:
         raise RunError(f"video=true needs {error.name}: pip install 'rl-hydra[video]'") from None
     env = make_env(run.cfg.env, seed=seed, num_envs=1, render_mode="rgb_array")
-    assert isinstance(env, gym.vector.SyncVectorEnv)   # rendering steps the envs in this process
+    assert isinstance(env, gym.vector.SyncVectorEnv)  # rendering steps the envs in this process
     try:
         obs, _ = env.reset(seed=[seed])
-        frames: list[Any] = [env.envs[0].render()]   # rgb_array frames (gymnasium types render loosely)
+        frames: list[Any] = [env.envs[0].render()]  # rgb_array frames (gymnasium types render loosely)
         state, done = None, False
         while not done and len(frames) < max_frames:
             actions, state = run.agent.act(obs, state, explore=False)
@@ -48,7 +48,7 @@ def record_gif(run, path: Path, seed: int = 0, max_frames: int = 1000, fps: int 
             done = bool(terminated[0] or truncated[0])
             if not done:  # after the last step the env has already reset itself
                 frames.append(env.envs[0].render())
-    except gym.error.DependencyNotInstalled as error:   # pygame, for classic control
+    except gym.error.DependencyNotInstalled as error:  # pygame, for classic control
         raise RunError(f"video=true: {str(error).splitlines()[0]}; pip install 'rl-hydra[video]'") from None
     except Exception as error:
         raise RunError(f"env {run.cfg.env.id} cannot render rgb_array frames ({error})") from None

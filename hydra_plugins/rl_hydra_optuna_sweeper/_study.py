@@ -40,7 +40,7 @@ class SearchedKey:
     """A searched key: its distribution and, for a categorical one, the override text of each choice."""
 
     key: str
-    spec: str                       # as written: tag(log, interval(1e-4, 1e-2))
+    spec: str  # as written: tag(log, interval(1e-4, 1e-2))
     distribution: BaseDistribution
     texts: list[str] | None = None  # categorical: Hydra's text for each choice (a list, a quoted string)
 
@@ -49,14 +49,15 @@ class SearchedKey:
         if isinstance(self.distribution, CategoricalDistribution):
             assert self.texts is not None
             choices = self.distribution.choices
-            index = next((i for i, choice in enumerate(choices) if type(choice) is type(value) and choice == value),
-                         None)
+            index = next(
+                (i for i, choice in enumerate(choices) if type(choice) is type(value) and choice == value), None
+            )
             if index is None:
                 raise CompactHydraException(f"{self.key}: {value!r} is not one of {self.spec}")
             return f"{self.key}={self.texts[index]}"
         if isinstance(self.distribution, IntDistribution):
             return f"{self.key}={int(value)}"
-        return f"{self.key}={float(value)!r}"   # the shortest text that reads back as the same float
+        return f"{self.key}={float(value)!r}"  # the shortest text that reads back as the same float
 
 
 def searched_key(override: Override, grid: bool = False) -> SearchedKey:
@@ -69,14 +70,16 @@ def searched_key(override: Override, grid: bool = False) -> SearchedKey:
     log_scale = "log" in getattr(sweep, "tags", ())
     if isinstance(sweep, IntervalSweep):
         if grid:
-            raise CompactHydraException(f"{key}={spec}: the grid sampler needs a list of values for every "
-                                        "searched key (choice(...) or range(...)), not an interval")
+            raise CompactHydraException(
+                f"{key}={spec}: the grid sampler needs a list of values for every "
+                "searched key (choice(...) or range(...)), not an interval"
+            )
         start, end = sweep.start, sweep.end
-        assert start is not None and end is not None   # interval(a, b) has both ends
+        assert start is not None and end is not None  # interval(a, b) has both ends
         if isinstance(start, int) and isinstance(end, int):
             return SearchedKey(key, spec, IntDistribution(start, end, log=log_scale))
         return SearchedKey(key, spec, FloatDistribution(float(start), float(end), log=log_scale))
-    values: list[Any] = list(override.sweep_iterator())   # whatever Hydra parsed: told apart below
+    values: list[Any] = list(override.sweep_iterator())  # whatever Hydra parsed: told apart below
     if not values:
         raise CompactHydraException(f"{key}={spec} has no values")
     if isinstance(sweep, RangeSweep) and not grid:
@@ -103,7 +106,7 @@ def search_space(lines: Sequence[str], parser: OverridesParser, grid: bool) -> d
         if override.is_sweep_override():
             space[key] = searched_key(override, grid)
         elif override.is_delete() and override.value() is None:
-            space[key] = key                            # ~key
+            space[key] = key  # ~key
         else:
             space[key] = f"{key}={override.get_value_element_as_str()}"
     return space
@@ -111,10 +114,12 @@ def search_space(lines: Sequence[str], parser: OverridesParser, grid: bool) -> d
 
 def directions_of(direction: Any) -> list[str]:
     names = list(direction) if isinstance(direction, (list, tuple, ListConfig)) else [direction]
-    names = [getattr(name, "name", name) for name in names]   # a StudyDirection or an Enum
+    names = [getattr(name, "name", name) for name in names]  # a StudyDirection or an Enum
     if not names or not all(isinstance(name, str) and name.lower() in ("minimize", "maximize") for name in names):
-        raise CompactHydraException(f"hydra.sweeper.direction={direction}: give minimize or maximize, or a list "
-                                    "of them (one per value the task returns)")
+        raise CompactHydraException(
+            f"hydra.sweeper.direction={direction}: give minimize or maximize, or a list "
+            "of them (one per value the task returns)"
+        )
     return [name.lower() for name in names]
 
 
@@ -142,15 +147,27 @@ def values_of(result: JobReturn, n_objectives: int) -> tuple[list[float] | None,
 def counts(trial: FrozenTrial) -> bool:
     """Whether a trial counts towards n_trials: finished, and not stopped midway."""
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-        trial.state == TrialState.FAIL and not trial.user_attrs.get(INTERRUPTED, False))
+        trial.state == TrialState.FAIL and not trial.user_attrs.get(INTERRUPTED, False)
+    )
 
 
 class StudySweep:
-    def __init__(self, *, sampler: Any, direction: Any, study_name: str | None, storage: str | None,
-                 n_trials: int, n_jobs: int, max_failure_rate: float, params: Any) -> None:
+    def __init__(
+        self,
+        *,
+        sampler: Any,
+        direction: Any,
+        study_name: str | None,
+        storage: str | None,
+        n_trials: int,
+        n_jobs: int,
+        max_failure_rate: float,
+        params: Any,
+    ) -> None:
         if n_trials < 0 or n_jobs < 1:
-            raise CompactHydraException(f"hydra.sweeper: n_trials={n_trials} and n_jobs={n_jobs}; "
-                                        "n_trials must be 0 or more, n_jobs 1 or more")
+            raise CompactHydraException(
+                f"hydra.sweeper: n_trials={n_trials} and n_jobs={n_jobs}; n_trials must be 0 or more, n_jobs 1 or more"
+            )
         self.sampler_config = sampler
         self.directions = directions_of(direction)
         self.study_name = study_name
@@ -163,13 +180,20 @@ class StudySweep:
         self.hydra_context: HydraContext | None = None
         self.validate_batch: Callable[[Sequence[Sequence[str]]], None] | None = None
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-              validate_batch: Callable[[Sequence[Sequence[str]]], None]) -> None:
+    def setup(
+        self,
+        *,
+        hydra_context: HydraContext,
+        task_function: TaskFunction,
+        config: DictConfig,
+        validate_batch: Callable[[Sequence[Sequence[str]]], None],
+    ) -> None:
         self.hydra_context = hydra_context
         self.config = config
         self.validate_batch = validate_batch
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     # -- the study -------------------------------------------------------------------------------
 
@@ -186,15 +210,21 @@ class StudySweep:
 
     def open_study(self) -> optuna.Study:
         kwargs = self.sampler_kwargs()
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage,
-                                    directions=self.directions,   # type: ignore[arg-type]  # directions_of checked them
-                                    sampler=optuna.samplers.RandomSampler(), load_if_exists=True)
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=self.storage,
+            directions=self.directions,  # type: ignore[arg-type]  # directions_of checked them
+            sampler=optuna.samplers.RandomSampler(),
+            load_if_exists=True,
+        )
         stored = [d.name.lower() for d in study.directions]
         if stored != self.directions:
-            raise CompactHydraException(f"the study {study.study_name} in {self.storage} has direction(s) "
-                                        f"{stored}, not {self.directions}: give another hydra.sweeper.study_name")
+            raise CompactHydraException(
+                f"the study {study.study_name} in {self.storage} has direction(s) "
+                f"{stored}, not {self.directions}: give another hydra.sweeper.study_name"
+            )
         if self.is_grid():
-            return study   # its sampler is never asked: every grid trial is enqueued
+            return study  # its sampler is never asked: every grid trial is enqueued
         study.sampler = self.make_sampler(kwargs, len(study.get_trials(deepcopy=False)))
         return study
 
@@ -206,7 +236,7 @@ class StudySweep:
         parameters: Mapping[str, inspect.Parameter]
         try:
             parameters = inspect.signature(target).parameters
-        except (TypeError, ValueError):   # no signature to read: pass every key
+        except (TypeError, ValueError):  # no signature to read: pass every key
             parameters = {}
         if parameters and not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
             unused = [key for key in kwargs if not key.startswith("_") and key not in parameters]
@@ -223,10 +253,13 @@ class StudySweep:
         """The grid's points in the order Hydra's basic sweeper runs them, less those in the study."""
         searched = [entry for entry in space.values() if isinstance(entry, SearchedKey)]
         keys = [entry.key for entry in searched]
-        seen = {tuple(t.params[k] for k in keys) for t in study.get_trials(deepcopy=False)
-                if all(k in t.params for k in keys)}
+        seen = {
+            tuple(t.params[k] for k in keys)
+            for t in study.get_trials(deepcopy=False)
+            if all(k in t.params for k in keys)
+        }
         # a grid's keys are all categorical (searched_key), each with its values in the order written
-        choices = [entry.distribution.choices for entry in searched]   # type: ignore[attr-defined]
+        choices = [entry.distribution.choices for entry in searched]  # type: ignore[attr-defined]
         points = product(*choices)
         size = math.prod(len(values) for values in choices)
         log.info(f"grid of {size} points, {len(seen)} of them in the study already")
@@ -254,15 +287,19 @@ class StudySweep:
         finished = sum(counts(t) for t in trials_before)
         to_ask = max(0, self.n_trials - finished)
         where = self.storage or "in memory"
-        log.info(f"Optuna study {study.study_name} ({where}), {'/'.join(self.directions)}, sampler "
-                 f"{type(study.sampler).__name__ if not grid else 'grid'}: {finished} of {self.n_trials} trials "
-                 f"finished, asking for {to_ask}, {self.n_jobs} at a time")
+        log.info(
+            f"Optuna study {study.study_name} ({where}), {'/'.join(self.directions)}, sampler "
+            f"{type(study.sampler).__name__ if not grid else 'grid'}: {finished} of {self.n_trials} trials "
+            f"finished, asking for {to_ask}, {self.n_jobs} at a time"
+        )
         for entry in searched.values():
             log.info(f"  {entry.key}: {entry.spec}")
         running = sum(t.state == TrialState.RUNNING for t in trials_before)
         if running:
-            log.warning(f"{running} trial(s) of the study are RUNNING (in another process, or left by one that was "
-                        "killed); they do not count towards n_trials")
+            log.warning(
+                f"{running} trial(s) of the study are RUNNING (in another process, or left by one that was "
+                "killed); they do not count towards n_trials"
+            )
         points = self.grid(study, space) if grid else None
 
         returns: list[Sequence[JobReturn]] = []
@@ -274,8 +311,10 @@ class StudySweep:
                 log.info("every point of the grid has been asked")
                 break
             to_ask -= len(trials)
-            batch = [[entry if isinstance(entry, str) else entry.override(trial.params[key])
-                      for key, entry in space.items()] for trial in trials]
+            batch = [
+                [entry if isinstance(entry, str) else entry.override(trial.params[key]) for key, entry in space.items()]
+                for trial in trials
+            ]
             try:
                 self.validate_batch(batch)
             except Exception:
@@ -284,7 +323,7 @@ class StudySweep:
                 raise
             try:
                 results = self.launcher.launch(batch, initial_job_idx=trials[0].number)
-            except BaseException:   # Ctrl-C, SIGTERM, a launcher that failed
+            except BaseException:  # Ctrl-C, SIGTERM, a launcher that failed
                 self.put_back(study, trials)
                 raise
             for trial, result in zip(trials, results):
@@ -298,20 +337,31 @@ class StudySweep:
                         first_reason, first_error = f"trial {trial.number}: {reason}", error
                 else:
                     study.tell(trial, values if len(values) > 1 else values[0])
-                    log.info(f"Trial {trial.number} finished: {values if len(values) > 1 else values[0]}"
-                             + (f" (best so far: trial {study.best_trial.number}, {study.best_value})"
-                                if len(values) == 1 else ""))
+                    log.info(
+                        f"Trial {trial.number} finished: {values if len(values) > 1 else values[0]}"
+                        + (
+                            f" (best so far: trial {study.best_trial.number}, {study.best_value})"
+                            if len(values) == 1
+                            else ""
+                        )
+                    )
             returns.append(results)
             if failed / told > self.max_failure_rate:
                 self.report(study, sweep_dir)
                 raise CompactHydraException(
                     f"{failed} of the {told} trials launched by this command failed, more than hydra.sweeper."
-                    f"max_failure_rate={self.max_failure_rate}; the first: {first_reason}") from first_error
+                    f"max_failure_rate={self.max_failure_rate}; the first: {first_reason}"
+                ) from first_error
         self.report(study, sweep_dir)
         return returns
 
-    def ask(self, study: optuna.Study, distributions: dict[str, BaseDistribution], n: int,
-            points: Iterator[dict[str, Any]] | None) -> list[Trial]:
+    def ask(
+        self,
+        study: optuna.Study,
+        distributions: dict[str, BaseDistribution],
+        n: int,
+        points: Iterator[dict[str, Any]] | None,
+    ) -> list[Trial]:
         trials = []
         for _ in range(n):
             if points is not None:

@@ -21,7 +21,7 @@ class SamplerConf:
 
     _target_: str = MISSING
     seed: Optional[int] = None
-    n_startup_trials: Optional[int] = None   # trials drawn at random before the model (TPE: 10)
+    n_startup_trials: Optional[int] = None  # trials drawn at random before the model (TPE: 10)
 
 
 @dataclass
@@ -32,7 +32,7 @@ class TPESamplerConf(SamplerConf):
     n_ei_candidates: Optional[int] = None
     multivariate: Optional[bool] = None
     group: Optional[bool] = None
-    constant_liar: Optional[bool] = None     # count the trials still running as bad (batches of n_jobs)
+    constant_liar: Optional[bool] = None  # count the trials still running as bad (batches of n_jobs)
 
 
 @dataclass
@@ -91,7 +91,7 @@ class GPSamplerConf(SamplerConf):
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.rl_hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
-    _recursive_: bool = False    # the sweeper builds the sampler itself (from its keys that are set)
+    _recursive_: bool = False  # the sweeper builds the sampler itself (from its keys that are set)
 
     sampler: Any = MISSING
     # minimize | maximize, or a list of them for a task that returns one value per objective
@@ -100,17 +100,23 @@ class OptunaSweeperConf:
     # null: the study lives in memory. sqlite:///optuna.db (relative to the working directory) keeps
     # it: the same command again continues the study up to n_trials finished trials in all
     storage: Optional[str] = None
-    n_trials: int = 20           # finished trials the study should hold (failed ones count)
-    n_jobs: int = 2              # trials asked for at a time: one batch for the launcher
-    max_failure_rate: float = 0.0   # stop once more than this fraction of this command's trials failed
+    n_trials: int = 20  # finished trials the study should hold (failed ones count)
+    n_jobs: int = 2  # trials asked for at a time: one batch for the launcher
+    max_failure_rate: float = 0.0  # stop once more than this fraction of this command's trials failed
     # key: value in Hydra's override syntax; choice(...) / a,b,c, range(...), interval(...),
     # tag(log, ...) and int(...) are searched, a plain value is passed to every trial as it is
     params: Optional[Dict[str, str]] = None
 
 
-SAMPLERS = {"tpe": TPESamplerConf, "random": RandomSamplerConf, "grid": GridSamplerConf,
-            "cmaes": CmaEsSamplerConf, "nsgaii": NSGAIISamplerConf, "qmc": QMCSamplerConf,
-            "gp": GPSamplerConf}
+SAMPLERS = {
+    "tpe": TPESamplerConf,
+    "random": RandomSamplerConf,
+    "grid": GridSamplerConf,
+    "cmaes": CmaEsSamplerConf,
+    "nsgaii": NSGAIISamplerConf,
+    "qmc": QMCSamplerConf,
+    "gp": GPSamplerConf,
+}
 
 store = ConfigStore.instance()
 store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="rl_hydra")
@@ -119,6 +125,8 @@ for name, node in SAMPLERS.items():
 
 if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None:
     # both register hydra/sweeper=optuna and its samplers: which one wins depends on import order
-    sys.stderr.write("warning: hydra-optuna-sweeper is installed beside rl-hydra's own Optuna sweeper and "
-                     "registers the same names (hydra/sweeper=optuna); uninstall it: "
-                     "pip uninstall hydra-optuna-sweeper\n")
+    sys.stderr.write(
+        "warning: hydra-optuna-sweeper is installed beside rl-hydra's own Optuna sweeper and "
+        "registers the same names (hydra/sweeper=optuna); uninstall it: "
+        "pip uninstall hydra-optuna-sweeper\n"
+    )

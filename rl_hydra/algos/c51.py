@@ -23,8 +23,13 @@ from rl_hydra.losses import weighted_mean
 from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
 
 
-def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
-                           terminated: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+def categorical_projection(
+    next_probs: torch.Tensor,
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    terminated: torch.Tensor,
+    support: torch.Tensor,
+) -> torch.Tensor:
     """Project the distribution of r + discount * (1 - terminated) * Z' onto the atoms `support`.
 
     Each shifted atom's probability is split between the two atoms around it, in proportion to
@@ -34,31 +39,34 @@ def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, disc
     # next_probs: (B, N); rewards, discounts, terminated: (B,); support: (N,) evenly spaced, increasing
     v_min, v_max = support[0], support[-1]
     spacing = support[1] - support[0]
-    shifted = rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * support        # (B, N)
-    position = (shifted.clamp(v_min, v_max) - v_min) / spacing                             # (B, N) in [0, N - 1]
-    lower, upper = position.floor(), position.ceil()                                       # (B, N)
-    lower_share = (upper - position) + (lower == upper).to(position.dtype)                 # (B, N)
-    upper_share = position - lower                                                          # (B, N)
-    projected = torch.zeros_like(next_probs)                                                # (B, N)
+    shifted = rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * support  # (B, N)
+    position = (shifted.clamp(v_min, v_max) - v_min) / spacing  # (B, N) in [0, N - 1]
+    lower, upper = position.floor(), position.ceil()  # (B, N)
+    lower_share = (upper - position) + (lower == upper).to(position.dtype)  # (B, N)
+    upper_share = position - lower  # (B, N)
+    projected = torch.zeros_like(next_probs)  # (B, N)
     projected.scatter_add_(1, lower.long().clamp(0, len(support) - 1), next_probs * lower_share)
     projected.scatter_add_(1, upper.long().clamp(0, len(support) - 1), next_probs * upper_share)
-    return projected                                                                         # (B, N), rows sum to 1
+    return projected  # (B, N), rows sum to 1
 
 
 class C51(DQN):
     name: ClassVar[str] = "c51"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
-                                                   network="rl_hydra.networks.categorical.CategoricalNetwork")
+    capabilities: ClassVar[Capabilities] = replace(
+        DQN.capabilities, network="rl_hydra.networks.categorical.CategoricalNetwork"
+    )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
     def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):
         self.num_atoms = num_atoms
         if v_max <= v_min:
-            raise ConfigError(f"algo.v_max={v_max} must be greater than algo.v_min={v_min} "
-                              "(the atoms span [v_min, v_max]; set them to the env's range of returns)")
+            raise ConfigError(
+                f"algo.v_max={v_max} must be greater than algo.v_min={v_min} "
+                "(the atoms span [v_min, v_max]; set them to the env's range of returns)"
+            )
         super().__init__(*args, **kwargs)
-        self.support = torch.linspace(v_min, v_max, self.num_atoms, device=self.device)   # (N,)
+        self.support = torch.linspace(v_min, v_max, self.num_atoms, device=self.device)  # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_atoms)
@@ -69,20 +77,24 @@ class C51(DQN):
 
     def expected_values(self, logits: torch.Tensor) -> torch.Tensor:
         # logits: (B, A, N)
-        return (logits.softmax(dim=2) * self.support).sum(dim=2)                         # (B, A)
+        return (logits.softmax(dim=2) * self.support).sum(dim=2)  # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
-            next_logits = self.target_net(batch.next_obs)                                       # (B, A, N)
-            selector = self.q_net(batch.next_obs) if self.double_q else next_logits             # (B, A, N)
-            next_actions = self.expected_values(selector).argmax(dim=1)                         # (B,)
-            next_probs = gather_actions(next_logits, next_actions).softmax(dim=1)               # (B, N)
-            targets = categorical_projection(next_probs, batch.rewards, batch.discounts,
-                                             batch.terminated, self.support)                    # (B, N)
-        log_probs = gather_actions(self.q_net(batch.obs), batch.actions).log_softmax(dim=1)     # (B, N)
-        cross_entropy = -(targets * log_probs).sum(dim=1)                                        # (B,)
-        q_values = (log_probs.detach().exp() * self.support).sum(dim=1)                         # (B,)
-        target_values = (targets * self.support).sum(dim=1)                                      # (B,)
-        metrics = {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(),
-                   "td_error_mean": (target_values - q_values).abs().mean()}
+            next_logits = self.target_net(batch.next_obs)  # (B, A, N)
+            selector = self.q_net(batch.next_obs) if self.double_q else next_logits  # (B, A, N)
+            next_actions = self.expected_values(selector).argmax(dim=1)  # (B,)
+            next_probs = gather_actions(next_logits, next_actions).softmax(dim=1)  # (B, N)
+            targets = categorical_projection(
+                next_probs, batch.rewards, batch.discounts, batch.terminated, self.support
+            )  # (B, N)
+        log_probs = gather_actions(self.q_net(batch.obs), batch.actions).log_softmax(dim=1)  # (B, N)
+        cross_entropy = -(targets * log_probs).sum(dim=1)  # (B,)
+        q_values = (log_probs.detach().exp() * self.support).sum(dim=1)  # (B,)
+        target_values = (targets * self.support).sum(dim=1)  # (B,)
+        metrics = {
+            "q_value_mean": q_values.mean(),
+            "target_mean": target_values.mean(),
+            "td_error_mean": (target_values - q_values).abs().mean(),
+        }
         return weighted_mean(cross_entropy, batch.weights), cross_entropy.detach(), metrics

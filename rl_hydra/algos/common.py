@@ -19,18 +19,22 @@ from rl_hydra.protocols import Observation, ObservationTensor
 def require_discrete(action_space: gym.Space, algo: str) -> int:
     """Number of actions of a Discrete space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(f"algo={algo} needs a discrete action space but the env has {action_space}; "
-                          "use a discrete env (cartpole, acrobot, mountain_car, lunar_lander) "
-                          "or a continuous-action algo (sac, redq)")
+        raise ConfigError(
+            f"algo={algo} needs a discrete action space but the env has {action_space}; "
+            "use a discrete env (cartpole, acrobot, mountain_car, lunar_lander) "
+            "or a continuous-action algo (sac, redq)"
+        )
     return int(action_space.n)
 
 
 def require_box(action_space: gym.Space, algo: str) -> int:
     """Action dimension of a 1-d Box space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise ConfigError(f"algo={algo} needs a continuous (Box) action space but the env has {action_space}; "
-                          "use a continuous env (pendulum, mountain_car_continuous, hopper, ...) "
-                          "or a discrete-action algo (dqn, qr_dqn, iqn, drqn)")
+        raise ConfigError(
+            f"algo={algo} needs a continuous (Box) action space but the env has {action_space}; "
+            "use a continuous env (pendulum, mountain_car_continuous, hopper, ...) "
+            "or a discrete-action algo (dqn, qr_dqn, iqn, drqn)"
+        )
     return int(action_space.shape[0])
 
 
@@ -46,9 +50,11 @@ def vector_features(observation_space: gym.Space, algo: str) -> tuple[nn.Module 
     for name, part in parts(observation_space).items():
         if isinstance(part, gym.spaces.Box) and len(part.shape) > 1:
             where = f"observation part {name!r}" if name else "observations"
-            raise ConfigError(f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
-                              f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them")
-    return make_encoder(observation, "flat")   # an index grid too becomes one multi-hot vector
+            raise ConfigError(
+                f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
+                f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them"
+            )
+    return make_encoder(observation, "flat")  # an index grid too becomes one multi-hot vector
 
 
 def num_rows(obs) -> int:
@@ -56,8 +62,9 @@ def num_rows(obs) -> int:
     return spaces.num_rows(obs)
 
 
-def make_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor],
-                   key: str, device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(
+    factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor], key: str, device: torch.device
+) -> torch.optim.Optimizer:
     """Call a `_partial_` optimizer (fused only on the CPU and CUDA, where torch has a fused step)."""
     if isinstance(factory, functools.partial):
         if factory.keywords.get("fused") and device.type not in ("cpu", "cuda"):

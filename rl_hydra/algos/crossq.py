@@ -35,24 +35,31 @@ from rl_hydra.protocols import Batch, Capabilities
 
 
 # --- the math -------------------------------------------------------------------------
-def crossq_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
-                  alpha: torch.Tensor | float, gamma: torch.Tensor | float) -> torch.Tensor:
+def crossq_target(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    alpha: torch.Tensor | float,
+    gamma: torch.Tensor | float,
+) -> torch.Tensor:
     """y = r + gamma * (1 - terminated) * (min_i Q_i(s', a') - alpha * log pi(a' | s')), with Q_i the
     live critics' next-state values from the joint pass (no target network); the agent passes them
     detached, and its batch's `discounts` (B,) as gamma."""
     # rewards, terminated, next_log_prob: (B,); next_q: (B, N); alpha: (); gamma: (B,) or ()
-    next_value = next_q.min(dim=1).values - alpha * next_log_prob              # (B,)
-    return rewards + gamma * (1.0 - terminated) * next_value                    # (B,)
+    next_value = next_q.min(dim=1).values - alpha * next_log_prob  # (B,)
+    return rewards + gamma * (1.0 - terminated) * next_value  # (B,)
 
 
-def joint_pass(critic: nn.Module, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor,
-               next_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def joint_pass(
+    critic: nn.Module, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Q(s, a) and Q(s', a') (B, N) each from ONE training-mode pass over the 2B rows: the batch
     renormalization statistics (and their running update) are those of both halves together."""
     batch_size = obs.shape[0]
     with batch_statistics(critic):
-        q_both = critic(torch.cat([obs, next_obs]), torch.cat([actions, next_actions]))   # (2B, N)
-    q_values, next_q = q_both.split(batch_size)                                           # (B, N) each
+        q_both = critic(torch.cat([obs, next_obs]), torch.cat([actions, next_actions]))  # (2B, N)
+    q_values, next_q = q_both.split(batch_size)  # (B, N) each
     return q_values, next_q
 
 
@@ -65,30 +72,47 @@ class CrossQ(REDQ):
 
     name: ClassVar[str] = "crossq"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        actions="continuous", network={"actor": "rl_hydra.networks.crossq.BatchRenormActor",
-                                       "critic": "rl_hydra.networks.crossq.BatchRenormCriticEnsemble"})
+        actions="continuous",
+        network={
+            "actor": "rl_hydra.networks.crossq.BatchRenormActor",
+            "critic": "rl_hydra.networks.crossq.BatchRenormCriticEnsemble",
+        },
+    )
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
-    compiled_methods: ClassVar[tuple[str, ...]] = ()   # its losses update the normalization statistics in place
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its update counts the delayed actor steps in Python
-    actor: SquashedGaussianActor   # network.actor: BatchRenormActor (the capabilities)
+    compiled_methods: ClassVar[tuple[str, ...]] = ()  # its losses update the normalization statistics in place
+    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
+    actor: SquashedGaussianActor  # network.actor: BatchRenormActor (the capabilities)
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
-                 network: Mapping[str, Callable[..., nn.Module]],
-                 actor_optimizer: Callable[..., torch.optim.Optimizer],
-                 critic_optimizer: Callable[..., torch.optim.Optimizer],
-                 alpha_optimizer: Callable[..., torch.optim.Optimizer],
-                 *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 ensemble_size: int = 2, batch_size: int = 256, learning_starts: int = 100,
-                 train_every: int = 1, gradient_steps: int = 1, policy_delay: int = 3,
-                 initial_alpha: float = 1.0, learn_alpha: bool = True, target_entropy: float | str = "auto",
-                 max_grad_norm: float | None = None, gsde_resample_every: int = -1):
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        network: Mapping[str, Callable[..., nn.Module]],
+        actor_optimizer: Callable[..., torch.optim.Optimizer],
+        critic_optimizer: Callable[..., torch.optim.Optimizer],
+        alpha_optimizer: Callable[..., torch.optim.Optimizer],
+        *,
+        total_steps: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        ensemble_size: int = 2,
+        batch_size: int = 256,
+        learning_starts: int = 100,
+        train_every: int = 1,
+        gradient_steps: int = 1,
+        policy_delay: int = 3,
+        initial_alpha: float = 1.0,
+        learn_alpha: bool = True,
+        target_entropy: float | str = "auto",
+        max_grad_norm: float | None = None,
+        gsde_resample_every: int = -1,
+    ):
         del total_steps  # CrossQ has no schedule over the run
         self.device = torch.device(device)
         self.action_dim = require_box(action_space, self.name)
         box = cast(gym.spaces.Box, action_space)
         if not (np.all(np.isfinite(box.low)) and np.all(np.isfinite(box.high))):
-            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; "
-                              f"the env has {action_space}")
+            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; the env has {action_space}")
         self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
         if self.observation_encoder is not None:
             self.observation_encoder.to(self.device)
@@ -98,8 +122,10 @@ class CrossQ(REDQ):
         self.learn_alpha, self.max_grad_norm = learn_alpha, max_grad_norm
         self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
         if gsde_resample_every != -1 and not (isinstance(gsde_resample_every, int) and gsde_resample_every >= 1):
-            raise ConfigError(f"algo.gsde_resample_every={gsde_resample_every!r} is out of range; expected -1 (a new "
-                              f"matrix after each training phase only) or an integer >= 1")
+            raise ConfigError(
+                f"algo.gsde_resample_every={gsde_resample_every!r} is out of range; expected -1 (a new "
+                f"matrix after each training phase only) or an integer >= 1"
+            )
         self.gsde_resample_every = gsde_resample_every
 
         actor = network["actor"](self.observation_dim, box.low, box.high)
@@ -109,12 +135,13 @@ class CrossQ(REDQ):
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
         self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
-        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, "algo.critic_optimizer",
-                                               self.device)
+        self.critic_optimizer = make_optimizer(
+            critic_optimizer, self.critic_params, "algo.critic_optimizer", self.device
+        )
         self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
-        self.exploration_noise: torch.Tensor | None = None   # gSDE's (n, F, A) matrices; None: draw anew
+        self.exploration_noise: torch.Tensor | None = None  # gSDE's (n, F, A) matrices; None: draw anew
         self.explore_steps = 0
         self.updates = 0
         # the actor's metrics between its (delayed) updates are those of its last update
@@ -122,7 +149,7 @@ class CrossQ(REDQ):
 
     # --- the update -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        self.exploration_noise = None   # gSDE: the next env step explores with a new matrix
+        self.exploration_noise = None  # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
         self.updates += 1
         if self.updates % self.policy_delay == 0:  # the d-th, 2d-th, ... update (as the paper's code, sb3-contrib)
@@ -130,30 +157,34 @@ class CrossQ(REDQ):
         return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
 
     def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
-        next_noise = self.standard_normal(batch.rewards.shape[0])                          # (B, A) or gSDE's (F, A)
-        critic_loss, q_values = self.critic_loss(batch, next_noise, self.alpha)             # (), (B, N)
+        next_noise = self.standard_normal(batch.rewards.shape[0])  # (B, A) or gSDE's (F, A)
+        critic_loss, q_values = self.critic_loss(batch, next_noise, self.alpha)  # (), (B, N)
         optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
         return {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean()}
 
-    def critic_loss(self, batch: Batch, next_noise: torch.Tensor,  # type: ignore[override]
-                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def critic_loss(  # type: ignore[override]  # no ensemble subset: every critic is used
+        self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The critics' summed MSE to the CrossQ target, and their Q-values (B, N)."""
-        obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)             # (B, obs_dim) each
-        with torch.no_grad():   # a' from the actor's running statistics
-            next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)      # (B, A), (B,)
-        q_values, next_q = joint_pass(self.critic, obs, self.actor.from_env(batch.actions), next_obs,
-                                      next_actions)                                          # (B, N) each
-        targets = crossq_target(batch.rewards, batch.terminated, next_q.detach(), next_log_prob, alpha,
-                                batch.discounts)                                             # (B,)
+        obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)  # (B, obs_dim) each
+        with torch.no_grad():  # a' from the actor's running statistics
+            next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)  # (B, A), (B,)
+        q_values, next_q = joint_pass(
+            self.critic, obs, self.actor.from_env(batch.actions), next_obs, next_actions
+        )  # (B, N) each
+        targets = crossq_target(
+            batch.rewards, batch.terminated, next_q.detach(), next_log_prob, alpha, batch.discounts
+        )  # (B,)
         return ensemble_mse(q_values, targets), q_values
 
-    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor,
-                   alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def actor_loss(
+        self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """E[alpha * log pi(a | s) - min_i Q_i(s, a)], the actor's pass updating its statistics and the
         critics' on their running ones; and log pi (B,)."""
         with batch_statistics(self.actor):
-            actions, log_prob = self.actor.sample(obs, noise=noise)                         # (B, A), (B,)
-        q_value = self.critic(obs, actions, frozen=True).min(dim=1).values                  # (B,)
+            actions, log_prob = self.actor.sample(obs, noise=noise)  # (B, A), (B,)
+        q_value = self.critic(obs, actions, frozen=True).min(dim=1).values  # (B,)
         return (alpha * log_prob - q_value).mean(), log_prob
 
     # --- the state ------------------------------------------------------------------------

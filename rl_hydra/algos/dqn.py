@@ -33,18 +33,35 @@ log = logging.getLogger(__name__)
 
 class DQN:
     capabilities: ClassVar[Capabilities] = Capabilities(
-        actions="discrete", network="rl_hydra.networks.mlp.QNetwork", n_step=True, prioritized=True)
+        actions="discrete", network="rl_hydra.networks.mlp.QNetwork", n_step=True, prioritized=True
+    )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
-    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")   # what `gradient_step` runs
+    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")  # what `gradient_step` runs
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
-                 network: Callable[..., nn.Module], optimizer: Callable[..., torch.optim.Optimizer],
-                 *, total_steps: int, device: str | torch.device = "cpu", seed: int = 0,
-                 batch_size: int, learning_starts: int, train_every: int, gradient_steps: int,
-                 target_update_every: int, tau: float, double_q: bool, max_grad_norm: float | None,
-                 exploration: DictConfig | dict, final_lr_fraction: float, loss: str = "huber"):
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        network: Callable[..., nn.Module],
+        optimizer: Callable[..., torch.optim.Optimizer],
+        *,
+        total_steps: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        batch_size: int,
+        learning_starts: int,
+        train_every: int,
+        gradient_steps: int,
+        target_update_every: int,
+        tau: float,
+        double_q: bool,
+        max_grad_norm: float | None,
+        exploration: DictConfig | dict,
+        final_lr_fraction: float,
+        loss: str = "huber",
+    ):
         # the keys have no defaults here: their values are the config's (conf/algo/base/dqn.yaml). `loss`
         # is DQN's own key (algo/dqn.yaml), which its subclasses, with losses of their own, never set.
         # algo.gamma and algo.n_step go to the transition buffer, which discounts the returns: the
@@ -59,13 +76,13 @@ class DQN:
         self.double_q = double_q
         self.loss_kind = loss
         self.max_grad_norm = max_grad_norm
-        self.epsilon_schedule = LinearSchedule(exploration["start"], exploration["end"],
-                                               exploration["fraction"] * total_steps)
+        self.epsilon_schedule = LinearSchedule(
+            exploration["start"], exploration["end"], exploration["fraction"] * total_steps
+        )
         # the learning rate decays linearly to final_lr_fraction * lr at the end of training
-        self.lr_factor = LinearSchedule(1.0, final_lr_fraction,
-                                        total_steps - self.learning_starts)
+        self.lr_factor = LinearSchedule(1.0, final_lr_fraction, total_steps - self.learning_starts)
 
-        self.observation = network_input(observation_space)   # a vector's size, or the space (frames, indices, parts)
+        self.observation = network_input(observation_space)  # a vector's size, or the space (frames, indices, parts)
         self.num_actions = require_discrete(action_space, self.name)
         self.q_net = self.make_network(network).to(self.device)
         self.noisy = has_noisy_layers(self.q_net)
@@ -77,7 +94,7 @@ class DQN:
         self.optimizer = make_optimizer(optimizer, self.params, "algo.optimizer", self.device)
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.rng = np.random.default_rng(seed)
-        self.explore_steps = 0   # env steps acted with exploration (after warm-up)
+        self.explore_steps = 0  # env steps acted with exploration (after warm-up)
         self.updates = 0
 
     # --- what subclasses change ------------------------------------------------
@@ -91,15 +108,19 @@ class DQN:
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(the importance-weighted batch loss (), each sample's new priority (B,), metrics)."""
         with torch.no_grad():
-            next_q_target = self.target_net(batch.next_obs)                           # (B, A)
-            next_q_online = self.q_net(batch.next_obs) if self.double_q else None      # (B, A)
-            targets = q_learning_targets(batch.rewards, batch.terminated, next_q_target,
-                                         batch.discounts, next_q_online)              # (B,)
-        q_taken = self.q_net(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)   # (B,)
+            next_q_target = self.target_net(batch.next_obs)  # (B, A)
+            next_q_online = self.q_net(batch.next_obs) if self.double_q else None  # (B, A)
+            targets = q_learning_targets(
+                batch.rewards, batch.terminated, next_q_target, batch.discounts, next_q_online
+            )  # (B,)
+        q_taken = self.q_net(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)  # (B,)
         loss = weighted_mean(td_loss(q_taken, targets, self.loss_kind, reduction="none"), batch.weights)
-        td_error = (targets - q_taken).detach().abs()                                 # (B,) the priority
-        return loss, td_error, {"q_value_mean": q_taken.detach().mean(), "target_mean": targets.mean(),
-                                "td_error_mean": td_error.mean()}
+        td_error = (targets - q_taken).detach().abs()  # (B,) the priority
+        return (
+            loss,
+            td_error,
+            {"q_value_mean": q_taken.detach().mean(), "target_mean": targets.mean(), "td_error_mean": td_error.mean()},
+        )
 
     # --- the agent protocol -------------------------------------------------------
     @property
@@ -129,7 +150,7 @@ class DQN:
         if np.count_nonzero(random_rows) == n:  # skip the forward pass
             return self.rng.integers(self.num_actions, size=n), state
         if self.noisy:
-            resample_noise(self.q_net)   # fresh noise for every acting step, as Fortunato et al. act
+            resample_noise(self.q_net)  # fresh noise for every acting step, as Fortunato et al. act
         return self.randomize(self.greedy_actions(obs, explore=True), random_rows), state
 
     def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:
@@ -163,9 +184,14 @@ class DQN:
         return loss.detach(), priorities, metrics
 
     def state_dict(self) -> dict:
-        return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "explore_steps": self.explore_steps,
-                "updates": self.updates, "rng": self.rng.bit_generator.state}
+        return {
+            "q_net": self.q_net.state_dict(),
+            "target_net": self.target_net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "explore_steps": self.explore_steps,
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.q_net.load_state_dict(state["q_net"])

@@ -21,20 +21,21 @@ from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.protocols import Capabilities, Observation, SequenceBatch
 
 
-def n_step_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float,
-                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def n_step_returns(
+    rewards: torch.Tensor, mask: torch.Tensor, gamma: float, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For each step t: the discounted sum of the up to n rewards r_t.. that lie on real steps of
     the chunk, the discount gamma^h for the bootstrap value (h = how many were summed), and the
     index t + h - 1 of the last summed step, whose next observation the bootstrap value is of."""
     # rewards, mask: (T, B); mask is 1 on a prefix of each chunk (its real steps)
-    returns, horizon = torch.zeros_like(rewards), torch.zeros_like(rewards)            # (T, B)
+    returns, horizon = torch.zeros_like(rewards), torch.zeros_like(rewards)  # (T, B)
     for k in range(n):
-        later_rewards = F.pad(rewards[k:], (0, 0, 0, k))                              # (T, B): r_{t+k}
-        later_mask = F.pad(mask[k:], (0, 0, 0, k))                                    # (T, B)
+        later_rewards = F.pad(rewards[k:], (0, 0, 0, k))  # (T, B): r_{t+k}
+        later_mask = F.pad(mask[k:], (0, 0, 0, k))  # (T, B)
         returns += gamma**k * later_rewards * later_mask
         horizon += later_mask
-    steps = torch.arange(len(rewards), device=rewards.device)[:, None]                # (T, 1)
-    last = (steps + horizon.long() - 1).clamp(min=0)                                  # (T, B)
+    steps = torch.arange(len(rewards), device=rewards.device)[:, None]  # (T, 1)
+    last = (steps + horizon.long() - 1).clamp(min=0)  # (T, B)
     return returns, gamma**horizon, last
 
 
@@ -47,9 +48,10 @@ class DRQN(DQN):
     name: ClassVar[str] = "drqn"
     # its sequence buffer is uniform; it sums n-step returns over its own sequences
     capabilities: ClassVar[Capabilities] = Capabilities(
-        actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True)
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()   # its sequence loss is not declared tensor-only
-    q_net: RecurrentQNetwork   # network: the capabilities' class (checked by fit)
+        actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True
+    )
+    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its sequence loss is not declared tensor-only
+    q_net: RecurrentQNetwork  # network: the capabilities' class (checked by fit)
 
     def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -86,38 +88,50 @@ class DRQN(DQN):
         if self.burn_in == 0:
             return self.q_net(batch.obs, batch.state)[0]
         head, state = self.q_net(time_slice(batch.obs, slice(None, self.burn_in)), batch.state)  # (burn_in, B, A)
-        opens = batch.episode_start[:, None]                                         # (B, 1)
-        state = tuple(torch.where(opens, s, s.detach()) for s in state)              # (B, H) each
+        opens = batch.episode_start[:, None]  # (B, 1)
+        state = tuple(torch.where(opens, s, s.detach()) for s in state)  # (B, H) each
         tail, _ = self.q_net(time_slice(batch.obs, slice(self.burn_in, None)), state)  # (L + 1 - burn_in, B, A)
-        return torch.cat([head, tail])                                               # (L + 1, B, A)
+        return torch.cat([head, tail])  # (L + 1, B, A)
 
     def counted(self, batch: SequenceBatch) -> torch.Tensor:
         """The steps the loss learns from (L, B): real steps, those in the burn-in only in chunks
         that open an episode."""
-        counted = batch.mask.clone()                                                 # (L, B)
+        counted = batch.mask.clone()  # (L, B)
         counted[: self.burn_in] *= batch.episode_start.float()
         return counted
 
     # its batches are SequenceBatches where DQN's are Batches: the recurrent loop and buffer hand them out
-    def loss(self, batch: SequenceBatch,  # type: ignore[override]
-             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self,
+        batch: SequenceBatch,  # type: ignore[override]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(the batch loss, each step's |TD error| (L, B), 0 where not counted, metrics). A sequence
         replay that draws by priority makes each sequence's priority of its steps' errors
         (rl_hydra/distributed: R2D2); the uniform sequence buffer ignores them."""
-        counted = self.counted(batch)                                                # (L, B)
-        q_values = self.unroll(batch)                                                # (L + 1, B, A)
-        q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)       # (L, B)
+        counted = self.counted(batch)  # (L, B)
+        q_values = self.unroll(batch)  # (L + 1, B, A)
+        q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)  # (L, B)
         with torch.no_grad():
             returns, discounts, last = n_step_returns(batch.rewards, batch.mask, self.gamma, self.n_step)  # (L, B)
-            at_last = last[..., None].expand(-1, -1, self.num_actions)               # (L, B, A)
+            at_last = last[..., None].expand(-1, -1, self.num_actions)  # (L, B, A)
             next_q_target = self.target_net(batch.obs, batch.state)[0][1:].gather(0, at_last)  # (L, B, A)
             next_q_online = q_values[1:].detach().gather(0, at_last) if self.double_q else None  # (L, B, A)
-            targets = q_learning_targets(returns.flatten(), batch.terminated.gather(0, last).flatten(),
-                                         next_q_target.flatten(0, 1), discounts.flatten(),
-                                         None if next_q_online is None else next_q_online.flatten(0, 1))
-            targets = targets.view_as(q_taken)                                       # (L, B)
+            targets = q_learning_targets(
+                returns.flatten(),
+                batch.terminated.gather(0, last).flatten(),
+                next_q_target.flatten(0, 1),
+                discounts.flatten(),
+                None if next_q_online is None else next_q_online.flatten(0, 1),
+            )
+            targets = targets.view_as(q_taken)  # (L, B)
         loss = masked_td_loss(q_taken, targets, counted, self.loss_kind)
-        td_error = (targets - q_taken).detach().abs() * counted                      # (L, B)
-        return loss, td_error, {"q_value_mean": masked_mean(q_taken.detach(), counted),
-                      "target_mean": masked_mean(targets, counted),
-                      "td_error_mean": masked_mean(td_error, counted)}
+        td_error = (targets - q_taken).detach().abs() * counted  # (L, B)
+        return (
+            loss,
+            td_error,
+            {
+                "q_value_mean": masked_mean(q_taken.detach(), counted),
+                "target_mean": masked_mean(targets, counted),
+                "td_error_mean": masked_mean(td_error, counted),
+            },
+        )

@@ -27,24 +27,38 @@ from rl_hydra.runs.rng import restore_generator
 
 class IQN(DQN):
     name: ClassVar[str] = "iqn"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
-                                                   network="rl_hydra.networks.quantile.ImplicitQuantileNetwork")
+    capabilities: ClassVar[Capabilities] = replace(
+        DQN.capabilities, network="rl_hydra.networks.quantile.ImplicitQuantileNetwork"
+    )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
-    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "quantile_loss", "sample_taus",
-                                                   "action_values")
+    tensor_only_step: ClassVar[tuple[str, ...]] = (
+        "gradient_step",
+        "loss",
+        "quantile_loss",
+        "sample_taus",
+        "action_values",
+    )
 
-    def __init__(self, *args, num_tau_samples: int = 64, num_tau_prime_samples: int = 64,
-                 num_quantile_samples: int = 32, kappa: float = 1.0, seed: int = 0, **kwargs):
-        self.num_tau_samples = num_tau_samples                  # N
+    def __init__(
+        self,
+        *args,
+        num_tau_samples: int = 64,
+        num_tau_prime_samples: int = 64,
+        num_quantile_samples: int = 32,
+        kappa: float = 1.0,
+        seed: int = 0,
+        **kwargs,
+    ):
+        self.num_tau_samples = num_tau_samples  # N
         self.num_tau_prime_samples = num_tau_prime_samples  # N'
-        self.num_quantile_samples = num_quantile_samples    # K
+        self.num_quantile_samples = num_quantile_samples  # K
         self.kappa = kappa
         super().__init__(*args, seed=seed, **kwargs)
         # its own stream, so sampling fractions neither disturbs nor depends on other torch draws
         self.tau_generator = torch.Generator(device=self.device)
         self.tau_generator.manual_seed(seed)
-        self.greedy_taus = midpoint_taus(self.num_quantile_samples, self.device)[None]   # (1, K)
+        self.greedy_taus = midpoint_taus(self.num_quantile_samples, self.device)[None]  # (1, K)
 
     def sample_taus(self, batch_size: int, num_samples: int) -> torch.Tensor:
         """tau ~ U(0, 1) for each row: (batch_size, num_samples)."""
@@ -60,35 +74,37 @@ class IQN(DQN):
         if explore:
             return super().greedy_actions(obs, explore=True)
         with torch.no_grad():
-            obs_t = observation_tensor(obs, self.device)                          # (B, obs_dim)
-            taus = self.greedy_taus.expand(num_rows(obs_t), -1)                   # (B, K)
+            obs_t = observation_tensor(obs, self.device)  # (B, obs_dim)
+            taus = self.greedy_taus.expand(num_rows(obs_t), -1)  # (B, K)
             return self.action_values(obs_t, taus=taus).argmax(dim=1).cpu().numpy()
 
-    def action_values(self, obs: ObservationTensor, net: nn.Module | None = None,
-                      taus: torch.Tensor | None = None) -> torch.Tensor:
+    def action_values(
+        self, obs: ObservationTensor, net: nn.Module | None = None, taus: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Q(s, a) estimated as the mean over K sampled quantiles: (B, obs_dim) -> (B, A)."""
         if taus is None:
-            taus = self.sample_taus(num_rows(obs), self.num_quantile_samples)   # (B, K)
+            taus = self.sample_taus(num_rows(obs), self.num_quantile_samples)  # (B, K)
         net = self.q_net if net is None else net
-        return net(obs, taus).mean(dim=2)                                   # (B, A)
+        return net(obs, taus).mean(dim=2)  # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # every fraction is drawn here, so that quantile_loss is a pure function (compile=true)
         batch_size = batch.rewards.shape[0]
-        next_taus = self.sample_taus(batch_size, self.num_quantile_samples)               # (B, K)
-        tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)             # (B, N')
-        taus = self.sample_taus(batch_size, self.num_tau_samples)                         # (B, N)
+        next_taus = self.sample_taus(batch_size, self.num_quantile_samples)  # (B, K)
+        tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)  # (B, N')
+        taus = self.sample_taus(batch_size, self.num_tau_samples)  # (B, N)
         return self.quantile_loss(batch, next_taus, tau_primes, taus)
 
-    def quantile_loss(self, batch: Batch, next_taus: torch.Tensor, tau_primes: torch.Tensor,
-                      taus: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def quantile_loss(
+        self, batch: Batch, next_taus: torch.Tensor, tau_primes: torch.Tensor, taus: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             selector = self.q_net if self.double_q else self.target_net
             next_actions = self.action_values(batch.next_obs, selector, next_taus).argmax(dim=1)  # (B,)
             next_quantiles = gather_actions(self.target_net(batch.next_obs, tau_primes), next_actions)  # (B, N')
             targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, batch.discounts)  # (B, N')
-        quantiles = gather_actions(self.q_net(batch.obs, taus), batch.actions)                     # (B, N)
-        per_sample = quantile_huber_loss(quantiles, targets, taus, self.kappa, reduction="none")   # (B,)
+        quantiles = gather_actions(self.q_net(batch.obs, taus), batch.actions)  # (B, N)
+        per_sample = quantile_huber_loss(quantiles, targets, taus, self.kappa, reduction="none")  # (B,)
         return weighted_mean(per_sample, batch.weights), per_sample.detach(), distribution_metrics(quantiles, targets)
 
     def state_dict(self) -> dict:

@@ -25,24 +25,26 @@ def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> tor
     return (2 * torch.arange(num_quantiles, device=device, dtype=torch.float32) + 1) / (2 * num_quantiles)
 
 
-def quantile_targets(rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor,
-                     discounts: torch.Tensor) -> torch.Tensor:
+def quantile_targets(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor, discounts: torch.Tensor
+) -> torch.Tensor:
     """The distributional Bellman target r + discount * (1 - terminated) * z for each next-state
     sample z (`rewards` may be n-step sums and `discounts` gamma^k)."""
     # rewards, terminated, discounts: (B,); next_quantiles: (B, N')
-    return rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * next_quantiles   # (B, N')
+    return rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * next_quantiles  # (B, N')
 
 
 def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """The rows of the chosen actions: values (B, A, T), actions (B,) -> (B, T)."""
-    rows = torch.arange(values.shape[0], device=values.device)   # (B,)
-    return values[rows, actions]                                 # (B, T)
+    rows = torch.arange(values.shape[0], device=values.device)  # (B,)
+    return values[rows, actions]  # (B, T)
 
 
 class QRDQN(DQN):
     name: ClassVar[str] = "qr_dqn"
-    capabilities: ClassVar[Capabilities] = replace(DQN.capabilities,
-                                                   network="rl_hydra.networks.quantile.QuantileNetwork")
+    capabilities: ClassVar[Capabilities] = replace(
+        DQN.capabilities, network="rl_hydra.networks.quantile.QuantileNetwork"
+    )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 
@@ -50,7 +52,7 @@ class QRDQN(DQN):
         self.num_quantiles = num_quantiles
         self.kappa = kappa
         super().__init__(*args, **kwargs)
-        self.taus = midpoint_taus(self.num_quantiles, self.device)   # (N,)
+        self.taus = midpoint_taus(self.num_quantiles, self.device)  # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
         return network(self.observation, self.num_actions, self.num_quantiles)
@@ -61,12 +63,12 @@ class QRDQN(DQN):
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
-            next_target = self.target_net(batch.next_obs)                                # (B, A, N)
-            selector = self.q_net(batch.next_obs) if self.double_q else next_target      # (B, A, N)
-            next_actions = selector.mean(dim=2).argmax(dim=1)                            # (B,)
-            next_quantiles = gather_actions(next_target, next_actions)                   # (B, N)
+            next_target = self.target_net(batch.next_obs)  # (B, A, N)
+            selector = self.q_net(batch.next_obs) if self.double_q else next_target  # (B, A, N)
+            next_actions = selector.mean(dim=2).argmax(dim=1)  # (B,)
+            next_quantiles = gather_actions(next_target, next_actions)  # (B, N)
             targets = quantile_targets(batch.rewards, batch.terminated, next_quantiles, batch.discounts)  # (B, N)
-        quantiles = gather_actions(self.q_net(batch.obs), batch.actions)                 # (B, N)
+        quantiles = gather_actions(self.q_net(batch.obs), batch.actions)  # (B, N)
         per_sample = quantile_huber_loss(quantiles, targets, self.taus, self.kappa, reduction="none")  # (B,)
         return weighted_mean(per_sample, batch.weights), per_sample.detach(), distribution_metrics(quantiles, targets)
 
@@ -74,7 +76,7 @@ class QRDQN(DQN):
 def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """Means of the predicted and target distributions and |E[target] - E[Z(s, a)]| (the TD error of Q)."""
     # quantiles: (B, N); targets: (B, N')
-    q_values = quantiles.detach().mean(dim=1)         # (B,)
-    target_values = targets.mean(dim=1)               # (B,)
-    td_errors = (target_values - q_values).abs()      # (B,)
+    q_values = quantiles.detach().mean(dim=1)  # (B,)
+    target_values = targets.mean(dim=1)  # (B,)
+    td_errors = (target_values - q_values).abs()  # (B,)
     return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(), "td_error_mean": td_errors.mean()}

@@ -16,7 +16,22 @@ from rl_hydra.algos.redq import REDQ
 class SAC(REDQ):
     name: ClassVar[str] = "sac"
 
-    def __init__(self, *args, ensemble_size: int = 2, subset_size: int = 2, gradient_steps: int = 1,
-                 policy_delay: int = 1, actor_q: str = "min", **kwargs):
-        super().__init__(*args, ensemble_size=ensemble_size, subset_size=subset_size,
-                         gradient_steps=gradient_steps, policy_delay=policy_delay, actor_q=actor_q, **kwargs)
+    def __init__(
+        self,
+        *args,
+        ensemble_size: int = 2,
+        subset_size: int = 2,
+        gradient_steps: int = 1,
+        policy_delay: int = 1,
+        actor_q: str = "min",
+        **kwargs,
+    ):
+        super().__init__(
+            *args,
+            ensemble_size=ensemble_size,
+            subset_size=subset_size,
+            gradient_steps=gradient_steps,
+            policy_delay=policy_delay,
+            actor_q=actor_q,
+            **kwargs,
+        )

@@ -27,7 +27,7 @@ from rl_hydra.config import ConfigError
 try:
     import numba
 except ImportError:  # the numpy tree serves
-    numba = None   # type: ignore[assignment]  # the module's name, None without it
+    numba = None  # type: ignore[assignment]  # the module's name, None without it
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +40,17 @@ def make_sum_tree(capacity: int, backend: str = "auto") -> SumTree:
     if numba is None and backend == "numba":
         raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
     if numba is None and backend == "auto":
-        log.info('prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '
-                 'for the compiled one: about 3x faster sampling on small observations)')
+        log.info(
+            'prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '
+            "for the compiled one: about 3x faster sampling on small observations)"
+        )
     if backend == "numpy" or numba is None:
         return SumTree(capacity)
     return CompiledSumTree(capacity)
 
 
 if numba is not None:
+
     def _jit(function):
         """Compiled once and cached beside this file (or in the user's cache), else compiled every run."""
         try:
@@ -64,10 +67,10 @@ if numba is not None:
         for b in range(prefix_sums.shape[0]):
             node = np.searchsorted(inner, prefix_sums[b], side="right")  # the root's child whose range holds s
             remaining = prefix_sums[b] - root_cumsum[node]
-            for level in range(levels - 1, -1, -1):                       # from the root's children down
-                row = running[group_offsets[level] + node]                 # (k + 1,) running sums of the group
+            for level in range(levels - 1, -1, -1):  # from the root's children down
+                row = running[group_offsets[level] + node]  # (k + 1,) running sums of the group
                 child = 0
-                while row[child + 1] <= remaining:                         # the last child starting at or before s
+                while row[child + 1] <= remaining:  # the last child starting at or before s
                     child += 1
                 remaining -= row[child]
                 node = node * k + child
@@ -75,7 +78,7 @@ if numba is not None:
                 before = node - 1
                 while before >= 0 and leaves[before] == 0.0:
                     before -= 1
-                if before < 0:       # none before: the first non-zero leaf
+                if before < 0:  # none before: the first non-zero leaf
                     before = node + 1
                     while leaves[before] == 0.0:
                         before += 1
@@ -120,15 +123,16 @@ if numba is not None:
                     row[child + 1] = total
                 flat_values[value_offsets[level + 1] + group] = total + flat_values[first + k - 1]
                 node = group
-        root = flat_values[value_offsets[levels]:value_offsets[levels + 1]]
+        root = flat_values[value_offsets[levels] : value_offsets[levels + 1]]
         total = 0.0
         for child in range(root.shape[0]):
             total += root[child]
             root_cumsum[child + 1] = total
 
     @_jit
-    def _update_priorities(flat_values, value_offsets, running, group_offsets, root_cumsum, indices, errors,
-                           epsilon, alpha):
+    def _update_priorities(
+        flat_values, value_offsets, running, group_offsets, root_cumsum, indices, errors, epsilon, alpha
+    ):
         """sum_tree.SumTree.update_priorities: _update with (|error| + epsilon)^alpha; the largest of them."""
         priorities = np.empty(errors.shape[0])
         largest = -np.inf
@@ -148,21 +152,50 @@ class CompiledSumTree(SumTree):
         super().__init__(capacity, branching, root_width)
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
-        _update(self.flat_values, self.value_offsets, self.flat_running, self.group_offsets, self._root_cumsum(),
-                np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=np.float64))
+        _update(
+            self.flat_values,
+            self.value_offsets,
+            self.flat_running,
+            self.group_offsets,
+            self._root_cumsum(),
+            np.asarray(indices, dtype=np.int64),
+            np.asarray(values, dtype=np.float64),
+        )
 
     def update_priorities(self, indices: np.ndarray, errors: np.ndarray, epsilon: float, alpha: float) -> float:
-        return _update_priorities(self.flat_values, self.value_offsets, self.flat_running, self.group_offsets,
-                                  self._root_cumsum(), np.asarray(indices, dtype=np.int64), errors,
-                                  float(epsilon), float(alpha))
+        return _update_priorities(
+            self.flat_values,
+            self.value_offsets,
+            self.flat_running,
+            self.group_offsets,
+            self._root_cumsum(),
+            np.asarray(indices, dtype=np.int64),
+            errors,
+            float(epsilon),
+            float(alpha),
+        )
 
     def find_prefix_sums(self, prefix_sums: np.ndarray) -> np.ndarray:
         s = np.asarray(prefix_sums, dtype=np.float64)
-        return _find(self._root_cumsum(), self.flat_running, self.group_offsets, self.values[0], s,
-                     np.empty(len(s), dtype=np.int64))
+        return _find(
+            self._root_cumsum(),
+            self.flat_running,
+            self.group_offsets,
+            self.values[0],
+            s,
+            np.empty(len(s), dtype=np.int64),
+        )
 
     def draw_stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         rows, weights = np.empty(len(u), dtype=np.int64), np.empty(len(u), dtype=np.float32)
-        _draw_stratified(self._root_cumsum(), self.flat_running, self.group_offsets, self.values[0],
-                         np.asarray(u, dtype=np.float64), float(beta), rows, weights)
+        _draw_stratified(
+            self._root_cumsum(),
+            self.flat_running,
+            self.group_offsets,
+            self.values[0],
+            np.asarray(u, dtype=np.float64),
+            float(beta),
+            rows,
+            weights,
+        )
         return rows, weights

@@ -27,8 +27,10 @@ class DeviceMemoryShort(ConfigError):
 def storage_device(choice: str, run_device: torch.device) -> torch.device:
     """The device `buffer.device` asks for, on a run on `run_device` (auto: the run's own)."""
     if choice == "cuda" and run_device.type != "cuda":
-        raise ConfigError(f"buffer.device=cuda needs a CUDA run (device=cuda); this run's device is {run_device}; "
-                          "use buffer.device=auto or cpu")
+        raise ConfigError(
+            f"buffer.device=cuda needs a CUDA run (device=cuda); this run's device is {run_device}; "
+            "use buffer.device=auto or cpu"
+        )
     return torch.device("cpu") if choice == "cpu" else run_device
 
 

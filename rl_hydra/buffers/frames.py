@@ -36,11 +36,17 @@ def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
     """`buffer.share_frames`: true, false, or auto (uint8 stacks of frames: a Box (S >= 2, H, W);
     a grid of indices, such as MiniGrid's MultiDiscrete view, is no stack)."""
     shape = tuple(observation_space.shape or ())
-    stacks = (isinstance(observation_space, gym.spaces.Box) and observation_space.dtype == np.uint8
-              and len(shape) == 3 and shape[0] >= 2)
+    stacks = (
+        isinstance(observation_space, gym.spaces.Box)
+        and observation_space.dtype == np.uint8
+        and len(shape) == 3
+        and shape[0] >= 2
+    )
     if setting is True and not stacks:
-        raise ConfigError(f"buffer.share_frames=true needs observations that stack uint8 frames, (S >= 2, H, W); "
-                          f"the env has {observation_space} (use buffer.share_frames=auto or false)")
+        raise ConfigError(
+            f"buffer.share_frames=true needs observations that stack uint8 frames, (S >= 2, H, W); "
+            f"the env has {observation_space} (use buffer.share_frames=auto or false)"
+        )
     return stacks if setting == "auto" else bool(setting)
 
 
@@ -64,11 +70,11 @@ class SharedFrames:
         # row -> the slot of its whole observation (a start: "first") or next observation (an end: "final")
         self.slots = {kind: np.full(capacity, -1, dtype=np.int64) for kind in ("first", "final")}
         self.stacks = torch.zeros((0, self.stack, *frame_shape), dtype=torch.uint8, device=self.device)
-        self.free: list[int] = []                        # slots of `stacks` no row names
+        self.free: list[int] = []  # slots of `stacks` no row names
         self.grow(max(16, 4 * num_envs))
-        self.previous: np.ndarray | None = None          # (num_envs, S, H, W): the last observations added
-        self.back = np.arange(self.stack - 1, -1, -1) * num_envs   # (S,) vector steps back, oldest first
-        self.positions = np.arange(self.stack)                        # (S,)
+        self.previous: np.ndarray | None = None  # (num_envs, S, H, W): the last observations added
+        self.back = np.arange(self.stack - 1, -1, -1) * num_envs  # (S,) vector steps back, oldest first
+        self.positions = np.arange(self.stack)  # (S,)
 
     @staticmethod
     def row_bytes(observation_space: gym.Space) -> int:
@@ -82,7 +88,7 @@ class SharedFrames:
         stacks = torch.zeros((size, self.stack, *self.frame_shape), dtype=torch.uint8, device=self.device)
         stacks[:old] = self.stacks
         self.stacks = stacks
-        self.free.extend(range(size - 1, old - 1, -1))   # popped from the end: the lowest first
+        self.free.extend(range(size - 1, old - 1, -1))  # popped from the end: the lowest first
 
     def take_slots(self, count: int) -> np.ndarray:
         if len(self.free) < count:
@@ -94,7 +100,7 @@ class SharedFrames:
 
     def add(self, rows: np.ndarray, obs: np.ndarray, next_obs: np.ndarray, ended: np.ndarray) -> None:
         """Rows (n,) of one vector step: observations and next observations (n, S, H, W), ended (n,)."""
-        for taken in self.slots.values():   # the rows' old stacks go with the rows
+        for taken in self.slots.values():  # the rows' old stacks go with the rows
             old = taken[rows]
             self.free.extend(old[old >= 0].tolist())
             taken[rows] = -1
@@ -105,7 +111,7 @@ class SharedFrames:
         self.starts[rows] = ~continues
         starts, ends = np.flatnonzero(~continues), np.flatnonzero(ended)
         slots = self.take_slots(len(starts) + len(ends))
-        self.slots["first"][rows[starts]], self.slots["final"][rows[ends]] = slots[: len(starts)], slots[len(starts):]
+        self.slots["first"][rows[starts]], self.slots["final"][rows[ends]] = slots[: len(starts)], slots[len(starts) :]
         self.frames[self.to_device(rows)] = self.to_device(obs[:, -1])
         if len(slots):
             self.stacks[self.to_device(slots)] = self.to_device(np.concatenate([obs[starts], next_obs[ends]]))
@@ -120,32 +126,40 @@ class SharedFrames:
         pooled[ends] = self.slots["final"][last[ended], None] * self.stack + self.positions
         from_pool[ends] = True
         # one copy to the device: every frame's row, then the k frames from the pool: where they go, where they are
-        moved = np.flatnonzero(from_pool)                                                  # (k,)
+        moved = np.flatnonzero(from_pool)  # (k,)
         index = self.to_device(np.concatenate([frame.ravel(), moved, pooled.ravel()[moved]]))
         n, k = frame.size, len(moved)
-        out = self.frames.index_select(0, index[:n])                                       # (2B * S, H, W)
+        out = self.frames.index_select(0, index[:n])  # (2B * S, H, W)
         if k:
-            out.index_copy_(0, index[n: n + k], self.stacks.view(-1, *self.frame_shape).index_select(0, index[n + k:]))
+            out.index_copy_(
+                0, index[n : n + k], self.stacks.view(-1, *self.frame_shape).index_select(0, index[n + k :])
+            )
         return tuple(out.view(2, len(rows), self.stack, *self.frame_shape))
 
     def sources(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each frame of the observations of rows (B,) is: its row in `frames` (B, S), its
         index in the pool's frames (B, S), and which of the two holds it (B, S)."""
-        window = (rows[:, None] - self.back) % self.capacity                                 # (B, S) oldest first
+        window = (rows[:, None] - self.back) % self.capacity  # (B, S) oldest first
         # the newest start after the window's oldest position (0: none); the frames before it
         # come from that row's whole first observation, whose last frame is the start's own
-        newest = (self.starts[window[:, 1:]] * self.positions[1:]).max(axis=1)              # (B,)
-        slot = np.maximum(self.slots["first"][window[np.arange(len(rows)), newest]], 0)     # (B,)
-        in_stack = np.minimum(self.positions + (self.stack - 1) - newest[:, None], self.stack - 1)   # (B, S)
+        newest = (self.starts[window[:, 1:]] * self.positions[1:]).max(axis=1)  # (B,)
+        slot = np.maximum(self.slots["first"][window[np.arange(len(rows)), newest]], 0)  # (B,)
+        in_stack = np.minimum(self.positions + (self.stack - 1) - newest[:, None], self.stack - 1)  # (B, S)
         return window, slot[:, None] * self.stack + in_stack, self.positions < newest[:, None]
 
     def state_dict(self, size: int) -> dict:
         """The frames and flags of the first `size` rows (views of host memory, not copies) and the side tables."""
+
         def table(kind: str) -> dict:
             rows = np.flatnonzero(self.slots[kind] >= 0)
             return {"rows": torch.from_numpy(rows), "stacks": self.stacks[self.to_device(self.slots[kind][rows])].cpu()}
-        return {"frames": stored_rows(self.frames, size), "starts": torch.from_numpy(self.starts[:size]),
-                "first_stacks": table("first"), "final_stacks": table("final")}
+
+        return {
+            "frames": stored_rows(self.frames, size),
+            "starts": torch.from_numpy(self.starts[:size]),
+            "first_stacks": table("first"),
+            "final_stacks": table("final"),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         size = len(state["frames"])
@@ -160,7 +174,7 @@ class SharedFrames:
             self.slots[kind][rows] = slots
             if len(rows):
                 self.stacks[self.to_device(slots)] = table["stacks"].to(self.device)
-        self.previous = None   # the next observation added is stored whole: exact whatever the env resumes with
+        self.previous = None  # the next observation added is stored whole: exact whatever the env resumes with
 
 
 def stored_rows(tensor: torch.Tensor, size: int) -> torch.Tensor:
@@ -187,10 +201,11 @@ class FrameRings:
     def __init__(self, num_envs: int, frames_per_env: int, observation_space: gym.Space):
         self.stack, *frame_shape = shape_of(observation_space)
         self.frames_per_env = frames_per_env
-        self.frames = speed.zeros({"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)},
-                                        torch.device("cpu"))["frames"].numpy()   # (n, K, H, W)
-        self.written = np.zeros(num_envs, dtype=np.int64)       # frames written per env so far
-        self.episode_begins = np.ones(num_envs, dtype=bool)    # the next observation starts an episode
+        self.frames = speed.zeros(
+            {"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)}, torch.device("cpu")
+        )["frames"].numpy()  # (n, K, H, W)
+        self.written = np.zeros(num_envs, dtype=np.int64)  # frames written per env so far
+        self.episode_begins = np.ones(num_envs, dtype=bool)  # the next observation starts an episode
 
     @property
     def frame_bytes(self) -> int:
@@ -205,12 +220,16 @@ class FrameRings:
                 self._write(i, obs[i])
                 self.episode_begins[i] = False
             elif not np.array_equal(obs[i], self.window(i, self.written[i] - self.stack)):
-                raise ValueError("buffer.share_frames: an observation does not continue the step before it (it is "
-                                 "not the last next observation stored, and no episode began)")
+                raise ValueError(
+                    "buffer.share_frames: an observation does not continue the step before it (it is "
+                    "not the last next observation stored, and no episode began)"
+                )
             if not np.array_equal(next_obs[i][:-1], obs[i][1:]):
-                raise ValueError("buffer.share_frames: a next observation does not continue the observation "
-                                 "(next_obs[:-1] != obs[1:]), so these are not stacks of frames; "
-                                 "set buffer.share_frames=false")
+                raise ValueError(
+                    "buffer.share_frames: a next observation does not continue the observation "
+                    "(next_obs[:-1] != obs[1:]), so these are not stacks of frames; "
+                    "set buffer.share_frames=false"
+                )
             oldest[i] = self.written[i] - self.stack
             self._write(i, next_obs[i][-1:])
         return oldest
@@ -236,25 +255,31 @@ class FrameRings:
     def stacks(self, envs: np.ndarray, firsts: np.ndarray, count: int) -> torch.Tensor:
         """`count` consecutive observations (count, B, S, H, W) of B chunks: observation t stacks
         frames first + t .. first + t + S - 1 of the chunk's env."""
-        offsets = np.arange(count + self.stack - 1)                                        # (T + S - 1,)
-        rows = (firsts[:, None] + offsets) % self.frames_per_env                           # (B, T + S - 1)
-        frames = torch.from_numpy(self.frames[envs[:, None], rows]).transpose(0, 1)       # (T + S - 1, B, H, W)
-        return frames.unfold(0, self.stack, 1).movedim(-1, 2).contiguous()                 # (T, B, S, H, W)
+        offsets = np.arange(count + self.stack - 1)  # (T + S - 1,)
+        rows = (firsts[:, None] + offsets) % self.frames_per_env  # (B, T + S - 1)
+        frames = torch.from_numpy(self.frames[envs[:, None], rows]).transpose(0, 1)  # (T + S - 1, B, H, W)
+        return frames.unfold(0, self.stack, 1).movedim(-1, 2).contiguous()  # (T, B, S, H, W)
 
     def state_dict(self) -> dict:
         """Each env's written rows (views, not copies) and the counters."""
         kept = np.minimum(self.written, self.frames_per_env)
-        return {"frames": [torch.from_numpy(self.frames[i, : kept[i]]) for i in range(len(kept))],
-                "frames_per_env": self.frames_per_env, "written": torch.from_numpy(self.written.copy()),
-                "episode_begins": torch.from_numpy(self.episode_begins.copy())}
+        return {
+            "frames": [torch.from_numpy(self.frames[i, : kept[i]]) for i in range(len(kept))],
+            "frames_per_env": self.frames_per_env,
+            "written": torch.from_numpy(self.written.copy()),
+            "episode_begins": torch.from_numpy(self.episode_begins.copy()),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["written"]) != len(self.written):
-            raise ValueError(f"buffer holds the frames of {len(state['written'])} envs but env.num_envs="
-                             f"{len(self.written)}")
+            raise ValueError(
+                f"buffer holds the frames of {len(state['written'])} envs but env.num_envs={len(self.written)}"
+            )
         if state["frames_per_env"] != self.frames_per_env:
-            raise ValueError(f"buffer keeps {state['frames_per_env']} frames per env but this one "
-                             f"{self.frames_per_env} (buffer.capacity, buffer.sequence_length or buffer.stride differ)")
+            raise ValueError(
+                f"buffer keeps {state['frames_per_env']} frames per env but this one "
+                f"{self.frames_per_env} (buffer.capacity, buffer.sequence_length or buffer.stride differ)"
+            )
         for i, saved in enumerate(state["frames"]):
             self.frames[i, : len(saved)] = saved.numpy()
         self.written[:] = state["written"].numpy()

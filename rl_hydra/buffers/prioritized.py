@@ -44,21 +44,34 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     sampling = "prioritized"
 
-    def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
-                 num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 n_step: int = 1, gamma: float = 0.99, *, beta_steps: int | None, alpha: float = 0.5,
-                 beta: float = 0.4, beta_final: float = 1.0, epsilon: float = 1e-6,
-                 share_frames: bool | str = "auto", sum_tree: str = "auto"):
-        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma,
-                         share_frames)
+    def __init__(
+        self,
+        capacity: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        *,
+        beta_steps: int | None,
+        alpha: float = 0.5,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        epsilon: float = 1e-6,
+        share_frames: bool | str = "auto",
+        sum_tree: str = "auto",
+    ):
+        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma, share_frames)
         self.alpha = alpha  # 0: uniform over the drawable rows
         self.beta = beta
         self.beta_final = beta_final
         self.beta_steps = beta_steps
         self.epsilon = epsilon
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, sum_tree)  # the base may have rounded capacity up
-        self.max_priority = 1.0             # the largest p_i so far: a new row's priority
-        self.sample_calls = 0               # beta's annealing step
+        self.max_priority = 1.0  # the largest p_i so far: a new row's priority
+        self.sample_calls = 0  # beta's annealing step
         self.priority_rng = np.random.default_rng(seed)  # on the CPU, with the tree
 
     @property
@@ -70,12 +83,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         start, n, was_full = self.pos, len(rewards), self.size == self.capacity
         super().add(obs, actions, rewards, next_obs, terminated, truncated)
-        new_rows = (start + np.arange(n)) % self.capacity                      # (n,) maybe overwriting old rows
+        new_rows = (start + np.arange(n)) % self.capacity  # (n,) maybe overwriting old rows
         if self.lookahead == 0 and self.lookbehind == 0:
             self.tree.update(new_rows, np.full(n, self.max_priority))
             return
         steps = self.num_envs
-        rows, priorities = [new_rows], [np.zeros(n)]                           # not drawable yet
+        rows, priorities = [new_rows], [np.zeros(n)]  # not drawable yet
         if self.lookahead and self.size >= (self.lookahead + 1) * steps:
             # the rows `lookahead` vector steps back now have their n-step future (and next observation) stored
             rows.append((new_rows - self.lookahead * steps) % self.capacity)
@@ -93,17 +106,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         mass, and their importance weights (B,) (N * P(i))^-beta divided by the batch's largest."""
         total = self.tree.total
         if not total > 0:
-            raise RuntimeError(f"nothing to sample: the priorities sum to {total} ({len(self)} rows drawable; "
-                               "nan or inf: a loss that diverged)")
+            raise RuntimeError(
+                f"nothing to sample: the priorities sum to {total} ({len(self)} rows drawable; "
+                "nan or inf: a loss that diverged)"
+            )
         # (N P(i))^-beta / max_j (N P(j))^-beta over the batch: N and the total cancel out
         rows, weights = self.tree.draw_stratified(self.priority_rng.random(batch_size), self.current_beta)  # (B,), (B,)
         self.sample_calls += 1
-        return (to_device(torch.from_numpy(rows), self.rows_device),
-                to_device(torch.from_numpy(weights), self.rows_device))
+        return (
+            to_device(torch.from_numpy(rows), self.rows_device),
+            to_device(torch.from_numpy(weights), self.rows_device),
+        )
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """p_i = (|priority_i| + epsilon)^alpha for the rows `indices` (B,), tensors on any device."""
-        errors = priorities.detach().cpu().numpy()                                                 # (B,)
+        errors = priorities.detach().cpu().numpy()  # (B,)
         largest = self.tree.update_priorities(indices.cpu().numpy(), errors, self.epsilon, self.alpha)
         self.max_priority = max(self.max_priority, largest)
 
@@ -113,10 +130,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return (self.sample(batch_size) for _ in range(count))
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(),
-                "priorities": torch.from_numpy(self.tree.state_dict()["leaves"]),
-                "max_priority": self.max_priority, "sample_calls": self.sample_calls,
-                "priority_rng": self.priority_rng.bit_generator.state}
+        return {
+            **super().state_dict(),
+            "priorities": torch.from_numpy(self.tree.state_dict()["leaves"]),
+            "max_priority": self.max_priority,
+            "sample_calls": self.sample_calls,
+            "priority_rng": self.priority_rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

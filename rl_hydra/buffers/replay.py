@@ -44,28 +44,45 @@ def n_step_returns(rewards: torch.Tensor, ended: torch.Tensor, gamma: float) -> 
     """
     # rewards, ended: (B, n); ended is bool (terminated or truncated at that step)
     batch, n = rewards.shape
-    still_running = (~ended[:, :-1]).to(rewards.dtype).cumprod(dim=1)                 # (B, n - 1)
-    counted = torch.cat([rewards.new_ones(batch, 1), still_running], dim=1)          # (B, n)
-    powers = gamma ** torch.arange(n, device=rewards.device, dtype=rewards.dtype)    # (n,)
-    return (counted * powers * rewards).sum(dim=1), counted.sum(dim=1).long()        # (B,), (B,)
+    still_running = (~ended[:, :-1]).to(rewards.dtype).cumprod(dim=1)  # (B, n - 1)
+    counted = torch.cat([rewards.new_ones(batch, 1), still_running], dim=1)  # (B, n)
+    powers = gamma ** torch.arange(n, device=rewards.device, dtype=rewards.dtype)  # (n,)
+    return (counted * powers * rewards).sum(dim=1), counted.sum(dim=1).long()  # (B,), (B,)
 
 
-def check_host_memory(total_bytes: int, device: torch.device, capacity: int, bytes_per_row: int,
-                      kind: str = "replay buffer", row: str = "transition", detail: str = "") -> None:
+def check_host_memory(
+    total_bytes: int,
+    device: torch.device,
+    capacity: int,
+    bytes_per_row: int,
+    kind: str = "replay buffer",
+    row: str = "transition",
+    detail: str = "",
+) -> None:
     """Say which buffer this is (`kind`: its describe()) and how much memory it takes (capacity
     rows of `row`s); refuse one that its device cannot hold (the machine's available memory, or
     a GPU's free memory)."""
-    log.info("%s: %d %ss x %s = %s%s%s", kind, capacity, row, human_bytes(bytes_per_row), human_bytes(total_bytes),
-             detail, f", in {device}'s memory" if device.type == "cuda" else "")
+    log.info(
+        "%s: %d %ss x %s = %s%s%s",
+        kind,
+        capacity,
+        row,
+        human_bytes(bytes_per_row),
+        human_bytes(total_bytes),
+        detail,
+        f", in {device}'s memory" if device.type == "cuda" else "",
+    )
     available: int | None
     if device.type == "cuda":
         available, where = torch.cuda.mem_get_info(device)[0], f"{device} has"
     else:
         available, where = (available_memory() if device.type == "cpu" else None), "this machine has"
     if available is not None and total_bytes > available:
-        raise DeviceMemoryShort(f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} "
-                                f"({human_bytes(bytes_per_row)} per {row}) but {where} {human_bytes(available)} free; "
-                                f"lower buffer.capacity (at most {available // bytes_per_row})")
+        raise DeviceMemoryShort(
+            f"buffer.capacity={capacity} needs {human_bytes(total_bytes)} "
+            f"({human_bytes(bytes_per_row)} per {row}) but {where} {human_bytes(available)} free; "
+            f"lower buffer.capacity (at most {available // bytes_per_row})"
+        )
 
 
 def available_memory() -> int | None:
@@ -116,11 +133,20 @@ class ReplayBuffer:
 
     recurrent = False
     max_gather_rows = 16384  # sample_batches gathers at most this many rows at once
-    sampling = "uniform"     # how rows are drawn: describe()'s first word
+    sampling = "uniform"  # how rows are drawn: describe()'s first word
 
-    def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
-                 num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 n_step: int = 1, gamma: float = 0.99, share_frames: bool | str = "auto"):
+    def __init__(
+        self,
+        capacity: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        share_frames: bool | str = "auto",
+    ):
         self.capacity = capacity
         self.n_step = n_step
         self.gamma = gamma
@@ -134,40 +160,55 @@ class ReplayBuffer:
         if (self.lookahead or self.lookbehind) and self.capacity % num_envs:
             # a step of an env is num_envs rows after the one before only if the ring holds whole vector steps
             self.capacity += num_envs - self.capacity % num_envs
-            log.info("buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)",
-                     self.capacity, num_envs)
+            log.info(
+                "buffer.capacity rounded up to %d, a multiple of the %d envs (n-step returns)", self.capacity, num_envs
+            )
         self.device = torch.device(device)
         # where rows are drawn and a batch's n-step arithmetic runs: with shared frames on the
         # host, beside the frames' own index (the frames themselves live on `device`), so that
         # a batch is worked out with no device round trip and its stacks are sent one index copy
         self.rows_device = torch.device("cpu") if share else self.device
-        parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
+        parts = spaces.layout(observation_space)  # {part: (shape, dtype)}; {"": ...} for one array
         self.parts = list(parts)
         action_shape, action_dtype = action_layout(action_space)
         rows = lambda shape, dtype=torch.float32: ((self.capacity, *shape), dtype)  # noqa: E731
-        observations = {field: {column_name(field, part): rows(shape, dtype) for part, (shape, dtype) in parts.items()}
-                        for field in ("obs", "next_obs")}
-        columns = {**observations["obs"], "actions": rows(action_shape, action_dtype), "rewards": rows(()),
-                   **observations["next_obs"], "terminated": rows(()), "truncated": rows(())}
+        observations = {
+            field: {column_name(field, part): rows(shape, dtype) for part, (shape, dtype) in parts.items()}
+            for field in ("obs", "next_obs")
+        }
+        columns = {
+            **observations["obs"],
+            "actions": rows(action_shape, action_dtype),
+            "rewards": rows(()),
+            **observations["next_obs"],
+            "terminated": rows(()),
+            "truncated": rows(()),
+        }
         # one frame per row (buffers/frames.py) instead of the two observation columns
         self.frames_shared, self.frames = share, None
         if share:
             del columns["obs"], columns["next_obs"]
-        self.bytes_per_row = (sum(int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
-                                  for shape, dtype in columns.values()) // self.capacity
-                              + (SharedFrames.row_bytes(observation_space) if share else 0))
-        check_host_memory(self.capacity * self.bytes_per_row, self.device, self.capacity, self.bytes_per_row,
-                          kind=self.describe(), detail="" if share else
-                          f" (an observation: {spaces.describe_layout(observation_space)}, stored twice)")
-        if share:   # allocated once the check passed: on a GPU the frames take their memory at once
+        self.bytes_per_row = sum(
+            int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size() for shape, dtype in columns.values()
+        ) // self.capacity + (SharedFrames.row_bytes(observation_space) if share else 0)
+        check_host_memory(
+            self.capacity * self.bytes_per_row,
+            self.device,
+            self.capacity,
+            self.bytes_per_row,
+            kind=self.describe(),
+            detail="" if share else f" (an observation: {spaces.describe_layout(observation_space)}, stored twice)",
+        )
+        if share:  # allocated once the check passed: on a GPU the frames take their memory at once
             self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device)
         # add and sample pair columns with values by position (STORED's order, an observation's
         # parts in spaces.parts order); on the CPU in huge pages
         self.storage = speed.zeros(columns, self.rows_device)
         assert tuple(self.storage) == tuple(columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
-        self.host_views = (tuple(column.numpy() for column in self.storage.values())
-                           if self.rows_device.type == "cpu" else None)
+        self.host_views = (
+            tuple(column.numpy() for column in self.storage.values()) if self.rows_device.type == "cpu" else None
+        )
         self.pos = 0
         self.size = 0
         self.generator = torch.Generator(device=self.rows_device)
@@ -208,8 +249,12 @@ class ReplayBuffer:
         n = len(rewards)
         if self.frames is not None:
             frame_rows = (self.pos + np.arange(n)) % self.capacity
-            self.frames.add(frame_rows, as_numpy(obs), as_numpy(next_obs),
-                            as_numpy(terminated).astype(bool) | as_numpy(truncated).astype(bool))
+            self.frames.add(
+                frame_rows,
+                as_numpy(obs),
+                as_numpy(next_obs),
+                as_numpy(terminated).astype(bool) | as_numpy(truncated).astype(bool),
+            )
             values = (actions, rewards, terminated, truncated)
         rows: slice | torch.Tensor
         if self.pos + n <= self.capacity:
@@ -247,39 +292,58 @@ class ReplayBuffer:
                 columns = [torch.from_numpy(view.take(rows, axis=0)) for view in self.host_views]
             else:
                 columns = [column[idx] for column in self.storage.values()]
-            k = len(self.parts)   # the columns: obs parts, actions, rewards, next_obs parts, terminated, truncated
-            return Batch(spaces.join(self.parts, columns[:k]), columns[k], columns[k + 1],
-                         spaces.join(self.parts, columns[k + 2: 2 * k + 2]), columns[2 * k + 2], columns[2 * k + 3],
-                         discounts=discounts, weights=weights, indices=idx)
+            k = len(self.parts)  # the columns: obs parts, actions, rewards, next_obs parts, terminated, truncated
+            return Batch(
+                spaces.join(self.parts, columns[:k]),
+                columns[k],
+                columns[k + 1],
+                spaces.join(self.parts, columns[k + 2 : 2 * k + 2]),
+                columns[2 * k + 2],
+                columns[2 * k + 3],
+                discounts=discounts,
+                weights=weights,
+                indices=idx,
+            )
         return self.n_step_batch(idx, weights)
 
     def n_step_batch(self, idx: torch.Tensor, weights: torch.Tensor) -> Batch:
         store = self.storage
-        steps = torch.arange(self.n_step, device=self.rows_device) * self.num_envs   # (n,) the same env's next rows
-        rows = (idx[:, None] + steps) % self.capacity                            # (B, n)
-        ended = (store["terminated"][rows] + store["truncated"][rows]) > 0       # (B, n)
-        returns, k = n_step_returns(store["rewards"][rows], ended, self.gamma)   # (B,), (B,)
-        last = rows.gather(1, (k - 1)[:, None]).squeeze(1)                       # (B,) the step to bootstrap from
+        steps = torch.arange(self.n_step, device=self.rows_device) * self.num_envs  # (n,) the same env's next rows
+        rows = (idx[:, None] + steps) % self.capacity  # (B, n)
+        ended = (store["terminated"][rows] + store["truncated"][rows]) > 0  # (B, n)
+        returns, k = n_step_returns(store["rewards"][rows], ended, self.gamma)  # (B,), (B,)
+        last = rows.gather(1, (k - 1)[:, None]).squeeze(1)  # (B,) the step to bootstrap from
         obs, next_obs = self.observations(idx, last, ended.gather(1, (k - 1)[:, None]).squeeze(1))
-        batch = Batch(obs=obs, actions=store["actions"][idx], rewards=returns,
-                      next_obs=next_obs, terminated=store["terminated"][last],
-                      truncated=store["truncated"][last], discounts=self.gamma ** k.to(returns.dtype),
-                      weights=weights, indices=idx)
+        batch = Batch(
+            obs=obs,
+            actions=store["actions"][idx],
+            rewards=returns,
+            next_obs=next_obs,
+            terminated=store["terminated"][last],
+            truncated=store["truncated"][last],
+            discounts=self.gamma ** k.to(returns.dtype),
+            weights=weights,
+            indices=idx,
+        )
         return batch if self.rows_device == self.device else to_device(batch, self.device)
 
     def observations(self, idx: torch.Tensor, last: torch.Tensor, ended: torch.Tensor) -> tuple:
         """The observations of rows `idx` (B,) and the next observations of rows `last` (B,),
         where `ended` (B,) says whether the episode ended at that row."""
         if self.frames is None:
-            return tuple(spaces.join(self.parts, [self.storage[column_name(field, part)][rows] for part in self.parts])
-                         for field, rows in (("obs", idx), ("next_obs", last)))
+            return tuple(
+                spaces.join(self.parts, [self.storage[column_name(field, part)][rows] for part in self.parts])
+                for field, rows in (("obs", idx), ("next_obs", last))
+            )
         return self.frames.observations(idx.numpy(), last.numpy(), ended.numpy())
 
     def constants(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(gamma, 1) columns of a batch, made once per batch size: the one-step discounts and uniform weights."""
         if batch_size not in self._constants:
-            self._constants[batch_size] = (torch.full((batch_size,), self.gamma, device=self.rows_device),
-                                           torch.ones(batch_size, device=self.rows_device))
+            self._constants[batch_size] = (
+                torch.full((batch_size,), self.gamma, device=self.rows_device),
+                torch.ones(batch_size, device=self.rows_device),
+            )
         return self._constants[batch_size]
 
     def sample_batches(self, batch_size: int, count: int) -> Iterable[Batch]:
@@ -299,7 +363,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         """Views of the stored rows, not copies: a checkpoint streams them to disk from where they
         are (a buffer of several GB is not held twice)."""
-        if self.host_views is not None:   # a tensor of just the stored rows' memory (torch.save writes whole storages)
+        if self.host_views is not None:  # a tensor of just the stored rows' memory (torch.save writes whole storages)
             storage = {key: torch.from_numpy(view[: self.size]) for key, view in zip(self.storage, self.host_views)}
         else:
             storage = {key: column[: self.size].clone() for key, column in self.storage.items()}

@@ -37,46 +37,72 @@ class SequenceBuffer:
 
     recurrent = True
 
-    def __init__(self, capacity: int, sequence_length: int, stride: int, observation_space: gym.Space,
-                 action_space: gym.Space, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
-                 share_frames: bool | str = "auto"):
+    def __init__(
+        self,
+        capacity: int,
+        sequence_length: int,
+        stride: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        share_frames: bool | str = "auto",
+    ):
         self.capacity = capacity
         self.sequence_length = length = sequence_length
         if stride > length:
-            raise ConfigError(f"buffer.stride={stride} is out of range; expected an integer >= 1 and "
-                              f"<= buffer.sequence_length={length} (chunks may overlap, not leave gaps)")
+            raise ConfigError(
+                f"buffer.stride={stride} is out of range; expected an integer >= 1 and "
+                f"<= buffer.sequence_length={length} (chunks may overlap, not leave gaps)"
+            )
         self.stride = stride
         self.device = torch.device(device)
         self.num_envs = num_envs
-        parts = spaces.layout(observation_space)   # {part: (shape, dtype)}; {"": ...} for one array
+        parts = spaces.layout(observation_space)  # {part: (shape, dtype)}; {"": ...} for one array
         self.parts = list(parts)
-        self.obs_columns = [column_name("obs", part) for part in self.parts]   # "obs", or "obs/<part>" each
+        self.obs_columns = [column_name("obs", part) for part in self.parts]  # "obs", or "obs/<part>" each
         action_shape, action_dtype = action_layout(action_space)
         share = shares_frames(observation_space, share_frames)
 
         # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
-        observations = {} if share else {column_name("obs", part): steps(length + 1, shape, dtype)
-                                         for part, (shape, dtype) in parts.items()}
-        layout = {**observations, "actions": steps(length, action_shape, action_dtype),
-                  "rewards": steps(length), "terminated": steps(length), "mask": steps(length),
-                  "episode_start": ((capacity,), torch.bool)}
+        observations = (
+            {}
+            if share
+            else {column_name("obs", part): steps(length + 1, shape, dtype) for part, (shape, dtype) in parts.items()}
+        )
+        layout = {
+            **observations,
+            "actions": steps(length, action_shape, action_dtype),
+            "rewards": steps(length),
+            "terminated": steps(length),
+            "mask": steps(length),
+            "episode_start": ((capacity,), torch.bool),
+        }
         total = sum(torch.Size(shape).numel() * dtype.itemsize for shape, dtype in layout.values())
         self.frames: FrameRings | None = None
-        if share:   # each env's frames once; a chunk is its env and first frame (int64 each)
+        if share:  # each env's frames once; a chunk is its env and first frame (int64 each)
             frames_per_env = -(-capacity // num_envs) * stride + length + spaces.shape_of(observation_space)[0]
             self.frames = FrameRings(num_envs, frames_per_env, observation_space)
             self.chunk_env, self.chunk_first = np.zeros(capacity, np.int64), np.zeros(capacity, np.int64)
-            self.open_first = np.zeros(num_envs, np.int64)   # the open chunk's first frame, per env
+            self.open_first = np.zeros(num_envs, np.int64)  # the open chunk's first frame, per env
             total += num_envs * frames_per_env * self.frames.frame_bytes + 16 * capacity
         observed = "" if share else f"; an observation: {spaces.describe_layout(observation_space)}"
-        check_host_memory(total, self.device, capacity, total // capacity, kind=self.describe(), row="chunk",
-                          detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
-                                 f"plus the actor's state per chunk{observed})")
+        check_host_memory(
+            total,
+            self.device,
+            capacity,
+            total // capacity,
+            kind=self.describe(),
+            row="chunk",
+            detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
+            f"plus the actor's state per chunk{observed})",
+        )
         stored = speed.zeros(layout, self.device)
         self.episode_start = stored.pop("episode_start")
         self.steps = stored
-        self.states: list[torch.Tensor] = []   # (capacity, ...) per state tensor; shapes known at the first add
+        self.states: list[torch.Tensor] = []  # (capacity, ...) per state tensor; shapes known at the first add
         self.pos = 0
         self.size = 0
         self.generator = torch.Generator(device=self.device)
@@ -84,13 +110,21 @@ class SequenceBuffer:
 
         # the open chunk of each env; row i holds env i's steps since its chunk began
         numpy_dtype = lambda dtype: torch.empty(0, dtype=dtype).numpy().dtype  # noqa: E731
-        self.open = {**({} if share else
-                        {column_name("obs", part): np.zeros((num_envs, length + 1, *shape), numpy_dtype(dtype))
-                         for part, (shape, dtype) in parts.items()}),
-                     "actions": np.zeros((num_envs, length, *action_shape),
-                                         np.int64 if action_dtype == torch.int64 else np.float32),
-                     "rewards": np.zeros((num_envs, length), np.float32),
-                     "terminated": np.zeros((num_envs, length), np.float32)}
+        self.open = {
+            **(
+                {}
+                if share
+                else {
+                    column_name("obs", part): np.zeros((num_envs, length + 1, *shape), numpy_dtype(dtype))
+                    for part, (shape, dtype) in parts.items()
+                }
+            ),
+            "actions": np.zeros(
+                (num_envs, length, *action_shape), np.int64 if action_dtype == torch.int64 else np.float32
+            ),
+            "rewards": np.zeros((num_envs, length), np.float32),
+            "terminated": np.zeros((num_envs, length), np.float32),
+        }
         self.open_states: list[torch.Tensor] = []  # (num_envs, length, ...): the actor's state before each step
         self.open_length = np.zeros(num_envs, dtype=np.int64)
         self.open_episode_start = np.ones(num_envs, dtype=bool)  # envs begin with a fresh episode
@@ -116,8 +150,8 @@ class SequenceBuffer:
                 self.open[key][rows, t] = part
                 self.open[key][rows, t + 1] = next_part
         else:
-            oldest = self.frames.add(as_numpy(obs), as_numpy(next_obs))      # (n,) each observation's oldest frame
-            self.open_first[t == 0] = oldest[t == 0]                          # where a chunk opens with this step
+            oldest = self.frames.add(as_numpy(obs), as_numpy(next_obs))  # (n,) each observation's oldest frame
+            self.open_first[t == 0] = oldest[t == 0]  # where a chunk opens with this step
         self.open["actions"][rows, t] = actions
         self.open["rewards"][rows, t] = rewards
         self.open["terminated"][rows, t] = terminated
@@ -165,18 +199,20 @@ class SequenceBuffer:
         """Start env i's next chunk `stride` steps after the one just stored (same episode)."""
         keep = self.sequence_length - self.stride
         for key, window in self.open.items():
-            more = key in self.obs_columns   # observations have one step more than actions
+            more = key in self.obs_columns  # observations have one step more than actions
             window[i, : keep + more] = window[i, self.stride : self.sequence_length + more].copy()
         for open_state in self.open_states:
             open_state[i, :keep] = open_state[i, self.stride :].clone()
         self.open_length[i], self.open_episode_start[i] = keep, False
         if self.frames is not None:
-            self.open_first[i] += self.stride   # one frame per step within an episode
+            self.open_first[i] += self.stride  # one frame per step within an episode
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
         self.states = speed.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
-        self.open_states = [torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype,
-                                        device=self.device) for s in state]
+        self.open_states = [
+            torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype, device=self.device)
+            for s in state
+        ]
 
     def sample(self, batch_size: int) -> SequenceBatch:
         """`batch_size` stored chunks, uniformly, as (time, batch, ...) tensors."""
@@ -198,8 +234,8 @@ class SequenceBuffer:
         if self.frames is not None:
             rows = idx.cpu().numpy()
             obs = self.frames.stacks(self.chunk_env[rows], self.chunk_first[rows], self.sequence_length + 1)
-            steps["obs"] = obs.to(self.device)                                   # (L + 1, B, S, H, W)
-        else:   # (L + 1, B, *shape), or a dict of them: one per part
+            steps["obs"] = obs.to(self.device)  # (L + 1, B, S, H, W)
+        else:  # (L + 1, B, *shape), or a dict of them: one per part
             steps["obs"] = spaces.join(self.parts, [steps.pop(key) for key in self.obs_columns])
         return SequenceBatch(**steps, episode_start=self.episode_start[idx], state=tuple(s[idx] for s in self.states))
 
@@ -212,39 +248,57 @@ class SequenceBuffer:
         """Stored chunks and each env's open chunk, so that a resumed run goes on exactly. On the
         CPU the chunks are views, one tensor per time step, not copies (see ReplayBuffer.state_dict)."""
         stored: dict[str, list[torch.Tensor] | torch.Tensor]
-        if self.device.type == "cpu":   # column[t, :size] is contiguous; a tensor of just its bytes
-            stored = {key: [torch.from_numpy(column[t, : self.size].numpy()) for t in range(len(column))]
-                      for key, column in self.steps.items()}
+        if self.device.type == "cpu":  # column[t, :size] is contiguous; a tensor of just its bytes
+            stored = {
+                key: [torch.from_numpy(column[t, : self.size].numpy()) for t in range(len(column))]
+                for key, column in self.steps.items()
+            }
         else:
             stored = {key: column[:, : self.size].clone() for key, column in self.steps.items()}
-        frames = {} if self.frames is None else {
-            "frames": self.frames.state_dict(), "open_first": torch.from_numpy(self.open_first.copy()),
-            "chunk_env": torch.from_numpy(self.chunk_env[: self.size].copy()),
-            "chunk_first": torch.from_numpy(self.chunk_first[: self.size].copy())}
-        return {**frames, "pos": self.pos, "size": self.size, "generator": self.generator.get_state(), "steps": stored,
-                "episode_start": self.episode_start[: self.size].clone(),
-                "states": [s[: self.size].clone() for s in self.states],
-                "open": {key: torch.from_numpy(window.copy()) for key, window in self.open.items()},
-                "open_states": [s.clone() for s in self.open_states],
-                "open_length": torch.from_numpy(self.open_length.copy()),
-                "open_episode_start": torch.from_numpy(self.open_episode_start.copy())}
+        frames = (
+            {}
+            if self.frames is None
+            else {
+                "frames": self.frames.state_dict(),
+                "open_first": torch.from_numpy(self.open_first.copy()),
+                "chunk_env": torch.from_numpy(self.chunk_env[: self.size].copy()),
+                "chunk_first": torch.from_numpy(self.chunk_first[: self.size].copy()),
+            }
+        )
+        return {
+            **frames,
+            "pos": self.pos,
+            "size": self.size,
+            "generator": self.generator.get_state(),
+            "steps": stored,
+            "episode_start": self.episode_start[: self.size].clone(),
+            "states": [s[: self.size].clone() for s in self.states],
+            "open": {key: torch.from_numpy(window.copy()) for key, window in self.open.items()},
+            "open_states": [s.clone() for s in self.open_states],
+            "open_length": torch.from_numpy(self.open_length.copy()),
+            "open_episode_start": torch.from_numpy(self.open_episode_start.copy()),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["size"] > self.capacity:
             raise ValueError(f"buffer holds {state['size']} chunks but buffer.capacity={self.capacity}")
         saved_length = len(state["steps"]["mask"])
         if saved_length != self.sequence_length:
-            raise ValueError(f"buffer holds chunks of {saved_length} steps but buffer.sequence_length="
-                             f"{self.sequence_length}")
+            raise ValueError(
+                f"buffer holds chunks of {saved_length} steps but buffer.sequence_length={self.sequence_length}"
+            )
         if len(state["open_length"]) != self.num_envs:
-            raise ValueError(f"buffer holds open chunks of {len(state['open_length'])} envs but env.num_envs="
-                             f"{self.num_envs}")
+            raise ValueError(
+                f"buffer holds open chunks of {len(state['open_length'])} envs but env.num_envs={self.num_envs}"
+            )
         if ("frames" in state) != (self.frames is not None):
-            raise ValueError(f"buffer.share_frames resolves to {self.frames is not None} here but not in the run that "
-                             f"saved this buffer; resume with the run's own buffer.share_frames")
+            raise ValueError(
+                f"buffer.share_frames resolves to {self.frames is not None} here but not in the run that "
+                f"saved this buffer; resume with the run's own buffer.share_frames"
+            )
         size = state["size"]
         for key, column in self.steps.items():
-            for t, saved in enumerate(state["steps"][key]):   # a list of (size, ...) or a (T, size, ...) tensor
+            for t, saved in enumerate(state["steps"][key]):  # a list of (size, ...) or a (T, size, ...) tensor
                 column[t, :size] = saved.to(self.device)
         self.episode_start[:size] = state["episode_start"].to(self.device)
         if self.frames is not None:

@@ -29,8 +29,9 @@ class SumTree:
 
     def __init__(self, capacity: int, branching: int = 32, root_width: int = 4096):
         if capacity < 1 or branching < 2 or root_width < 1:
-            raise ValueError(f"SumTree needs capacity, root_width >= 1 and branching >= 2, "
-                             f"got {capacity}, {root_width}, {branching}")
+            raise ValueError(
+                f"SumTree needs capacity, root_width >= 1 and branching >= 2, got {capacity}, {root_width}, {branching}"
+            )
         self.capacity, self.branching = capacity, branching
         k, levels = branching, 0
         while -(-capacity // k**levels) > root_width:
@@ -39,7 +40,7 @@ class SumTree:
         sizes = [width * k ** (levels - level) for level in range(levels + 1)]
         # values[l] (width * k^(levels - l),): the nodes of level l, zeros past the capacity's; values[-1]: the root's
         # children. Views of one flat array (as running's are below), so that compiled code gets a few arrays.
-        self.value_offsets = np.cumsum([0, *sizes])                              # (levels + 2,) where each level starts
+        self.value_offsets = np.cumsum([0, *sizes])  # (levels + 2,) where each level starts
         self.flat_values = np.zeros(self.value_offsets[-1])
         self.values = [self.flat_values[a:b] for a, b in zip(self.value_offsets[:-1], self.value_offsets[1:])]
         # running[l] (groups, k + 1): per group of k siblings [0, v_0, v_0 + v_1, ..., v_0 + ... + v_(k-2), inf];
@@ -68,11 +69,11 @@ class SumTree:
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set leaves `indices` (n,) to `values` (n,); where an index repeats, its last value wins."""
         indices, values = np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=np.float64)
-        order = np.argsort(indices, kind="stable")        # (n,) equal indices keep their order
-        ordered = indices[order]                           # (n,) sorted
-        last = np.ones(len(ordered), dtype=bool)           # (n,) the last of each run of equal indices
+        order = np.argsort(indices, kind="stable")  # (n,) equal indices keep their order
+        ordered = indices[order]  # (n,) sorted
+        last = np.ones(len(ordered), dtype=bool)  # (n,) the last of each run of equal indices
         np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-        nodes = ordered[last]                              # (m,) unique, sorted
+        nodes = ordered[last]  # (m,) unique, sorted
         self.values[0][nodes] = values[order[last]]
         self._update_groups(nodes)
 
@@ -92,10 +93,10 @@ class SumTree:
         """Recompute the sums above the level-0 nodes `nodes` (m,), sorted, from the values below."""
         k = self.branching
         for level, running in enumerate(self.running):
-            groups = nodes // k                                                 # (m,) repeats: the same sums again
-            sums = self.values[level].reshape(-1, k).take(groups, axis=0).cumsum(axis=1)   # (m, k) running sums
+            groups = nodes // k  # (m,) repeats: the same sums again
+            sums = self.values[level].reshape(-1, k).take(groups, axis=0).cumsum(axis=1)  # (m, k) running sums
             running[groups, 1:k] = sums[:, :-1]
-            self.values[level + 1][groups] = sums[:, -1]                        # the group's sum: its parent
+            self.values[level + 1][groups] = sums[:, -1]  # the group's sum: its parent
             nodes = groups
         self.root_stale = True
 
@@ -112,20 +113,20 @@ class SumTree:
         end of the last non-zero leaf of a subtree, that leaf is returned.
         """
         k, s = self.branching, np.asarray(prefix_sums, dtype=np.float64)
-        cumsum = self._root_cumsum()                                 # (W + 1,)
-        nodes = cumsum[1:-1].searchsorted(s, side="right")           # (B,) the root's child whose range holds s
-        remaining = s - cumsum.take(nodes)                           # (B,) s within that child's subtree
-        row_starts = np.arange(0, len(s) * (k + 1), k + 1)           # (B,) where each row begins in a flat (B, k + 1)
-        for running in reversed(self.running):                       # from the root's children down to the leaves
-            rows = running.take(nodes, axis=0)                       # (B, k + 1) running sums in each node's group
+        cumsum = self._root_cumsum()  # (W + 1,)
+        nodes = cumsum[1:-1].searchsorted(s, side="right")  # (B,) the root's child whose range holds s
+        remaining = s - cumsum.take(nodes)  # (B,) s within that child's subtree
+        row_starts = np.arange(0, len(s) * (k + 1), k + 1)  # (B,) where each row begins in a flat (B, k + 1)
+        for running in reversed(self.running):  # from the root's children down to the leaves
+            rows = running.take(nodes, axis=0)  # (B, k + 1) running sums in each node's group
             child = (rows <= remaining[:, None]).argmin(axis=1) - 1  # (B,) the last child starting at or before s
-            remaining -= rows.ravel().take(row_starts + child)       # (B,) minus the siblings before it
-            nodes = nodes * k + child                                # (B,) the child's index on the level below
-        values = self.values[0].take(nodes)                          # (B,)
+            remaining -= rows.ravel().take(row_starts + child)  # (B,) minus the siblings before it
+            nodes = nodes * k + child  # (B,) the child's index on the level below
+        values = self.values[0].take(nodes)  # (B,)
         if not values.all():  # rare: rounding passed the last non-zero leaf of a subtree
             zero = values == 0
-            positive = np.flatnonzero(self.values[0] > 0)            # (P,) the leaves that can be drawn
-            before = positive.searchsorted(nodes[zero]) - 1          # the closest one before each (or the first)
+            positive = np.flatnonzero(self.values[0] > 0)  # (P,) the leaves that can be drawn
+            before = positive.searchsorted(nodes[zero]) - 1  # the closest one before each (or the first)
             nodes[zero] = positive[np.maximum(before, 0)]
         return nodes
 
@@ -135,8 +136,8 @@ class SumTree:
         weights (B,) float32. The total must be positive."""
         batch = len(u)
         rows = self.find_prefix_sums((np.arange(batch) + u) * (self.total / batch))  # (B,)
-        p = self.values[0].take(rows)                                                 # (B,) all > 0
-        return rows, ((p.min() / p) ** beta).astype(np.float32)                       # (B,), (B,)
+        p = self.values[0].take(rows)  # (B,) all > 0
+        return rows, ((p.min() / p) ** beta).astype(np.float32)  # (B,), (B,)
 
     def state_dict(self) -> dict:
         """The leaf values (capacity,) (a copy); every sum above follows from them."""

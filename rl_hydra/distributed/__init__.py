@@ -16,8 +16,14 @@ if TYPE_CHECKING:
 __all__ = ["requested", "run"]
 
 
-def run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool,
-        on_ready: Callable[[int, torch.device], None] | None, stop_after: int | None) -> dict[str, Any]:
+def run(
+    cfg: DictConfig,
+    run_dir: RunDirectory,
+    device: torch.device,
+    resume: bool,
+    on_ready: Callable[[int, torch.device], None] | None,
+    stop_after: int | None,
+) -> dict[str, Any]:
     """Train a distributed run (rl_hydra/distributed/learner.py); rl_hydra.training.run's promises."""
     from rl_hydra.distributed.learner import run as learn
 

@@ -28,46 +28,63 @@ from rl_hydra.loops.rollout import Rollout
 
 def network_weights(agent) -> dict[str, dict[str, torch.Tensor]]:
     """What an actor needs of the learner: its online and target networks' weights, on the host."""
-    return {name: {key: value.detach().cpu().clone() for key, value in getattr(agent, name).state_dict().items()}
-            for name in ("q_net", "target_net")}
+    return {
+        name: {key: value.detach().cpu().clone() for key, value in getattr(agent, name).state_dict().items()}
+        for name in ("q_net", "target_net")
+    }
 
 
 class Actor:
     """One actor; `collect` acts one round and reports what it did."""
 
-    def __init__(self, cfg_container: dict, index: int, epsilon: float, seed: int, send_every: int, eta: float,
-                 prioritized: bool):
+    def __init__(
+        self, cfg_container: dict, index: int, epsilon: float, seed: int, send_every: int, eta: float, prioritized: bool
+    ):
         from rl_hydra.training import build_agent, process_settings
 
         cfg = OmegaConf.create(cfg_container)
         cfg.seed = seed
-        self.settings = contextlib.ExitStack()   # the actor process's threads, denormals, seeds and speed paths
+        self.settings = contextlib.ExitStack()  # the actor process's threads, denormals, seeds and speed paths
         self.settings.enter_context(process_settings(cfg))
         self.index, self.send_every, self.eta = index, send_every, eta
         self.prioritized = prioritized
         self.env = make_env(cfg.env, seed=seed, say_time_limit=False)
         observation_space, action_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = cast(Any, build_agent(cfg, observation_space, action_space, device=torch.device("cpu")))
-        if not getattr(self.agent, "noisy", False):   # noisy layers explore by themselves
+        if not getattr(self.agent, "noisy", False):  # noisy layers explore by themselves
             self.agent.epsilon_schedule = LinearSchedule(epsilon, epsilon, 1.0)
         self.recurrent = self.agent.capabilities.recurrent
         n = self.env.num_envs
         self.rollout = Rollout(self.env)
         self.rollout.start()
-        self.version = -1   # the learner's update count of the weights acted with (-1: its initial ones)
+        self.version = -1  # the learner's update count of the weights acted with (-1: its initial ones)
         if self.recurrent:
-            self.capacity = 2 * (send_every + n) + 8   # chunks cut between two sends, and then some
-            self.local: Any = SequenceBuffer(self.capacity, cfg.buffer.sequence_length, cfg.buffer.stride,
-                                             observation_space, action_space, num_envs=n, seed=seed,
-                                             share_frames=False)
+            self.capacity = 2 * (send_every + n) + 8  # chunks cut between two sends, and then some
+            self.local: Any = SequenceBuffer(
+                self.capacity,
+                cfg.buffer.sequence_length,
+                cfg.buffer.stride,
+                observation_space,
+                action_space,
+                num_envs=n,
+                seed=seed,
+                share_frames=False,
+            )
             self.rollout.actor_state = self.agent.initial_state(n)
             self.local.start_episodes()
             self.first_unsent, self.unsent, self.last_pos = 0, 0, 0
         else:
             n_step = int(cfg.algo.get("n_step", 1))
-            self.local = ReplayBuffer(2 * (send_every + (n_step + 1) * n), observation_space, action_space,
-                                      num_envs=n, seed=seed, n_step=n_step, gamma=float(cfg.algo.gamma),
-                                      share_frames=False)
+            self.local = ReplayBuffer(
+                2 * (send_every + (n_step + 1) * n),
+                observation_space,
+                action_space,
+                num_envs=n,
+                seed=seed,
+                n_step=n_step,
+                gamma=float(cfg.algo.gamma),
+                share_frames=False,
+            )
             self.rows_added = self.rows_sent = 0
 
     def ready(self) -> int:
@@ -94,12 +111,18 @@ class Actor:
             sends.append(self.send())
         import ray
 
-        ray.get(sends)   # stored before the round ends: an actor never runs ahead of its shard
+        ray.get(sends)  # stored before the round ends: an actor never runs ahead of its shard
         episodes = self.rollout.episodes
         returns, lengths = episodes.finished_returns, episodes.finished_lengths
         episodes.finished_returns, episodes.finished_lengths = [], []
-        return {"actor": self.index, "steps": taken, "returns": returns, "lengths": lengths, "version": self.version,
-                "seconds": time.perf_counter() - started}
+        return {
+            "actor": self.index,
+            "steps": taken,
+            "returns": returns,
+            "lengths": lengths,
+            "version": self.version,
+            "seconds": time.perf_counter() - started,
+        }
 
     def step(self) -> None:
         rollout, agent = self.rollout, self.agent
@@ -125,15 +148,15 @@ class Actor:
         if self.recurrent:
             rows = torch.from_numpy((self.first_unsent + np.arange(self.unsent)) % self.capacity)
             batch = self.local.batch_at(rows)
-            _, td_errors, _ = self.agent.loss(batch)                                     # (L, B)
-            priorities = sequence_priorities(td_errors, self.agent.counted(batch), self.eta).numpy()   # (B,)
+            _, td_errors, _ = self.agent.loss(batch)  # (L, B)
+            priorities = sequence_priorities(td_errors, self.agent.counted(batch), self.eta).numpy()  # (B,)
             self.first_unsent, self.unsent = (self.first_unsent + self.unsent) % self.capacity, 0
         else:
             end = self.rows_added - self.local.lookahead * self.local.num_envs
             rows = torch.from_numpy(np.arange(self.rows_sent, end) % self.local.capacity)
             batch = self.local.batch_at(rows)
             if self.prioritized:
-                priorities = self.agent.loss(batch)[1].numpy()                           # (B,)
+                priorities = self.agent.loss(batch)[1].numpy()  # (B,)
             self.rows_sent = end
         return self.shard.add.remote(as_arrays(batch), priorities)
 

@@ -22,10 +22,10 @@ from rl_hydra.runs.run_dir import RunError
 
 log = logging.getLogger(__name__)
 
-SAMPLE_BATCHES = 4         # batches per sample request: one Ray round trip serves several updates
-RESTART_PATIENCE = 300.0   # seconds an actor may take to come back after a death, before the run stops
-RETRY_AFTER = 0.5          # seconds before a round is asked again of an actor that Ray is restarting
-ACTOR_SEED_STRIDE = 10_007   # actor i's envs are seeded from seed + (i + 1) * stride: apart from each other's
+SAMPLE_BATCHES = 4  # batches per sample request: one Ray round trip serves several updates
+RESTART_PATIENCE = 300.0  # seconds an actor may take to come back after a death, before the run stops
+RETRY_AFTER = 0.5  # seconds before a round is asked again of an actor that Ray is restarting
+ACTOR_SEED_STRIDE = 10_007  # actor i's envs are seeded from seed + (i + 1) * stride: apart from each other's
 
 
 class ClusterFault(RuntimeError):
@@ -40,11 +40,11 @@ class Cluster:
         self.started_ray = False
         self.shards: list[Any] = []
         self.actors: list[Any] = []
-        self.rounds: dict[Any, concurrent.futures.Future] = {}   # each round under way: its ref -> a future of it
+        self.rounds: dict[Any, concurrent.futures.Future] = {}  # each round under way: its ref -> a future of it
         self.round_actor: dict[Any, int] = {}
-        self.held: list[int] = []                      # actors whose next round waits for the learner
-        self.retries: list[tuple[float, int]] = []     # (when, actor): rounds to ask for again
-        self.down_since: dict[int, float] = {}         # actors whose last round failed: since when
+        self.held: list[int] = []  # actors whose next round waits for the learner
+        self.retries: list[tuple[float, int]] = []  # (when, actor): rounds to ask for again
+        self.down_since: dict[int, float] = {}  # actors whose last round failed: since when
         self.deaths: collections.Counter[int] = collections.Counter()
         self.restarts = 0
         self.weights: Any = None
@@ -58,26 +58,31 @@ class Cluster:
         if not ray.is_initialized():
             self.start_or_join()
         needed, cpus = settings.actors * settings.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
-        if needed > cpus:   # the actors would wait for ever to be placed
-            raise ConfigError(f"distributed.actors={settings.actors} x distributed.cpus_per_actor="
-                              f"{settings.cpus_per_actor:g} needs {needed:g} CPUs but the Ray cluster has {cpus:g}; "
-                              f"lower distributed.actors or distributed.cpus_per_actor")
+        if needed > cpus:  # the actors would wait for ever to be placed
+            raise ConfigError(
+                f"distributed.actors={settings.actors} x distributed.cpus_per_actor="
+                f"{settings.cpus_per_actor:g} needs {needed:g} CPUs but the Ray cluster has {cpus:g}; "
+                f"lower distributed.actors or distributed.cpus_per_actor"
+            )
 
     def start_or_join(self) -> None:
         ray, settings = self.ray, self.settings
-        ray_log = logging.getLogger("ray")   # its notes at start-up (token authentication, ...) stay off the console
+        ray_log = logging.getLogger("ray")  # its notes at start-up (token authentication, ...) stay off the console
         level = ray_log.level
         ray_log.setLevel(logging.ERROR)
         quiet = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
         try:
             if settings.address is None:
-                ray.init(num_cpus=math.ceil(settings.actors * settings.cpus_per_actor), include_dashboard=False,
-                         **quiet)
+                ray.init(
+                    num_cpus=math.ceil(settings.actors * settings.cpus_per_actor), include_dashboard=False, **quiet
+                )
             else:
                 ray.init(address=settings.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as error:
-            raise ConfigError(f"distributed.address={settings.address}: cannot join a Ray cluster there "
-                              f"({str(error).splitlines()[0]})") from None
+            raise ConfigError(
+                f"distributed.address={settings.address}: cannot join a Ray cluster there "
+                f"({str(error).splitlines()[0]})"
+            ) from None
         finally:
             ray_log.setLevel(level)
         self.started_ray = True
@@ -93,15 +98,17 @@ class Cluster:
             else:
                 self.shards.append(shard_class.remote(buffer, **spaces, gamma=float(cfg.algo.gamma), seed=cfg.seed + i))
         for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):
-            if refused is not None:   # its buffer, e.g. too large for the memory of the node it is on
+            if refused is not None:  # its buffer, e.g. too large for the memory of the node it is on
                 raise ConfigError(refused)
         if saved is not None:
             if len(saved) != len(self.shards):
-                raise RunError(f"the checkpoint holds {len(saved)} replay shards but distributed.shards="
-                               f"{len(self.shards)}; resume with the run's own distributed.shards")
+                raise RunError(
+                    f"the checkpoint holds {len(saved)} replay shards but distributed.shards="
+                    f"{len(self.shards)}; resume with the run's own distributed.shards"
+                )
             self.call_shards([shard.load_state_dict.remote(state) for shard, state in zip(self.shards, saved)])
-        self.requests: list[collections.deque] = [collections.deque() for _ in self.shards]   # samples in flight
-        self.drawn: list[collections.deque] = [collections.deque() for _ in self.shards]      # batches not used yet
+        self.requests: list[collections.deque] = [collections.deque() for _ in self.shards]  # samples in flight
+        self.drawn: list[collections.deque] = [collections.deque() for _ in self.shards]  # batches not used yet
         self.new_priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in self.shards]
         self.turn = 0
 
@@ -111,13 +118,17 @@ class Cluster:
         plain = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(plain, dict)
         plain.pop("logger", None)
-        actor_class = ray.remote(num_cpus=settings.cpus_per_actor, max_restarts=settings.max_restarts,
-                                 max_task_retries=0)(Actor)
+        actor_class = ray.remote(
+            num_cpus=settings.cpus_per_actor, max_restarts=settings.max_restarts, max_task_retries=0
+        )(Actor)
         epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
-        for i, epsilon in enumerate(epsilons):   # a restarted actor is built again from these arguments
+        for i, epsilon in enumerate(epsilons):  # a restarted actor is built again from these arguments
             seed = cfg.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
-            self.actors.append(actor_class.remote(plain, i, epsilon, seed, settings.send_every, settings.priority_eta,
-                                                  self.prioritized))
+            self.actors.append(
+                actor_class.remote(
+                    plain, i, epsilon, seed, settings.send_every, settings.priority_eta, self.prioritized
+                )
+            )
         for i in range(len(self.actors)):
             self.launch(i)
 
@@ -145,9 +156,10 @@ class Cluster:
             try:
                 reports.append(ray.get(ref))
             except ray.exceptions.RayTaskError as error:
-                if isinstance(error.cause, ray.exceptions.RayActorError):   # its shard died under it
-                    raise ClusterFault(f"replay shard {i % len(self.shards)} was lost "
-                                       f"({type(error.cause).__name__})") from None
+                if isinstance(error.cause, ray.exceptions.RayActorError):  # its shard died under it
+                    raise ClusterFault(
+                        f"replay shard {i % len(self.shards)} was lost ({type(error.cause).__name__})"
+                    ) from None
                 raise
             except ray.exceptions.RayActorError as error:
                 self.actor_down(i, error)
@@ -185,10 +197,17 @@ class Cluster:
             self.deaths[i] += 1
             self.restarts += 1
             if self.deaths[i] > self.settings.max_restarts:
-                raise ClusterFault(f"actor {i} died {self.deaths[i]} times, more than distributed.max_restarts="
-                                   f"{self.settings.max_restarts}")
-            log.warning("actor %d died (%s); Ray restarts it (%d of distributed.max_restarts=%d) and the run goes on",
-                        i, type(error).__name__, self.deaths[i], self.settings.max_restarts)
+                raise ClusterFault(
+                    f"actor {i} died {self.deaths[i]} times, more than distributed.max_restarts="
+                    f"{self.settings.max_restarts}"
+                )
+            log.warning(
+                "actor %d died (%s); Ray restarts it (%d of distributed.max_restarts=%d) and the run goes on",
+                i,
+                type(error).__name__,
+                self.deaths[i],
+                self.settings.max_restarts,
+            )
         elif now - self.down_since[i] > RESTART_PATIENCE:
             raise ClusterFault(f"actor {i} did not come back within {RESTART_PATIENCE:.0f} s of its death")
         self.retries.append((now + RETRY_AFTER, i))
@@ -233,11 +252,22 @@ class Cluster:
     # --- the record and the end ------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """What provenance.json records of the cluster."""
-        nodes = sorted({node.get("NodeManagerHostname") or node.get("NodeManagerAddress")
-                        for node in self.ray.nodes() if node.get("Alive")})
-        return {"kind": "apex", "ray": self.ray.__version__, "address": self.settings.address or "local",
-                "nodes": nodes, "actors": len(self.actors), "cpus_per_actor": self.settings.cpus_per_actor,
-                "shards": len(self.shards)}
+        nodes = sorted(
+            {
+                node.get("NodeManagerHostname") or node.get("NodeManagerAddress")
+                for node in self.ray.nodes()
+                if node.get("Alive")
+            }
+        )
+        return {
+            "kind": "apex",
+            "ray": self.ray.__version__,
+            "address": self.settings.address or "local",
+            "nodes": nodes,
+            "actors": len(self.actors),
+            "cpus_per_actor": self.settings.cpus_per_actor,
+            "shards": len(self.shards),
+        }
 
     def shutdown(self) -> None:
         """End the actors and shards (and the local Ray instance this run started)."""

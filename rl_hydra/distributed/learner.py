@@ -37,12 +37,25 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit, resume_command
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("distributed/updates", "distributed/env_sps", "distributed/updates_per_s", "distributed/replay_ratio",
-           "distributed/weight_lag", "distributed/actor_restarts", "distributed/actors")
+COLUMNS = (
+    "distributed/updates",
+    "distributed/env_sps",
+    "distributed/updates_per_s",
+    "distributed/replay_ratio",
+    "distributed/weight_lag",
+    "distributed/actor_restarts",
+    "distributed/actors",
+)
 
 
-def run(cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool,
-        on_ready: Callable[[int, torch.device], None] | None, stop_after: int | None) -> dict[str, Any]:
+def run(
+    cfg: DictConfig,
+    run_dir: RunDirectory,
+    device: torch.device,
+    resume: bool,
+    on_ready: Callable[[int, torch.device], None] | None,
+    stop_after: int | None,
+) -> dict[str, Any]:
     """rl_hydra.training.run for `distributed=apex`: the same promises (nothing written before
     `on_ready`, the summary returned and written), the same errors."""
     from rl_hydra.training import process_settings
@@ -71,8 +84,10 @@ class Learner:
 
         self.cfg, self.run_dir, self.device, self.settings, self.ray = cfg, run_dir, device, settings, ray
         if not issubclass(import_class(cfg.algo._target_, "algo._target_"), DQN):
-            raise ConfigError(f"distributed=apex runs the Q family (algo=dqn, qr_dqn, iqn, c51, rainbow; drqn as "
-                              f"R2D2), not algo={cfg_choice(cfg, 'algo')}; use distributed=none")
+            raise ConfigError(
+                f"distributed=apex runs the Q family (algo=dqn, qr_dqn, iqn, c51, rainbow; drqn as "
+                f"R2D2), not algo={cfg_choice(cfg, 'algo')}; use distributed=none"
+            )
         env = make_env(cfg.env, seed=cfg.seed)
         self.spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
         env.close()
@@ -91,13 +106,16 @@ class Learner:
         agent = self.agent
         self.replay_ratio = settings.max_replay_ratio or agent.gradient_steps / agent.train_every
         if settings.min_replay_ratio is not None and settings.min_replay_ratio > self.replay_ratio:
-            raise ConfigError(f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
-                              f"number <= {self.replay_ratio:g}, the cap on updates per env step "
-                              f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)")
-        loop = self.loop_settings = run_settings(cfg, agent)   # what the loop's parts are told
+            raise ConfigError(
+                f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
+                f"number <= {self.replay_ratio:g}, the cap on updates per env step "
+                f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)"
+            )
+        loop = self.loop_settings = run_settings(cfg, agent)  # what the loop's parts are told
         self.schedule = Schedule(loop.total_steps, loop.eval_every, loop.log_every, loop.checkpoint_every)
-        self.evaluator = Evaluator(loop.make_eval_env, loop.seed, loop.eval_episodes, loop.stop_at_return,
-                                   loop.eval_epsilon)
+        self.evaluator = Evaluator(
+            loop.make_eval_env, loop.seed, loop.eval_episodes, loop.stop_at_return, loop.eval_epsilon
+        )
         self.monitor = UpdateMonitor(device.type == "cpu", loop.divergence_hint)
         self.reporter = Reporter(run_dir, agent.metric_names, loop, build_loggers(loop.loggers))
         self.reporter.columns += list(COLUMNS)
@@ -106,11 +124,11 @@ class Learner:
         self.finished_lengths: list[int] = []
         self.elapsed_before = 0.0
         self.started: float | None = None
-        self.restarts_before = 0   # actor restarts in earlier sessions of the run
+        self.restarts_before = 0  # actor restarts in earlier sessions of the run
         self.lags: list[int] = []
         self.stop_requested = False
         self.cluster = Cluster(ray, settings, cfg, self.recurrent, self.prioritized)
-        self.row_mark = (time.perf_counter(), 0, 0)   # (time, env steps, updates) at the last row
+        self.row_mark = (time.perf_counter(), 0, 0)  # (time, env steps, updates) at the last row
 
     # --- where the run stands -------------------------------------------------------------
     @property
@@ -144,15 +162,23 @@ class Learner:
         cluster.connect()
         cluster.start_replay(self.spaces, (checkpoint or {}).get("replay"))
         self.publish()
-        cluster.start_actors(session=len(self.provenance_sessions()))   # a resumed run's actors explore new seeds
+        cluster.start_actors(session=len(self.provenance_sessions()))  # a resumed run's actors explore new seeds
         if on_ready is not None:
             on_ready(self.global_step, self.device)
         self.record_provenance()
-        log.info("distributed=apex: %d actors (epsilon %s), %d replay shard%s, the learner on %s; at most %.3g "
-                 "updates per env step", self.settings.actors,
-                 ", ".join(f"{e:.3g}" for e in actor_epsilons(self.settings.actors, self.settings.epsilon_base,
-                                                             self.settings.epsilon_alpha)),
-                 self.settings.shards, "" if self.settings.shards == 1 else "s", self.device, self.replay_ratio)
+        log.info(
+            "distributed=apex: %d actors (epsilon %s), %d replay shard%s, the learner on %s; at most %.3g "
+            "updates per env step",
+            self.settings.actors,
+            ", ".join(
+                f"{e:.3g}"
+                for e in actor_epsilons(self.settings.actors, self.settings.epsilon_base, self.settings.epsilon_alpha)
+            ),
+            self.settings.shards,
+            "" if self.settings.shards == 1 else "s",
+            self.device,
+            self.replay_ratio,
+        )
         if checkpoint is not None:
             log.info("resuming %s at step %d with fresh actors", self.run_dir.path, self.global_step)
         status, summary = "failed", None
@@ -175,20 +201,30 @@ class Learner:
                 self.run_dir.write_summary(self.summary("interrupted", reason="stopped by signal"))
                 status = "interrupted"
                 raise
-            except ClusterFault as error:   # the launch reports it as a failed run (exit status 1)
+            except ClusterFault as error:  # the launch reports it as a failed run (exit status 1)
                 self.run_dir.write_summary(self.summary("failed", reason=str(error)))
                 step = self.run_dir.checkpoint_step("last")
-                where = (f"the last checkpoint is {self.run_dir.checkpoints / 'last.pt'} (step {step})"
-                         if step is not None else "no checkpoint was written yet")
+                where = (
+                    f"the last checkpoint is {self.run_dir.checkpoints / 'last.pt'} (step {step})"
+                    if step is not None
+                    else "no checkpoint was written yet"
+                )
                 raise ClusterFault(f"{error}; {where}; resume with: {resume_command(self.run_dir.path)}") from None
             finally:
                 self.reporter.close(status)
                 self.evaluator.close()
         assert summary is not None
-        log.info("finished: eval return %s, %d steps in %.1f s (%.0f steps/s, %d updates, %d actor restarts); "
-                 "run directory: %s", "none" if summary["eval_return_mean"] is None
-                 else f"{summary['eval_return_mean']:.1f}", summary["global_step"], summary["wall_time_s"],
-                 summary["steps_per_second"], self.agent.updates, self.restarts, self.run_dir.path)
+        log.info(
+            "finished: eval return %s, %d steps in %.1f s (%.0f steps/s, %d updates, %d actor restarts); "
+            "run directory: %s",
+            "none" if summary["eval_return_mean"] is None else f"{summary['eval_return_mean']:.1f}",
+            summary["global_step"],
+            summary["wall_time_s"],
+            summary["steps_per_second"],
+            self.agent.updates,
+            self.restarts,
+            self.run_dir.path,
+        )
         return summary
 
     @property
@@ -200,14 +236,14 @@ class Learner:
         while not self.done:
             if self.stop_requested:
                 raise StopRequested
-            for report in cluster.finished_rounds(hold=self.behind()):   # min_replay_ratio: actors wait
+            for report in cluster.finished_rounds(hold=self.behind()):  # min_replay_ratio: actors wait
                 self.account(report)
                 if self.done:
                     return
             updated = self.may_update() and self.update()
             if cluster.held and not (updated and self.behind()):
                 cluster.release()
-            if not updated:   # idle until an actor reports
+            if not updated:  # idle until an actor reports
                 cluster.wait(0.05)
 
     def account(self, report: dict[str, Any]) -> None:
@@ -271,17 +307,26 @@ class Learner:
         then, steps_before, updates_before = self.row_mark
         self.row_mark = (now, steps, updates)
         seconds = max(now - then, 1e-9)
-        row: dict[str, Any] = {"time/elapsed_s": round(self.elapsed, 3), "rollout/episodes": self.episodes,
-                               **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()}}
+        row: dict[str, Any] = {
+            "time/elapsed_s": round(self.elapsed, 3),
+            "rollout/episodes": self.episodes,
+            **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()},
+        }
         if self.finished_returns:
             row["rollout/return_mean"] = float(np.mean(self.finished_returns))
             row["rollout/length_mean"] = float(np.mean(self.finished_lengths))
             self.finished_returns, self.finished_lengths = [], []
-        row.update({"distributed/updates": updates, "distributed/env_sps": round((steps - steps_before) / seconds, 1),
-                    "distributed/updates_per_s": round((updates - updates_before) / seconds, 1),
-                    "distributed/replay_ratio": round((updates - updates_before) / max(steps - steps_before, 1), 4),
-                    "distributed/weight_lag": float(np.mean(self.lags)) if self.lags else None,
-                    "distributed/actor_restarts": self.restarts, "distributed/actors": self.settings.actors})
+        row.update(
+            {
+                "distributed/updates": updates,
+                "distributed/env_sps": round((steps - steps_before) / seconds, 1),
+                "distributed/updates_per_s": round((updates - updates_before) / seconds, 1),
+                "distributed/replay_ratio": round((updates - updates_before) / max(steps - steps_before, 1), 4),
+                "distributed/weight_lag": float(np.mean(self.lags)) if self.lags else None,
+                "distributed/actor_restarts": self.restarts,
+                "distributed/actors": self.settings.actors,
+            }
+        )
         self.lags = []
         last = self.evaluator.last
         if with_eval and last is not None:
@@ -292,10 +337,15 @@ class Learner:
     def state_dict(self, with_replay: bool) -> dict[str, Any]:
         state: dict[str, Any] = {
             "agent": self.agent.state_dict(),
-            "runner": {"global_step": self.global_step, **self.evaluator.state_dict(), "episodes": self.episodes,
-                       "elapsed": self.elapsed, "finished_returns": list(self.finished_returns),
-                       "finished_lengths": list(self.finished_lengths),
-                       "latest_update": {k: float(v) for k, v in self.monitor.latest.items()}},
+            "runner": {
+                "global_step": self.global_step,
+                **self.evaluator.state_dict(),
+                "episodes": self.episodes,
+                "elapsed": self.elapsed,
+                "finished_returns": list(self.finished_returns),
+                "finished_lengths": list(self.finished_lengths),
+                "latest_update": {k: float(v) for k, v in self.monitor.latest.items()},
+            },
             "rng": {"torch": torch.get_rng_state()},
             "distributed": {"actors": self.settings.actors, "actor_restarts": self.restarts},
         }
@@ -317,11 +367,14 @@ class Learner:
             self.restarts_before = int(state.get("distributed", {}).get("actor_restarts", 0))
             torch.set_rng_state(state["rng"]["torch"])
         except (KeyError, RuntimeError, ValueError) as error:
-            raise RunError(f"checkpoint {self.run_dir.checkpoints / 'last.pt'} does not fit this config "
-                           f"({misfit(error)})") from None
+            raise RunError(
+                f"checkpoint {self.run_dir.checkpoints / 'last.pt'} does not fit this config ({misfit(error)})"
+            ) from None
         if self.global_step > self.cfg.train.total_steps:
-            raise ConfigError(f"train.total_steps={self.cfg.train.total_steps} is below the step this run has "
-                              f"reached ({self.global_step}); give train.total_steps >= {self.global_step}")
+            raise ConfigError(
+                f"train.total_steps={self.cfg.train.total_steps} is below the step this run has "
+                f"reached ({self.global_step}); give train.total_steps >= {self.global_step}"
+            )
 
     def save_checkpoint(self, name: str, with_replay: bool | None = None) -> Path:
         if with_replay is None:
@@ -335,13 +388,19 @@ class Learner:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         solved = evaluator.solved_at or {}
         return {
-            "status": status, "reason": reason, **self.run_dir.identity(self.cfg, self.agent.name),
-            "global_step": self.global_step, "updates": self.agent.updates,
-            "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
+            "status": status,
+            "reason": reason,
+            **self.run_dir.identity(self.cfg, self.agent.name),
+            "global_step": self.global_step,
+            "updates": self.agent.updates,
+            "eval_return_mean": last.get("eval/return_mean"),
+            "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
-            "stop_at_return": evaluator.stop_at_return, "solved_at_step": solved.get("step"),
+            "stop_at_return": evaluator.stop_at_return,
+            "solved_at_step": solved.get("step"),
             "solved_at_s": solved.get("elapsed_s"),
-            "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
+            "wall_time_s": round(elapsed, 3),
+            "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
 
     # --- provenance and the end -------------------------------------------------------

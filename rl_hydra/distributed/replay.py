@@ -57,14 +57,24 @@ class TransitionShard:
 
         node = OmegaConf.create(buffer_cfg)
         node.pop("device", None)
-        self.refused: str | None = None   # why the buffer could not be built here (`ready` says it)
+        self.refused: str | None = None  # why the buffer could not be built here (`ready` says it)
         try:
-            self.buffer = build(node, "buffer", observation_space=observation_space, action_space=action_space,
-                                num_envs=1, device="cpu", seed=seed, n_step=1, gamma=gamma, share_frames=False)
-        except ConfigError as error:   # too large for this node's memory, ...
+            self.buffer = build(
+                node,
+                "buffer",
+                observation_space=observation_space,
+                action_space=action_space,
+                num_envs=1,
+                device="cpu",
+                seed=seed,
+                n_step=1,
+                gamma=gamma,
+                share_frames=False,
+            )
+        except ConfigError as error:  # too large for this node's memory, ...
             self.refused = str(error)
             return
-        self.discounts = np.zeros(self.buffer.capacity, np.float32)   # gamma^k of each row's return
+        self.discounts = np.zeros(self.buffer.capacity, np.float32)  # gamma^k of each row's return
         self.prioritized = hasattr(self.buffer, "update_priorities")
         self.added = 0
 
@@ -101,8 +111,11 @@ class TransitionShard:
             self.buffer.update_priorities(torch.from_numpy(indices), torch.from_numpy(priorities))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer": self.buffer.state_dict(), "discounts": torch.from_numpy(self.discounts.copy()),
-                "added": self.added}
+        return {
+            "buffer": self.buffer.state_dict(),
+            "discounts": torch.from_numpy(self.discounts.copy()),
+            "added": self.added,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
@@ -120,7 +133,7 @@ class SequenceShard:
         self.capacity = check_int("buffer.capacity", buffer_cfg["capacity"], minimum=1)
         self.alpha, self.epsilon = alpha, epsilon
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, buffer_cfg.get("sum_tree", "auto"))
-        self.chunks: dict[str, Any] | None = None   # field -> (T, capacity, ...) tensors, made at the first add
+        self.chunks: dict[str, Any] | None = None  # field -> (T, capacity, ...) tensors, made at the first add
         self.pos = self.size = self.added = 0
         self.rng = np.random.default_rng(seed)
 
@@ -151,7 +164,7 @@ class SequenceShard:
             return None
         out = []
         for _ in range(count):
-            rows, _ = self.tree.draw_stratified(self.rng.random(batch_size), 0.0)   # (B,)
+            rows, _ = self.tree.draw_stratified(self.rng.random(batch_size), 0.0)  # (B,)
             out.append((as_arrays(read_chunks(self.chunks, torch.from_numpy(rows))), rows))
         return out
 
@@ -159,20 +172,35 @@ class SequenceShard:
         self.tree.update_priorities(indices, np.asarray(priorities, np.float64), self.epsilon, self.alpha)
 
     def state_dict(self) -> dict[str, Any]:
-        chunks = None if self.chunks is None else {
-            key: [part[:, : self.size].clone() for part in value] if isinstance(value, list)
-            else value[:, : self.size].clone() for key, value in self.chunks.items()}
-        return {"chunks": chunks, "pos": self.pos, "size": self.size, "added": self.added,
-                "priorities": torch.from_numpy(self.tree.state_dict()["leaves"]), "rng": self.rng.bit_generator.state}
+        chunks = (
+            None
+            if self.chunks is None
+            else {
+                key: [part[:, : self.size].clone() for part in value]
+                if isinstance(value, list)
+                else value[:, : self.size].clone()
+                for key, value in self.chunks.items()
+            }
+        )
+        return {
+            "chunks": chunks,
+            "pos": self.pos,
+            "size": self.size,
+            "added": self.added,
+            "priorities": torch.from_numpy(self.tree.state_dict()["leaves"]),
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pos, self.size, self.added = int(state["pos"]), int(state["size"]), int(state["added"])
         if state["chunks"] is not None:
             saved = state["chunks"]
-            self.chunks = {key: [torch.zeros((p.shape[0], self.capacity, *p.shape[2:]), dtype=p.dtype) for p in value]
-                           if isinstance(value, list) else
-                           torch.zeros((value.shape[0], self.capacity, *value.shape[2:]), dtype=value.dtype)
-                           for key, value in saved.items()}
+            self.chunks = {
+                key: [torch.zeros((p.shape[0], self.capacity, *p.shape[2:]), dtype=p.dtype) for p in value]
+                if isinstance(value, list)
+                else torch.zeros((value.shape[0], self.capacity, *value.shape[2:]), dtype=value.dtype)
+                for key, value in saved.items()
+            }
             for key, value in saved.items():
                 if isinstance(value, list):
                     for part, stored in zip(self.chunks[key], value):
@@ -201,8 +229,10 @@ def allocate_chunks(batch: SequenceBatch, capacity: int) -> dict[str, Any]:
     def empty(t: torch.Tensor) -> torch.Tensor:
         return torch.zeros((t.shape[0], capacity, *t.shape[2:]), dtype=t.dtype)
 
-    return {key: [empty(p) for p in value] if isinstance(value, list) else empty(value)
-            for key, value in chunk_fields(batch).items()}
+    return {
+        key: [empty(p) for p in value] if isinstance(value, list) else empty(value)
+        for key, value in chunk_fields(batch).items()
+    }
 
 
 def write_chunks(chunks: dict[str, Any], batch: SequenceBatch, rows: torch.Tensor) -> None:
@@ -215,13 +245,20 @@ def write_chunks(chunks: dict[str, Any], batch: SequenceBatch, rows: torch.Tenso
 
 
 def read_chunks(chunks: dict[str, Any], rows: torch.Tensor) -> SequenceBatch:
-    picked: dict[str, Any] = {key: [p[:, rows] for p in value] if isinstance(value, list) else value[:, rows]
-              for key, value in chunks.items()}
-    parts = {key[len("obs/"):]: value for key, value in picked.items() if key.startswith("obs/")}
+    picked: dict[str, Any] = {
+        key: [p[:, rows] for p in value] if isinstance(value, list) else value[:, rows] for key, value in chunks.items()
+    }
+    parts = {key[len("obs/") :]: value for key, value in picked.items() if key.startswith("obs/")}
     obs: Any = parts or picked["obs"]
-    return SequenceBatch(obs=obs, actions=picked["actions"], rewards=picked["rewards"],
-                         terminated=picked["terminated"], mask=picked["mask"],
-                         episode_start=picked["episode_start"][0], state=tuple(s[0] for s in picked["state"]))
+    return SequenceBatch(
+        obs=obs,
+        actions=picked["actions"],
+        rewards=picked["rewards"],
+        terminated=picked["terminated"],
+        mask=picked["mask"],
+        episode_start=picked["episode_start"][0],
+        state=tuple(s[0] for s in picked["state"]),
+    )
 
 
 def shard_config(cfg: DictConfig) -> dict:

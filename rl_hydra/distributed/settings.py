@@ -48,10 +48,13 @@ class Settings:
 def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
     """`cfg.distributed` checked key by key (one ConfigError line each)."""
     address = node.get("address")
-    if address is not None and (not isinstance(address, str) or not (
-            address == "auto" or address.startswith("ray://") or ":" in address)):
-        raise ConfigError(f"distributed.address={address!r} is not allowed; choose null (a local Ray instance), "
-                          f"auto (the cluster this machine belongs to), ray://host:port, or host:port")
+    if address is not None and (
+        not isinstance(address, str) or not (address == "auto" or address.startswith("ray://") or ":" in address)
+    ):
+        raise ConfigError(
+            f"distributed.address={address!r} is not allowed; choose null (a local Ray instance), "
+            f"auto (the cluster this machine belongs to), ray://host:port, or host:port"
+        )
     cpus = check_float("distributed.cpus_per_actor", node.get("cpus_per_actor", 1), 0.0, exclusive_min=True)
     actors = node.get("actors", "auto")
     if actors == "auto":
@@ -60,10 +63,12 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
     ratio, floor = node.get("max_replay_ratio"), node.get("min_replay_ratio")
     if ratio is not None:
         ratio = check_float("distributed.max_replay_ratio", ratio, 0.0, exclusive_min=True)
-    if floor is not None:   # at most the cap, which the learner checks once it knows the algo's own
+    if floor is not None:  # at most the cap, which the learner checks once it knows the algo's own
         floor = check_float("distributed.min_replay_ratio", floor, 0.0, ratio, exclusive_min=True)
     return Settings(
-        address=address, actors=actors, cpus_per_actor=cpus,
+        address=address,
+        actors=actors,
+        cpus_per_actor=cpus,
         shards=check_int("distributed.shards", node.get("shards", 1), minimum=1, maximum=actors),
         epsilon_base=check_float("distributed.epsilon_base", node.get("epsilon_base", 0.4), 0.0, 1.0),
         epsilon_alpha=check_float("distributed.epsilon_alpha", node.get("epsilon_alpha", 7.0), 0.0),
@@ -88,8 +93,10 @@ def auto_actors(cpus_per_actor: float, cpu_count: int | None = None) -> int:
 def require_ray() -> Any:
     """The ray module, or one ConfigError line saying how to install it."""
     if importlib.util.find_spec("ray") is None:
-        raise ConfigError('distributed=apex needs Ray, which is not installed; pip install -e ".[ray]" '
-                          "(or distributed=none: one process)")
+        raise ConfigError(
+            'distributed=apex needs Ray, which is not installed; pip install -e ".[ray]" '
+            "(or distributed=none: one process)"
+        )
     import ray
 
     return ray
@@ -107,7 +114,7 @@ def sequence_priorities(td_errors: torch.Tensor, counted: torch.Tensor, eta: flo
     """R2D2's priority of each sequence: eta * max_t |delta_t| + (1 - eta) * mean_t |delta_t| over its
     counted steps (real steps past the burn-in); 0 for a sequence with none."""
     # td_errors, counted: (L, B); counted is 1 on the steps the loss learns from
-    errors = td_errors.abs() * counted                                            # (L, B)
-    steps = counted.sum(dim=0)                                                    # (B,)
-    mean = errors.sum(dim=0) / steps.clamp(min=1)                                 # (B,)
-    return eta * errors.max(dim=0).values + (1 - eta) * mean                      # (B,)
+    errors = td_errors.abs() * counted  # (L, B)
+    steps = counted.sum(dim=0)  # (B,)
+    mean = errors.sum(dim=0) / steps.clamp(min=1)  # (B,)
+    return eta * errors.max(dim=0).values + (1 - eta) * mean  # (B,)

@@ -26,15 +26,16 @@ class LearningSignal:
 
     def __init__(self, num_envs: int, clip_rewards: bool = False, terminal_on_life_loss: bool = False):
         self.clip_rewards, self.terminal_on_life_loss = clip_rewards, terminal_on_life_loss
-        self.lives = np.zeros(num_envs, dtype=np.int64)   # each env's lives before the step
+        self.lives = np.zeros(num_envs, dtype=np.int64)  # each env's lives before the step
 
     def start(self, info: dict[str, Any]) -> None:
         """Every env starts a new episode; `info` is what the vector env's reset returned."""
         if self.terminal_on_life_loss:
             self.lives[:] = info["lives"]
 
-    def __call__(self, rewards: np.ndarray, terminated: np.ndarray, done: np.ndarray,
-                 info: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(
+        self, rewards: np.ndarray, terminated: np.ndarray, done: np.ndarray, info: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(rewards, terminated) to store; `done`: the episodes that ended (and were reset)."""
         if self.clip_rewards:
             rewards = np.sign(rewards)
@@ -54,11 +55,12 @@ def learning_signal(env_cfg: DictConfig, num_envs: int, reset_info: dict[str, An
     unknown = sorted(set(learning) - set(LEARNING_KEYS))
     if unknown:
         raise ConfigError(f"env.learning.{unknown[0]} is not a key; choose from: {', '.join(LEARNING_KEYS)}")
-    flags = {key: check_choice(f"env.learning.{key}", learning.get(key, False), (True, False))
-             for key in LEARNING_KEYS}
+    flags = {key: check_choice(f"env.learning.{key}", learning.get(key, False), (True, False)) for key in LEARNING_KEYS}
     if flags["terminal_on_life_loss"] and "lives" not in reset_info:
-        raise ConfigError(f"env.learning.terminal_on_life_loss=true needs an env that reports info['lives'] "
-                          f"(ALE's games do); env.id={env_cfg.id} does not")
+        raise ConfigError(
+            f"env.learning.terminal_on_life_loss=true needs an env that reports info['lives'] "
+            f"(ALE's games do); env.id={env_cfg.id} does not"
+        )
     if not any(flags.values()):
         return None
     signal = LearningSignal(num_envs, **flags)

@@ -24,8 +24,14 @@ log = logging.getLogger(__name__)
 
 
 # the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
-EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": ("ale_py", "cv2"), "minatar": "minatar",
-                 "popgym": "popgym", "minigrid": "minigrid"}
+EXTRA_MODULES = {
+    "box2d": "Box2D",
+    "mujoco": "mujoco",
+    "atari": ("ale_py", "cv2"),
+    "minatar": "minatar",
+    "popgym": "popgym",
+    "minigrid": "minigrid",
+}
 
 
 def install_hint(extra: str) -> str:
@@ -39,8 +45,9 @@ def require_extra(extra: str, env_id: str) -> None:
         raise ConfigError(f"env.extra={extra!r} is not known; choose one of: {', '.join(EXTRA_MODULES)}")
     for module in (modules,) if isinstance(modules, str) else modules:
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(f"env.id={env_id} needs the {extra} extra ({module} is not installed): "
-                              f"{install_hint(extra)}")
+            raise ConfigError(
+                f"env.id={env_id} needs the {extra} extra ({module} is not installed): {install_hint(extra)}"
+            )
 
 
 def check_extra(env_cfg: DictConfig) -> None:
@@ -62,15 +69,20 @@ def _register_minatar() -> None:
 
 
 def _import(module: str) -> Callable[[], object]:
-    return lambda: importlib.import_module(module)   # the package registers its ids on import
+    return lambda: importlib.import_module(module)  # the package registers its ids on import
 
 
 # id namespaces whose package registers its ids only when imported or asked: namespace -> (extra, register)
-NAMESPACES: dict[str, tuple[str, Callable[[], object]]] = {"ALE": ("atari", _register_ale),
-                                                            "MinAtar": ("minatar", _register_minatar)}
+NAMESPACES: dict[str, tuple[str, Callable[[], object]]] = {
+    "ALE": ("atari", _register_ale),
+    "MinAtar": ("minatar", _register_minatar),
+}
 # the same for ids that begin with a prefix: popgym-RepeatPreviousEasy-v0, MiniGrid-Empty-5x5-v0
-PREFIXES = {"popgym-": ("popgym", _import("popgym")), "MiniGrid-": ("minigrid", _import("minigrid")),
-            "BabyAI-": ("minigrid", _import("minigrid"))}
+PREFIXES = {
+    "popgym-": ("popgym", _import("popgym")),
+    "MiniGrid-": ("minigrid", _import("minigrid")),
+    "BabyAI-": ("minigrid", _import("minigrid")),
+}
 
 
 def register_namespace(env_id: str) -> None:
@@ -125,14 +137,19 @@ def build_wrappers(env_cfg: DictConfig) -> list[Callable[[gym.Env], gym.Env]]:
     for k, node in enumerate(env_cfg.get("wrappers") or []):
         target = node.get("_target_") if OmegaConf.is_dict(node) else None
         if target is None:
-            raise ConfigError(f"env.wrappers[{k}]={node} names no _target_; an entry is "
-                              f"{{_target_: <a wrapper class or function>, _partial_: true, <its arguments>}}")
+            raise ConfigError(
+                f"env.wrappers[{k}]={node} names no _target_; an entry is "
+                f"{{_target_: <a wrapper class or function>, _partial_: true, <its arguments>}}"
+            )
         try:
             wrappers.append(instantiate(node))
         except InstantiationException as error:
             cause = error.__cause__
-            why = (missing_target(str(target)) if isinstance(cause, ImportError) or cause is None
-                   else f"cannot be built ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})")
+            why = (
+                missing_target(str(target))
+                if isinstance(cause, ImportError) or cause is None
+                else f"cannot be built ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})"
+            )
             raise ConfigError(f"env.wrappers[{k}]._target_={target} {why}") from None
     return wrappers
 
@@ -159,8 +176,10 @@ def time_limit(env_cfg: DictConfig) -> int | None:
     if own is not None or "fallback_max_episode_steps" not in env_cfg:
         return own
     if env_cfg.fallback_max_episode_steps is None:
-        raise ConfigError(f"env.id={env_cfg.id} has no time limit of its own, so an episode could last for ever, and "
-                          f"env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N")
+        raise ConfigError(
+            f"env.id={env_cfg.id} has no time limit of its own, so an episode could last for ever, and "
+            f"env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N"
+        )
     return check_int("env.fallback_max_episode_steps", env_cfg.fallback_max_episode_steps, minimum=1)
 
 
@@ -193,11 +212,12 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
         for k, wrap in enumerate(wrappers):
             try:
                 env = wrap(env)
-            except ConfigError:   # our own wrappers name the key themselves (env.actions=...)
+            except ConfigError:  # our own wrappers name the key themselves (env.actions=...)
                 raise
             except (ValueError, TypeError) as error:  # a wrapper library's own check of its arguments
-                raise ConfigError(f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: "
-                                  f"{str(error).splitlines()[0]}") from None
+                raise ConfigError(
+                    f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: {str(error).splitlines()[0]}"
+                ) from None
         if needs_parts(env.observation_space):
             env = ObservationParts(env, keep_text=keep_text)
         return env
@@ -205,8 +225,14 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     return factory
 
 
-def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None, render_mode: str | None = None,
-             vectorization: str | None = None, say_time_limit: bool = True) -> VectorEnv:
+def make_env(
+    env_cfg: DictConfig,
+    seed: int,
+    num_envs: int | None = None,
+    render_mode: str | None = None,
+    vectorization: str | None = None,
+    say_time_limit: bool = True,
+) -> VectorEnv:
     """A seeded vector env of `num_envs` copies (default `env.num_envs`), stepped as
     `vectorization` (default `env.vectorization`: sync, async or envpool; envs/vector.py) says.
 
@@ -220,16 +246,24 @@ def make_env(env_cfg: DictConfig, seed: int, num_envs: int | None = None, render
     num_envs = num_envs or env_cfg.num_envs
     env = vector_env(env_cfg, [env_factory(env_cfg, render_mode)] * num_envs, seed, render_mode, vectorization)
     # gymnasium's VectorEnv types the seed an int; its vector envs (and EnvPoolAtari) take one per env
-    _, info = env.reset(seed=[seed + i for i in range(num_envs)])   # type: ignore[arg-type]
+    _, info = env.reset(seed=[seed + i for i in range(num_envs)])  # type: ignore[arg-type]
     env.action_space.seed(seed)
     limit = time_limit(env_cfg)
     # the run's own attributes on gymnasium's env (the loops read them with getattr)
-    env.learning = learning_signal(env_cfg, num_envs, info)   # type: ignore[attr-defined]
-    env.time_limit = limit   # type: ignore[attr-defined]
-    if say_time_limit and limit is not None and env_cfg.get("max_episode_steps") is None \
-            and registered_time_limit(env_cfg.id) is None:
-        log.info("env.id=%s has no time limit of its own: an episode ends after %d steps "
-                 "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)", env_cfg.id, limit)
+    env.learning = learning_signal(env_cfg, num_envs, info)  # type: ignore[attr-defined]
+    env.time_limit = limit  # type: ignore[attr-defined]
+    if (
+        say_time_limit
+        and limit is not None
+        and env_cfg.get("max_episode_steps") is None
+        and registered_time_limit(env_cfg.id) is None
+    ):
+        log.info(
+            "env.id=%s has no time limit of its own: an episode ends after %d steps "
+            "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)",
+            env_cfg.id,
+            limit,
+        )
     return env
 
 

@@ -21,7 +21,7 @@ class MinAtarReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        minatar_env: Any = self.env.unwrapped   # MinAtar's own env class (untyped)
+        minatar_env: Any = self.env.unwrapped  # MinAtar's own env class (untyped)
         gym.Env.reset(minatar_env, seed=seed)
-        minatar_env.game.last_action = 0   # MinAtar's no-op, in the full action set that it stores
+        minatar_env.game.last_action = 0  # MinAtar's no-op, in the full action set that it stores
         return self.env.reset(seed=seed, options=options)

@@ -21,21 +21,23 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Dict) or "image" not in space.spaces or len(shape_of(space["image"])) != 3:
-            raise ConfigError(f"MiniGridImage needs MiniGrid's Dict observation with an (H, W, 3) image; the env has "
-                              f"{space}")
+            raise ConfigError(
+                f"MiniGridImage needs MiniGrid's Dict observation with an (H, W, 3) image; the env has {space}"
+            )
         from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 
         height, width, channels = shape_of(space["image"])
-        values = np.array([len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX)])[:channels]   # 11, 6, 3
-        image = gym.spaces.MultiDiscrete(np.broadcast_to(values[:, None, None], (channels, height, width)),
-                                         dtype=np.uint8)
+        values = np.array([len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX)])[:channels]  # 11, 6, 3
+        image = gym.spaces.MultiDiscrete(
+            np.broadcast_to(values[:, None, None], (channels, height, width)), dtype=np.uint8
+        )
         self.observation_space = gym.spaces.Dict({**space.spaces, "image": image})
 
     def observation(self, observation: dict) -> dict:
         return {**observation, "image": np.ascontiguousarray(np.moveaxis(observation["image"], -1, 0))}
 
 
-ACTION_SETS = {"all": 7, "navigation": 3}   # MiniGrid's actions: left, right, forward, then pickup, drop, toggle, done
+ACTION_SETS = {"all": 7, "navigation": 3}  # MiniGrid's actions: left, right, forward, then pickup, drop, toggle, done
 
 
 class MiniGridActions(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
@@ -51,4 +53,4 @@ class MiniGridActions(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
         self.action_space = gym.spaces.Discrete(ACTION_SETS[actions])
 
     def action(self, action):
-        return action   # the kept actions are MiniGrid's first ones, under their own numbers
+        return action  # the kept actions are MiniGrid's first ones, under their own numbers

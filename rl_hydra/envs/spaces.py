@@ -38,15 +38,22 @@ def check_observation_space(space: gym.Space) -> None:
     naming the space and what to do."""
     for name, part in parts(space).items():
         if isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ConfigError(f"observation part {name!r} is a nested {type(part).__name__}; make the env with "
-                              f"rl_hydra.envs.make_env, which flattens Dict and Tuple observations into parts "
-                              f"(envs/wrappers.py ObservationParts)")
+            raise ConfigError(
+                f"observation part {name!r} is a nested {type(part).__name__}; make the env with "
+                f"rl_hydra.envs.make_env, which flattens Dict and Tuple observations into parts "
+                f"(envs/wrappers.py ObservationParts)"
+            )
         if not isinstance(part, LEAVES):
             where = f"observation part {name!r}" if name else "observations"
-            text = " (text parts are dropped, or kept as word indices with env.keep_text=true)" if name and is_text(
-                part) else ""
-            raise ConfigError(f"{where} of {part} have no encoder; supported: {SUPPORTED}{text}; add a wrapper "
-                              f"to env.wrappers that turns them into one of these (docs/observations.md)")
+            text = (
+                " (text parts are dropped, or kept as word indices with env.keep_text=true)"
+                if name and is_text(part)
+                else ""
+            )
+            raise ConfigError(
+                f"{where} of {part} have no encoder; supported: {SUPPORTED}{text}; add a wrapper "
+                f"to env.wrappers that turns them into one of these (docs/observations.md)"
+            )
 
 
 def shape_of(space: gym.Space) -> tuple[int, ...]:
@@ -80,7 +87,7 @@ def storage_dtype(space: gym.Space) -> np.dtype:
     if isinstance(space, gym.spaces.MultiBinary):
         return np.dtype(np.bool_)
     if np.dtype(space.dtype) in (np.dtype(np.uint8), np.dtype(np.bool_)):
-        return np.dtype(space.dtype)   # raw pixels and grids, as the env produced them
+        return np.dtype(space.dtype)  # raw pixels and grids, as the env produced them
     return np.dtype(np.float32)
 
 
@@ -97,8 +104,10 @@ def describe_layout(space: gym.Space) -> str:
     """An observation's stored bytes and their parts, e.g. "2 B: int16" or "148 B: image (3, 7, 7)
     uint8, direction uint8", for the buffer's log line."""
     sizes = {name: int(np.prod(shape)) * dtype.itemsize for name, (shape, dtype) in layout(space).items()}
-    described = ", ".join(" ".join(filter(None, (name, str(shape) if shape else "", str(dtype).removeprefix("torch."))))
-                          for name, (shape, dtype) in layout(space).items())
+    described = ", ".join(
+        " ".join(filter(None, (name, str(shape) if shape else "", str(dtype).removeprefix("torch."))))
+        for name, (shape, dtype) in layout(space).items()
+    )
     return f"{sum(sizes.values())} B: {described}"
 
 

@@ -24,15 +24,16 @@ _PLAIN = (bool, int, float, type(None))
 
 def can_capture(vec_env) -> bool:
     """Whether the envs are in this process (env.vectorization=sync) and of a capturable kind."""
-    return hasattr(vec_env, "envs") and all(type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES)
-                                            for env in vec_env.envs)
+    return hasattr(vec_env, "envs") and all(
+        type(env.unwrapped).__module__.startswith(CAPTURABLE_MODULES) for env in vec_env.envs
+    )
 
 
 def _captured(value) -> bool:
     """State a checkpoint keeps: arrays and lists of numbers (Blackjack's hands), numbers, numpy strings, None."""
     if isinstance(value, list):
         return all(isinstance(item, (np.number, np.bool_, *_PLAIN)) for item in value)
-    if isinstance(value, np.ndarray):   # numbers (FrozenLake's map of bytes is fixed, and torch holds no bytes)
+    if isinstance(value, np.ndarray):  # numbers (FrozenLake's map of bytes is fixed, and torch holds no bytes)
         return value.dtype.kind in "biuf"
     return isinstance(value, (np.generic, *_PLAIN))
 
@@ -63,8 +64,7 @@ def capture_env_state(vec_env) -> list[dict[str, Any]] | None:
         while isinstance(layer, gym.Wrapper):
             wrappers.append(getattr(layer, "_elapsed_steps", None))
             layer = layer.env
-        states.append({"attributes": attributes, "rng": core.np_random.bit_generator.state,
-                       "elapsed_steps": wrappers})
+        states.append({"attributes": attributes, "rng": core.np_random.bit_generator.state, "elapsed_steps": wrappers})
     return states
 
 

@@ -27,11 +27,16 @@ from rl_hydra.config import ConfigError
 VECTORIZATIONS = ("sync", "async", "envpool")
 
 
-def vector_env(env_cfg: DictConfig, env_fns: list[Callable[[], gym.Env]], seed: int,
-               render_mode: str | None = None, vectorization: str | None = None) -> VectorEnv:
+def vector_env(
+    env_cfg: DictConfig,
+    env_fns: list[Callable[[], gym.Env]],
+    seed: int,
+    render_mode: str | None = None,
+    vectorization: str | None = None,
+) -> VectorEnv:
     """The envs of `env_fns` stepped as `vectorization` (default `env.vectorization`) says;
     rendering always steps them `sync`, in this process."""
-    how = vectorization or env_cfg.get("vectorization") or "sync"   # a run recorded before the key: sync
+    how = vectorization or env_cfg.get("vectorization") or "sync"  # a run recorded before the key: sync
     if how not in VECTORIZATIONS:
         raise ConfigError(f"env.vectorization={how!r} is not allowed; choose one of: {', '.join(VECTORIZATIONS)}")
     if how == "sync" or render_mode is not None:
@@ -48,16 +53,27 @@ def envpool_atari_options(env_cfg: DictConfig) -> dict[str, Any]:
     episode; raw rewards (the learning signal clips them, envs/learning.py)."""
     env_id = str(env_cfg.id)
     if not env_id.startswith("ALE/") or env_cfg.get("preprocessing") is None:
-        raise ConfigError(f"env.vectorization=envpool runs env=atari ids (ALE/<Game>-v5), not env.id={env_id}; "
-                          "use env.vectorization=async for other envs")
+        raise ConfigError(
+            f"env.vectorization=envpool runs env=atari ids (ALE/<Game>-v5), not env.id={env_id}; "
+            "use env.vectorization=async for other envs"
+        )
     pre, kwargs = env_cfg.preprocessing, env_cfg.get("kwargs") or {}
     frames = kwargs.get("max_num_frames_per_episode")
-    return {"task_id": env_id.removeprefix("ALE/"),
-            "repeat_action_probability": kwargs.get("repeat_action_probability", 0.25),
-            "full_action_space": kwargs.get("full_action_space", False), "noop_max": pre.noop_max,
-            "frame_skip": pre.frame_skip, "img_height": pre.screen_size, "img_width": pre.screen_size,
-            "stack_num": pre.frame_stack, "gray_scale": True, "use_fire_reset": False, "episodic_life": False,
-            "reward_clip": False, "max_episode_steps": frames // pre.frame_skip if frames else 27_000}
+    return {
+        "task_id": env_id.removeprefix("ALE/"),
+        "repeat_action_probability": kwargs.get("repeat_action_probability", 0.25),
+        "full_action_space": kwargs.get("full_action_space", False),
+        "noop_max": pre.noop_max,
+        "frame_skip": pre.frame_skip,
+        "img_height": pre.screen_size,
+        "img_width": pre.screen_size,
+        "stack_num": pre.frame_stack,
+        "gray_scale": True,
+        "use_fire_reset": False,
+        "episodic_life": False,
+        "reward_clip": False,
+        "max_episode_steps": frames // pre.frame_skip if frames else 27_000,
+    }
 
 
 class EnvPoolAtari(VectorEnv):
@@ -103,7 +119,7 @@ class EnvPoolAtari(VectorEnv):
             first_obs, *_, first_info = self.pool.step(no_ops, ended.astype(np.int32))
             obs = obs.copy()
             obs[ended] = first_obs
-            for key, value in self.keep(first_info).items():   # as the ended envs' reset reports it
+            for key, value in self.keep(first_info).items():  # as the ended envs' reset reports it
                 info[key] = info[key].copy()
                 info[key][ended] = value
             info["final_obs"], info["_final_obs"] = final_obs, done

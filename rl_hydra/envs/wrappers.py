@@ -35,8 +35,9 @@ class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"MaskObservation needs a 1-d Box observation space; the env has {space}")
         size = space.shape[0]
-        self.indices = np.array([check_int(f"env.wrappers.indices[{k}]", i, 0, size - 1)
-                                 for k, i in enumerate(indices)], dtype=np.int64)
+        self.indices = np.array(
+            [check_int(f"env.wrappers.indices[{k}]", i, 0, size - 1) for k, i in enumerate(indices)], dtype=np.int64
+        )
         low, high = space.low.copy(), space.high.copy()
         low[self.indices] = high[self.indices] = 0.0
         self.observation_space = gym.spaces.Box(low, high, dtype=space.dtype)
@@ -60,8 +61,9 @@ class ScaleObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or space.shape != (len(scale),):
-            raise ConfigError(f"ScaleObservation needs {len(scale)} factors for a Box of that length; "
-                              f"the env has {space}")
+            raise ConfigError(
+                f"ScaleObservation needs {len(scale)} factors for a Box of that length; the env has {space}"
+            )
         self.scale = np.asarray(scale, dtype=space.dtype)
         if not np.all(np.isfinite(self.scale) & (self.scale > 0)):
             raise ConfigError(f"env.wrappers.scale={list(scale)} is not allowed; expected finite factors > 0")
@@ -81,8 +83,9 @@ class ChannelsFirst(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
             raise ConfigError(f"ChannelsFirst needs a 3-d Box observation space (H, W, C); the env has {space}")
-        self.observation_space = gym.spaces.Box(np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0),
-                                                dtype=space.dtype)
+        self.observation_space = gym.spaces.Box(
+            np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0), dtype=space.dtype
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
@@ -93,7 +96,8 @@ def needs_parts(space: gym.Space) -> bool:
     if isinstance(space, gym.spaces.Tuple):
         return True
     return isinstance(space, gym.spaces.Dict) and any(
-        isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)) or is_text(part) for part in space.spaces.values())
+        isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)) or is_text(part) for part in space.spaces.values()
+    )
 
 
 def _leaves(space: gym.Space, path: tuple = ()) -> Iterator[tuple[tuple, gym.Space]]:
@@ -138,19 +142,23 @@ class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
             raise ConfigError(f"ObservationParts needs a Dict or Tuple observation space; the env has {space}")
         self.keep_text = keep_text
-        self.paths: list[tuple[str, tuple, bool]] = []   # (part name, path, is text)
+        self.paths: list[tuple[str, tuple, bool]] = []  # (part name, path, is text)
         parts: dict[str, gym.Space] = {}
         for path, part in _leaves(space):
             name, text = ".".join(map(str, path)), is_text(part)
             if text and not keep_text:
-                _log_once(f"observation part {name!r} ({type(part).__name__}) is text, which no network "
-                          f"encodes: dropped (env.keep_text=true keeps its words as indices)")
+                _log_once(
+                    f"observation part {name!r} ({type(part).__name__}) is text, which no network "
+                    f"encodes: dropped (env.keep_text=true keeps its words as indices)"
+                )
                 continue
             self.paths.append((name, path, text))
             parts[name] = gym.spaces.MultiDiscrete([self.VOCABULARY + 1] * self.TEXT_WORDS) if text else part
         if not parts:
-            raise ConfigError(f"observations of {space} have only text parts, which no network encodes; "
-                              f"set env.keep_text=true to keep them as word indices")
+            raise ConfigError(
+                f"observations of {space} have only text parts, which no network encodes; "
+                f"set env.keep_text=true to keep them as word indices"
+            )
         self.observation_space = gym.spaces.Dict(OrderedDict(parts))
 
     def observation(self, observation) -> dict:

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from rl_hydra.config import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, atomic_write_bytes
 
-TRACKING_RECORD = "tracking.json"   # in a run (or sweep) directory: {"mlflow": {"run_id": ...}, "wandb": {...}}
+TRACKING_RECORD = "tracking.json"  # in a run (or sweep) directory: {"mlflow": {"run_id": ...}, "wandb": {...}}
 
 
 class Logger(Protocol):
@@ -44,8 +44,11 @@ def require(package: str, option: str) -> ModuleType:
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The metrics that have a value (not None, not NaN), as floats."""
-    return {key: float(value) for key, value in metrics.items()
-            if value is not None and not (isinstance(value, float) and math.isnan(value))}
+    return {
+        key: float(value)
+        for key, value in metrics.items()
+        if value is not None and not (isinstance(value, float) and math.isnan(value))
+    }
 
 
 def recall(directory: Path, name: str) -> dict[str, Any]:

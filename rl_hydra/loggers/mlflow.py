@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "sqlite:///outputs/mlflow.db"
-STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}   # summary.json's -> MLflow's
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}  # summary.json's -> MLflow's
 RUN_DIR_TAG = "rl_hydra.run_dir"
 
 
@@ -100,8 +100,13 @@ class MLflowLogger:
         self.run_id = self.open_run(run_dir.path, run_dir.path.name, tags)
         self._tag_provenance(run_dir)
         self._log_params(flat_config(dict(config)))
-        log.info("MLflow run %s (experiment %s) in %s; see it with: %s", self.run_id, self.experiment,
-                 self.tracking_uri, how_to_see(self.tracking_uri))
+        log.info(
+            "MLflow run %s (experiment %s) in %s; see it with: %s",
+            self.run_id,
+            self.experiment,
+            self.tracking_uri,
+            how_to_see(self.tracking_uri),
+        )
 
     def _tag_provenance(self, run_dir: RunDirectory) -> None:
         """The session's provenance (rl_hydra/runs/provenance.py) as tags: code, versions, device, host."""
@@ -120,7 +125,7 @@ class MLflowLogger:
         client.log_batch(run_id, metrics=[Metric(key, value, now, step) for key, value in numbers(metrics).items()])
 
     def finish(self, status: str) -> None:
-        if self.client is None or self.run_id is None:   # no run opened
+        if self.client is None or self.run_id is None:  # no run opened
             return
         try:
             self._log_artifacts()
@@ -142,10 +147,11 @@ class MLflowLogger:
             try:
                 client.update_run(record["run_id"], status="RUNNING")
                 return record["run_id"]
-            except MlflowException:   # deleted from the store since: a new run
+            except MlflowException:  # deleted from the store since: a new run
                 pass
-        run = client.create_run(self._experiment_id(client), run_name=name,
-                                     tags={RUN_DIR_TAG: str(directory.resolve()), **tags})
+        run = client.create_run(
+            self._experiment_id(client), run_name=name, tags={RUN_DIR_TAG: str(directory.resolve()), **tags}
+        )
         remember(directory, "mlflow", tracking_uri=self.tracking_uri, run_id=run.info.run_id)
         return run.info.run_id
 
@@ -158,7 +164,7 @@ class MLflowLogger:
             location = (database.parent / "mlartifacts" / self.experiment).as_uri() if database else None
             try:
                 return client.create_experiment(self.experiment, artifact_location=location)
-            except MlflowException:   # a parallel job created it first
+            except MlflowException:  # a parallel job created it first
                 found = client.get_experiment_by_name(self.experiment)
                 if found is None:
                     raise
@@ -172,12 +178,12 @@ class MLflowLogger:
         client, run_id = self._opened()
         have = client.get_run(run_id).data.params
         new = [Param(key, str(value)) for key, value in params.items() if key not in have]
-        for i in range(0, len(new), 100):   # at most 100 params a batch
-            client.log_batch(run_id, params=new[i:i + 100])
+        for i in range(0, len(new), 100):  # at most 100 params a batch
+            client.log_batch(run_id, params=new[i : i + 100])
 
     def _log_artifacts(self) -> None:
         (client, run_id), run_dir = self._opened(), self.run_dir
-        assert run_dir is not None   # start set it before opening the run
+        assert run_dir is not None  # start set it before opening the run
         if run_dir.summary_json.is_file():
             client.log_artifact(run_id, str(run_dir.summary_json))
         if run_dir.hydra.is_dir():
@@ -206,7 +212,7 @@ class MLflowSweep(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
-        if logger is None:   # the jobs did not log to MLflow: no parent run to end
+        if logger is None:  # the jobs did not log to MLflow: no parent run to end
             return
         record = recall(sweep_dir, "mlflow")
         if not record or record.get("tracking_uri") != logger.tracking_uri:

@@ -29,10 +29,15 @@ class WandbLogger:
     exit code 0 when summary.json says completed, else 1. A later session of the same run
     directory continues the W&B run id recorded in its tracking.json."""
 
-    def __init__(self, project: str = "rl-hydra", entity: str | None = None, mode: str = "offline",
-                 tags: Sequence[str] | None = None):
+    def __init__(
+        self,
+        project: str = "rl-hydra",
+        entity: str | None = None,
+        mode: str = "offline",
+        tags: Sequence[str] | None = None,
+    ):
         require("wandb", "wandb")
-        self.mode: Any = mode   # one of rl_hydra/schema/loggers.py's WANDB_MODES
+        self.mode: Any = mode  # one of rl_hydra/schema/loggers.py's WANDB_MODES
         self.project, self.entity, self.tags = project, entity, list(tags or [])
         self.run: Run | None = None
         self.run_dir: RunDirectory | None = None
@@ -45,17 +50,26 @@ class WandbLogger:
 
         # wandb.init sets WANDB_* variables and an excepthook for the process: finish puts them back
         self._saved = ({k: v for k, v in os.environ.items() if k.startswith("WANDB")}, sys.excepthook)
-        if self.mode == "offline":   # wandb's process-wide setup (its analytics too) takes the mode from here
+        if self.mode == "offline":  # wandb's process-wide setup (its analytics too) takes the mode from here
             os.environ["WANDB_MODE"] = "offline"
         self.run_dir = run_dir
         record = recall(run_dir.path, "wandb")
         sweep = sweep_of(run_dir.path)
         group = record.get("group") if record else (str(sweep) if sweep is not None else None)
-        self.run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=run_dir.path,
-                              id=record.get("id"), resume="allow" if record else None, name=run_dir.path.name,
-                              group=group, tags=[*self.tags, *provenance.short_tags(run_dir)],
-                              config={**config, "provenance": provenance.latest(run_dir)},
-                              reinit="create_new", settings=wandb.Settings(console="off", silent=True))
+        self.run = wandb.init(
+            project=self.project,
+            entity=self.entity,
+            mode=self.mode,
+            dir=run_dir.path,
+            id=record.get("id"),
+            resume="allow" if record else None,
+            name=run_dir.path.name,
+            group=group,
+            tags=[*self.tags, *provenance.short_tags(run_dir)],
+            config={**config, "provenance": provenance.latest(run_dir)},
+            reinit="create_new",
+            settings=wandb.Settings(console="off", silent=True),
+        )
         remember(run_dir.path, "wandb", id=self.run.id, group=group)
         self._say_where()
 
@@ -63,8 +77,11 @@ class WandbLogger:
         """One line at the start: where the run's record goes, so that it can be found."""
         assert self.run is not None, "start() first"
         if self.mode == "offline":
-            log.info("W&B offline run %s; upload it with: wandb sync %s", self.run.id,
-                     shlex.quote(str(Path(self.run.dir).parent)))   # a sweep job's path may hold [ ] { }
+            log.info(
+                "W&B offline run %s; upload it with: wandb sync %s",
+                self.run.id,
+                shlex.quote(str(Path(self.run.dir).parent)),
+            )  # a sweep job's path may hold [ ] { }
         elif self.mode == "online":
             log.info("W&B run %s: %s", self.run.id, self.run.url)
 
@@ -74,7 +91,7 @@ class WandbLogger:
 
     def finish(self, status: str) -> None:
         try:
-            if self.run is not None and self.run_dir is not None:   # both set by start
+            if self.run is not None and self.run_dir is not None:  # both set by start
                 summary = self.run_dir.read_summary() or {}
                 self.run.summary.update(summary if summary.get("status") == status else {"status": status})
                 self.run.finish(exit_code=0 if status == "completed" else 1)
@@ -86,7 +103,7 @@ class WandbLogger:
             return
         environ, excepthook = self._saved
         self._saved = None
-        if "WANDB_SERVICE" not in environ:   # the service this run started
+        if "WANDB_SERVICE" not in environ:  # the service this run started
             import wandb
 
             wandb.teardown()

@@ -25,8 +25,14 @@ EVAL_STEP_CAP = 108_000
 
 
 @torch.no_grad()
-def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop: Callable[[], bool] | None = None,
-             max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(
+    agent,
+    env: VectorEnv,
+    seed: int,
+    epsilon: float = 0.0,
+    should_stop: Callable[[], bool] | None = None,
+    max_steps: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Run one greedy episode in each of the env's copies; returns (returns, lengths).
 
     One episode per copy (rather than the first N to finish) keeps short episodes
@@ -44,7 +50,7 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop
     n = env.num_envs
     max_steps = max_steps or max(EVAL_STEP_CAP, getattr(env, "time_limit", None) or 0)
     # one seed per env, as gymnasium's vector envs take them (VectorEnv's signature says int)
-    obs, _ = env.reset(seed=[seed + i for i in range(n)])   # type: ignore[arg-type]
+    obs, _ = env.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]
     state = None
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     running = np.ones(n, dtype=bool)
@@ -66,9 +72,13 @@ def evaluate(agent, env: VectorEnv, seed: int, epsilon: float = 0.0, should_stop
         if not running.any():
             break
     else:
-        log.warning("evaluation: %d of %d episodes had not ended after %d steps (the env sets no time limit): "
-                    "cut there, with the return they had; env.max_episode_steps=N ends them sooner",
-                    running.sum(), n, max_steps)
+        log.warning(
+            "evaluation: %d of %d episodes had not ended after %d steps (the env sets no time limit): "
+            "cut there, with the return they had; env.max_episode_steps=N ends them sooner",
+            running.sum(),
+            n,
+            max_steps,
+        )
     return returns, lengths
 
 
@@ -79,8 +89,14 @@ class Evaluator:
     Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
     round first reached `train.stop_at_return`."""
 
-    def __init__(self, make_env: Callable[..., VectorEnv], seed: int, episodes: int, stop_at_return: float | None,
-                 epsilon: float = 0.0):
+    def __init__(
+        self,
+        make_env: Callable[..., VectorEnv],
+        seed: int,
+        episodes: int,
+        stop_at_return: float | None,
+        epsilon: float = 0.0,
+    ):
         self.make_env, self.seed, self.episodes, self.stop_at_return = make_env, seed, episodes, stop_at_return
         self.epsilon = epsilon
         self.env: VectorEnv | None = None
@@ -94,12 +110,20 @@ class Evaluator:
         `should_stop`) abandons the round and leaves the evaluator as it was before it."""
         if self.env is None:
             self.env = self.make_env(seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
-        returns, lengths = evaluate(agent, self.env, self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
-                                    epsilon=self.epsilon, should_stop=should_stop)
+        returns, lengths = evaluate(
+            agent,
+            self.env,
+            self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
+            epsilon=self.epsilon,
+            should_stop=should_stop,
+        )
         self.rounds += 1
         mean = float(returns.mean())
-        self.last = {"eval/return_mean": mean, "eval/return_std": float(returns.std()),
-                     "eval/length_mean": float(lengths.mean())}
+        self.last = {
+            "eval/return_mean": mean,
+            "eval/return_std": float(returns.std()),
+            "eval/length_mean": float(lengths.mean()),
+        }
         log.info("step %d: eval return %.1f +- %.1f over %d episodes", step, mean, returns.std(), len(returns))
         if self.stop_at_return is not None and self.solved_at is None and mean >= self.stop_at_return:
             self.solved_at = {"step": step, "elapsed_s": round(elapsed, 3)}
@@ -109,13 +133,17 @@ class Evaluator:
         return improved
 
     def state_dict(self) -> dict[str, Any]:
-        return {"eval_rounds": self.rounds, "best_eval_return": self.best_return, "solved_at": self.solved_at,
-                "last_eval": self.last}
+        return {
+            "eval_rounds": self.rounds,
+            "best_eval_return": self.best_return,
+            "solved_at": self.solved_at,
+            "last_eval": self.last,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds, self.best_return = state["eval_rounds"], state["best_eval_return"]
         self.solved_at = state.get("solved_at")
-        self.last = state.get("last_eval")   # a run resumed at its end still reports its final evaluation
+        self.last = state.get("last_eval")  # a run resumed at its end still reports its final evaluation
 
     def close(self) -> None:
         if self.env is not None:

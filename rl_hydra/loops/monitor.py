@@ -100,5 +100,6 @@ class UpdateMonitor:
             self._diverged([k for k, v in self.latest.items() if not math.isfinite(float(v))], first, step)
 
     def _diverged(self, names: list[str], update, step: int) -> None:
-        raise TrainingDiverged(f"non-finite {', '.join(names) or 'metrics'} at step {step} (update {update}); "
-                               f"{self.hint}")
+        raise TrainingDiverged(
+            f"non-finite {', '.join(names) or 'metrics'} at step {step} (update {update}); {self.hint}"
+        )

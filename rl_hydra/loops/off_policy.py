@@ -18,7 +18,7 @@ def loop(runner: Runner) -> None:
         if runner.global_step < agent.learning_starts:
             actions = action_space.sample()
         else:
-            assert rollout.obs is not None   # start() set it
+            assert rollout.obs is not None  # start() set it
             actions, _ = agent.act(rollout.obs, explore=True)
         step = rollout.step(actions)
         buffer.add(step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated)

@@ -19,11 +19,15 @@ def check_sequences(agent, buffer) -> None:
     """Burn-in must leave steps to learn from, and every step must be trained on in some chunk."""
     length, stride, burn_in = buffer.sequence_length, buffer.stride, agent.burn_in
     if burn_in >= length:
-        raise ConfigError(f"algo.burn_in={burn_in} must be < buffer.sequence_length={length}; "
-                          f"burn-in steps are excluded from the loss, so nothing would be learned")
+        raise ConfigError(
+            f"algo.burn_in={burn_in} must be < buffer.sequence_length={length}; "
+            f"burn-in steps are excluded from the loss, so nothing would be learned"
+        )
     if burn_in > length - stride:
-        raise ConfigError(f"algo.burn_in={burn_in} must be <= buffer.sequence_length - buffer.stride = "
-                          f"{length - stride}; otherwise some steps only ever fall in a burn-in and are never learned")
+        raise ConfigError(
+            f"algo.burn_in={burn_in} must be <= buffer.sequence_length - buffer.stride = "
+            f"{length - stride}; otherwise some steps only ever fall in a burn-in and are never learned"
+        )
 
 
 def loop(runner: Runner) -> None:
@@ -41,7 +45,7 @@ def loop(runner: Runner) -> None:
     while not runner.done:
         warming_up = runner.global_step < agent.learning_starts
         state, obs = rollout.actor_state, rollout.obs
-        assert obs is not None   # start() set it
+        assert obs is not None  # start() set it
         actions, next_state = agent.act(obs, state, explore=not warming_up)
         if warming_up:  # random actions, while the state still follows the observations
             actions = action_space.sample()

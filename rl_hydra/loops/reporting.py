@@ -32,9 +32,17 @@ class Reporter:
     def __init__(self, run_dir: RunDirectory, metric_names, settings: RunSettings, loggers: Mapping[str, Logger]):
         self.run_dir, self.total_steps, self.show_progress = run_dir, settings.total_steps, settings.progress
         self.stop_at_return, self.config = settings.stop_at_return, settings.config
-        self.columns = ["time/elapsed_s", "time/sps", "rollout/return_mean", "rollout/length_mean",
-                        "rollout/episodes", *(f"train/{m}" for m in metric_names),
-                        "eval/return_mean", "eval/return_std", "eval/length_mean"]
+        self.columns = [
+            "time/elapsed_s",
+            "time/sps",
+            "rollout/return_mean",
+            "rollout/length_mean",
+            "rollout/episodes",
+            *(f"train/{m}" for m in metric_names),
+            "eval/return_mean",
+            "eval/return_std",
+            "eval/length_mean",
+        ]
         self.csv, *others = loggers.values()
         self.others = dict(zip(list(loggers)[1:], others))
         self.progress: tqdm | None = None
@@ -45,8 +53,15 @@ class Reporter:
         self.csv.start(self.run_dir, self.config, step, self.columns)
         for name in list(self.others):
             self._call(name, "start", self.run_dir, self.config, step, self.columns)
-        self.progress = tqdm(total=self.total_steps, initial=step, unit="step", dynamic_ncols=True,
-                             disable=not self.show_progress, mininterval=0.5, bar_format=BAR_FORMAT)
+        self.progress = tqdm(
+            total=self.total_steps,
+            initial=step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not self.show_progress,
+            mininterval=0.5,
+            bar_format=BAR_FORMAT,
+        )
         self._row_time, self._row_step = time.perf_counter(), step
 
     def write(self, step: int, row: dict[str, Any], eval_return: float | None) -> None:
@@ -88,21 +103,25 @@ class Reporter:
 
     def close(self, status: str = "completed") -> None:
         """End every logger with the run's status (summary.json's: completed, failed, interrupted)."""
-        if self.progress is None:   # never started
+        if self.progress is None:  # never started
             return
         for name in list(self.others):
             self._call(name, "finish", status)
         self.csv.finish(status)
-        self.progress.close()   # a no-op when the last row closed it
+        self.progress.close()  # a no-op when the last row closed it
 
     def _call(self, name: str, method: str, *args: Any) -> None:
         logger = self.others[name]
         try:
             getattr(logger, method)(*args)
         except Exception as error:  # noqa: BLE001 - disk full, server unreachable, ...: the run goes on
-            log.warning("logger=%s failed (%s: %s); the run goes on without it, metrics.csv keeps every row",
-                        name, type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+            log.warning(
+                "logger=%s failed (%s: %s); the run goes on without it, metrics.csv keeps every row",
+                name,
+                type(error).__name__,
+                str(error).splitlines()[0] if str(error) else "",
+            )
             del self.others[name]
             if method != "finish":
-                with contextlib.suppress(Exception):   # let it release what it holds
+                with contextlib.suppress(Exception):  # let it release what it holds
                     logger.finish("failed")

@@ -25,6 +25,7 @@ class Step(NamedTuple):
     sets learning-only transforms (`env.learning`: clipped rewards, a lost life as terminal).
     `raw_rewards` are the game's, which the episode returns sum; `done`: the episodes that really
     ended (the env reset them), which is what resets an actor's recurrent state."""
+
     obs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
@@ -41,7 +42,7 @@ class Rollout:
 
     def __init__(self, env) -> None:
         self.env = env
-        self.learning = getattr(env, "learning", None)   # see envs/learning.py
+        self.learning = getattr(env, "learning", None)  # see envs/learning.py
         self.episodes = EpisodeStats(env.num_envs)
         self.obs: np.ndarray | None = None
         self.actor_state: tuple[torch.Tensor, ...] | None = None  # None: fresh episodes, the actor starts anew
@@ -56,7 +57,7 @@ class Rollout:
             if self.learning is not None:
                 self.learning.start(info)
         self._restored = False
-        assert self.obs is not None   # reset, or restored
+        assert self.obs is not None  # reset, or restored
         return self.obs
 
     def step(self, actions: np.ndarray) -> Step:
@@ -69,8 +70,9 @@ class Rollout:
         raw_rewards = rewards
         if self.learning is not None:
             rewards, terminated = self.learning(rewards, terminated, done, info)
-        return Step(obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, done,
-                    raw_rewards)
+        return Step(
+            obs, actions, rewards, final_observations(next_obs, done, info), terminated, truncated, done, raw_rewards
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The env's state, observations, episode counters and actor state, where the env can be
@@ -79,20 +81,25 @@ class Rollout:
         env_state = capture_env_state(self.env) if self.obs is not None else None
         if env_state is None:
             return {"exact": False}
-        state = {"exact": True, "state": env_state,
-                 "obs": spaces.apply(self.obs, lambda part: torch.from_numpy(np.array(part))),
-                 "episode_return": torch.from_numpy(self.episodes.episode_return.copy()),
-                 "episode_length": torch.from_numpy(self.episodes.episode_length.copy())}
+        state = {
+            "exact": True,
+            "state": env_state,
+            "obs": spaces.apply(self.obs, lambda part: torch.from_numpy(np.array(part))),
+            "episode_return": torch.from_numpy(self.episodes.episode_return.copy()),
+            "episode_length": torch.from_numpy(self.episodes.episode_length.copy()),
+        }
         if self.actor_state is not None:
             state["actor_state"] = [s.clone() for s in self.actor_state]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state.get("exact", True):
-            envs = getattr(self.env, "envs", None)   # in this process (env.vectorization=sync)
-            log.info("%s cannot be captured for an exact resume (classic-control and toy-text envs stepped with "
-                     "env.vectorization=sync can): the resumed run starts fresh episodes",
-                     f"env.id={envs[0].spec.id}" if envs else "this env")
+            envs = getattr(self.env, "envs", None)  # in this process (env.vectorization=sync)
+            log.info(
+                "%s cannot be captured for an exact resume (classic-control and toy-text envs stepped with "
+                "env.vectorization=sync can): the resumed run starts fresh episodes",
+                f"env.id={envs[0].spec.id}" if envs else "this env",
+            )
             return
         restore_env_state(self.env, state["state"])
         self.obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())

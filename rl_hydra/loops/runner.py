@@ -34,24 +34,38 @@ __all__ = ["Runner", "StopRequested", "TrainingDiverged"]
 class Runner:
     """`settings`: what the run's config says of the loop (loops/settings.py, built by rl_hydra.training)."""
 
-    def __init__(self, settings: RunSettings, agent: Agent, env, buffer: Buffer, run_dir: str | Path,
-                 stop_after: int | None = None):
+    def __init__(
+        self,
+        settings: RunSettings,
+        agent: Agent,
+        env,
+        buffer: Buffer,
+        run_dir: str | Path,
+        stop_after: int | None = None,
+    ):
         self.settings, self.agent, self.env, self.buffer = settings, agent, env, buffer
         self.run_dir = RunDirectory(run_dir)
-        self.schedule = Schedule(settings.total_steps, settings.eval_every, settings.log_every,
-                                 settings.checkpoint_every)
+        self.schedule = Schedule(
+            settings.total_steps, settings.eval_every, settings.log_every, settings.checkpoint_every
+        )
         self.rollout = Rollout(env)
         # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
         self.update_priorities = getattr(buffer, "update_priorities", None)
-        self.monitor = UpdateMonitor(torch.device(getattr(agent, "device", "cpu")).type == "cpu",
-                                     settings.divergence_hint)
-        self.evaluator = Evaluator(settings.make_eval_env, settings.seed, settings.eval_episodes,
-                                   settings.stop_at_return, settings.eval_epsilon)
+        self.monitor = UpdateMonitor(
+            torch.device(getattr(agent, "device", "cpu")).type == "cpu", settings.divergence_hint
+        )
+        self.evaluator = Evaluator(
+            settings.make_eval_env,
+            settings.seed,
+            settings.eval_episodes,
+            settings.stop_at_return,
+            settings.eval_epsilon,
+        )
         self.reporter = Reporter(self.run_dir, agent.metric_names, settings, build_loggers(settings.loggers))
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         self.stop_requested = False
-        self.stop_after = stop_after   # end here, as if interrupted (rl-hydra-verify's prefix)
+        self.stop_after = stop_after  # end here, as if interrupted (rl-hydra-verify's prefix)
         # what fell due at the step a stop interrupted (an evaluation abandoned, a row not yet
         # written): checkpointed, and done first when the run resumes
         self.pending: Due | None = None
@@ -63,8 +77,11 @@ class Runner:
 
     @property
     def done(self) -> bool:
-        return (self.global_step >= self.schedule.total_steps or self.evaluator.solved_at is not None
-                or (self.stop_after is not None and self.global_step >= self.stop_after))
+        return (
+            self.global_step >= self.schedule.total_steps
+            or self.evaluator.solved_at is not None
+            or (self.stop_after is not None and self.global_step >= self.stop_after)
+        )
 
     @property
     def elapsed(self) -> float:
@@ -131,9 +148,12 @@ class Runner:
             self.save_checkpoint("last")
 
     def write_row(self, with_eval: bool) -> None:
-        row = {"time/elapsed_s": round(self.elapsed, 3), **self.rollout.episodes.row(),
-               **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()}}
-        last = self.evaluator.last   # None before the first evaluation
+        row = {
+            "time/elapsed_s": round(self.elapsed, 3),
+            **self.rollout.episodes.row(),
+            **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()},
+        }
+        last = self.evaluator.last  # None before the first evaluation
         if with_eval and last is not None:
             row.update(last)
         self.reporter.write(self.global_step, row, None if last is None else last["eval/return_mean"])
@@ -142,17 +162,23 @@ class Runner:
     def state_dict(self, with_buffer: bool) -> dict[str, Any]:
         """Everything needed to continue exactly: agent, buffer, counters, RNG streams, env."""
         episodes = self.rollout.episodes
-        agent_state, torch_rng = (self.agent.state_dict(), torch.get_rng_state()) if (
-            self.pending is None or self._before_evaluation is None) else self._before_evaluation
+        agent_state, torch_rng = (
+            (self.agent.state_dict(), torch.get_rng_state())
+            if (self.pending is None or self._before_evaluation is None)
+            else self._before_evaluation
+        )
         state = {
             "agent": agent_state,
-            "runner": {"global_step": self.global_step, **self.evaluator.state_dict(),
-                       "episodes": episodes.episodes, "elapsed": self.elapsed,
-                       "finished_returns": list(episodes.finished_returns),
-                       "finished_lengths": list(episodes.finished_lengths),
-                       "latest_update": dict(self.monitor.latest)},
-            "rng": {"torch": torch_rng,
-                    "action_space": self.env.action_space.np_random.bit_generator.state},
+            "runner": {
+                "global_step": self.global_step,
+                **self.evaluator.state_dict(),
+                "episodes": episodes.episodes,
+                "elapsed": self.elapsed,
+                "finished_returns": list(episodes.finished_returns),
+                "finished_lengths": list(episodes.finished_lengths),
+                "latest_update": dict(self.monitor.latest),
+            },
+            "rng": {"torch": torch_rng, "action_space": self.env.action_space.np_random.bit_generator.state},
         }
         if self.pending is not None:
             state["runner"]["pending"] = list(self.pending)
@@ -194,13 +220,19 @@ class Runner:
         last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
         solved = evaluator.solved_at or {}
         return {
-            "status": status, "reason": reason, **self.identity(),
-            "global_step": self.global_step, "updates": self.agent.updates,
-            "eval_return_mean": last.get("eval/return_mean"), "eval_return_std": last.get("eval/return_std"),
+            "status": status,
+            "reason": reason,
+            **self.identity(),
+            "global_step": self.global_step,
+            "updates": self.agent.updates,
+            "eval_return_mean": last.get("eval/return_mean"),
+            "eval_return_std": last.get("eval/return_std"),
             "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
-            "stop_at_return": evaluator.stop_at_return, "solved_at_step": solved.get("step"),
+            "stop_at_return": evaluator.stop_at_return,
+            "solved_at_step": solved.get("step"),
             "solved_at_s": solved.get("elapsed_s"),
-            "wall_time_s": round(elapsed, 3), "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
+            "wall_time_s": round(elapsed, 3),
+            "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
         }
 
     def identity(self) -> dict[str, Any]:

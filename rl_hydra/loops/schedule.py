@@ -46,8 +46,11 @@ class Schedule:
         after = self.step
         final = after >= self.total_steps
         evaluate = crossed(before, after, self.eval_every) or final
-        due = Due(evaluate=evaluate, log=evaluate or crossed(before, after, self.log_every),
-                  checkpoint=crossed(before, after, self.checkpoint_every) and not final)
+        due = Due(
+            evaluate=evaluate,
+            log=evaluate or crossed(before, after, self.log_every),
+            checkpoint=crossed(before, after, self.checkpoint_every) and not final,
+        )
         intervals = (self.eval_every, self.log_every, self.checkpoint_every)
         self._next_due = min(self.total_steps, *((after // every + 1) * every for every in intervals))
         return due

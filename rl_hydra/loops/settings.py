@@ -19,34 +19,44 @@ from rl_hydra.config import plain_dict
 @dataclass(frozen=True)
 class RunSettings:
     seed: int
-    total_steps: int              # train.*
+    total_steps: int  # train.*
     eval_every: int
     eval_episodes: int
     checkpoint_every: int
     log_every: int
     progress: bool
     stop_at_return: float | None
-    save_buffer: bool             # checkpoint.save_buffer
-    eval_epsilon: float           # env.eval_epsilon: evaluation acts at random this often (0: greedy)
-    make_eval_env: Callable[..., Any]   # (seed=, num_envs=) -> the evaluation's vector env
-    loggers: Mapping[str, Mapping[str, Any]] | None   # the logger group's choice ({name: {_target_: ...}})
-    divergence_hint: str          # what to try when a loss goes non-finite, true for this config
-    env_id: str                   # what the run is, for summary.json (with the group choices of .hydra/)
+    save_buffer: bool  # checkpoint.save_buffer
+    eval_epsilon: float  # env.eval_epsilon: evaluation acts at random this often (0: greedy)
+    make_eval_env: Callable[..., Any]  # (seed=, num_envs=) -> the evaluation's vector env
+    loggers: Mapping[str, Mapping[str, Any]] | None  # the logger group's choice ({name: {_target_: ...}})
+    divergence_hint: str  # what to try when a loss goes non-finite, true for this config
+    env_id: str  # what the run is, for summary.json (with the group choices of .hydra/)
     algo_name: str
-    config: Mapping[str, Any]     # the whole config, resolved, as plain data: what trackers record
+    config: Mapping[str, Any]  # the whole config, resolved, as plain data: what trackers record
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, make_eval_env: Callable[..., Any], algo_name: str) -> RunSettings:
         train = cfg.train
         logger = cfg.get("logger")
-        return cls(seed=int(cfg.seed), total_steps=int(train.total_steps), eval_every=int(train.eval_every),
-                   eval_episodes=int(train.eval_episodes), checkpoint_every=int(train.checkpoint_every),
-                   log_every=int(train.log_every), progress=bool(train.progress),
-                   stop_at_return=None if train.get("stop_at_return") is None else float(train.stop_at_return),
-                   save_buffer=bool(OmegaConf.select(cfg, "checkpoint.save_buffer", default=True)),
-                   eval_epsilon=float(cfg.env.get("eval_epsilon") or 0.0), make_eval_env=make_eval_env,
-                   loggers=None if logger is None else plain_dict(logger), divergence_hint=divergence_hint(cfg),
-                   env_id=str(cfg.env.id), algo_name=algo_name, config=plain_dict(cfg))
+        return cls(
+            seed=int(cfg.seed),
+            total_steps=int(train.total_steps),
+            eval_every=int(train.eval_every),
+            eval_episodes=int(train.eval_episodes),
+            checkpoint_every=int(train.checkpoint_every),
+            log_every=int(train.log_every),
+            progress=bool(train.progress),
+            stop_at_return=None if train.get("stop_at_return") is None else float(train.stop_at_return),
+            save_buffer=bool(OmegaConf.select(cfg, "checkpoint.save_buffer", default=True)),
+            eval_epsilon=float(cfg.env.get("eval_epsilon") or 0.0),
+            make_eval_env=make_eval_env,
+            loggers=None if logger is None else plain_dict(logger),
+            divergence_hint=divergence_hint(cfg),
+            env_id=str(cfg.env.id),
+            algo_name=algo_name,
+            config=plain_dict(cfg),
+        )
 
     def replace(self, **changes: Any) -> RunSettings:
         return dataclasses.replace(self, **changes)

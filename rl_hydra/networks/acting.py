@@ -19,8 +19,8 @@ from rl_hydra.protocols import ObservationTensor
 
 def argmax_actions(action_values: Callable[[ObservationTensor], torch.Tensor], obs: ObservationTensor) -> np.ndarray:
     """argmax_a action_values(obs)[b, a] for each row b: obs (n, ...) -> actions (n,)."""
-    with speed.acting():   # without autograd
-        values = action_values(obs)                                           # (n, A)
-    if values.is_cpu:   # the same first index of the maximum, without torch's per-op dispatch
+    with speed.acting():  # without autograd
+        values = action_values(obs)  # (n, A)
+    if values.is_cpu:  # the same first index of the maximum, without torch's per-op dispatch
         return values.numpy().argmax(axis=1)
     return values.argmax(dim=1).cpu().numpy()

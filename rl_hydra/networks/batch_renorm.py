@@ -39,8 +39,17 @@ class BatchRenorm(nn.Module):
     running_var: torch.Tensor
     steps: torch.Tensor
 
-    def __init__(self, num_features: int, members: int | None = None, *, momentum: float = 0.01,
-                 eps: float = 0.001, warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0):
+    def __init__(
+        self,
+        num_features: int,
+        members: int | None = None,
+        *,
+        momentum: float = 0.01,
+        eps: float = 0.001,
+        warmup_steps: int = 100_000,
+        r_max: float = 3.0,
+        d_max: float = 5.0,
+    ):
         super().__init__()
         shape = (num_features,) if members is None else (members, num_features)
         # their ranges: rl_hydra/schema/networks.py (BatchRenormKeys)
@@ -55,30 +64,39 @@ class BatchRenorm(nn.Module):
         """x (..., B, F) normalized per feature; `frozen` detaches scale and bias (gradients still
         reach x)."""
         scale, bias = (self.scale.detach(), self.bias.detach()) if frozen else (self.scale, self.bias)
-        if not self.training:   # scale * (x - mu) / sigma + bias
+        if not self.training:  # scale * (x - mu) / sigma + bias
             return batch_norm(x, self.running_mean, self.running_var, scale, bias, self.eps)
         with torch.no_grad():
-            batch_mean = x.mean(dim=-2)                                                # (..., F)
-            batch_var = (x - batch_mean.unsqueeze(-2)).square().mean(dim=-2)           # (..., F)
+            batch_mean = x.mean(dim=-2)  # (..., F)
+            batch_var = (x - batch_mean.unsqueeze(-2)).square().mean(dim=-2)  # (..., F)
             batch_std, running_std = (batch_var + self.eps).sqrt(), (self.running_var + self.eps).sqrt()
-            warm = self.steps >= self.warmup_steps                                     # (): no host sync
+            warm = self.steps >= self.warmup_steps  # (): no host sync
             r = torch.where(warm, (batch_std / running_std).clamp(1 / self.r_max, self.r_max), 1.0)
-            d = torch.where(warm, ((batch_mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max),
-                            0.0)                                                       # (..., F) each
+            d = torch.where(
+                warm, ((batch_mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0
+            )  # (..., F) each
             self.running_mean.lerp_(batch_mean, self.momentum)
             self.running_var.lerp_(batch_var, self.momentum)
             self.steps += 1
         # scale * (x_hat * r + d) + bias is batch normalization (x_hat, its gradient through the
         # batch's statistics included) with the affine (scale * r, scale * d + bias)
-        return batch_norm(x, None, None, scale * r, scale * d + bias, self.eps)       # (..., B, F)
+        return batch_norm(x, None, None, scale * r, scale * d + bias, self.eps)  # (..., B, F)
 
     def extra_repr(self) -> str:
-        return (f"{tuple(self.scale.shape)}, momentum={self.momentum}, eps={self.eps}, "
-                f"warmup_steps={self.warmup_steps}, r_max={self.r_max}, d_max={self.d_max}")
+        return (
+            f"{tuple(self.scale.shape)}, momentum={self.momentum}, eps={self.eps}, "
+            f"warmup_steps={self.warmup_steps}, r_max={self.r_max}, d_max={self.d_max}"
+        )
 
 
-def batch_norm(x: torch.Tensor, mean: torch.Tensor | None, var: torch.Tensor | None, weight: torch.Tensor,
-               bias: torch.Tensor, eps: float) -> torch.Tensor:
+def batch_norm(
+    x: torch.Tensor,
+    mean: torch.Tensor | None,
+    var: torch.Tensor | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
     """weight * (x - mean) / sqrt(var + eps) + bias over the batch dimension of x (..., B, F), every
     argument shaped (..., F): with the batch's own mean and variance where `mean` and `var` are
     None. torch's batch norm, whose fused kernel and closed-form backward take a fraction of the
@@ -86,11 +104,12 @@ def batch_norm(x: torch.Tensor, mean: torch.Tensor | None, var: torch.Tensor | N
     if x.dim() == 2:
         return F.batch_norm(x, mean, var, weight, bias, training=mean is None, eps=eps)
     *lead, batch, features = x.shape
-    columns = x.movedim(-2, 0).reshape(batch, -1)                                      # (B, prod(...) * F)
+    columns = x.movedim(-2, 0).reshape(batch, -1)  # (B, prod(...) * F)
     mean, var = (None, None) if mean is None or var is None else (mean.reshape(-1), var.reshape(-1))
-    y = F.batch_norm(columns, mean, var, weight.reshape(-1), bias.reshape(-1), training=mean is None,
-                     eps=eps)                                                          # (B, prod(...) * F)
-    return y.reshape(batch, *lead, features).movedim(0, -2)                            # (..., B, F)
+    y = F.batch_norm(
+        columns, mean, var, weight.reshape(-1), bias.reshape(-1), training=mean is None, eps=eps
+    )  # (B, prod(...) * F)
+    return y.reshape(batch, *lead, features).movedim(0, -2)  # (..., B, F)
 
 
 def renorm_layers(*modules: nn.Module) -> list[BatchRenorm]:

@@ -22,30 +22,54 @@ from rl_hydra.networks.batch_renorm import BatchRenorm
 from rl_hydra.networks.mlp import activation_class
 
 
-def renorm_factory(momentum: float, eps: float, warmup_steps: int, r_max: float,
-                   d_max: float) -> Callable[..., BatchRenorm]:
+def renorm_factory(
+    momentum: float, eps: float, warmup_steps: int, r_max: float, d_max: float
+) -> Callable[..., BatchRenorm]:
     """BatchRenorm(num_features, members) with these settings (network.<actor|critic>.*)."""
-    return functools.partial(BatchRenorm, momentum=momentum, eps=eps, warmup_steps=warmup_steps, r_max=r_max,
-                             d_max=d_max)
+    return functools.partial(
+        BatchRenorm, momentum=momentum, eps=eps, warmup_steps=warmup_steps, r_max=r_max, d_max=d_max
+    )
 
 
 class BatchRenormActor(SquashedGaussianActor):
     """SquashedGaussianActor (gSDE included) whose body is BRN -> [Linear -> act -> BRN] per hidden
     layer; the mean and log-std heads read the last BRN's output."""
 
-    def __init__(self, observation_dim: int, action_low: np.ndarray, action_high: np.ndarray,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
-                 log_std_min: float = -20.0, log_std_max: float = 2.0,
-                 gsde: bool = False, gsde_log_std_init: float = -3.0, gsde_clip_mean: float = 2.0,
-                 momentum: float = 0.01, eps: float = 0.001, warmup_steps: int = 100_000,
-                 r_max: float = 3.0, d_max: float = 5.0):
-        super().__init__(observation_dim, action_low, action_high, hidden_sizes, activation, log_std_min,
-                         log_std_max, gsde, gsde_log_std_init, gsde_clip_mean)
+    def __init__(
+        self,
+        observation_dim: int,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        hidden_sizes: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+        gsde: bool = False,
+        gsde_log_std_init: float = -3.0,
+        gsde_clip_mean: float = 2.0,
+        momentum: float = 0.01,
+        eps: float = 0.001,
+        warmup_steps: int = 100_000,
+        r_max: float = 3.0,
+        d_max: float = 5.0,
+    ):
+        super().__init__(
+            observation_dim,
+            action_low,
+            action_high,
+            hidden_sizes,
+            activation,
+            log_std_min,
+            log_std_max,
+            gsde,
+            gsde_log_std_init,
+            gsde_clip_mean,
+        )
         renorm = renorm_factory(momentum, eps, warmup_steps, r_max, d_max)
         layers: list[nn.Module] = [renorm(observation_dim)]
         for fan_in, fan_out in zip([observation_dim, *hidden_sizes[:-1]], hidden_sizes):
             layers += [nn.Linear(fan_in, fan_out), activation_class(activation)(), renorm(fan_out)]
-        self.body = nn.Sequential(*layers)   # in place of the parent's plain MLP
+        self.body = nn.Sequential(*layers)  # in place of the parent's plain MLP
         self.eval()
 
 
@@ -54,9 +78,18 @@ class BatchRenormCriticEnsemble(nn.Module):
     -> Linear(1). The weights are a CriticEnsemble's (stacked per member, nn.Linear's init); each
     member's normalization layers have statistics of their own, shaped (N, F)."""
 
-    def __init__(self, input_dim: int, ensemble_size: int, hidden_sizes: Sequence[int] = (2048, 2048),
-                 activation: str = "relu", momentum: float = 0.01, eps: float = 0.001,
-                 warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0):
+    def __init__(
+        self,
+        input_dim: int,
+        ensemble_size: int,
+        hidden_sizes: Sequence[int] = (2048, 2048),
+        activation: str = "relu",
+        momentum: float = 0.01,
+        eps: float = 0.001,
+        warmup_steps: int = 100_000,
+        r_max: float = 3.0,
+        d_max: float = 5.0,
+    ):
         super().__init__()
         self.ensemble = CriticEnsemble(input_dim, ensemble_size, hidden_sizes, activation)
         self.ensemble_size = self.ensemble.ensemble_size
@@ -71,10 +104,10 @@ class BatchRenormCriticEnsemble(nn.Module):
         weights, biases = list(self.ensemble.weights), list(self.ensemble.biases)
         if frozen:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
-        x = torch.cat([obs, actions], dim=-1)                                         # (B, in)
-        h = x.expand(self.ensemble_size, *x.shape)                                    # (N, B, in)
+        x = torch.cat([obs, actions], dim=-1)  # (B, in)
+        h = x.expand(self.ensemble_size, *x.shape)  # (N, B, in)
         for norm, w, b in zip(self.norms[:-1], weights[:-1], biases[:-1]):
-            h = self.activation(torch.baddbmm(b, norm(h, frozen), w))                 # (N, B, hidden)
-        h = self.norms[-1](h, frozen)                                                 # (N, B, hidden)
-        q = (h * weights[-1].transpose(1, 2)).sum(dim=-1) + biases[-1].squeeze(-1)    # (N, B)
-        return q.transpose(0, 1)                                                      # (B, N)
+            h = self.activation(torch.baddbmm(b, norm(h, frozen), w))  # (N, B, hidden)
+        h = self.norms[-1](h, frozen)  # (N, B, hidden)
+        q = (h * weights[-1].transpose(1, 2)).sum(dim=-1) + biases[-1].squeeze(-1)  # (N, B)
+        return q.transpose(0, 1)  # (B, N)

@@ -25,10 +25,10 @@ def dueling_head_numpy(head: DuelingHead, features: np.ndarray) -> np.ndarray | 
     if value is None or advantage is None:
         return None
     A, K = head.num_actions, head.outputs_per_action
-    value = value.reshape(*value.shape[:-1], 1, K)                                # (..., 1, K)
-    advantage = advantage.reshape(*advantage.shape[:-1], A, K)                    # (..., A, K)
-    q = value + advantage - advantage.mean(axis=-2, keepdims=True)                # (..., A, K)
-    return q.reshape(*q.shape[:-2], A * K)                                        # (..., A * K)
+    value = value.reshape(*value.shape[:-1], 1, K)  # (..., 1, K)
+    advantage = advantage.reshape(*advantage.shape[:-1], A, K)  # (..., A, K)
+    q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # (..., A, K)
+    return q.reshape(*q.shape[:-2], A * K)  # (..., A * K)
 
 
 class DuelingHead(nn.Module):
@@ -46,7 +46,7 @@ class DuelingHead(nn.Module):
     @speed.numpy_twin(dueling_head_numpy)
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         A, K = self.num_actions, self.outputs_per_action
-        value = self.value(features).unflatten(-1, (1, K))                      # (..., 1, K)
-        advantage = self.advantage(features).unflatten(-1, (A, K))              # (..., A, K)
-        q = value + advantage - advantage.mean(dim=-2, keepdim=True)            # (..., A, K)
-        return q.flatten(-2)                                                    # (..., A * K)
+        value = self.value(features).unflatten(-1, (1, K))  # (..., 1, K)
+        advantage = self.advantage(features).unflatten(-1, (A, K))  # (..., A, K)
+        q = value + advantage - advantage.mean(dim=-2, keepdim=True)  # (..., A, K)
+        return q.flatten(-2)  # (..., A * K)

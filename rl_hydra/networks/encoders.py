@@ -36,8 +36,8 @@ from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import check_observation_space
 
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
-CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}   # the (height, width) each is built for
-GRID_SIDES = (7, 16)   # grid_cnn's smallest and largest side
+CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}  # the (height, width) each is built for
+GRID_SIDES = (7, 16)  # grid_cnn's smallest and largest side
 
 
 def grid_cnn_fits(shape: tuple[int, ...]) -> bool:
@@ -58,25 +58,39 @@ class ScaleObservation(nn.Module):
 
 def nature_cnn(channels: int) -> nn.Sequential:
     """(B, C, 84, 84) -> (B, 3136): 32 8x8 filters, stride 4; 64 4x4, stride 2; 64 3x3, stride 1."""
-    return nn.Sequential(nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),   # (B, 32, 20, 20)
-                         nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),         # (B, 64, 9, 9)
-                         nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),         # (B, 64, 7, 7)
-                         nn.Flatten())                                      # (B, 3136)
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4),
+        nn.ReLU(),  # (B, 32, 20, 20)
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),  # (B, 64, 9, 9)
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),  # (B, 64, 7, 7)
+        nn.Flatten(),
+    )  # (B, 3136)
 
 
 def minatar_cnn(channels: int) -> nn.Sequential:
     """(B, C, 10, 10) -> (B, 1024): 16 3x3 filters, stride 1, no padding (8x8 outputs), as MinAtar's DQN."""
-    return nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(),  # (B, 16, 8, 8)
-                         nn.Flatten())                                      # (B, 1024)
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, 3, stride=1),
+        nn.ReLU(),  # (B, 16, 8, 8)
+        nn.Flatten(),
+    )  # (B, 1024)
 
 
 def grid_cnn(channels: int) -> nn.Sequential:
     """(B, C, H, W) -> (B, 64 * h * w), H and W in 7..16: BabyAI's (Chevalier-Boisvert et al. 2019)
     convolutions for MiniGrid's symbolic view, 7x7 -> 1x1."""
-    return nn.Sequential(nn.Conv2d(channels, 16, 2), nn.ReLU(), nn.MaxPool2d(2),   # (B, 16, (H-1)//2, (W-1)//2)
-                         nn.Conv2d(16, 32, 2), nn.ReLU(),                          # (B, 32, .. - 1, .. - 1)
-                         nn.Conv2d(32, 64, 2), nn.ReLU(),                          # (B, 64, .. - 2, .. - 2)
-                         nn.Flatten())
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, 2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # (B, 16, (H-1)//2, (W-1)//2)
+        nn.Conv2d(16, 32, 2),
+        nn.ReLU(),  # (B, 32, .. - 1, .. - 1)
+        nn.Conv2d(32, 64, 2),
+        nn.ReLU(),  # (B, 64, .. - 2, .. - 2)
+        nn.Flatten(),
+    )
 
 
 def output_size(body: nn.Module, shape: tuple[int, ...]) -> int:
@@ -102,14 +116,22 @@ def choose_encoder(observation: int | gym.spaces.Box, kind: str) -> str:
         for name in ("flat", *CNN_INPUTS, "grid_cnn"):
             if fits[name]:
                 return name
-        raise ConfigError(f"network.encoder=auto has no encoder for observations {describe(observation)}; "
-                          "encoders: vectors (flat), (C, 84, 84) frame stacks (nature_cnn), (C, 10, 10) grids "
-                          "(minatar_cnn), (C, 7..16, 7..16) grids (grid_cnn); network.encoder=flat flattens anything")
+        raise ConfigError(
+            f"network.encoder=auto has no encoder for observations {describe(observation)}; "
+            "encoders: vectors (flat), (C, 84, 84) frame stacks (nature_cnn), (C, 10, 10) grids "
+            "(minatar_cnn), (C, 7..16, 7..16) grids (grid_cnn); network.encoder=flat flattens anything"
+        )
     if not fits[kind]:
-        wanted = ("vectors" if kind == "flat" else "(C, H, W) inputs with H and W in 7..16" if kind == "grid_cnn"
-                  else f"(C, {CNN_INPUTS[kind][0]}, {CNN_INPUTS[kind][1]}) inputs")
-        raise ConfigError(f"network.encoder={kind} needs {wanted} but the env has {describe(observation)}; "
-                          f"use network.encoder=auto")
+        wanted = (
+            "vectors"
+            if kind == "flat"
+            else "(C, H, W) inputs with H and W in 7..16"
+            if kind == "grid_cnn"
+            else f"(C, {CNN_INPUTS[kind][0]}, {CNN_INPUTS[kind][1]}) inputs"
+        )
+        raise ConfigError(
+            f"network.encoder={kind} needs {wanted} but the env has {describe(observation)}; use network.encoder=auto"
+        )
     return kind
 
 
@@ -122,15 +144,17 @@ def pixel_scale(space: gym.spaces.Box) -> float:
     return 1.0 / (high if 0 < high < 255 else 255.0)
 
 
-def make_encoder(observation: int | gym.Space, kind: str = "auto",
-                 discrete_embedding: int | None = None) -> tuple[nn.Module | None, int]:
+def make_encoder(
+    observation: int | gym.Space, kind: str = "auto", discrete_embedding: int | None = None
+) -> tuple[nn.Module | None, int]:
     """(the encoder, or None for a vector passed as it is; its output size). `discrete_embedding`:
     None encodes Discrete and MultiDiscrete parts one-hot, an integer d embeds each index in d features."""
     if not isinstance(observation, (int, gym.spaces.Box)):
         return part_encoders(observation, kind, discrete_embedding)
     kind = choose_encoder(observation, kind)
-    if isinstance(observation, int) or (kind == "flat" and len(observation.shape) == 1
-                                        and observation.dtype == np.float32):
+    if isinstance(observation, int) or (
+        kind == "flat" and len(observation.shape) == 1 and observation.dtype == np.float32
+    ):
         return None, observation if isinstance(observation, int) else int(observation.shape[0])
     scale = ScaleObservation(pixel_scale(observation))
     shape = tuple(observation.shape)
@@ -151,18 +175,18 @@ class OneHot(nn.Module):
     """Indices (..., *shape) of a Discrete (shape ()) or MultiDiscrete space -> (..., sum(nvec)):
     one 1 per dimension, at that dimension's offset plus its index (one-hot for a Discrete)."""
 
-    offsets: torch.Tensor   # a buffer, (K,)
+    offsets: torch.Tensor  # a buffer, (K,)
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray):
         super().__init__()
         nvec = np.asarray(nvec, np.int64)
         self.event_dims, self.size = nvec.ndim, int(nvec.sum())
-        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)   # (K,)
+        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)  # (K,)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (..., *shape) integers, K = prod(shape) of them per observation
-        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets   # (..., K)
-        out = torch.zeros(*index.shape[:-1], self.size, device=obs.device)                          # (..., sum(nvec))
+        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets  # (..., K)
+        out = torch.zeros(*index.shape[:-1], self.size, device=obs.device)  # (..., sum(nvec))
         return out.scatter_(-1, index, 1.0)
 
 
@@ -170,18 +194,18 @@ class Embedding(nn.Module):
     """Indices (..., *shape) of a Discrete or MultiDiscrete space -> (..., K * dim): a learned
     vector of `dim` per dimension and value, the K dimensions' vectors side by side."""
 
-    offsets: torch.Tensor   # a buffer, (K,)
+    offsets: torch.Tensor  # a buffer, (K,)
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int):
         super().__init__()
         nvec = np.asarray(nvec, np.int64)
         self.event_dims, self.size = nvec.ndim, int(nvec.size) * dim
-        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)   # (K,)
+        self.register_buffer("offsets", index_offsets(nvec, start), persistent=False)  # (K,)
         self.table = nn.Embedding(int(nvec.sum()), dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets   # (..., K)
-        return self.table(index).flatten(-2)                                                        # (..., K * dim)
+        index = obs.long().reshape(*obs.shape[: obs.dim() - self.event_dims], -1) + self.offsets  # (..., K)
+        return self.table(index).flatten(-2)  # (..., K * dim)
 
 
 class GridIndices(nn.Module):
@@ -190,23 +214,23 @@ class GridIndices(nn.Module):
     channel and value (F = C * dim). A CNN then reads a key and a ball as different features, where
     scaled indices would make them 0.5 and 0.6 of one."""
 
-    offsets: torch.Tensor   # a buffer, (C, 1, 1)
+    offsets: torch.Tensor  # a buffer, (C, 1, 1)
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray, dim: int | None = None):
         super().__init__()
         nvec = np.asarray(nvec, np.int64)
-        self.register_buffer("offsets", index_offsets(nvec, start).view(-1, 1, 1), persistent=False)   # (C, 1, 1)
+        self.register_buffer("offsets", index_offsets(nvec, start).view(-1, 1, 1), persistent=False)  # (C, 1, 1)
         self.total = int(nvec.sum())
         self.table = None if dim is None else nn.Embedding(self.total, dim)
         self.channels = self.total if dim is None else len(nvec) * dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        index = obs.long() + self.offsets                                               # (..., C, H, W)
+        index = obs.long() + self.offsets  # (..., C, H, W)
         if self.table is None:
             out = torch.zeros(*index.shape[:-3], self.total, *index.shape[-2:], device=obs.device)
-            return out.scatter_(-3, index, 1.0)                                         # (..., sum(nvec), H, W)
-        features = self.table(index).movedim(-1, -3)                                    # (..., C, dim, H, W)
-        return features.flatten(-4, -3)                                                # (..., C * dim, H, W)
+            return out.scatter_(-3, index, 1.0)  # (..., sum(nvec), H, W)
+        features = self.table(index).movedim(-1, -3)  # (..., C, dim, H, W)
+        return features.flatten(-4, -3)  # (..., C * dim, H, W)
 
 
 def index_grid(space: gym.spaces.MultiDiscrete) -> tuple[np.ndarray, np.ndarray] | None:
@@ -229,7 +253,7 @@ class FlatPart(nn.Module):
         self.event_dims, self.scale = len(shape), scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        flat = obs.reshape(*obs.shape[: obs.dim() - self.event_dims], -1).float()                  # (..., F)
+        flat = obs.reshape(*obs.shape[: obs.dim() - self.event_dims], -1).float()  # (..., F)
         return flat * self.scale if self.scale != 1.0 else flat
 
 
@@ -243,7 +267,7 @@ class ImagePart(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         leading = obs.shape[: obs.dim() - len(self.shape)]
-        return self.encoder(obs.reshape(-1, *self.shape)).reshape(*leading, -1)                    # (..., F)
+        return self.encoder(obs.reshape(-1, *self.shape)).reshape(*leading, -1)  # (..., F)
 
 
 class PartsEncoder(nn.Module):
@@ -253,7 +277,7 @@ class PartsEncoder(nn.Module):
     def __init__(self, encoders: dict[str, nn.Module]):
         super().__init__()
         self.names = list(encoders)
-        self.parts = nn.ModuleList(encoders.values())   # by position: part names may hold dots
+        self.parts = nn.ModuleList(encoders.values())  # by position: part names may hold dots
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([encoder(obs[name]) for name, encoder in zip(self.names, self.parts)], dim=-1)
@@ -269,14 +293,17 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
         return ImagePart(nn.Sequential(indices, body), tuple(space.shape)), size
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         nvec = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
-        indices_encoder: OneHot | Embedding = (OneHot(nvec, space.start) if discrete_embedding is None
-                                               else Embedding(nvec, space.start, discrete_embedding))
+        indices_encoder: OneHot | Embedding = (
+            OneHot(nvec, space.start)
+            if discrete_embedding is None
+            else Embedding(nvec, space.start, discrete_embedding)
+        )
         return indices_encoder, indices_encoder.size
     if isinstance(space, gym.spaces.MultiBinary):
         return FlatPart(tuple(space.shape)), int(np.prod(space.shape))
-    assert isinstance(space, gym.spaces.Box), space   # the one leaf left (check_observation_space)
+    assert isinstance(space, gym.spaces.Box), space  # the one leaf left (check_observation_space)
     shape = tuple(space.shape)
-    if len(shape) <= 1:   # a vector part, or a number: as it is, whatever CNN network.encoder names
+    if len(shape) <= 1:  # a vector part, or a number: as it is, whatever CNN network.encoder names
         return FlatPart(shape, pixel_scale(space)), int(np.prod(shape))
     try:
         encoder, size = make_encoder(space, kind)
@@ -284,7 +311,7 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
         if not name:
             raise
         raise ConfigError(f"observation part {name!r}: {error}") from None
-    assert encoder is not None   # make_encoder leaves only a vector unencoded
+    assert encoder is not None  # make_encoder leaves only a vector unencoded
     return ImagePart(encoder, shape), size
 
 

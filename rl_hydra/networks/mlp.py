@@ -29,9 +29,16 @@ def activation_class(name: str) -> type[nn.Module]:
     return ACTIVATIONS[name]
 
 
-def mlp(in_dim: int, out_dim: int | None, hidden_sizes: Sequence[int], activation: str = "relu",
-        *, layer_norm: bool = False, dropout: float = 0.0,
-        linear: Callable[[int, int], nn.Module] = nn.Linear) -> nn.Sequential:
+def mlp(
+    in_dim: int,
+    out_dim: int | None,
+    hidden_sizes: Sequence[int],
+    activation: str = "relu",
+    *,
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    linear: Callable[[int, int], nn.Module] = nn.Linear,
+) -> nn.Sequential:
     """Hidden layers of `hidden_sizes`, each Linear -> [Dropout] -> [LayerNorm] -> activation
     (the order of DroQ's critics, Hiraoka et al. 2022), then a final Linear to `out_dim` if given.
     `linear(in, out)` builds each Linear layer (e.g. a NoisyLinear)."""
@@ -63,16 +70,29 @@ def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = Tr
     sigma0 = noisy_sigma0
     if not bias:
         if noisy:
-            raise ConfigError("network.bias=false is not supported with network.noisy=true (noisy layers keep "
-                              "their noisy bias); set one of them back")
+            raise ConfigError(
+                "network.bias=false is not supported with network.noisy=true (noisy layers keep "
+                "their noisy bias); set one of them back"
+            )
         return functools.partial(nn.Linear, bias=False)
     return functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
 
 
-def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hidden_sizes: Sequence[int],
-                     activation: str = "relu", *, layer_norm: bool = False, dropout: float = 0.0,
-                     dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True,
-                     hidden_key: str = "network.hidden_sizes") -> nn.Sequential:
+def action_value_mlp(
+    in_dim: int,
+    num_actions: int,
+    outputs_per_action: int,
+    hidden_sizes: Sequence[int],
+    activation: str = "relu",
+    *,
+    layer_norm: bool = False,
+    dropout: float = 0.0,
+    dueling: bool = False,
+    noisy: bool = False,
+    noisy_sigma0: float = 0.5,
+    bias: bool = True,
+    hidden_key: str = "network.hidden_sizes",
+) -> nn.Sequential:
     """An MLP (..., in_dim) -> (..., num_actions * K) for K = `outputs_per_action` values per
     action (1, quantiles, atoms), action-major; `hidden_key` names `hidden_sizes` in messages.
 
@@ -86,15 +106,16 @@ def action_value_mlp(in_dim: int, num_actions: int, outputs_per_action: int, hid
     Neither: exactly `mlp(in_dim, num_actions * K, hidden_sizes)`.
     """
     hidden_sizes = list(hidden_sizes)
-    options: dict[str, Any] = dict(layer_norm=layer_norm, dropout=dropout,
-                                   linear=linear_layer(noisy, noisy_sigma0, bias))
+    options: dict[str, Any] = dict(
+        layer_norm=layer_norm, dropout=dropout, linear=linear_layer(noisy, noisy_sigma0, bias)
+    )
     if not dueling:
         return mlp(in_dim, num_actions * outputs_per_action, hidden_sizes, activation, **options)
     # the streams' own layer: the last hidden one, or none for an empty head (each stream one Linear)
     trunk_sizes, stream_sizes = hidden_sizes[:-1], hidden_sizes[-1:]
-    trunk = mlp(in_dim, None, trunk_sizes, activation, **options)                     # (..., in) -> (..., F)
+    trunk = mlp(in_dim, None, trunk_sizes, activation, **options)  # (..., in) -> (..., F)
     features = trunk_sizes[-1] if trunk_sizes else in_dim
-    value = mlp(features, outputs_per_action, stream_sizes, activation, **options)                   # -> (..., K)
+    value = mlp(features, outputs_per_action, stream_sizes, activation, **options)  # -> (..., K)
     advantage = mlp(features, num_actions * outputs_per_action, stream_sizes, activation, **options)  # -> (..., A * K)
     return nn.Sequential(*trunk, DuelingHead(value, advantage, num_actions, outputs_per_action))
 
@@ -106,13 +127,13 @@ def encode(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
 
 def q_network_numpy(net: QNetwork, obs: np.ndarray) -> np.ndarray | None:
     """QNetwork.forward in numpy, for vectors (no encoder)."""
-    return None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)       # (B, A)
+    return None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)  # (B, A)
 
 
 def per_action_network_numpy(net: PerActionNetwork, obs: np.ndarray) -> np.ndarray | None:
     """PerActionNetwork.forward in numpy, for vectors (no encoder)."""
-    out = None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)        # (B, A * N)
-    return None if out is None else out.reshape(-1, net.num_actions, net.values_per_action)        # (B, A, N)
+    out = None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)  # (B, A * N)
+    return None if out is None else out.reshape(-1, net.num_actions, net.values_per_action)  # (B, A, N)
 
 
 class QNetwork(nn.Module):
@@ -130,21 +151,42 @@ class QNetwork(nn.Module):
     See `action_value_mlp`.
     """
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, hidden_sizes: Sequence[int] = (256, 256),
-                 activation: str = "relu", layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto",
-                 discrete_embedding: int | None = None, bias: bool = True):
+    def __init__(
+        self,
+        observation: int | gym.Space,
+        num_actions: int,
+        hidden_sizes: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        layer_norm: bool = False,
+        dropout: float = 0.0,
+        dueling: bool = False,
+        noisy: bool = False,
+        noisy_sigma0: float = 0.5,
+        encoder: str = "auto",
+        discrete_embedding: int | None = None,
+        bias: bool = True,
+    ):
         super().__init__()
-        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
-        self.net = action_value_mlp(features, num_actions, 1, hidden_sizes, activation,
-                                    layer_norm=layer_norm, dropout=dropout,
-                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0, bias=bias)
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
+        self.net = action_value_mlp(
+            features,
+            num_actions,
+            1,
+            hidden_sizes,
+            activation,
+            layer_norm=layer_norm,
+            dropout=dropout,
+            dueling=dueling,
+            noisy=noisy,
+            noisy_sigma0=noisy_sigma0,
+            bias=bias,
+        )
         note_if_linear(hidden_sizes)
 
     @speed.numpy_twin(q_network_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
-        return self.net(encode(self.observation_encoder, obs))                 # (B, A)
+        return self.net(encode(self.observation_encoder, obs))  # (B, A)
 
 
 class PerActionNetwork(nn.Module):
@@ -152,21 +194,40 @@ class PerActionNetwork(nn.Module):
     of a return distribution per action (QR-DQN's quantiles, C51's logits), from QNetwork's MLP
     with the same options; with `dueling`, value and advantage are combined per value."""
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, values_per_action: int,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
-                 layer_norm: bool = False, dropout: float = 0.0,
-                 dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5, encoder: str = "auto",
-                 discrete_embedding: int | None = None):
+    def __init__(
+        self,
+        observation: int | gym.Space,
+        num_actions: int,
+        values_per_action: int,
+        hidden_sizes: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        layer_norm: bool = False,
+        dropout: float = 0.0,
+        dueling: bool = False,
+        noisy: bool = False,
+        noisy_sigma0: float = 0.5,
+        encoder: str = "auto",
+        discrete_embedding: int | None = None,
+    ):
         super().__init__()
         self.num_actions, self.values_per_action = num_actions, values_per_action
-        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
-        self.net = action_value_mlp(features, num_actions, values_per_action, hidden_sizes, activation,
-                                    layer_norm=layer_norm, dropout=dropout,
-                                    dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0)
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
+        self.net = action_value_mlp(
+            features,
+            num_actions,
+            values_per_action,
+            hidden_sizes,
+            activation,
+            layer_norm=layer_norm,
+            dropout=dropout,
+            dueling=dueling,
+            noisy=noisy,
+            noisy_sigma0=noisy_sigma0,
+        )
         note_if_linear(hidden_sizes)
 
     @speed.numpy_twin(per_action_network_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
-        features = encode(self.observation_encoder, obs)                              # (B, F)
+        features = encode(self.observation_encoder, obs)  # (B, F)
         return self.net(features).view(-1, self.num_actions, self.values_per_action)  # (B, A, N)

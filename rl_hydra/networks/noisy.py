@@ -40,10 +40,10 @@ def noisy_linear_numpy(layer: NoisyLinear, x: np.ndarray) -> np.ndarray | None:
     arrays = [v for v in views if v is not None]
     if len(arrays) < len(views):
         return None
-    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = arrays      # (p, q), (q,), (p, q), (q,), (p,), (q,)
+    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = arrays  # (p, q), (q,), (p, q), (q,), (p,), (q,)
     if not layer.noise_enabled:
         return np.dot(x, weight_mu_t) + bias_mu
-    bias = bias_mu + bias_sigma * f_out                                         # (q,)
+    bias = bias_mu + bias_sigma * f_out  # (q,)
     if x.size <= 8 * layer.in_features:
         return np.dot(x, weight_mu_t) + bias + f_out * np.dot(x * f_in, weight_sigma_t)
     return np.dot(x, weight_mu_t + weight_sigma_t * np.outer(f_in, f_out)) + bias
@@ -56,7 +56,7 @@ class NoisyLinear(nn.Module):
     mu ~ U(-1/sqrt(p), 1/sqrt(p)) and sigma = sigma0 / sqrt(p).
     """
 
-    epsilon_in: torch.Tensor       # the buffers registered below
+    epsilon_in: torch.Tensor  # the buffers registered below
     epsilon_out: torch.Tensor
     scaled_in: torch.Tensor
     scaled_out: torch.Tensor
@@ -66,11 +66,11 @@ class NoisyLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features)
         self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))  # (q, p)
-        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))     # (q, p)
-        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))                # (q,)
-        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))                   # (q,)
-        self.register_buffer("epsilon_in", torch.zeros(in_features))     # (p,) standard normal
-        self.register_buffer("epsilon_out", torch.zeros(out_features))   # (q,) standard normal
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))  # (q, p)
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))  # (q,)
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))  # (q,)
+        self.register_buffer("epsilon_in", torch.zeros(in_features))  # (p,) standard normal
+        self.register_buffer("epsilon_out", torch.zeros(out_features))  # (q,) standard normal
         # f(eps_in) (p,) and f(eps_out) (q,): derived, so not saved; made again by each draw and each load
         self.register_buffer("scaled_in", torch.zeros(in_features), persistent=False)
         self.register_buffer("scaled_out", torch.zeros(out_features), persistent=False)
@@ -92,15 +92,15 @@ class NoisyLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (..., p)
         if not self.noise_enabled:
-            return F.linear(x, self.weight_mu, self.bias_mu)                   # (..., q)
-        f_in, f_out = self.scaled_in, self.scaled_out                          # (p,), (q,)
-        bias = self.bias_mu + self.bias_sigma * f_out                          # (q,)
+            return F.linear(x, self.weight_mu, self.bias_mu)  # (..., q)
+        f_in, f_out = self.scaled_in, self.scaled_out  # (p,), (q,)
+        bias = self.bias_mu + self.bias_sigma * f_out  # (q,)
         if x.numel() <= 8 * self.in_features:
             # a few rows (acting): (sigma * f_out f_in^T) x = f_out * (sigma (f_in * x)), without building
             # the (q, p) noisy weight, which costs more than the products at one row
             return F.linear(x, self.weight_mu, bias) + f_out * F.linear(x * f_in, self.weight_sigma)  # (..., q)
         weight = self.weight_mu + self.weight_sigma * torch.outer(f_out, f_in)  # (q, p)
-        return F.linear(x, weight, bias)                                       # (..., q)
+        return F.linear(x, weight, bias)  # (..., q)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"

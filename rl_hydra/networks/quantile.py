@@ -24,15 +24,14 @@ class QuantileNetwork(PerActionNetwork):
     """
 
     def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int, *args, **options):
-        super().__init__(observation, num_actions, num_quantiles,
-                         *args, **options)
+        super().__init__(observation, num_actions, num_quantiles, *args, **options)
         self.num_quantiles = num_quantiles
 
 
 def cosine_embedding(taus: torch.Tensor, embedding_dim: int) -> torch.Tensor:
     """cos(pi * i * tau) for i = 0..embedding_dim-1: taus (B, T) -> (B, T, embedding_dim)."""
     i = torch.arange(embedding_dim, device=taus.device, dtype=taus.dtype)  # (E,)
-    return torch.cos(math.pi * i * taus[..., None])                        # (B, T, E)
+    return torch.cos(math.pi * i * taus[..., None])  # (B, T, E)
 
 
 class ImplicitQuantileNetwork(nn.Module):
@@ -51,27 +50,47 @@ class ImplicitQuantileNetwork(nn.Module):
     embeds the sampled tau, a fixed feature map rather than part of the value function).
     """
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, embedding_dim: int = 64,
-                 hidden_sizes: Sequence[int] = (256,), head_hidden_sizes: Sequence[int] = (256,),
-                 activation: str = "relu", dueling: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
-                 encoder: str = "auto", discrete_embedding: int | None = None):
+    def __init__(
+        self,
+        observation: int | gym.Space,
+        num_actions: int,
+        embedding_dim: int = 64,
+        hidden_sizes: Sequence[int] = (256,),
+        head_hidden_sizes: Sequence[int] = (256,),
+        activation: str = "relu",
+        dueling: bool = False,
+        noisy: bool = False,
+        noisy_sigma0: float = 0.5,
+        encoder: str = "auto",
+        discrete_embedding: int | None = None,
+    ):
         super().__init__()
         self.embedding_dim = embedding_dim
         if len(hidden_sizes) < 1:
-            raise ConfigError(f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
-                              f"layer for the state features psi(s), e.g. [256]")
+            raise ConfigError(
+                f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
+                f"layer for the state features psi(s), e.g. [256]"
+            )
         feature_dim = hidden_sizes[-1]
         linear = linear_layer(noisy, noisy_sigma0)
-        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)   # None for vectors
+        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
         self.psi = mlp(features, None, hidden_sizes, activation, linear=linear)  # (B, F) -> (B, D)
         self.phi = nn.Sequential(nn.Linear(embedding_dim, feature_dim), activation_class(activation)())
-        self.head = action_value_mlp(feature_dim, num_actions, 1, head_hidden_sizes, activation,
-                                     dueling=dueling, noisy=noisy, noisy_sigma0=noisy_sigma0,
-                                     hidden_key="network.head_hidden_sizes")            # (.., D) -> (.., A)
+        self.head = action_value_mlp(
+            feature_dim,
+            num_actions,
+            1,
+            head_hidden_sizes,
+            activation,
+            dueling=dueling,
+            noisy=noisy,
+            noisy_sigma0=noisy_sigma0,
+            hidden_key="network.head_hidden_sizes",
+        )  # (.., D) -> (.., A)
 
     def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape); taus: (B, T)
-        state_features = self.psi(encode(self.observation_encoder, obs))       # (B, D)
-        tau_features = self.phi(cosine_embedding(taus, self.embedding_dim))    # (B, T, D)
-        mixed = state_features[:, None, :] * tau_features                      # (B, T, D)
-        return self.head(mixed).transpose(1, 2)                                # (B, A, T)
+        state_features = self.psi(encode(self.observation_encoder, obs))  # (B, D)
+        tau_features = self.phi(cosine_embedding(taus, self.embedding_dim))  # (B, T, D)
+        mixed = state_features[:, None, :] * tau_features  # (B, T, D)
+        return self.head(mixed).transpose(1, 2)  # (B, A, T)

@@ -23,16 +23,30 @@ class RecurrentQNetwork(nn.Module):
     """Q(o_1..o_t, .): a sequence (T, B, obs_dim) and a state -> values (T, B, num_actions) and the next state.
     Observations of other spaces (T, B, *shape), or a dict of parts, are encoded as QNetwork's are."""
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, encoder_sizes: Sequence[int] = (64,),
-                 lstm_size: int = 64, head_sizes: Sequence[int] = (), activation: str = "relu",
-                 encoder: str = "auto", discrete_embedding: int | None = None, cell: str = "lstm"):
+    def __init__(
+        self,
+        observation: int | gym.Space,
+        num_actions: int,
+        encoder_sizes: Sequence[int] = (64,),
+        lstm_size: int = 64,
+        head_sizes: Sequence[int] = (),
+        activation: str = "relu",
+        encoder: str = "auto",
+        discrete_embedding: int | None = None,
+        cell: str = "lstm",
+    ):
         super().__init__()
         self.lstm_size = lstm_size
         self.cell = cell
         # the Box encoders read (N, *shape) and are folded over the time axis here; the others
         # (indices, a Dict of parts) take any leading axes themselves
-        self.observation_shape = ((observation,) if isinstance(observation, int) else tuple(observation.shape)
-                                  if isinstance(observation, gym.spaces.Box) else None)
+        self.observation_shape = (
+            (observation,)
+            if isinstance(observation, int)
+            else tuple(observation.shape)
+            if isinstance(observation, gym.spaces.Box)
+            else None
+        )
         # frames or grids: a CNN (networks/encoders.py) before the MLP encoder; None for vectors
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)
         self.encoder = mlp(features, None, encoder_sizes, activation)
@@ -42,7 +56,7 @@ class RecurrentQNetwork(nn.Module):
 
     def initial_state(self, batch: int) -> State:
         """The state before an episode's first observation: zeros."""
-        last = cast(nn.Linear, self.head[-1])   # torch types an indexed Sequential as any Module
+        last = cast(nn.Linear, self.head[-1])  # torch types an indexed Sequential as any Module
         zeros = torch.zeros(batch, self.lstm_size, device=last.weight.device)
         return (zeros, zeros.clone()) if self.cell == "lstm" else (zeros,)
 
@@ -52,25 +66,25 @@ class RecurrentQNetwork(nn.Module):
             return state
         start = torch.as_tensor(episode_start, dtype=torch.bool, device=state[0].device)[:, None]  # (B, 1)
         fresh = self.initial_state(len(start))
-        return tuple(torch.where(start, f, s) for f, s in zip(fresh, state))                       # (B, H) each
+        return tuple(torch.where(start, f, s) for f, s in zip(fresh, state))  # (B, H) each
 
     def features(self, obs: ObservationTensor) -> torch.Tensor:
         """(..., *observation_shape) -> (..., E): the CNN (if any) over every step, then the MLP."""
         if self.observation_encoder is not None:
             if self.observation_shape is None:
-                obs = self.observation_encoder(obs)                            # (..., F)
+                obs = self.observation_encoder(obs)  # (..., F)
             else:
-                assert isinstance(obs, torch.Tensor)   # a Box's observations: one tensor
+                assert isinstance(obs, torch.Tensor)  # a Box's observations: one tensor
                 leading = obs.shape[: obs.dim() - len(self.observation_shape)]
                 obs = self.observation_encoder(obs.reshape(-1, *self.observation_shape)).reshape(*leading, -1)
         return self.encoder(obs)
 
     def forward(self, obs: ObservationTensor, state: State) -> tuple[torch.Tensor, State]:
-        features = self.features(obs)                                          # (T, B, E)
-        layered = tuple(s[None].contiguous() for s in state)                   # (1, B, H) each
+        features = self.features(obs)  # (T, B, E)
+        layered = tuple(s[None].contiguous() for s in state)  # (1, B, H) each
         outputs, layered = self.core(features, layered if self.cell == "lstm" else layered[0])  # (T, B, H)
         layered = layered if self.cell == "lstm" else (layered,)
-        return self.head(outputs), tuple(s[0] for s in layered)                # (T, B, A), (B, H) each
+        return self.head(outputs), tuple(s[0] for s in layered)  # (T, B, A), (B, H) each
 
     def act(self, obs: ObservationTensor, state: State) -> tuple[torch.Tensor, State]:
         """One step while collecting: obs (B, obs_dim) -> values (B, num_actions) and the next state.
@@ -81,13 +95,13 @@ class RecurrentQNetwork(nn.Module):
         core, features = self.core, self.features(obs)
         weights = core.weight_ih_l0, core.weight_hh_l0, core.bias_ih_l0, core.bias_hh_l0
         if self.cell == "lstm":
-            state = torch.lstm_cell(features, state, *weights)                 # (h, c): (B, H) each
+            state = torch.lstm_cell(features, state, *weights)  # (h, c): (B, H) each
         else:
-            state = (torch.gru_cell(features, state[0], *weights),)            # (h,): (B, H)
-        return self.head(state[0]), state                                      # (B, A)
+            state = (torch.gru_cell(features, state[0], *weights),)  # (h,): (B, H)
+        return self.head(state[0]), state  # (B, A)
 
 
 def rename_lstm(module, state_dict, prefix, *_) -> None:
     """Checkpoints written before `network.cell` named the core `lstm`: their keys load into `core`."""
     for key in [k for k in state_dict if k.startswith(prefix + "lstm.")]:
-        state_dict[prefix + "core." + key[len(prefix) + 5:]] = state_dict.pop(key)
+        state_dict[prefix + "core." + key[len(prefix) + 5 :]] = state_dict.pop(key)

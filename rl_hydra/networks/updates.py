@@ -12,8 +12,9 @@ from torch import nn
 from rl_hydra import speed
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                   params: Sequence[torch.Tensor], max_grad_norm: float | None) -> None:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Sequence[torch.Tensor], max_grad_norm: float | None
+) -> None:
     """One step of `optimizer` on the gradient of `loss`, clipped to `max_grad_norm` if given."""
     for param in params:  # what zero_grad(set_to_none=True) does, without its per-call profiler hooks
         param.grad = None

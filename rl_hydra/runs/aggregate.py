@@ -22,11 +22,12 @@ def interquartile_mean(values: Iterable[float]) -> float:
     """Mean of the middle 50%: drop floor(n/4) values at each end (all kept below 4 values)."""
     x = np.sort(np.asarray(list(values), dtype=float))
     cut = len(x) // 4
-    return float(x[cut: len(x) - cut].mean())
+    return float(x[cut : len(x) - cut].mean())
 
 
-def bootstrap_ci(values: Iterable[float], statistic=interquartile_mean, samples: int = 2000,
-                 confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Iterable[float], statistic=interquartile_mean, samples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap over seeds: resample runs with replacement."""
     x = np.asarray(list(values), dtype=float)
     rng = np.random.default_rng(seed)
@@ -88,8 +89,10 @@ def distinguishing_labels(configurations: Iterable[tuple[str, ...]]) -> tuple[di
     keeps all of its overrides: then there is nothing to tell apart."""
     configurations = set(configurations)
     shared = set.intersection(*map(set, configurations)) if len(configurations) > 1 else set()
-    labels = {c: " ".join(o for o in c if o not in shared) or ("(only the shared overrides)" if c else "(defaults)")
-              for c in configurations}
+    labels = {
+        c: " ".join(o for o in c if o not in shared) or ("(only the shared overrides)" if c else "(defaults)")
+        for c in configurations
+    }
     return labels, sorted(shared)
 
 
@@ -110,15 +113,26 @@ def aggregate(results: list[dict[str, Any]], provenance: bool = False) -> list[d
     for configuration, runs in sorted(groups.items()):
         ok = [r for r in runs if r["status"] == "ok"]
         means = [r["return_mean"] for r in ok]
-        row = {"configuration": configuration, "runs": len(runs), "seeds": " ".join(str(r["seed"]) for r in ok),
-               "failed": " ".join(r["run"] for r in runs if r["status"] != "ok")}
+        row = {
+            "configuration": configuration,
+            "runs": len(runs),
+            "seeds": " ".join(str(r["seed"]) for r in ok),
+            "failed": " ".join(r["run"] for r in runs if r["status"] != "ok"),
+        }
         if means:
             low, high = bootstrap_ci(means)
-            row.update(mean=float(np.mean(means)), std=float(np.std(means)), iqm=interquartile_mean(means),
-                       iqm_ci_low=low, iqm_ci_high=high)
+            row.update(
+                mean=float(np.mean(means)),
+                std=float(np.std(means)),
+                iqm=interquartile_mean(means),
+                iqm_ci_low=low,
+                iqm_ci_high=high,
+            )
         if provenance:
-            row.update(code=_versions(code_version(r.get("provenance", {})) for r in runs),
-                       torch=_versions(r.get("provenance", {}).get("torch") for r in runs))
+            row.update(
+                code=_versions(code_version(r.get("provenance", {})) for r in runs),
+                torch=_versions(r.get("provenance", {}).get("torch") for r in runs),
+            )
         rows.append(row)
     return rows
 
@@ -156,12 +170,16 @@ def shown_return(value: float, digits: int = 4) -> str:
 
 def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
     extra = PROVENANCE_COLUMNS if provenance else []
-    lines = ["| configuration | runs | mean | std | IQM [95% CI] | " + "".join(f"{c} | " for c in extra) + "failed |",
-             "|---|---|---|---|---|" + "---|" * len(extra) + "---|"]
+    lines = [
+        "| configuration | runs | mean | std | IQM [95% CI] | " + "".join(f"{c} | " for c in extra) + "failed |",
+        "|---|---|---|---|---|" + "---|" * len(extra) + "---|",
+    ]
     for r in rows:
         if "mean" in r:
-            stats = (f"{shown_return(r['mean'])} | {shown_return(r['std'])} | {shown_return(r['iqm'])} "
-                     f"[{shown_return(r['iqm_ci_low'])}, {shown_return(r['iqm_ci_high'])}]")
+            stats = (
+                f"{shown_return(r['mean'])} | {shown_return(r['std'])} | {shown_return(r['iqm'])} "
+                f"[{shown_return(r['iqm_ci_low'])}, {shown_return(r['iqm_ci_high'])}]"
+            )
         else:
             stats = "- | - | -"
         versions = "".join(f" {r[c]} |" for c in extra)
@@ -191,7 +209,7 @@ def line_styles(n: int) -> list[tuple[Any, str, str]]:
     from matplotlib import colormaps
 
     if n <= 10 * len(LINE_STYLES):
-        colors = colormaps["tab10"].colors   # type: ignore[attr-defined]  # tab10 is a ListedColormap
+        colors = colormaps["tab10"].colors  # type: ignore[attr-defined]  # tab10 is a ListedColormap
         return [(colors[i % 10], LINE_STYLES[i // 10], MARKERS[i // 10]) for i in range(n)]
     return [(colormaps["turbo"](i / (n - 1)), LINE_STYLES[i % 4], MARKERS[i % 4]) for i in range(n)]
 
@@ -213,19 +231,26 @@ def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]],
     drawn = {name: runs for name, runs in drawn.items() if runs}
     labels = [legend_label(name, len(runs)) for name, runs in drawn.items()]
     columns = 2 if len(labels) > 6 and max(len(label) for label in labels) <= 40 else 1
-    fig = Figure(figsize=(7, 4.5))   # the legend below adds to the saved image (bbox_inches="tight"), not the axes
+    fig = Figure(figsize=(7, 4.5))  # the legend below adds to the saved image (bbox_inches="tight"), not the axes
     ax = fig.subplots()
-    for (runs, label, (color, style, marker)) in zip(drawn.values(), labels, line_styles(len(drawn))):
+    for runs, label, (color, style, marker) in zip(drawn.values(), labels, line_styles(len(drawn))):
         steps = np.unique(np.concatenate([s for s, _ in runs]))
         # each seed's curve on the common step grid (carried forward where a seed logged less)
-        grid = np.stack([np.interp(steps, s, r) for s, r in runs])          # (seeds, steps)
+        grid = np.stack([np.interp(steps, s, r) for s, r in runs])  # (seeds, steps)
         mean = grid.mean(axis=0)
         bands = np.array([bootstrap_ci(column, np.mean, samples=500) for column in grid.T])
         if len(steps) == 1:
             # yerr as one (2, n) array: given a list of arrays, matplotlib 3.10 takes math.isfinite of
             # a 1-element array, a DeprecationWarning from NumPy 1.25 on
-            ax.errorbar(steps, mean, yerr=np.stack([mean - bands[:, 0], bands[:, 1] - mean]), fmt=marker,
-                        color=color, capsize=4, label=label)
+            ax.errorbar(
+                steps,
+                mean,
+                yerr=np.stack([mean - bands[:, 0], bands[:, 1] - mean]),
+                fmt=marker,
+                color=color,
+                capsize=4,
+                label=label,
+            )
         else:
             ax.plot(steps, mean, color=color, linestyle=style, label=label)
             ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.15, color=color)

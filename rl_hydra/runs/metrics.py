@@ -35,12 +35,18 @@ class MetricsCSV:
         replacing the file atomically: a kill during the rewrite leaves the old file."""
         with open(self.csv_path, newline="") as f:
             lines = f.read().splitlines(keepends=True)
-        whole = [line for line in lines if line.endswith("\n")]   # a killed writer may leave the last one cut
+        whole = [line for line in lines if line.endswith("\n")]  # a killed writer may leave the last one cut
         if len(whole) < len(lines):
-            log.warning("%s ended in a half-written row (%r, left by a process killed while it wrote): dropped",
-                        self.csv_path, lines[-1][:60])
-        kept = [row for row in csv.DictReader(whole)
-                if None not in row and None not in row.values() and row["step"].isdigit() and int(row["step"]) <= step]
+            log.warning(
+                "%s ended in a half-written row (%r, left by a process killed while it wrote): dropped",
+                self.csv_path,
+                lines[-1][:60],
+            )
+        kept = [
+            row
+            for row in csv.DictReader(whole)
+            if None not in row and None not in row.values() and row["step"].isdigit() and int(row["step"]) <= step
+        ]
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")
         writer.writeheader()

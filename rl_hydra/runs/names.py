@@ -36,9 +36,9 @@ def job_dir_name(sweep_dir: str, override_dirname: str) -> str:
     kept: list[str] = []
     for override in overrides:
         name = short_name([*kept, override], len(overrides) - len(kept) - 1, digest)
-        if len(name) <= MAX_NAME:   # a long one (a list of wrappers) is left out, the short ones after it kept
+        if len(name) <= MAX_NAME:  # a long one (a list of wrappers) is left out, the short ones after it kept
             kept.append(override)
-    if not kept:   # the first override alone is too long: its key stands for it
+    if not kept:  # the first override alone is too long: its key stands for it
         key = re.match(r"[+~]?[\w.@/-]+=?", overrides[0])
         kept = [f"{key.group(0) if key else ''}..."]
     return short_name(kept, len(overrides) - len(kept), digest)
@@ -52,4 +52,3 @@ def register_job_dir_resolver() -> None:
     """Called by rl_hydra.cli, which every process that runs a job imports."""
     if not OmegaConf.has_resolver("rl_hydra.job_dir"):
         OmegaConf.register_new_resolver("rl_hydra.job_dir", job_dir_name)
-

@@ -19,8 +19,7 @@ from typing import Any
 
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text, read_json_object
 
-PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy",
-            "hydra": "hydra-core"}
+PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy", "hydra": "hydra-core"}
 # what may explain why the same config gives other numbers; `rl-hydra-verify` names the ones that differ
 CODE_KEYS = ("rl_hydra", "git_commit", "git_dirty", "python", "torch", "gymnasium", "numpy", "hydra", "device")
 
@@ -41,9 +40,12 @@ def git_state(source: Path = Path(__file__).resolve().parents[2]) -> tuple[str |
     if not (source / ".git").exists():
         return None, None
     try:
+
         def git(*args: str) -> str:
-            return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True,
-                                  timeout=10, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+
         return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -63,10 +65,17 @@ def collect(device: Any) -> dict[str, Any]:
     """This process's provenance (for a session's record, or to compare with one)."""
     commit, dirty = git_state()
     versions = {name: package_version(dist) for name, dist in PACKAGES.items()}
-    return {"rl_hydra": versions.pop("rl_hydra"), "git_commit": commit, "git_dirty": dirty,
-            "python": platform.python_version(), **versions, "device": describe_device(device),
-            "host": socket.gethostname(), "pid": os.getpid(),
-            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}
+    return {
+        "rl_hydra": versions.pop("rl_hydra"),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "python": platform.python_version(),
+        **versions,
+        "device": describe_device(device),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
+    }
 
 
 def read(directory: RunDirectory) -> dict[str, Any] | None:
@@ -85,11 +94,20 @@ def read(directory: RunDirectory) -> dict[str, Any] | None:
 class Session:
     """One launch's entry in provenance.json: written when training starts, completed when it ends."""
 
-    def __init__(self, directory: RunDirectory, device: Any, start_step: int,
-                 config_changes: dict[str, list[Any]] | None = None):
+    def __init__(
+        self, directory: RunDirectory, device: Any, start_step: int, config_changes: dict[str, list[Any]] | None = None
+    ):
         self.directory = directory
-        self.record = {"started": now(), "ended": None, "status": "running", "start_step": start_step,
-                       "end_step": None, **collect(device), "config_changes": config_changes or {}}
+        self.record = {
+            "started": now(),
+            "ended": None,
+            "status": "running",
+            "start_step": start_step,
+            "end_step": None,
+            **collect(device),
+            "config_changes": config_changes or {},
+        }
+
         def begin(sessions: list[dict[str, Any]]) -> None:
             for session in sessions:
                 mark_killed(session)

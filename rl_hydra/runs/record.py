@@ -19,7 +19,7 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_
 from rl_hydra.runs.trust import load_yaml
 
 log = logging.getLogger("rl_hydra")
-STARTED = time.time()   # a run directory made after this, and left empty by a refusal, is removed
+STARTED = time.time()  # a run directory made after this, and left empty by a refusal, is removed
 
 
 class RunConflict(RunError):
@@ -42,20 +42,30 @@ def check_same_config(directory: RunDirectory, cfg: DictConfig, overrides: Seque
     before, now = flat_config(load_yaml(recorded)), flat_config(cfg)
     added = sorted(now.keys() - before.keys())
     asked = set(added) & {str(o).split("=", 1)[0].lstrip("+~") for o in overrides if "=" in str(o)}
-    differ = sorted(k for k in before.keys() | now.keys()
-                    if (k in before and before.get(k) != now.get(k) or k in asked) and k not in IGNORED_DIFFERENCES)
+    differ = sorted(
+        k
+        for k in before.keys() | now.keys()
+        if (k in before and before.get(k) != now.get(k) or k in asked) and k not in IGNORED_DIFFERENCES
+    )
     if differ:
         shown = ", ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:5])
         more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
-        raise RunConflict(f"{directory.path} already holds a run with another config ({shown}{more}); "
-                          f"launch into a new directory, or continue that run with "
-                          f"{resume_command(directory.path, '[key=value ...]')}")
+        raise RunConflict(
+            f"{directory.path} already holds a run with another config ({shown}{more}); "
+            f"launch into a new directory, or continue that run with "
+            f"{resume_command(directory.path, '[key=value ...]')}"
+        )
     if added:
         log.info("keys added since this run began (not in its recorded config): %s", ", ".join(added))
 
 
-def record_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
-                  hydra_cfg: DictConfig | None, config_changes: dict[str, list[Any]] | None) -> None:
+def record_config(
+    directory: RunDirectory,
+    cfg: DictConfig,
+    overrides: Sequence[str],
+    hydra_cfg: DictConfig | None,
+    config_changes: dict[str, list[Any]] | None,
+) -> None:
     """.hydra/: the composed config, the overrides and Hydra's own config, written once when the
     run begins (Hydra's own writing at job start is off: conf/train.yaml hydra.output_subdir); a
     resume's changes rewrite the config and add their overrides."""
@@ -64,16 +74,17 @@ def record_config(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[
     if directory.config_yaml.is_file():
         path = directory.hydra / "overrides.yaml"
         overrides = [*(yaml.safe_load(path.read_text()) or [] if path.is_file() else []), *overrides]
-        hydra_cfg = None   # Hydra's config is the one the run began with
+        hydra_cfg = None  # Hydra's config is the one the run began with
     atomic_write_text(directory.config_yaml, OmegaConf.to_yaml(cfg))
     atomic_write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))
     if hydra_cfg is not None:
         atomic_write_text(directory.hydra / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
-    (directory.hydra / "run_config.yaml").unlink(missing_ok=True)   # an older version's second copy
+    (directory.hydra / "run_config.yaml").unlink(missing_ok=True)  # an older version's second copy
 
 
-def record_refusal(directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str],
-                   hydra_cfg: DictConfig | None, reason: str) -> None:
+def record_refusal(
+    directory: RunDirectory, cfg: DictConfig, overrides: Sequence[str], hydra_cfg: DictConfig | None, reason: str
+) -> None:
     """A refused sweep job's record (its config and a failed summary.json), in a directory that
     holds no run and no other process uses; never over another run."""
     with contextlib.suppress(RunError, OSError), RunLock(directory):

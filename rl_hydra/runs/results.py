@@ -28,10 +28,23 @@ from pathlib import Path
 from rl_hydra.runs.aggregate import interquartile_mean
 from rl_hydra.runs.provenance import git_state
 
-TRIED = "tried"   # the subfolder of the records that were not adopted
+TRIED = "tried"  # the subfolder of the records that were not adopted
 BLOCK = re.compile(r"(<!-- results:(?P<spec>\S+) -->\n)(?P<body>.*?)(<!-- /results:(?P=spec) -->)", re.S)
-REQUIRED = ("name", "title", "topic", "status", "reason", "command", "overrides", "seeds", "commit", "date",
-            "machine", "peer", "rows")
+REQUIRED = (
+    "name",
+    "title",
+    "topic",
+    "status",
+    "reason",
+    "command",
+    "overrides",
+    "seeds",
+    "commit",
+    "date",
+    "machine",
+    "peer",
+    "rows",
+)
 
 
 # --- records -----------------------------------------------------------------------------------
@@ -49,10 +62,10 @@ def load_records(folder: Path) -> dict[str, dict]:
         if problems:
             raise ValueError(f"{path}: " + "; ".join(problems))
         records[record["name"]] = record
-    for _ in range(2):   # a row may take from a row that takes from another
+    for _ in range(2):  # a row may take from a row that takes from another
         for record in records.values():
             for row in record["rows"]:
-                for key, source in row.get("from", {}).items():   # "record/row:key"
+                for key, source in row.get("from", {}).items():  # "record/row:key"
                     name, rest = source.split("/", 1)
                     row_id, other = rest.split(":")
                     origin = next(r for r in records[name]["rows"] if r["id"] == row_id)
@@ -117,28 +130,39 @@ def median_problems(record: dict) -> list[str]:
                 if not isinstance(stated, (int, float)):
                     continue
                 decimals = len(repr(stated).split(".")[1]) if isinstance(stated, float) else 0
-                if abs(value - stated) > 0.5 * 10 ** -decimals + (0.05 if what == "IQM" else 0) + 1e-9:
-                    problems.append(f"{record['name']}/{row['id']}: the {what} of {key} is {value:g}, "
-                                    f"the summary says {stated:g}")
+                if abs(value - stated) > 0.5 * 10**-decimals + (0.05 if what == "IQM" else 0) + 1e-9:
+                    problems.append(
+                        f"{record['name']}/{row['id']}: the {what} of {key} is {value:g}, the summary says {stated:g}"
+                    )
     return problems
 
 
 def dump(record: dict) -> str:
     """A record as JSON, lists of values and small flat objects on one line each."""
+
     def flat(v) -> bool:
         return not isinstance(v, (dict, list)) or (isinstance(v, list) and all(map(flat, v)))
 
     def text(value, indent: int) -> str:
         pad, inner = " " * indent, " " * (indent + 1)
-        if isinstance(value, list) and all(flat(v) and not isinstance(v, list) for v in value) or (
-                isinstance(value, dict) and all(map(flat, value.values()))
-                and len(json.dumps(value, ensure_ascii=False)) + indent < 110):
+        if (
+            isinstance(value, list)
+            and all(flat(v) and not isinstance(v, list) for v in value)
+            or (
+                isinstance(value, dict)
+                and all(map(flat, value.values()))
+                and len(json.dumps(value, ensure_ascii=False)) + indent < 110
+            )
+        ):
             return json.dumps(value, ensure_ascii=False)
         if isinstance(value, list):
             return "[\n" + ",\n".join(inner + text(v, indent + 1) for v in value) + "\n" + pad + "]"
         if isinstance(value, dict):
-            return "{\n" + ",\n".join(f"{inner}{json.dumps(k)}: {text(v, indent + 1)}" for k, v in value.items()) + (
-                "\n" + pad + "}")
+            return (
+                "{\n"
+                + ",\n".join(f"{inner}{json.dumps(k)}: {text(v, indent + 1)}" for k, v in value.items())
+                + ("\n" + pad + "}")
+            )
         return json.dumps(value, ensure_ascii=False)
 
     return text(record, 0) + "\n"
@@ -157,12 +181,21 @@ def machine(load_before: float, device: str) -> dict:
 
     cpu = platform.processor() or platform.machine()
     if Path("/proc/cpuinfo").is_file():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
         cpu = names[0] if names else cpu
-    return {"cpu": cpu, "cores": os.cpu_count(), "load": f"{load_before:.2f} -> {os.getloadavg()[0]:.2f} (1 min)",
-            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu", "torch_threads": 1,
-            "python": platform.python_version(), "torch": torch.__version__}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load": f"{load_before:.2f} -> {os.getloadavg()[0]:.2f} (1 min)",
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
+        "torch_threads": 1,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
 
 
 # --- cells and tables ----------------------------------------------------------------------------
@@ -218,15 +251,19 @@ def footer(record: dict, command: str | None = None) -> str:
 
 def rows_table(record: dict) -> str:
     columns = record["columns"]
-    lines = [[cell(c["format"], {**plain(r), **(r.get("summary") or {})}, r.get("per_seed") or {})
-              for c in columns] for r in record["rows"]]
+    lines = [
+        [cell(c["format"], {**plain(r), **(r.get("summary") or {})}, r.get("per_seed") or {}) for c in columns]
+        for r in record["rows"]
+    ]
     return markdown(columns, lines) + "\n\n" + footer(record)
 
 
 def seeds_table(record: dict, row_id: str) -> str:
     row = next(r for r in record["rows"] if r["id"] == row_id)
-    columns = [{"header": record.get("per", "seed"), "format": "{seed}"},
-               *row.get("seed_columns", record["seed_columns"])]
+    columns = [
+        {"header": record.get("per", "seed"), "format": "{seed}"},
+        *row.get("seed_columns", record["seed_columns"]),
+    ]
     per_seed = row.get("per_seed") or {}
     lines = []
     for i, seed in enumerate(row.get("seeds", record["seeds"])):
@@ -244,22 +281,32 @@ def headline(record: dict) -> str:
 
 
 def tried_table(records: dict, topic: str) -> str:
-    lines = [[f"[{r['title']}](../{record_path(r)})", headline(r), r["reason"]]
-             for r in records.values() if r["topic"] == topic and tried(r)]
+    lines = [
+        [f"[{r['title']}](../{record_path(r)})", headline(r), r["reason"]]
+        for r in records.values()
+        if r["topic"] == topic and tried(r)
+    ]
     columns = [{"header": h, "align": "left"} for h in ("tried", "result", "why it was not adopted")]
     return markdown(columns, lines)
 
 
 def index_list(records: dict, topic: str, shown: set[str]) -> str:
     """The adopted records of `topic` that no table or plot shows (the others are in its tried table)."""
+
     def how(r: dict) -> str:
         if no_longer_made(r):
             return ": made by a script since changed or removed (the record names the command)"
         command = r.get("rerun") or r["command"]
         return f": `{command}`" if command else ""
 
-    return "\n".join(f"- [{r['title']}](../{record_path(r)}){how(r)}" for r in records.values()
-                     if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown) or "(none)"
+    return (
+        "\n".join(
+            f"- [{r['title']}](../{record_path(r)}){how(r)}"
+            for r in records.values()
+            if r["topic"] == topic and r["status"] == "adopted" and r["name"] not in shown
+        )
+        or "(none)"
+    )
 
 
 # --- pages ---------------------------------------------------------------------------------------
@@ -279,8 +326,12 @@ def block(spec: str, records: dict, shown: set[str]) -> str | None:
 
 
 def shown_records(pages: dict[Path, str]) -> set[str]:
-    return {m["spec"].split(":")[-1].split("/")[0] for text in pages.values() for m in BLOCK.finditer(text)
-            if not m["spec"].startswith(("tried:", "index:"))}
+    return {
+        m["spec"].split(":")[-1].split("/")[0]
+        for text in pages.values()
+        for m in BLOCK.finditer(text)
+        if not m["spec"].startswith(("tried:", "index:"))
+    }
 
 
 def render_pages(records: dict, pages: dict[Path, str]) -> dict[Path, str]:

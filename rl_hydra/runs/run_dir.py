@@ -68,7 +68,7 @@ class _Recording:
 
 
 TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
-TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")   # what trackers write in a run or sweep directory
+TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")  # what trackers write in a run or sweep directory
 
 
 def atomic_write_bytes(path: Path, write) -> None:
@@ -113,9 +113,24 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 # summary.json: every key always present, null where it does not apply (docs/runs.md)
-SUMMARY_KEYS = ("status", "reason", "algo", "env", "env_id", "seed", "global_step", "updates",
-                "eval_return_mean", "eval_return_std", "best_eval_return_mean", "stop_at_return",
-                "solved_at_step", "solved_at_s", "wall_time_s", "steps_per_second")
+SUMMARY_KEYS = (
+    "status",
+    "reason",
+    "algo",
+    "env",
+    "env_id",
+    "seed",
+    "global_step",
+    "updates",
+    "eval_return_mean",
+    "eval_return_std",
+    "best_eval_return_mean",
+    "stop_at_return",
+    "solved_at_step",
+    "solved_at_s",
+    "wall_time_s",
+    "steps_per_second",
+)
 
 
 def current_umask() -> int:
@@ -132,7 +147,7 @@ class RunDirectory:
         self.metrics_csv = self.path / "metrics.csv"
         self.summary_json = self.path / "summary.json"
         self.tensorboard = self.path / "tb"
-        self.hydra = self.path / ".hydra"   # config.yaml, overrides.yaml, hydra.yaml
+        self.hydra = self.path / ".hydra"  # config.yaml, overrides.yaml, hydra.yaml
         self.config_yaml = self.hydra / "config.yaml"
         self.provenance_json = self.path / "provenance.json"
         self.lock_file = self.path / ".lock"
@@ -150,14 +165,16 @@ class RunDirectory:
         inside it are fine, and so is anything in a tracker's store (wandb/); the run directory itself
         may be a link."""
         root = self.path.resolve()
-        for folder, dirs, files in os.walk(self.path):   # does not descend into linked folders
-            dirs[:] = [name for name in dirs if name not in TRACKER_STORES]   # theirs (W&B links its logs out)
+        for folder, dirs, files in os.walk(self.path):  # does not descend into linked folders
+            dirs[:] = [name for name in dirs if name not in TRACKER_STORES]  # theirs (W&B links its logs out)
             for name in (*dirs, *files):
                 path = Path(folder) / name
                 if path.is_symlink() and not path.resolve().is_relative_to(root):
-                    raise RunError(f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
-                                   f"nothing was written (a run directory's files are written in place: replace "
-                                   f"the link with the file itself)")
+                    raise RunError(
+                        f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
+                        f"nothing was written (a run directory's files are written in place: replace "
+                        f"the link with the file itself)"
+                    )
 
     def holds_output(self) -> bool:
         """Whether a run has trained here (checkpoints or metrics exist)."""
@@ -165,8 +182,12 @@ class RunDirectory:
 
     def temp_files(self) -> list[Path]:
         """The temp files of atomic writes that a killed process left."""
-        return [tmp for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval") if folder.is_dir()
-                for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}")]
+        return [
+            tmp
+            for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval")
+            if folder.is_dir()
+            for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}")
+        ]
 
     def remove_temp_files(self) -> None:
         """Remove what `temp_files` finds (call with the lock held)."""
@@ -200,8 +221,12 @@ class RunDirectory:
 
     def identity_of(self, env_id: str | None, seed: int, algo_name: str | None = None) -> dict[str, Any]:
         """`identity`, from the env id and seed (the choices are read from .hydra/ now)."""
-        return {"algo": self.config_choice("algo") or algo_name, "env": self.config_choice("env") or env_id,
-                "env_id": env_id, "seed": seed}
+        return {
+            "algo": self.config_choice("algo") or algo_name,
+            "env": self.config_choice("env") or env_id,
+            "env_id": env_id,
+            "seed": seed,
+        }
 
     def save_checkpoint(self, name: str, state: dict[str, Any]) -> Path:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
@@ -221,8 +246,10 @@ class RunDirectory:
             # mmap: a replay buffer of several GB is copied from the file, not read into memory first
             return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
         except Exception as error:  # truncated, corrupt or not a torch file
-            raise RunError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
-                           f"{str(error).splitlines()[0] if str(error) else 'corrupt'})") from error
+            raise RunError(
+                f"checkpoint {path} cannot be read ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
+            ) from error
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write summary.json with every key of SUMMARY_KEYS (null where `summary` has none)."""
@@ -243,7 +270,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it."""
     try:
         value = json.loads(path.read_bytes())
-    except (OSError, ValueError) as error:   # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
         raise RunError(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
     if not isinstance(value, dict):
         raise RunError(f"{path} holds a JSON {type(value).__name__}, not the object a run writes there")
@@ -273,8 +300,12 @@ class RunLock:
             held_by = os.pread(fd, 4096, 0).decode(errors="replace")
             os.close(fd)
             raise RunBusy(busy_message(self.directory, held_by)) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "sweep": sweep_process()}
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "sweep": sweep_process(),
+        }
         try:
             os.ftruncate(fd, 0)
             os.write(fd, (json.dumps(holder) + "\n").encode())
@@ -291,7 +322,7 @@ class RunLock:
         try:
             fd = os.open(directory.lock_file, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            return   # no lock file: nobody has trained here since locks exist
+            return  # no lock file: nobody has trained here since locks exist
         try:
             take_lock(fd)
         except BlockingIOError:
@@ -302,7 +333,7 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         if self.fd is not None:
-            os.close(self.fd)   # closing the last descriptor releases the flock
+            os.close(self.fd)  # closing the last descriptor releases the flock
             self.fd = None
 
 
@@ -332,8 +363,10 @@ def take_lock(fd: int) -> None:
 
 
 def busy_message(directory: RunDirectory, holder: str) -> str:
-    return (f"{directory.path} is in use by another process ({describe_holder(holder)}); "
-            f"wait for it to end, or launch into another directory")
+    return (
+        f"{directory.path} is in use by another process ({describe_holder(holder)}); "
+        f"wait for it to end, or launch into another directory"
+    )
 
 
 def describe_holder(text: str) -> str:

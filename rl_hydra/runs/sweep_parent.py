@@ -17,8 +17,8 @@ from typing import Iterator
 
 SWEEP_PID = "RL_HYDRA_SWEEP_PID"
 POLL_S = 0.2
-ORPHAN_STOP_S = 30    # how long a re-launched job waits for an orphaned job to stop
-EXIT_ORPHANED = 130   # a stop on request, as after Ctrl-C
+ORPHAN_STOP_S = 30  # how long a re-launched job waits for an orphaned job to stop
+EXIT_ORPHANED = 130  # a stop on request, as after Ctrl-C
 
 
 def mark_sweep_process() -> None:
@@ -37,13 +37,14 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:   # exists, owned by someone else
+    except PermissionError:  # exists, owned by someone else
         return True
     return True
 
 
 class Watch:
     """This worker's watch on its sweep: how many jobs run now, and whether the sweep is gone."""
+
     started = False
     jobs = 0
     orphaned = False
@@ -59,7 +60,7 @@ def sweep_job() -> Iterator[None]:
     if sweep is None or sweep == os.getpid():
         yield
         return
-    if not Watch.started:   # a worker runs job after job: one watch
+    if not Watch.started:  # a worker runs job after job: one watch
         Watch.started = True
         threading.Thread(target=watch, args=(sweep, os.getppid()), name="rl-hydra-sweep-watch", daemon=True).start()
     Watch.jobs += 1
@@ -77,7 +78,7 @@ def watch(sweep: int, parent: int) -> None:
         time.sleep(POLL_S)
     Watch.orphaned = True
     if Watch.jobs:
-        os.kill(os.getpid(), signal.SIGTERM)   # the job stops at its next step; sweep_job then exits
+        os.kill(os.getpid(), signal.SIGTERM)  # the job stops at its next step; sweep_job then exits
     else:
         os._exit(EXIT_ORPHANED)
 

@@ -32,12 +32,31 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 TRUST_VARIABLE = "RL_HYDRA_TRUST"
 COMPONENT_PACKAGES = ("rl_hydra.algos.", "rl_hydra.networks.", "rl_hydra.buffers.", "rl_hydra.envs.")
-GYMNASIUM_WRAPPERS = frozenset({
-    "AtariPreprocessing", "FrameStackObservation", "TimeLimit", "ClipAction", "RescaleAction", "ClipReward",
-    "NormalizeObservation", "NormalizeReward", "GrayscaleObservation", "ResizeObservation", "ReshapeObservation",
-    "FlattenObservation", "DtypeObservation", "RescaleObservation", "MaxAndSkipObservation", "StickyAction",
-    "FilterObservation", "TimeAwareObservation", "DelayObservation", "RecordEpisodeStatistics"})
-RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")   # `${name:` opens a resolver call; `${a.b}` is a reference
+GYMNASIUM_WRAPPERS = frozenset(
+    {
+        "AtariPreprocessing",
+        "FrameStackObservation",
+        "TimeLimit",
+        "ClipAction",
+        "RescaleAction",
+        "ClipReward",
+        "NormalizeObservation",
+        "NormalizeReward",
+        "GrayscaleObservation",
+        "ResizeObservation",
+        "ReshapeObservation",
+        "FlattenObservation",
+        "DtypeObservation",
+        "RescaleObservation",
+        "MaxAndSkipObservation",
+        "StickyAction",
+        "FilterObservation",
+        "TimeAwareObservation",
+        "DelayObservation",
+        "RecordEpisodeStatistics",
+    }
+)
+RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # `${name:` opens a resolver call; `${a.b}` is a reference
 
 
 class UntrustedConfig(RunError):
@@ -65,7 +84,7 @@ def is_trusted(target: str, extra: Iterable[str] = ()) -> bool:
     if any(target == name or (name.endswith(".") and target.startswith(name)) for name in user_trusted(extra)):
         return True
     module, _, name = target.rpartition(".")
-    if target.startswith(COMPONENT_PACKAGES):   # a class defined there, not one it imports
+    if target.startswith(COMPONENT_PACKAGES):  # a class defined there, not one it imports
         found = _attribute(module, name)
         return inspect.isclass(found) and found.__module__.startswith("rl_hydra.")
     if module == "gymnasium.wrappers":
@@ -117,21 +136,27 @@ def check_trusted(cfg: DictConfig | dict, source: str | Path, extra: Iterable[st
     tree = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
     for key, target in targets(tree):
         if not isinstance(target, str) or not is_trusted(target, extra):
-            raise UntrustedConfig(f"{source} names {key}={target}, which a run directory may not build (nothing was "
-                                  f"run); if you trust the code it names, allow it with {TRUST_VARIABLE}={target} "
-                                  f"(docs/runs.md, 'Opening someone else's run')")
+            raise UntrustedConfig(
+                f"{source} names {key}={target}, which a run directory may not build (nothing was "
+                f"run); if you trust the code it names, allow it with {TRUST_VARIABLE}={target} "
+                f"(docs/runs.md, 'Opening someone else's run')"
+            )
     env_id = (tree.get("env") or {}).get("id") if isinstance(tree, dict) else None
-    if isinstance(env_id, str) and ":" in env_id:   # gymnasium imports `module` of `module:Env-v0`
+    if isinstance(env_id, str) and ":" in env_id:  # gymnasium imports `module` of `module:Env-v0`
         module = env_id.split(":", 1)[0]
         if not any(f"{module}.".startswith(name) or module == name for name in ("rl_hydra.", *user_trusted(extra))):
-            raise UntrustedConfig(f"{source} names env.id={env_id}, whose module {module} gymnasium would import; "
-                                  f"a run directory may not (nothing was run); if you trust it, allow it with "
-                                  f"{TRUST_VARIABLE}={module}.")
+            raise UntrustedConfig(
+                f"{source} names env.id={env_id}, whose module {module} gymnasium would import; "
+                f"a run directory may not (nothing was run); if you trust it, allow it with "
+                f"{TRUST_VARIABLE}={module}."
+            )
     for key, text in strings(tree):
         for resolver in RESOLVER.findall(text):
             if not resolver.startswith("rl_hydra."):
-                raise UntrustedConfig(f"{source} has {key}={text}, an interpolation through the {resolver} resolver, "
-                                      f"which a run directory may not use (only rl_hydra.* resolvers and references)")
+                raise UntrustedConfig(
+                    f"{source} has {key}={text}, an interpolation through the {resolver} resolver, "
+                    f"which a run directory may not use (only rl_hydra.* resolvers and references)"
+                )
 
 
 def load_yaml(path: Path) -> DictConfig:

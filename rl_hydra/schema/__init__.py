@@ -25,24 +25,39 @@ __all__ = ["ConfigError", "Range", "check", "describe", "register_schemas", "val
 # (group, name) -> schema: what `- /schema/<group>/<name>@_here_` in a group file refers to
 STORED: dict[tuple[str, str], type] = {
     ("", "run"): run.RunKeys,
-    ("algo", "dqn"): algos.DQNKeys, ("algo", "qr_dqn"): algos.QRDQNKeys, ("algo", "iqn"): algos.IQNKeys,
-    ("algo", "c51"): algos.C51Keys, ("algo", "drqn"): algos.DRQNKeys, ("algo", "redq"): algos.REDQKeys,
-    ("algo", "tqc"): algos.TQCKeys, ("algo", "td3"): algos.TD3Keys, ("algo", "crossq"): algos.CrossQKeys,
-    ("network", "q"): networks.QNetworkKeys, ("network", "head"): networks.QuantileNetworkKeys,
+    ("algo", "dqn"): algos.DQNKeys,
+    ("algo", "qr_dqn"): algos.QRDQNKeys,
+    ("algo", "iqn"): algos.IQNKeys,
+    ("algo", "c51"): algos.C51Keys,
+    ("algo", "drqn"): algos.DRQNKeys,
+    ("algo", "redq"): algos.REDQKeys,
+    ("algo", "tqc"): algos.TQCKeys,
+    ("algo", "td3"): algos.TD3Keys,
+    ("algo", "crossq"): algos.CrossQKeys,
+    ("network", "q"): networks.QNetworkKeys,
+    ("network", "head"): networks.QuantileNetworkKeys,
     ("network", "implicit_quantile"): networks.ImplicitQuantileNetworkKeys,
-    ("network", "recurrent"): networks.RecurrentQNetworkKeys, ("network", "actor_critic"): networks.ActorCriticKeys,
+    ("network", "recurrent"): networks.RecurrentQNetworkKeys,
+    ("network", "actor_critic"): networks.ActorCriticKeys,
     ("network", "squashed_actor"): networks.ActorKeys,
     ("network", "deterministic_actor"): networks.DeterministicActorKeys,
-    ("network", "critic"): networks.CriticKeys, ("network", "batch_renorm_actor"): networks.BatchRenormActorKeys,
+    ("network", "critic"): networks.CriticKeys,
+    ("network", "batch_renorm_actor"): networks.BatchRenormActorKeys,
     ("network", "batch_renorm_critic"): networks.BatchRenormCriticKeys,
-    ("buffer", "replay"): buffers.ReplayKeys, ("buffer", "prioritized"): buffers.PrioritizedKeys,
+    ("buffer", "replay"): buffers.ReplayKeys,
+    ("buffer", "prioritized"): buffers.PrioritizedKeys,
     ("buffer", "sequence"): buffers.SequenceKeys,
-    ("env", "base"): envs.EnvKeys, ("env", "gym"): envs.GymEnvKeys, ("env", "family"): envs.FamilyEnvKeys,
-    ("env", "minatar"): envs.MinAtarEnvKeys, ("env", "atari"): envs.AtariEnvKeys,
+    ("env", "base"): envs.EnvKeys,
+    ("env", "gym"): envs.GymEnvKeys,
+    ("env", "family"): envs.FamilyEnvKeys,
+    ("env", "minatar"): envs.MinAtarEnvKeys,
+    ("env", "atari"): envs.AtariEnvKeys,
     ("env", "minigrid"): envs.MiniGridEnvKeys,
-    ("logger", "plain"): loggers.LoggerKeys, ("logger", "mlflow"): loggers.MLflowKeys,
+    ("logger", "plain"): loggers.LoggerKeys,
+    ("logger", "mlflow"): loggers.MLflowKeys,
     ("logger", "wandb"): loggers.WandbKeys,
-    ("distributed", "none"): distributed.OneProcessKeys, ("distributed", "apex"): distributed.ApexKeys,
+    ("distributed", "none"): distributed.OneProcessKeys,
+    ("distributed", "apex"): distributed.ApexKeys,
 }
 ALL_SCHEMAS = tuple(STORED.values())
 
@@ -81,17 +96,19 @@ def validate_config(cfg: DictConfig) -> None:
 
 
 def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
-    if prefix == "env.":   # also a key of another family (+env.eval_epsilon) or of a node read back
+    if prefix == "env.":  # also a key of another family (+env.eval_epsilon) or of a node read back
         validate_env(node)
     if schema is not None:
         validate(node, schema, prefix)
     declared = {field.name: field for field in dataclasses.fields(schema)} if schema is not None else {}
-    if schema is not None and schema_of(node) is schema and prefix:   # a key added to a group's node with + (a typo)
+    if schema is not None and schema_of(node) is schema and prefix:  # a key added to a group's node with + (a typo)
         known = set(declared) | (ENV_KEYS if prefix == "env." else set())
         extra = sorted(str(name) for name in node.keys() if str(name) not in known)
         if extra:
-            raise ConfigError(f"{prefix}{extra[0]} is not a key of {prefix[:-1] or 'the config'}; its keys: "
-                              f"{', '.join(n for n in declared if not n.startswith('_'))}")
+            raise ConfigError(
+                f"{prefix}{extra[0]} is not a key of {prefix[:-1] or 'the config'}; its keys: "
+                f"{', '.join(n for n in declared if not n.startswith('_'))}"
+            )
     hints = typing.get_type_hints(schema) if schema is not None else {}
     for name in [str(name) for name in node.keys()]:
         if OmegaConf.is_missing(node, name) or not isinstance(node[name], DictConfig):
@@ -99,8 +116,11 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
         child = node[name]
         field = declared.get(name)
         hint = hints.get(name) if field is not None else None
-        sub = (field.metadata.get("schema") if field is not None else None) or \
-            (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None) or schema_for(child)
+        sub = (
+            (field.metadata.get("schema") if field is not None else None)
+            or (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None)
+            or schema_for(child)
+        )
         walk(child, sub, f"{prefix}{name}.")
 
 
@@ -139,7 +159,7 @@ def type_refusal(error: BaseException | None) -> str | None:
     other error. An integral float for an integer key (`1e5`) is told the integer to give."""
     from omegaconf.errors import ValidationError
 
-    if isinstance(error, OverflowError):   # OmegaConf's float() of a huge integer: its key on a line of the message
+    if isinstance(error, OverflowError):  # OmegaConf's float() of a huge integer: its key on a line of the message
         found = re.search(r"full_key: (\S+)", str(error))
         owner_name = re.search(r"object_type=(\w+)", str(error))
         owner = next((s for s in ALL_SCHEMAS if owner_name and s.__name__ == owner_name.group(1)), None)
@@ -147,21 +167,30 @@ def type_refusal(error: BaseException | None) -> str | None:
             return None
         name = found.group(1).rsplit(".", 1)[-1]
         rule = {n: r for n, r, _ in fields(owner)}.get(name)
-        return f"{found.group(1)}=<a number too large for a float> is not a finite number" + \
-            (f"; {rule.allowed()}" if rule is not None else "")
+        return f"{found.group(1)}=<a number too large for a float> is not a finite number" + (
+            f"; {rule.allowed()}" if rule is not None else ""
+        )
     if not isinstance(error, ValidationError) or not getattr(error, "full_key", None):
         return None
     full_key, value, owner = str(error.full_key), getattr(error, "value", None), getattr(error, "object_type", None)
     name = str(full_key.rsplit(".", 1)[-1]).split("[")[0]
-    rules = {n: (rule, help) for n, rule, help in fields(owner)} if isinstance(owner, type) and \
-        dataclasses.is_dataclass(owner) else {}
-    if not rules:   # a list's item: the rule is its list's, one level up
+    rules = (
+        {n: (rule, help) for n, rule, help in fields(owner)}
+        if isinstance(owner, type) and dataclasses.is_dataclass(owner)
+        else {}
+    )
+    if not rules:  # a list's item: the rule is its list's, one level up
         return f"{full_key}={shown_value(value)} has the wrong type; {str(error).splitlines()[0]}"
     rule, help = rules.get(name, (None, ""))
     allowed = rule.allowed() if rule is not None and rule.kind != "any" else f"expected {owner_type(owner, name)}"  # type: ignore[arg-type]
     hint = ""
-    if rule is not None and rule.kind == "integer" and isinstance(value, float) and value.is_integer() and \
-            rule.refuses(int(value)) is None:
+    if (
+        rule is not None
+        and rule.kind == "integer"
+        and isinstance(value, float)
+        and value.is_integer()
+        and rule.refuses(int(value)) is None
+    ):
         hint = f" (give {int(value)})"
     why = "is not allowed" if rule is not None and rule.kind == "choice" else f"is not {kind_word(rule)}{hint}"
     return f"{full_key}={shown_value(value)} {why}; {allowed}" + (f" ({help})" if help else "")
@@ -195,8 +224,11 @@ def key_lines(cfg: DictConfig) -> list[str]:
             if isinstance(child, DictConfig):
                 hint = typing.get_type_hints(schema).get(name) if schema is not None else None
                 field = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
-                sub = (field.metadata.get("schema") if field is not None else None) or \
-                    (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None) or schema_of(child)
+                sub = (
+                    (field.metadata.get("schema") if field is not None else None)
+                    or (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None)
+                    or schema_of(child)
+                )
                 visit(child, sub, f"{prefix}{name}.")
             elif name in declared and declared[name][1] and not name.startswith("_"):
                 rule, help = declared[name]

@@ -44,8 +44,9 @@ class ScheduleKeys:
     gradient_steps: int = key(help="updates per training phase", integer=True, minimum=1)
     gamma: float = key(help="discount; the buffer builds the discounted returns", minimum=0.0, maximum=1.0)
     n_step: int = key(help="rewards summed before bootstrapping", integer=True, minimum=1)
-    max_grad_norm: Optional[float] = key(help="clip each gradient to this norm (null: never)", minimum=0.0,
-                                         above=True, nullable=True)
+    max_grad_norm: Optional[float] = key(
+        help="clip each gradient to this norm (null: never)", minimum=0.0, above=True, nullable=True
+    )
 
 
 @dataclass
@@ -55,11 +56,11 @@ class DQNFamilyKeys(ScheduleKeys):
     targets: ClassVar[tuple[str, ...]] = ()
     tau: float = target_rate()
     target_update_every: int = key(help="updates between target syncs", integer=True, minimum=1)
-    double_q: bool = key(help="pick the next action with the online net, value it with the target",
-                         choices=(True, False))
+    double_q: bool = key(
+        help="pick the next action with the online net, value it with the target", choices=(True, False)
+    )
     exploration: ExplorationKeys = field(default_factory=ExplorationKeys)
-    final_lr_fraction: float = key(help="lr decays linearly to this fraction of optimizer.lr", minimum=0.0,
-                                   maximum=1.0)
+    final_lr_fraction: float = key(help="lr decays linearly to this fraction of optimizer.lr", minimum=0.0, maximum=1.0)
     optimizer: Any = optimizer("the Q network's optimizer")
 
 
@@ -97,8 +98,9 @@ class C51Keys(DQNFamilyKeys):
 class DRQNKeys(DQNFamilyKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.drqn.DRQN",)
     loss: str = key(help="the TD loss", choices=TD_LOSSES)
-    burn_in: int = key(help="leading steps of each sequence that only refresh the stored state", integer=True,
-                       minimum=0)
+    burn_in: int = key(
+        help="leading steps of each sequence that only refresh the stored state", integer=True, minimum=0
+    )
 
 
 @dataclass
@@ -109,12 +111,13 @@ class EntropyKeys(ScheduleKeys):
     ensemble_size: int = key(help="N critics", integer=True, minimum=1)
     policy_delay: int = key(help="critic updates per actor (and alpha) update", integer=True, minimum=1)
     initial_alpha: float = key(help="the entropy temperature at step 0", minimum=0.0, above=True)
-    learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)",
-                            choices=(True, False))
-    target_entropy: Any = key(help="the entropy alpha is tuned toward: auto (-action_dim) or a number", number=True,
-                              also=("auto",))
-    gsde_resample_every: int = key(help="env steps between new gSDE matrices; -1: after each training phase",
-                                   integer=True, minimum=-1)
+    learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)", choices=(True, False))
+    target_entropy: Any = key(
+        help="the entropy alpha is tuned toward: auto (-action_dim) or a number", number=True, also=("auto",)
+    )
+    gsde_resample_every: int = key(
+        help="env steps between new gSDE matrices; -1: after each training phase", integer=True, minimum=-1
+    )
     actor_optimizer: Any = optimizer("the actor's optimizer")
     critic_optimizer: Any = optimizer("the critics' optimizer")
     alpha_optimizer: Any = optimizer("the temperature's optimizer")
@@ -125,19 +128,20 @@ class REDQKeys(EntropyKeys):
     """conf/algo/base/redq.yaml: REDQ, SAC (N = M = 2, G = 1, the actor on the min) and DroQ."""
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
-    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True,
-                           minimum=1)
+    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True, minimum=1)
     tau: float = target_rate()
-    actor_q: str = key(help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)",
-                       choices=("mean", "min"))
+    actor_q: str = key(
+        help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)", choices=("mean", "min")
+    )
 
 
 @dataclass
 class TQCKeys(EntropyKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.tqc.TQC",)
     num_quantiles: int = key(help="M quantiles per critic", integer=True, minimum=1)
-    top_quantiles_to_drop_per_critic: int = key(help="d: the target keeps the N * (M - d) smallest pooled atoms",
-                                                integer=True, minimum=0)
+    top_quantiles_to_drop_per_critic: int = key(
+        help="d: the target keeps the N * (M - d) smallest pooled atoms", integer=True, minimum=0
+    )
     kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
     tau: float = target_rate()
 

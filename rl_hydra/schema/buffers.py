@@ -31,8 +31,9 @@ class PrioritizedKeys(BufferKeys):
     alpha: float = key(help="how much priorities count (0: uniform)", minimum=0.0)
     beta: float = key(help="importance-weight exponent at the first update", minimum=0.0, maximum=1.0)
     beta_final: float = key(help="... reached after beta_steps updates", minimum=0.0, maximum=1.0)
-    beta_steps: Optional[int] = key(help="updates over which beta anneals (null: never)", integer=True, minimum=1,
-                                    nullable=True)
+    beta_steps: Optional[int] = key(
+        help="updates over which beta anneals (null: never)", integer=True, minimum=1, nullable=True
+    )
     epsilon: float = key(help="added to |TD error|: no drawable row gets probability 0", minimum=0.0, above=True)
     sum_tree: str = key(help="numba (the compiled tree) | numpy | auto", choices=SUM_TREES)
 

@@ -20,21 +20,26 @@ class ApexKeys(OneProcessKeys):
     actors: Any = key(help="acting processes; auto: the CPUs / cpus_per_actor, less one for the learner")
     cpus_per_actor: float = key(help="Ray CPUs each actor reserves", minimum=0.0, above=True)
     shards: int = key(help="replay shards (Ray actors)", integer=True, minimum=1)
-    epsilon_base: float = key(help="actor i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))",
-                              minimum=0.0, maximum=1.0)
+    epsilon_base: float = key(
+        help="actor i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))", minimum=0.0, maximum=1.0
+    )
     epsilon_alpha: float = key(help="see epsilon_base", minimum=0.0)
-    weights_every: int = key(help="env steps an actor takes between pulls of the learner's weights", integer=True,
-                             minimum=1)
-    publish_every: int = key(help="updates between the learner's publications of its weights", integer=True,
-                             minimum=1)
-    send_every: int = key(help="transitions (sequences for algo=drqn) per batch an actor sends", integer=True,
-                          minimum=1)
-    max_replay_ratio: Optional[float] = key(help="updates per env step at most (null: the algo's own)", minimum=0.0,
-                                            above=True, nullable=True)
-    min_replay_ratio: Optional[float] = key(help="actors wait while the learner is below this (null: never)",
-                                            minimum=0.0, nullable=True)
+    weights_every: int = key(
+        help="env steps an actor takes between pulls of the learner's weights", integer=True, minimum=1
+    )
+    publish_every: int = key(help="updates between the learner's publications of its weights", integer=True, minimum=1)
+    send_every: int = key(
+        help="transitions (sequences for algo=drqn) per batch an actor sends", integer=True, minimum=1
+    )
+    max_replay_ratio: Optional[float] = key(
+        help="updates per env step at most (null: the algo's own)", minimum=0.0, above=True, nullable=True
+    )
+    min_replay_ratio: Optional[float] = key(
+        help="actors wait while the learner is below this (null: never)", minimum=0.0, nullable=True
+    )
     priority_alpha: float = key(help="sequences are drawn with probability priority^alpha", minimum=0.0)
-    priority_eta: float = key(help="a sequence's priority: eta * max + (1 - eta) * mean |TD error|", minimum=0.0,
-                              maximum=1.0)
+    priority_eta: float = key(
+        help="a sequence's priority: eta * max + (1 - eta) * mean |TD error|", minimum=0.0, maximum=1.0
+    )
     max_restarts: int = key(help="times Ray restarts an actor process that died", integer=True, minimum=0)
     prefetch: int = key(help="sample requests the learner keeps in flight per shard", integer=True, minimum=1)

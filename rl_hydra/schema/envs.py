@@ -15,8 +15,9 @@ class EnvKeys:
     targets: ClassVar[tuple[str, ...]] = ()
     id: str = key(help="a gymnasium id, e.g. CartPole-v1")
     num_envs: int = key(help="envs stepped side by side", integer=True, minimum=1, maximum=LARGEST_ENVS)
-    max_episode_steps: Optional[int] = key(None, "a time limit (null keeps the env's own)", integer=True, minimum=1,
-                                           nullable=True)
+    max_episode_steps: Optional[int] = key(
+        None, "a time limit (null keeps the env's own)", integer=True, minimum=1, nullable=True
+    )
     kwargs: Any = key(help="passed to gymnasium.make")
     wrappers: Any = key(help="a list of _partial_ wrappers, each called with the env")
     extra: Optional[str] = key(help="the install extra it needs (rl_hydra/envs/make.py lists them)")
@@ -25,8 +26,9 @@ class EnvKeys:
 
 @dataclass
 class GymEnvKeys(EnvKeys):
-    fallback_max_episode_steps: Optional[int] = key(help="the time limit of an env that has none", integer=True,
-                                                    minimum=1, nullable=True)
+    fallback_max_episode_steps: Optional[int] = key(
+        help="the time limit of an env that has none", integer=True, minimum=1, nullable=True
+    )
     keep_text: bool = key(help="keep text parts of Dict/Tuple observations as word indices", choices=(True, False))
 
 
@@ -45,7 +47,7 @@ class LearningKeys:
 
 @dataclass
 class MinAtarEnvKeys(FamilyEnvKeys):
-    learning: LearningKeys = field(default_factory=LearningKeys)   # what the replay buffer stores
+    learning: LearningKeys = field(default_factory=LearningKeys)  # what the replay buffer stores
 
 
 @dataclass
@@ -56,8 +58,7 @@ class AtariEnvKeys(MinAtarEnvKeys):
 
 @dataclass
 class MiniGridEnvKeys(FamilyEnvKeys):
-    actions: str = key(help="all: MiniGrid's 7 | navigation: turn left, turn right, forward",
-                       choices=MINIGRID_ACTIONS)
+    actions: str = key(help="all: MiniGrid's 7 | navigation: turn left, turn right, forward", choices=MINIGRID_ACTIONS)
     eval_epsilon: float = key(help="evaluation acts at random with this probability", minimum=0.0, maximum=1.0)
     keep_text: bool = key(help="keep the mission as word indices", choices=(True, False))
 

@@ -28,15 +28,15 @@ class Range:
     """What a key allows: an integer or number in [minimum, maximum] (an end left out is open;
     `above`/`below` make it strict), or one of `choices`. `nullable`: null is allowed too."""
 
-    kind: str = "number"                       # integer | number | choice | any
+    kind: str = "number"  # integer | number | choice | any
     minimum: float | None = None
     maximum: float | None = None
-    above: bool = False                        # minimum excluded
-    below: bool = False                        # maximum excluded
+    above: bool = False  # minimum excluded
+    below: bool = False  # maximum excluded
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
-    each: bool = False                         # the range holds for each item of a list
-    also: tuple[Any, ...] = ()                 # words allowed beside the numbers (target_entropy: auto)
+    each: bool = False  # the range holds for each item of a list
+    also: tuple[Any, ...] = ()  # words allowed beside the numbers (target_entropy: auto)
 
     def allowed(self, brief: bool = False) -> str:
         """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`; `brief`
@@ -44,12 +44,19 @@ class Range:
         if self.choices is not None:
             return f"choose one of: {', '.join(_word(c) for c in self.choices)}"
         low = None if self.minimum is None else f"{'>' if self.above else '>='} {_number(self.minimum)}"
-        high = None if self.maximum is None or (brief and self.maximum == LARGEST_INT) else \
-            f"{'<' if self.below else '<='} {_number(self.maximum)}"
+        high = (
+            None
+            if self.maximum is None or (brief and self.maximum == LARGEST_INT)
+            else f"{'<' if self.below else '<='} {_number(self.maximum)}"
+        )
         bounds = " and ".join(part for part in (low, high) if part)
         what = {"integer": "an integer", "number": "a number"}.get(self.kind, "a value")
-        return f"expected {'each item ' if self.each else ''}{what}" + (f" {bounds}" if bounds else "") + \
-            "".join(f" or {_word(word)}" for word in self.also) + (" or null" if self.nullable else "")
+        return (
+            f"expected {'each item ' if self.each else ''}{what}"
+            + (f" {bounds}" if bounds else "")
+            + "".join(f" or {_word(word)}" for word in self.also)
+            + (" or null" if self.nullable else "")
+        )
 
     def refuses(self, value: Any) -> str | None:
         """Why `value` is refused ("is not an integer", "is out of range", ...), or None."""
@@ -77,7 +84,7 @@ def _word(choice: Any) -> str:
 
 
 def _number(value: float) -> str:
-    return str(value)   # as declared: 1 for an integer key's bound, 0.0 for a number's
+    return str(value)  # as declared: 1 for an integer key's bound, 0.0 for a number's
 
 
 def is_int(value: Any) -> bool:
@@ -89,7 +96,7 @@ def is_number(value: Any) -> bool:
         return False
     try:
         return math.isfinite(value)
-    except OverflowError:   # an integer too large for a float
+    except OverflowError:  # an integer too large for a float
         return False
 
 
@@ -97,18 +104,29 @@ def shown(value: Any) -> str:
     """A value for a message: a huge integer as its size (Python refuses to print one past 4,300 digits)."""
     if is_int(value) and value.bit_length() > 64:
         digits = int(math.log10(abs(value))) + 1
-        digits += (abs(value) >= 10**digits) - (abs(value) < 10**(digits - 1))   # log10's rounding at a power of 10
+        digits += (abs(value) >= 10**digits) - (abs(value) < 10 ** (digits - 1))  # log10's rounding at a power of 10
         return f"<{'a negative' if value < 0 else 'an'} integer of {digits} digits>"
     if isinstance(value, bool) or value is None:
         return _word(value)
     return repr(value)
 
 
-def key(default: Any = MISSING, help: str = "", *, integer: bool = False, number: bool = False,
-        minimum: float | None = None,
-        maximum: float | None = None, above: bool = False, below: bool = False,
-        choices: tuple[Any, ...] | None = None, nullable: bool = False, each: bool = False,
-        also: tuple[Any, ...] = (), schema: type | None = None) -> Any:
+def key(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    integer: bool = False,
+    number: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: bool = False,
+    below: bool = False,
+    choices: tuple[Any, ...] | None = None,
+    nullable: bool = False,
+    each: bool = False,
+    also: tuple[Any, ...] = (),
+    schema: type | None = None,
+) -> Any:
     """A schema field: `batch_size: int = key(help="samples per update", integer=True, minimum=1)`.
     An integer's maximum is LARGEST_INT unless given; a list default is copied for each instance.
     `schema`: the keys of a node left untyped, so that it may hold more (an optimizer's keyword
@@ -122,8 +140,11 @@ def key(default: Any = MISSING, help: str = "", *, integer: bool = False, number
         kind = "number"
     else:
         kind = "any"
-    metadata = {"help": help, "range": Range(kind, minimum, maximum, above, below, choices, nullable, each, also),
-                "schema": schema}
+    metadata = {
+        "help": help,
+        "range": Range(kind, minimum, maximum, above, below, choices, nullable, each, also),
+        "schema": schema,
+    }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -149,9 +170,13 @@ def check(value: Any, full_key: str, rule: Range) -> None:
     if items is None:
         why = rule.refuses(value)
         if why is not None:
-            if rule.kind == "integer" and isinstance(value, float) and value.is_integer() and \
-                    rule.refuses(int(value)) is None:
-                why += f" (give {int(value)})"   # 6e2, as a run read back from YAML may hold it
+            if (
+                rule.kind == "integer"
+                and isinstance(value, float)
+                and value.is_integer()
+                and rule.refuses(int(value)) is None
+            ):
+                why += f" (give {int(value)})"  # 6e2, as a run read back from YAML may hold it
             raise ConfigError(f"{full_key}={shown(value)} {why}; {rule.allowed()}")
         return
     for index, item in enumerate(items):

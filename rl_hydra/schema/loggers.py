@@ -10,8 +10,10 @@ WANDB_MODES = ("offline", "online", "disabled")
 
 @dataclass
 class LoggerKeys:
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.loggers.csv.CSVLogger",
-                                          "rl_hydra.loggers.tensorboard.TensorBoardLogger")
+    targets: ClassVar[tuple[str, ...]] = (
+        "rl_hydra.loggers.csv.CSVLogger",
+        "rl_hydra.loggers.tensorboard.TensorBoardLogger",
+    )
     _target_: str = key(help="the logger's class")
 
 

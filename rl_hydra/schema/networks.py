@@ -23,8 +23,9 @@ class NetworkKeys:
     _partial_: bool = key(help="built by the agent, which passes the spaces", choices=BOOL)
     activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
     encoder: str = key(help="what reads the observation (docs/pixels.md)", choices=ENCODERS)
-    discrete_embedding: Optional[int] = key(help="null: Discrete parts one-hot; d: a learned embedding of d each",
-                                            integer=True, minimum=1, nullable=True)
+    discrete_embedding: Optional[int] = key(
+        help="null: Discrete parts one-hot; d: a learned embedding of d each", integer=True, minimum=1, nullable=True
+    )
 
 
 @dataclass
@@ -47,8 +48,10 @@ class QNetworkKeys(HeadKeys):
 
 @dataclass
 class QuantileNetworkKeys(HeadKeys):
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.quantile.QuantileNetwork",
-                                          "rl_hydra.networks.categorical.CategoricalNetwork")
+    targets: ClassVar[tuple[str, ...]] = (
+        "rl_hydra.networks.quantile.QuantileNetwork",
+        "rl_hydra.networks.categorical.CategoricalNetwork",
+    )
 
 
 @dataclass
@@ -95,8 +98,7 @@ class ActorKeys(DeterministicActorKeys):
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.SquashedGaussianActor",)
     gsde: bool = key(help="generalized state-dependent exploration (SB3's use_sde)", choices=BOOL)
-    gsde_log_std_init: float = key(help="initial log-std of the exploration matrix's entries",
-                                   number=True)
+    gsde_log_std_init: float = key(help="initial log-std of the exploration matrix's entries", number=True)
     gsde_clip_mean: float = key(help="with gSDE, the mean before tanh is clipped to [-c, c]", minimum=0.0, above=True)
 
 
@@ -104,8 +106,10 @@ class ActorKeys(DeterministicActorKeys):
 class CriticKeys(PartKeys):
     """An ensemble of Q(s, a) critics (TQC's quantile critics too); the algorithm gives their number."""
 
-    targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.CriticEnsemble",
-                                          "rl_hydra.networks.actor_critic.QuantileCriticEnsemble")
+    targets: ClassVar[tuple[str, ...]] = (
+        "rl_hydra.networks.actor_critic.CriticEnsemble",
+        "rl_hydra.networks.actor_critic.QuantileCriticEnsemble",
+    )
     dropout: float = key(help="after each hidden Linear (DroQ: 0.01)", minimum=0.0, maximum=1.0, below=True)
     layer_norm: bool = key(help="after the dropout, before the activation (DroQ: true)", choices=BOOL)
 
@@ -116,8 +120,7 @@ class BatchRenormKeys:
 
     momentum: float = key(help="the running statistics' update rate", minimum=0.0, maximum=1.0, above=True)
     eps: float = key(help="added to the variance", minimum=0.0, above=True)
-    warmup_steps: int = key(help="updates of plain batch norm before r and d are clipped less", integer=True,
-                            minimum=0)
+    warmup_steps: int = key(help="updates of plain batch norm before r and d are clipped less", integer=True, minimum=0)
     r_max: float = key(help="r is clipped to [1 / r_max, r_max]", minimum=1.0)
     d_max: float = key(help="d is clipped to [-d_max, d_max]", minimum=0.0)
 

@@ -5,8 +5,8 @@ from typing import Any, Optional
 
 from rl_hydra.schema.keys import key
 
-LARGEST_SEED = 2**32 - 1   # numpy's global seed
-LARGEST_EPISODES = 1000    # an evaluation steps its episodes side by side, one env each
+LARGEST_SEED = 2**32 - 1  # numpy's global seed
+LARGEST_EPISODES = 1000  # an evaluation steps its episodes side by side, one env each
 LARGEST_ENVS = 1024
 LARGEST_THREADS = 1024
 
@@ -15,13 +15,15 @@ LARGEST_THREADS = 1024
 class TrainKeys:
     total_steps: int = key(help="env steps of the run (summed over its envs)", integer=True, minimum=1)
     eval_every: int = key(help="env steps between greedy evaluations", integer=True, minimum=1)
-    eval_episodes: int = key(help="episodes per evaluation, run side by side", integer=True, minimum=1,
-                             maximum=LARGEST_EPISODES)
+    eval_episodes: int = key(
+        help="episodes per evaluation, run side by side", integer=True, minimum=1, maximum=LARGEST_EPISODES
+    )
     checkpoint_every: int = key(help="env steps between checkpoints/last.pt", integer=True, minimum=1)
     log_every: int = key(help="env steps between rows of metrics.csv", integer=True, minimum=1)
     progress: bool = key(help="a tqdm progress bar on stderr", choices=(True, False))
-    stop_at_return: Optional[float] = key(help="stop once an evaluation's mean return reaches this (null: never)",
-                                          number=True, nullable=True)
+    stop_at_return: Optional[float] = key(
+        help="stop once an evaluation's mean return reaches this (null: never)", number=True, nullable=True
+    )
 
 
 @dataclass
@@ -38,13 +40,15 @@ class RunKeys:
     network: Any = None
     buffer: Any = None
     logger: Any = None
-    distributed: Any = None   # the distributed group's node (schema/distributed.py)
-    seed: int = key(help="seeds the run's generators, its envs and its agent", integer=True, minimum=0,
-                    maximum=LARGEST_SEED)
+    distributed: Any = None  # the distributed group's node (schema/distributed.py)
+    seed: int = key(
+        help="seeds the run's generators, its envs and its agent", integer=True, minimum=0, maximum=LARGEST_SEED
+    )
     preset: Any = key(None, "set by a tuned preset: {name, env_id it was tuned for}")
     device: str = key(help="auto | cpu | cuda[:N]")
-    torch_threads: int = key(help="torch's CPU threads during the run", integer=True, minimum=1,
-                             maximum=LARGEST_THREADS)
+    torch_threads: int = key(
+        help="torch's CPU threads during the run", integer=True, minimum=1, maximum=LARGEST_THREADS
+    )
     flush_denormal: bool = key(help="CPU math treats values below 1.2e-38 as 0", choices=(True, False))
     compile: bool = key(help="torch.compile each update's loss", choices=(True, False))
     fast_paths: bool = key(help="the speed layer (rl_hydra/speed); false: the plain torch path", choices=(True, False))

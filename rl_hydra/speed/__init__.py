@@ -38,15 +38,25 @@ from rl_hydra.speed import cuda_graph, foreach, host_memory, lean_adam, numpy_mi
 
 log = logging.getLogger(__name__)
 
-PLAIN_PATHS = {"adam": "torch.optim.Adam's own step", "mirror": "torch forward passes when acting",
-               "host_memory": "ordinary pages", "vector_env": "gymnasium's SyncVectorEnv.step",
-               "cuda_graph": "eager gradient steps on CUDA", "foreach": "a loop over the tensors",
-               "quantile_huber": "the quantile Huber loss's formula through autograd"}
-PROBES: dict[str, Callable[[], None]] = {"adam": lean_adam.probe, "mirror": numpy_mirror.probe,
-                                         "host_memory": host_memory.probe, "vector_env": vector_env.probe,
-                                         "cuda_graph": cuda_graph.probe, "foreach": foreach.probe,
-                                         "quantile_huber": quantile_huber.probe}
-_switch = {"on": True}   # set only through `enabled`, which restores it
+PLAIN_PATHS = {
+    "adam": "torch.optim.Adam's own step",
+    "mirror": "torch forward passes when acting",
+    "host_memory": "ordinary pages",
+    "vector_env": "gymnasium's SyncVectorEnv.step",
+    "cuda_graph": "eager gradient steps on CUDA",
+    "foreach": "a loop over the tensors",
+    "quantile_huber": "the quantile Huber loss's formula through autograd",
+}
+PROBES: dict[str, Callable[[], None]] = {
+    "adam": lean_adam.probe,
+    "mirror": numpy_mirror.probe,
+    "host_memory": host_memory.probe,
+    "vector_env": vector_env.probe,
+    "cuda_graph": cuda_graph.probe,
+    "foreach": foreach.probe,
+    "quantile_huber": quantile_huber.probe,
+}
+_switch = {"on": True}  # set only through `enabled`, which restores it
 # {"failed": failures()} once the probes ran: a plain dict, which torch.compile reads (and guards on)
 # where it traces a loss with a fast twin, instead of running the probes again inside its trace
 _probed: dict[str, dict[str, str]] = {}
@@ -66,11 +76,11 @@ def forget_probes() -> None:
 
 def run_probes() -> dict[str, str]:
     failed = {}
-    with torch.random.fork_rng(devices=[]):   # the probes' layers draw their weights from torch's generator
+    with torch.random.fork_rng(devices=[]):  # the probes' layers draw their weights from torch's generator
         for name, probe in PROBES.items():
             try:
                 probe()
-            except Exception as error:   # any surprise in private API means: take the plain path
+            except Exception as error:  # any surprise in private API means: take the plain path
                 failed[name] = f"{type(error).__name__}: {error}".splitlines()[0]
     return failed
 
@@ -101,12 +111,23 @@ def log_fallbacks() -> None:
 
 
 # --- adam ----------------------------------------------------------------------------------
-def adam(params: Iterable[nn.Parameter] | Iterable[dict], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-         eps: float = 1e-8, weight_decay: float = 0.0, fused: bool = True) -> torch.optim.Adam:
+def adam(
+    params: Iterable[nn.Parameter] | Iterable[dict],
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    fused: bool = True,
+) -> torch.optim.Adam:
     """torch.optim.Adam, with the lean step (lean_adam.LeanAdam) where it is on; both keep the
     same state_dict, so a checkpoint of either loads into the other."""
-    options: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                               "fused": fused}
+    options: dict[str, Any] = {
+        "lr": lr,
+        "betas": tuple(betas),
+        "eps": eps,
+        "weight_decay": weight_decay,
+        "fused": fused,
+    }
     if active("adam") and fused:
         return lean_adam.LeanAdam(params, **options, allocate_moments=zeros_like)
     return torch.optim.Adam(params, **options)
@@ -192,7 +213,9 @@ def fast_twin(name: str) -> Callable[[Callable], Callable]:
         @functools.wraps(plain)
         def plain_or_twin(*args: Any, **kwargs: Any) -> Any:
             return (FAST_TWINS[name] if active(name) else plain)(*args, **kwargs)
+
         return plain_or_twin
+
     return decorate
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-WARMUP = 3   # plain calls in a row before recording: lazy state (optimizer moments, cuBLAS) is made by then
+WARMUP = 3  # plain calls in a row before recording: lazy state (optimizer moments, cuBLAS) is made by then
 
 
 def declared_base(agent: Any) -> type | None:
@@ -56,8 +56,9 @@ def replayable(agent: Any) -> bool:
 
 def generators(agent: Any) -> list[torch.Generator]:
     """The agent's own CUDA generators (its default generator is registered by torch itself)."""
-    return [value for value in vars(agent).values()
-            if isinstance(value, torch.Generator) and value.device.type == "cuda"]
+    return [
+        value for value in vars(agent).values() if isinstance(value, torch.Generator) and value.device.type == "cuda"
+    ]
 
 
 class GraphedStep:
@@ -65,7 +66,7 @@ class GraphedStep:
 
     def __init__(self, agent: Any):
         self.agent = weakref.proxy(agent)
-        self.plain = functools.partial(type(agent).gradient_step, self.agent)   # not the attached Step
+        self.plain = functools.partial(type(agent).gradient_step, self.agent)  # not the attached Step
         self.stream = torch.cuda.Stream(device=agent.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: Any = None
@@ -78,12 +79,19 @@ class GraphedStep:
     def fingerprint(self, batch) -> tuple:
         """What the recorded kernels depend on: where every tensor they read lives, and the batch's shapes."""
         agent = self.agent
-        tensors = [t for value in vars(agent).values() if isinstance(value, nn.Module)
-                   for t in (*value.parameters(), *value.buffers())]
+        tensors = [
+            t
+            for value in vars(agent).values()
+            if isinstance(value, nn.Module)
+            for t in (*value.parameters(), *value.buffers())
+        ]
         tensors += [t for state in agent.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
         lrs = tuple(group["lr"] for group in agent.optimizer.param_groups)
-        shapes = tuple(None if value is None else (tuple(value.shape), value.dtype, value.device)
-                       for value in batch if torch.is_tensor(value) or value is None)
+        shapes = tuple(
+            None if value is None else (tuple(value.shape), value.dtype, value.device)
+            for value in batch
+            if torch.is_tensor(value) or value is None
+        )
         return tuple(t.data_ptr() for t in tensors), lrs, shapes
 
     def __call__(self, batch):
@@ -92,14 +100,14 @@ class GraphedStep:
         seen = self.fingerprint(batch)
         if self.graph is not None and seen == self.recorded:
             return self.replay(batch)
-        self.graph, self.recorded = None, None   # something moved: record again once it settles
+        self.graph, self.recorded = None, None  # something moved: record again once it settles
         self.alike = self.alike + 1 if seen == self.seen else 1
         self.seen = seen
         if self.alike <= WARMUP:
             return self.on_side_stream(lambda: self.plain(batch))
         try:
             self.record(batch)
-        except Exception as error:   # a step that cannot be recorded runs plainly from now on
+        except Exception as error:  # a step that cannot be recorded runs plainly from now on
             self.graph, self.failed = None, f"{type(error).__name__}: {error}".splitlines()[0]
             log.info("speed: cuda_graph falls back to the plain gradient step (%s)", self.failed)
             torch.cuda.synchronize(self.agent.device)
@@ -118,8 +126,9 @@ class GraphedStep:
         return result
 
     def record(self, batch) -> None:
-        self.inputs = type(batch)(*(value.clone() if torch.is_tensor(value) and value.is_cuda else None
-                                    for value in batch))
+        self.inputs = type(batch)(
+            *(value.clone() if torch.is_tensor(value) and value.is_cuda else None for value in batch)
+        )
         graph = torch.cuda.CUDAGraph()
         for generator in generators(self.agent):
             graph.register_generator_state(generator)
@@ -145,7 +154,7 @@ class Step:
     agent still runs its declared step, else its class's gradient step."""
 
     def __init__(self, agent: Any, on: Callable[[], bool]):
-        self.agent, self.on = weakref.ref(agent), on   # the agent holds its Step: no cycle
+        self.agent, self.on = weakref.ref(agent), on  # the agent holds its Step: no cycle
 
     def __call__(self, batch):
         agent = self.agent()

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 NAMES = ("_foreach_norm", "_foreach_mul_", "_foreach_copy_", "_foreach_lerp_")
-FOREACH: dict[str, Any] = {name: getattr(torch, name, None) for name in NAMES}   # None where torch lacks one
+FOREACH: dict[str, Any] = {name: getattr(torch, name, None) for name in NAMES}  # None where torch lacks one
 
 
 def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

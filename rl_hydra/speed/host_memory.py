@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 HUGE_PAGE = 2 << 20  # bytes
-ALIGNMENT = 64       # each tensor starts on a cache line
+ALIGNMENT = 64  # each tensor starts on a cache line
 
 Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
@@ -50,9 +50,12 @@ def zeros(layout: Layout, device: torch.device) -> dict[str, torch.Tensor]:
     except OSError:  # a kernel without transparent huge pages: ordinary pages work the same
         pass
     # each tensor keeps the mapping alive, and owns a storage of exactly its bytes
-    return {name: torch.frombuffer(region, dtype=dtype, count=sizes[name] // dtype.itemsize,
-                                   offset=start + offsets[name]).view(shape)
-            for name, (shape, dtype) in layout.items()}
+    return {
+        name: torch.frombuffer(
+            region, dtype=dtype, count=sizes[name] // dtype.itemsize, offset=start + offsets[name]
+        ).view(shape)
+        for name, (shape, dtype) in layout.items()
+    }
 
 
 def zeros_list(specs: list[tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> list[torch.Tensor]:
@@ -64,10 +67,12 @@ def zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Zeros like each of `tensors`, on their device: the contiguous ones side by side in one
     region, any other with its own strides (torch.zeros_like)."""
     contiguous = [t for t in tensors if t.is_contiguous()]
-    slots = iter(zeros_list([(tuple(t.shape), t.dtype) for t in contiguous], contiguous[0].device)
-                 if contiguous else [])
-    return [next(slots) if t.is_contiguous() else torch.zeros_like(t, memory_format=torch.preserve_format)
-            for t in tensors]
+    slots = iter(
+        zeros_list([(tuple(t.shape), t.dtype) for t in contiguous], contiguous[0].device) if contiguous else []
+    )
+    return [
+        next(slots) if t.is_contiguous() else torch.zeros_like(t, memory_format=torch.preserve_format) for t in tensors
+    ]
 
 
 def relocate(modules: Iterable[nn.Module]) -> None:
@@ -77,8 +82,11 @@ def relocate(modules: Iterable[nn.Module]) -> None:
     own `_apply` runs, so modules that keep derived views (an LSTM's flat weights) renew them.
     """
     modules = list(modules)
-    params = list({id(p): p for module in modules for p in module.parameters()
-                   if p.device.type == "cpu" and p.is_contiguous()}.values())
+    params = list(
+        {
+            id(p): p for module in modules for p in module.parameters() if p.device.type == "cpu" and p.is_contiguous()
+        }.values()
+    )
     if not params or not can_use_huge_pages(params[0].device):
         return
     with torch.no_grad():

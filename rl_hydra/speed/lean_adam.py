@@ -18,8 +18,12 @@ def undecorated(method: Callable) -> Callable:
 
 
 def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
-    return bool(optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
-                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
+    return bool(
+        optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or torch_optimizer._global_optimizer_pre_hooks
+        or torch_optimizer._global_optimizer_post_hooks
+    )
 
 
 class LeanAdam(torch.optim.Adam):
@@ -35,9 +39,17 @@ class LeanAdam(torch.optim.Adam):
     each tensor (rl_hydra.speed passes its huge-page allocator); by default, torch.zeros_like.
     """
 
-    def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict], lr: float | torch.Tensor = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 fused: bool = True, allocate_moments: MomentAllocator | None = None, **kwargs):
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter] | Iterable[dict],
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        fused: bool = True,
+        allocate_moments: MomentAllocator | None = None,
+        **kwargs,
+    ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **kwargs)
         self.allocate_moments = allocate_moments or plain_zeros_like
 
@@ -50,13 +62,27 @@ class LeanAdam(torch.optim.Adam):
     zero_grad = undecorated(torch.optim.Optimizer.zero_grad)
 
     def _fast_path_ok(self, group: dict, params: list[torch.Tensor]) -> bool:
-        if (FUSED_ADAM is None or not group["fused"] or group["amsgrad"] or group["maximize"]
-                or group["capturable"] or group["differentiable"] or group.get("decoupled_weight_decay")
-                or torch.is_tensor(group["lr"]) or has_step_hooks(self)):
+        if (
+            FUSED_ADAM is None
+            or not group["fused"]
+            or group["amsgrad"]
+            or group["maximize"]
+            or group["capturable"]
+            or group["differentiable"]
+            or group.get("decoupled_weight_decay")
+            or torch.is_tensor(group["lr"])
+            or has_step_hooks(self)
+        ):
             return False
         first = params[0]
-        return all(p.grad is not None and p.device == first.device and p.dtype == first.dtype
-                   and not p.grad.is_sparse and not torch.is_complex(p) for p in params)
+        return all(
+            p.grad is not None
+            and p.device == first.device
+            and p.dtype == first.dtype
+            and not p.grad.is_sparse
+            and not torch.is_complex(p)
+            for p in params
+        )
 
     def _torch_step(self, closure: Callable[[], float] | None = None):
         """torch's Adam step inside torch's hook and profiler wrapper, as torch.optim.Adam runs it."""
@@ -79,8 +105,7 @@ class LeanAdam(torch.optim.Adam):
         """torch's, then the loaded moments copied to where `_init_state` puts fresh ones (a
         resumed run keeps its Adam moments in huge pages too)."""
         self._torch_load_state_dict(state_dict)
-        moments = [(state, key) for state in self.state.values() for key in ("exp_avg", "exp_avg_sq")
-                   if key in state]
+        moments = [(state, key) for state in self.state.values() for key in ("exp_avg", "exp_avg_sq") if key in state]
         slots = self.allocate_moments([state[key] for state, key in moments])
         for (state, key), slot in zip(moments, slots):
             state[key] = slot.copy_(state[key])
@@ -97,10 +122,23 @@ class LeanAdam(torch.optim.Adam):
         steps = [state["step"] for state in states]
         beta1, beta2 = group["betas"]
         torch._foreach_add_(steps, 1)
-        FUSED_ADAM(params, [p.grad for p in params], [state["exp_avg"] for state in states],
-                   [state["exp_avg_sq"] for state in states], [], steps, amsgrad=False, lr=group["lr"],
-                   beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                   maximize=False, grad_scale=None, found_inf=None)
+        FUSED_ADAM(
+            params,
+            [p.grad for p in params],
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
         return None
 
     # keeps torch from wrapping it in its (costly) hook wrapper: hooks take _torch_step (mypy types no
@@ -139,6 +177,6 @@ def probe() -> None:
             g = g.double() + weight_decay * want
             m.mul_(beta1).add_((1 - beta1) * g)
             v.mul_(beta2).add_((1 - beta2) * g * g)
-            want -= lr / (1 - beta1 ** t) * m / (v.sqrt() / (1 - beta2 ** t) ** 0.5 + eps)
+            want -= lr / (1 - beta1**t) * m / (v.sqrt() / (1 - beta2**t) ** 0.5 + eps)
     if not all(torch.allclose(p.detach().double(), want, rtol=1e-5, atol=1e-6) for p, want in zip(params, expected)):
         raise ArithmeticError("torch._fused_adam_ no longer computes Adam's step from the arguments LeanAdam passes")

@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.modules import module as torch_module
 
 NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = {
-    nn.ReLU: lambda x: np.maximum(x, 0.0, out=x),   # in place: x is always the mirror's own array
+    nn.ReLU: lambda x: np.maximum(x, 0.0, out=x),  # in place: x is always the mirror's own array
     nn.Tanh: lambda x: np.tanh(x, out=x),
 }
 
@@ -71,6 +71,7 @@ class Acting:
 def twin(numpy_twin: Twin) -> Callable[[Callable], Callable]:
     """Decorates a module class's `forward` with `numpy_twin(module, x)`, the same forward in numpy
     (None where it cannot answer), for acting and for the mirror's walk through a network."""
+
     def decorate(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def forward_or_twin(module: nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -84,6 +85,7 @@ def twin(numpy_twin: Twin) -> Callable[[Callable], Callable]:
 
         TWINS[forward_or_twin] = numpy_twin
         return forward_or_twin
+
     return decorate
 
 
@@ -95,8 +97,15 @@ def twin_of(forward: Callable) -> Twin | None:
 def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
     """module(x) computed by its twin, as a tensor on the result's memory; None where x is not a
     float32 CPU tensor outside autograd, a global hook is set, or the twin cannot answer."""
-    if (type(x) is not torch.Tensor or not x.is_cpu or x.dtype != torch.float32 or x.requires_grad
-            or torch.is_grad_enabled() or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks):
+    if (
+        type(x) is not torch.Tensor
+        or not x.is_cpu
+        or x.dtype != torch.float32
+        or x.requires_grad
+        or torch.is_grad_enabled()
+        or torch_module._global_forward_hooks
+        or torch_module._global_forward_pre_hooks
+    ):
         return None
     out = numpy_twin(module, x.numpy())
     return None if out is None else torch.from_numpy(out)

@@ -25,19 +25,19 @@ class ClosedFormQuantileHuber(torch.autograd.Function):
     @staticmethod
     def forward(ctx, quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
         # quantiles: (B, N); targets: (B, N'); taus: (N,) or (B, N)
-        u = targets[:, None, :] - quantiles[:, :, None]                    # (B, N, N')
-        c = u.clamp(-kappa, kappa)                                         # (B, N, N')
-        tau = taus.expand_as(quantiles)[:, :, None]                        # (B, N, 1)
-        g = c.abs().mul_(tau - 0.5).add_(c, alpha=0.5)                     # d loss_ij / d u_ij  (B, N, N')
-        scale = 1.0 / (kappa * u.shape[2])                                 # the mean over j, the 1 / kappa
-        per_sample = u.sub_(c, alpha=0.5).mul_(g).sum(dim=(1, 2)).mul_(scale)   # (B,)
+        u = targets[:, None, :] - quantiles[:, :, None]  # (B, N, N')
+        c = u.clamp(-kappa, kappa)  # (B, N, N')
+        tau = taus.expand_as(quantiles)[:, :, None]  # (B, N, 1)
+        g = c.abs().mul_(tau - 0.5).add_(c, alpha=0.5)  # d loss_ij / d u_ij  (B, N, N')
+        scale = 1.0 / (kappa * u.shape[2])  # the mean over j, the 1 / kappa
+        per_sample = u.sub_(c, alpha=0.5).mul_(g).sum(dim=(1, 2)).mul_(scale)  # (B,)
         if ctx.needs_input_grad[0]:
-            ctx.save_for_backward(g.sum(dim=2).mul_(-scale))              # d loss_b / d quantiles_b (B, N)
+            ctx.save_for_backward(g.sum(dim=2).mul_(-scale))  # d loss_b / d quantiles_b (B, N)
         return per_sample
 
     @staticmethod
     def backward(ctx, grad_per_sample: torch.Tensor):
-        (grad_quantiles,) = ctx.saved_tensors                              # (B, N)
+        (grad_quantiles,) = ctx.saved_tensors  # (B, N)
         return grad_per_sample[:, None] * grad_quantiles, None, None, None
 
 
@@ -55,7 +55,7 @@ def probe() -> None:
     taus = torch.rand(3, 4, generator=generator, dtype=torch.float64)
     kappa = 0.7
     closed_form = torch.autograd.grad(per_sample(quantiles, targets, taus, kappa).sum(), quantiles)[0]
-    u = targets[:, None, :] - quantiles[:, :, None]                        # (B, N, N'), autograd through it
+    u = targets[:, None, :] - quantiles[:, :, None]  # (B, N, N'), autograd through it
     c = u.clamp(-kappa, kappa)
     g = c.abs() * (taus[:, :, None] - 0.5) + 0.5 * c
     autograd = torch.autograd.grad(((u - 0.5 * c) * g).sum() / (kappa * u.shape[2]), quantiles)[0]

@@ -58,7 +58,7 @@ def probe() -> None:
             getattr(lean, name)
         lean.reset(seed=[0, 1]), plain.reset(seed=[0, 1])
         ended = False
-        for _ in range(60):   # constant pushes end CartPole's episodes within ~10 steps
+        for _ in range(60):  # constant pushes end CartPole's episodes within ~10 steps
             ours, theirs = lean.step(np.ones(2, np.int64)), plain.step(np.ones(2, np.int64))
             same = all(np.array_equal(a, b) for a, b in zip(ours[:4], theirs[:4])) and set(ours[4]) == set(theirs[4])
             final = zip(ours[4].get("final_obs", ()), theirs[4].get("final_obs", ()))

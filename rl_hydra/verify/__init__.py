@@ -50,16 +50,18 @@ from rl_hydra.verify.record import (
 )
 from rl_hydra.verify.scratch import scratch_directory, stop_on_signal, stopped_line
 
-DEFAULT_STEPS = 5000   # the default window's length, unless the first update falls later: a check, not a rerun
-CUDA_RTOL = 1e-3       # on CUDA, values within this relative difference count as equal
-EXIT_CODES = (f"exit status: 0 verified (a provenance that differs is named), {EXIT_FAILED} the record differs, "
-              f"{EXIT_CONFIG} it cannot be verified, {EXIT_INTERRUPTED} stopped by Ctrl-C or SIGTERM")
+DEFAULT_STEPS = 5000  # the default window's length, unless the first update falls later: a check, not a rerun
+CUDA_RTOL = 1e-3  # on CUDA, values within this relative difference count as equal
+EXIT_CODES = (
+    f"exit status: 0 verified (a provenance that differs is named), {EXIT_FAILED} the record differs, "
+    f"{EXIT_CONFIG} it cannot be verified, {EXIT_INTERRUPTED} stopped by Ctrl-C or SIGTERM"
+)
 
 
 @dataclass
 class Verdict:
     ok: bool
-    message: str   # one line
+    message: str  # one line
 
 
 def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float | None = None) -> Verdict:
@@ -72,8 +74,10 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
         segments = config_segments(directory, sessions)
         if distributed.requested(segments[0].cfg):
             kind = segments[0].cfg.distributed.name
-            raise RunError(f"{directory.path} is a distributed run (distributed={kind}): its actors race each other, "
-                           f"so it is not bit-reproducible and cannot be verified by a re-run")
+            raise RunError(
+                f"{directory.path} is a distributed run (distributed={kind}): its actors race each other, "
+                f"so it is not bit-reproducible and cannot be verified by a re-run"
+            )
         metrics = read_metrics(directory)
         if not metrics.rows and not (directory.checkpoints.is_dir() or directory.summary_json.is_file()):
             raise RunError(f"{directory.path} has no logged metrics to compare (metrics.csv is missing or empty)")
@@ -89,7 +93,7 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     target = window(segments[0].cfg, metrics, checkpoints, steps, limit)
     how = f"within rtol={rtol:g} ({device_note})" if rtol else "exactly"
     with scratch_directory() as rerun_dir:
-        if choices is not None:   # summary.json names the algo and env from them: the re-run's then alike
+        if choices is not None:  # summary.json names the algo and env from them: the re-run's then alike
             hydra = {"hydra": {"runtime": {"choices": choices}}}
             atomic_write_text(rerun_dir.hydra / "hydra.yaml", yaml.safe_dump(hydra))
         rerun(segments, rerun_dir, target)
@@ -97,21 +101,29 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     made_by = [s for s in sessions if s["start_step"] < target] or sessions[:1]
     explain = provenance_differences(made_by, device)
     if difference:
-        return Verdict(False, f"{directory.path} does not match its record ({how}): {difference}"
-                              f"; {explain or 'the code, the libraries and the device are the same'}")
+        return Verdict(
+            False,
+            f"{directory.path} does not match its record ({how}): {difference}"
+            f"; {explain or 'the code, the libraries and the device are the same'}",
+        )
     resumed = [s.start for s in segments[1:] if s.start < target]
     replayed = f"; with the config changes of the resume at step {', '.join(map(str, resumed))}" if resumed else ""
     if limit is not None:
-        replayed += (f"; only up to step {limit}: a resume after a stop did what fell due at {limit + 1} with a "
-                     f"changed config")
+        replayed += (
+            f"; only up to step {limit}: a resume after a stop did what fell due at {limit + 1} with a changed config"
+        )
     also = f"; {', '.join(compared)} equal too" if compared else ""
-    return Verdict(True, f"verified {directory.path}{f' ({explain})' if explain else ''}: the first {target} steps "
-                         f"re-run from the recorded config match the record {how} "
-                         f"({len(metrics.up_to(target))} logged rows{also}{replayed})")
+    return Verdict(
+        True,
+        f"verified {directory.path}{f' ({explain})' if explain else ''}: the first {target} steps "
+        f"re-run from the recorded config match the record {how} "
+        f"({len(metrics.up_to(target))} logged rows{also}{replayed})",
+    )
 
 
-def window(cfg: DictConfig, metrics: Metrics, checkpoints: dict[str, dict], steps: int | str | None,
-           limit: int | None) -> int:
+def window(
+    cfg: DictConfig, metrics: Metrics, checkpoints: dict[str, dict], steps: int | str | None, limit: int | None
+) -> int:
     """The env steps to re-run: `steps`, or the whole record ("all"), or `default_window`; never
     past the record's last row or `limit` (replay_limit), and at least to its first row."""
     recorded = metrics.steps()
@@ -134,10 +146,13 @@ def default_window(cfg: DictConfig, recorded: list[int], best: int | None) -> in
     from rl_hydra.training import first_update_step
 
     schedule = SimpleNamespace(learning_starts=cfg.algo.learning_starts, train_every=cfg.algo.train_every)
-    updated = first_update_step(schedule) + cfg.env.num_envs - 1   # n envs may reach it n - 1 steps later
+    updated = first_update_step(schedule) + cfg.env.num_envs - 1  # n envs may reach it n - 1 steps later
     every = int(cfg.train.checkpoint_every)
-    target = max(min(every, DEFAULT_STEPS), (updated // every + 1) * every,
-                 next((step for step in recorded if step > updated), 0))
+    target = max(
+        min(every, DEFAULT_STEPS),
+        (updated // every + 1) * every,
+        next((step for step in recorded if step > updated), 0),
+    )
     if best is not None and best <= max(target, DEFAULT_STEPS):
         target = max(target, best)
     return target
@@ -197,17 +212,24 @@ def rerun(segments: list[Segment], directory: RunDirectory, steps: int) -> None:
             except ConfigError as error:
                 raise RunError(f"the recorded config no longer builds: {error}") from None
             except TrainingDiverged:
-                return   # as the run did, if it diverged at the same step: the rows say
+                return  # as the run did, if it diverged at the same step: the rows say
 
 
-def compare_record(directory: RunDirectory, metrics: Metrics, checkpoints: dict[str, dict], rerun_dir: RunDirectory,
-                   target: int, rtol: float | None) -> tuple[list[str], str | None]:
+def compare_record(
+    directory: RunDirectory,
+    metrics: Metrics,
+    checkpoints: dict[str, dict],
+    rerun_dir: RunDirectory,
+    target: int,
+    rtol: float | None,
+) -> tuple[list[str], str | None]:
     """(what was compared besides the rows, the first difference or None). A checkpoint is
     compared where the record's was saved within the window (last.pt: at its end); best.pt must
     then be the re-run's best too."""
     rerun_metrics = read_metrics(rerun_dir)
-    difference = compare_columns(metrics.columns, rerun_metrics.columns) or \
-        compare_rows(metrics.up_to(target), rerun_metrics.up_to(target), rtol)
+    difference = compare_columns(metrics.columns, rerun_metrics.columns) or compare_rows(
+        metrics.up_to(target), rerun_metrics.up_to(target), rtol
+    )
     compared: list[str] = []
     for name, recorded in checkpoints.items():
         step = step_of(recorded)
@@ -229,15 +251,23 @@ def compare_record(directory: RunDirectory, metrics: Metrics, checkpoints: dict[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rl-hydra-verify", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
     parser.add_argument("run_dir", help="a run directory (outputs/...)")
-    parser.add_argument("--steps", default=None,
-                        help=f"env steps to re-run: a number, or 'all' (default: up to the first checkpoint, at most "
-                             f"{DEFAULT_STEPS}, and always past the first gradient update and to best.pt's step)")
-    parser.add_argument("--rtol", type=float, default=None,
-                        help=f"compare within this relative tolerance (default: exact on the CPU, {CUDA_RTOL} on CUDA)")
+    parser.add_argument(
+        "--steps",
+        default=None,
+        help=f"env steps to re-run: a number, or 'all' (default: up to the first checkpoint, at most "
+        f"{DEFAULT_STEPS}, and always past the first gradient update and to best.pt's step)",
+    )
+    parser.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help=f"compare within this relative tolerance (default: exact on the CPU, {CUDA_RTOL} on CUDA)",
+    )
     args = parser.parse_args(argv)
     if args.steps not in (None, "all") and not (args.steps.isdigit() and int(args.steps) > 0):
-        print(f"error: --steps={args.steps} is not allowed; give a positive number of env steps or 'all'",
-              file=sys.stderr)
+        print(
+            f"error: --steps={args.steps} is not allowed; give a positive number of env steps or 'all'", file=sys.stderr
+        )
         return EXIT_CONFIG
     steps = args.steps if args.steps in (None, "all") else int(args.steps)
     with stop_on_signal(args.run_dir):
@@ -248,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         except RunError as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_CONFIG
-        except StopRequested:   # from the re-run, which stopped at a step boundary
+        except StopRequested:  # from the re-run, which stopped at a step boundary
             print(stopped_line(args.run_dir), file=sys.stderr)
             return EXIT_INTERRUPTED
     print(verdict.message if verdict.ok else f"error: {verdict.message}", file=sys.stdout if verdict.ok else sys.stderr)

@@ -12,8 +12,8 @@ from rl_hydra.runs.run_dir import SUMMARY_KEYS
 
 WALL_CLOCK = ("time/",)
 SUMMARY_WALL_CLOCK = ("solved_at_s", "wall_time_s", "steps_per_second")
-WALL_CLOCK_STATE = ("runner.elapsed", "runner.solved_at.elapsed_s")   # in a checkpoint
-HOST_KEYS = ("host",)   # differs between machines: reported, never a difference on its own
+WALL_CLOCK_STATE = ("runner.elapsed", "runner.solved_at.elapsed_s")  # in a checkpoint
+HOST_KEYS = ("host",)  # differs between machines: reported, never a difference on its own
 
 
 def compare_columns(recorded: list[str], rerun: list[str]) -> str | None:
@@ -38,8 +38,10 @@ def compare_rows(recorded: list[dict[str, str]], rerun: list[dict[str, str]], rt
                 continue
             redone = other.get(column, "")
             if not same_value(value, redone, rtol):
-                return (f"at step {row['step']}, column {column}: recorded {value or 'nothing'}, "
-                        f"re-run {redone or 'nothing'}")
+                return (
+                    f"at step {row['step']}, column {column}: recorded {value or 'nothing'}, "
+                    f"re-run {redone or 'nothing'}"
+                )
     return None
 
 
@@ -91,13 +93,15 @@ def first_difference(a: Any, b: Any, rtol: float | None, path: str) -> str | Non
     if isinstance(a, dict):
         if not isinstance(b, dict) or set(a) != set(b):
             return path or "its top level"
-        return next((d for k in a if (d := first_difference(a[k], b[k], rtol, f"{path}.{k}" if path else str(k)))),
-                    None)
+        return next(
+            (d for k in a if (d := first_difference(a[k], b[k], rtol, f"{path}.{k}" if path else str(k)))), None
+        )
     if isinstance(a, (list, tuple)):
         if not isinstance(b, (list, tuple)) or len(a) != len(b):
             return path
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, rtol, f"{path}[{i}]"))),
-                    None)
+        return next(
+            (d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, rtol, f"{path}[{i}]"))), None
+        )
     return None if same_figure(a, b, rtol) else path
 
 
@@ -109,9 +113,10 @@ def provenance_differences(sessions: list[dict[str, Any]], device: str) -> str:
     now = provenance.collect(device)
     differ = []
     for key in (*provenance.CODE_KEYS, *HOST_KEYS):
-        recorded = dict.fromkeys(session.get(key) for session in sessions)   # each value once, in order
-        differ += [f"{key} {shown(key, value)} -> {shown(key, now.get(key))}"
-                   for value in recorded if value != now.get(key)]
+        recorded = dict.fromkeys(session.get(key) for session in sessions)  # each value once, in order
+        differ += [
+            f"{key} {shown(key, value)} -> {shown(key, now.get(key))}" for value in recorded if value != now.get(key)
+        ]
     return f"provenance differs: {', '.join(differ)}" if differ else ""
 
 

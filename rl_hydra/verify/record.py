@@ -28,6 +28,7 @@ class Differs(Exception):
 @dataclass
 class Segment:
     """The steps from `start` on were trained with `cfg` (a resume that changed the config starts one)."""
+
     start: int
     cfg: DictConfig
 
@@ -61,18 +62,22 @@ def config_segments(directory: RunDirectory, sessions: list[dict[str, Any]]) -> 
     one that does not lead to what config.yaml holds, is `Differs`."""
     cfg = read_config(directory)
     changed = [(number, s) for number, s in enumerate(sessions, start=1) if s.get("config_changes")]
-    for number, session in changed:   # code first: refused (exit 2) whatever else is wrong
+    for number, session in changed:  # code first: refused (exit 2) whatever else is wrong
         check_trusted({"config_changes": session["config_changes"]}, directory.provenance_json)
     for number, session in changed:
         for key in session["config_changes"]:
             if not resumable(key):
                 allowed = ", ".join(f"{k}*" if k.endswith(".") else k for k in RESUMABLE)
-                raise Differs(f"provenance.json's session {number} records a change of {key}, which no resume makes "
-                              f"(a resume changes only {allowed})")
+                raise Differs(
+                    f"provenance.json's session {number} records a change of {key}, which no resume makes "
+                    f"(a resume changes only {allowed})"
+                )
     starts = [s["start_step"] for s in sessions]
     if starts and (starts[0] != 0 or starts != sorted(starts)):
-        raise Differs(f"provenance.json's sessions start at steps {starts}: a run starts at 0 and a resume "
-                      f"where the one before it stopped")
+        raise Differs(
+            f"provenance.json's sessions start at steps {starts}: a run starts at 0 and a resume "
+            f"where the one before it stopped"
+        )
     segments = [Segment(0, cfg)]
     for number, session in reversed(changed):
         if session["start_step"] == 0:
@@ -81,8 +86,10 @@ def config_segments(directory: RunDirectory, sessions: list[dict[str, Any]]) -> 
         for key, (old, new) in session["config_changes"].items():
             now = OmegaConf.select(earlier, key, default=None)
             if plain(now) != new:
-                raise Differs(f"provenance.json's session {number} says {key} became {new!r}, but the config it "
-                              f"leads to holds {plain(now)!r}")
+                raise Differs(
+                    f"provenance.json's session {number} says {key} became {new!r}, but the config it "
+                    f"leads to holds {plain(now)!r}"
+                )
             OmegaConf.update(earlier, key, old, merge=False)
         segments[0].start = session["start_step"]
         segments.insert(0, Segment(0, earlier))
@@ -149,8 +156,10 @@ def read_metrics(directory: RunDirectory) -> Metrics:
         if not step.isdigit():
             raise Differs(f"metrics.csv line {number} has step {step!r}, not a number of env steps")
         if int(step) <= previous:
-            raise Differs(f"metrics.csv line {number} is at step {step}, not after the line before it "
-                          f"(step {previous}): a row repeated or out of order")
+            raise Differs(
+                f"metrics.csv line {number} is at step {step}, not after the line before it "
+                f"(step {previous}): a row repeated or out of order"
+            )
         rows.append(dict(zip(columns, fields)))
         previous = int(step)
     return Metrics(columns, rows)
@@ -172,8 +181,9 @@ def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     return choices
 
 
-def read_checkpoints(directory: RunDirectory, metrics: Metrics, cfg: DictConfig,
-                     sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def read_checkpoints(
+    directory: RunDirectory, metrics: Metrics, cfg: DictConfig, sessions: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """The checkpoints the run holds, loaded (tensors only). One that exists but does not load, or
     that the record says exists but is missing (`expected_checkpoints`), is `Differs`; so is a
     completed run whose summary, last.pt and last logged row are not at the same step."""
@@ -193,16 +203,20 @@ def read_checkpoints(directory: RunDirectory, metrics: Metrics, cfg: DictConfig,
         if name not in loaded:
             raise Differs(f"{directory.checkpoints / name}.pt is missing, though {because}")
     if status == "completed":
-        ends = {"summary.json": summary.get("global_step"), "last.pt": step_of(loaded["last"]),
-                "metrics.csv's last row": metrics.steps()[-1] if metrics.rows else None}
+        ends = {
+            "summary.json": summary.get("global_step"),
+            "last.pt": step_of(loaded["last"]),
+            "metrics.csv's last row": metrics.steps()[-1] if metrics.rows else None,
+        }
         if len(set(ends.values())) > 1:
             where = ", ".join(f"{name} {step!r}" for name, step in ends.items())
             raise Differs(f"the completed run ends at different steps: {where}")
     return loaded
 
 
-def expected_checkpoints(summary: dict[str, Any], metrics: Metrics, cfg: DictConfig,
-                         sessions: list[dict[str, Any]]) -> dict[str, str]:
+def expected_checkpoints(
+    summary: dict[str, Any], metrics: Metrics, cfg: DictConfig, sessions: list[dict[str, Any]]
+) -> dict[str, str]:
     """{checkpoint: why the record says it exists}: last.pt once a run ended on its own or on
     request, or logged a row past its first checkpoint step; best.pt once it evaluated."""
     expected = {}

@@ -18,8 +18,8 @@ from typing import Iterator
 from rl_hydra.launch import EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory
 
-SCRATCH_PREFIX = "rl-hydra-verify-"   # + the pid of the verify that re-runs in it
-LIVE_SCRATCH: set[Path] = set()   # this process's scratch directories, removed by `stop_now` too
+SCRATCH_PREFIX = "rl-hydra-verify-"  # + the pid of the verify that re-runs in it
+LIVE_SCRATCH: set[Path] = set()  # this process's scratch directories, removed by `stop_now` too
 
 
 @contextlib.contextmanager
@@ -51,7 +51,7 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:   # another user's process
+    except PermissionError:  # another user's process
         return True
     return True
 
