@@ -5,6 +5,7 @@ rl-hydra-verify's refusal. Runs on Ray: tests/test_distributed_runs.py (slow).""
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +18,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.distributed.replay import SequenceShard, TransitionShard, as_arrays
 from rl_hydra.distributed.settings import actor_epsilons, read_settings, requested, sequence_priorities
 from rl_hydra.protocols import Batch, SequenceBatch
+from rl_hydra.schema import validate_config
 from tests.conftest import TINY, compose_config
 
 
@@ -53,26 +55,50 @@ def test_settings_read_and_auto_actors():
 
 
 @pytest.mark.parametrize("key, value, says", [
-    ("actors", 0, "distributed.actors=0 is out of range"),
+    ("actors", 0, "distributed.actors=0 is out of range; expected an integer >= 1 and <= 4096 or auto"),
     ("actors", "many", "distributed.actors='many' is not an integer"),
-    ("address", "nowhere", "distributed.address='nowhere' is not allowed"),
-    ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1 is out of range"),
+    ("address", "nowhere", "distributed.address='nowhere' is not allowed; "
+                           "expected ray://host:port or host:port, auto or null"),
+    ("address", "ray://head", "distributed.address='ray://head' is not allowed"),
+    ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1.0 is out of range"),
+    ("min_replay_ratio", 0, "distributed.min_replay_ratio=0.0 is out of range"),
     ("epsilon_base", 1.5, "distributed.epsilon_base=1.5 is out of range"),
-    ("shards", 3, "distributed.shards=3 is out of range"),
-    ("cpus_per_actor", 0, "distributed.cpus_per_actor=0 is out of range"),
+    ("cpus_per_actor", 0, "distributed.cpus_per_actor=0.0 is out of range"),
+    ("max_restarts", 1001, "distributed.max_restarts=1001 is out of range"),
+    ("prefetch", 65, "distributed.prefetch=65 is out of range"),
 ])
-def test_bad_settings_are_one_line_errors(key, value, says):
-    with pytest.raises(ConfigError, match=says) as error:
-        read_settings(apex(**{"actors": 2, key: value}))
+def test_bad_keys_are_one_line_errors_from_the_schema(key, value, says):
+    with pytest.raises(ConfigError, match=re.escape(says)) as error:
+        validate_config(compose_config("distributed=apex", f"distributed.{key}={value}"))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("keys, says", [
+    ({"shards": 3}, "distributed.shards=3 is out of range; expected at most one shard per actor (distributed.actors=2)"),
+    ({"max_replay_ratio": 0.5, "min_replay_ratio": 1.0},
+     "distributed.min_replay_ratio=1.0 is out of range; expected at most distributed.max_replay_ratio=0.5"),
+])
+def test_keys_that_disagree_are_one_line_errors(keys, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        read_settings(apex(actors=2, **keys))
+
+
+def test_a_distributed_node_read_back_is_checked_by_its_name():
+    """A run directory's config.yaml is untyped data: its distributed node is checked against the
+    schema its `name` names, and a name the group lacks is refused with the group's options."""
+    recorded = OmegaConf.to_container(compose_config("distributed=apex"), resolve=False)
+    recorded["distributed"]["actors"] = 0
+    with pytest.raises(ConfigError, match="distributed.actors=0 is out of range"):
+        validate_config(OmegaConf.create(recorded))
+    recorded["distributed"] = {"name": "apx"}
+    with pytest.raises(ConfigError, match="distributed.name='apx' is not allowed; choose one of: none, apex"):
+        validate_config(OmegaConf.create(recorded))
 
 
 def test_which_configs_are_distributed():
     assert not requested(compose_config())
     assert requested(compose_config("distributed=apex"))
     assert not requested(OmegaConf.create({"seed": 0}))   # a run recorded before the group existed
-    with pytest.raises(ConfigError, match="distributed.name='apx' is not allowed; choose one of: none, apex"):
-        requested(compose_config("distributed=apex", "distributed.name=apx"))
 
 
 @pytest.mark.parametrize("overrides, says", [

@@ -11,19 +11,15 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rl_hydra.config import ConfigError, check_choice, check_float, check_int
-
-KINDS = ("none", "apex")
-LARGEST_ACTORS = 4096
+from rl_hydra.config import ConfigError
+from rl_hydra.schema.keys import shown
 
 
 def requested(cfg: DictConfig) -> bool:
-    """Whether the config asks for a distributed run (`distributed=apex`); a config without the
-    group (a run recorded before it existed) is a single-process one."""
+    """Whether a (validated) config asks for a distributed run (`distributed=apex`); a config without
+    the group (a run recorded before it existed) is a single-process one."""
     node = cfg.get("distributed")
-    if node is None:
-        return False
-    return check_choice("distributed.name", node.get("name", "none"), KINDS) != "none"
+    return node is not None and node.get("name", "none") != "none"
 
 
 @dataclass(frozen=True)
@@ -46,41 +42,36 @@ class Settings:
 
 
 def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
-    """`cfg.distributed` checked key by key (one ConfigError line each)."""
-    address = node.get("address")
-    if address is not None and (
-        not isinstance(address, str) or not (address == "auto" or address.startswith("ray://") or ":" in address)
-    ):
+    """`cfg.distributed`, its keys already in their schema's ranges (rl_hydra/schema/distributed.py),
+    with `actors=auto` counted for this machine and the checks across keys made (one ConfigError line)."""
+    actors = auto_actors(node.cpus_per_actor, cpu_count) if node.actors == "auto" else node.actors
+    if node.shards > actors:
         raise ConfigError(
-            f"distributed.address={address!r} is not allowed; choose null (a local Ray instance), "
-            f"auto (the cluster this machine belongs to), ray://host:port, or host:port"
+            f"distributed.shards={shown(node.shards)} is out of range; expected at most one shard per actor "
+            f"(distributed.actors={actors})"
         )
-    cpus = check_float("distributed.cpus_per_actor", node.get("cpus_per_actor", 1), 0.0, exclusive_min=True)
-    actors = node.get("actors", "auto")
-    if actors == "auto":
-        actors = auto_actors(cpus, cpu_count)
-    actors = check_int("distributed.actors", actors, minimum=1, maximum=LARGEST_ACTORS)
-    ratio, floor = node.get("max_replay_ratio"), node.get("min_replay_ratio")
-    if ratio is not None:
-        ratio = check_float("distributed.max_replay_ratio", ratio, 0.0, exclusive_min=True)
-    if floor is not None:  # at most the cap, which the learner checks once it knows the algo's own
-        floor = check_float("distributed.min_replay_ratio", floor, 0.0, ratio, exclusive_min=True)
+    ratio, floor = node.max_replay_ratio, node.min_replay_ratio
+    if ratio is not None and floor is not None and floor > ratio:  # the algo's own cap: the learner checks
+        raise ConfigError(
+            f"distributed.min_replay_ratio={shown(floor)} is out of range; expected at most "
+            f"distributed.max_replay_ratio={shown(ratio)}"
+        )
     return Settings(
-        address=address,
+        address=node.address,
         actors=actors,
-        cpus_per_actor=cpus,
-        shards=check_int("distributed.shards", node.get("shards", 1), minimum=1, maximum=actors),
-        epsilon_base=check_float("distributed.epsilon_base", node.get("epsilon_base", 0.4), 0.0, 1.0),
-        epsilon_alpha=check_float("distributed.epsilon_alpha", node.get("epsilon_alpha", 7.0), 0.0),
-        weights_every=check_int("distributed.weights_every", node.get("weights_every", 400), minimum=1),
-        publish_every=check_int("distributed.publish_every", node.get("publish_every", 50), minimum=1),
-        send_every=check_int("distributed.send_every", node.get("send_every", 50), minimum=1),
+        cpus_per_actor=node.cpus_per_actor,
+        shards=node.shards,
+        epsilon_base=node.epsilon_base,
+        epsilon_alpha=node.epsilon_alpha,
+        weights_every=node.weights_every,
+        publish_every=node.publish_every,
+        send_every=node.send_every,
         max_replay_ratio=ratio,
         min_replay_ratio=floor,
-        priority_eta=check_float("distributed.priority_eta", node.get("priority_eta", 0.9), 0.0, 1.0),
-        priority_alpha=check_float("distributed.priority_alpha", node.get("priority_alpha", 0.9), 0.0),
-        max_restarts=check_int("distributed.max_restarts", node.get("max_restarts", 3), minimum=0, maximum=1000),
-        prefetch=check_int("distributed.prefetch", node.get("prefetch", 2), minimum=1, maximum=64),
+        priority_eta=node.priority_eta,
+        priority_alpha=node.priority_alpha,
+        max_restarts=node.max_restarts,
+        prefetch=node.prefetch,
     )
 
 

@@ -120,8 +120,21 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
             (field.metadata.get("schema") if field is not None else None)
             or (hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None)
             or schema_for(child)
+            or (schema_by_name(name, child) if not prefix else None)
         )
         walk(child, sub, f"{prefix}{name}.")
+
+
+def schema_by_name(group: str, node: DictConfig) -> type | None:
+    """The schema of a group node without a `_target_` (distributed's), read back untyped from a run
+    directory: the option its `name` says, or, for a name the group lacks, the first option's (which
+    then refuses the name, listing the group's options)."""
+    options = [schema for (g, _), schema in STORED.items() if g == group]
+    if "_target_" in node or "name" not in node or not options:
+        return None
+    if not all("name" in {field.name for field in dataclasses.fields(schema)} for schema in options):
+        return None
+    return STORED.get((group, str(node.get("name"))), options[0])
 
 
 ENV_KEYS = {field.name for schema in envs.ENV_SCHEMAS for field in dataclasses.fields(schema)}

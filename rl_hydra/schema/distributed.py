@@ -5,6 +5,8 @@ from typing import Any, ClassVar, Optional
 
 from rl_hydra.schema.keys import key
 
+LARGEST_ACTORS = 4096  # more is a typo (Ape-X itself ran 360)
+
 
 @dataclass
 class OneProcessKeys:
@@ -16,10 +18,21 @@ class OneProcessKeys:
 class ApexKeys(OneProcessKeys):
     """Ape-X (and R2D2 with algo=drqn) on Ray: docs/distributed.md."""
 
-    address: Optional[str] = key(help="null: a local Ray instance; auto | ray://host:port joins a cluster")
-    actors: Any = key(help="acting processes; auto: the CPUs / cpus_per_actor, less one for the learner")
+    address: Optional[str] = key(
+        help="null: a local Ray instance; auto | ray://host:port | host:port joins a cluster",
+        nullable=True,
+        also=("auto",),
+        pattern=(r"ray://[^\s/]+:\d+|[^\s/:]+:\d+", "ray://host:port or host:port"),
+    )
+    actors: Any = key(
+        help="acting processes; auto: the CPUs / cpus_per_actor, less one for the learner",
+        integer=True,
+        minimum=1,
+        maximum=LARGEST_ACTORS,
+        also=("auto",),
+    )
     cpus_per_actor: float = key(help="Ray CPUs each actor reserves", minimum=0.0, above=True)
-    shards: int = key(help="replay shards (Ray actors)", integer=True, minimum=1)
+    shards: int = key(help="replay shards (Ray actors), at most one per actor", integer=True, minimum=1)
     epsilon_base: float = key(
         help="actor i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))", minimum=0.0, maximum=1.0
     )
@@ -35,11 +48,16 @@ class ApexKeys(OneProcessKeys):
         help="updates per env step at most (null: the algo's own)", minimum=0.0, above=True, nullable=True
     )
     min_replay_ratio: Optional[float] = key(
-        help="actors wait while the learner is below this (null: never)", minimum=0.0, nullable=True
+        help="actors wait while the learner is below this (null: never), at most max_replay_ratio",
+        minimum=0.0,
+        above=True,
+        nullable=True,
     )
     priority_alpha: float = key(help="sequences are drawn with probability priority^alpha", minimum=0.0)
     priority_eta: float = key(
         help="a sequence's priority: eta * max + (1 - eta) * mean |TD error|", minimum=0.0, maximum=1.0
     )
-    max_restarts: int = key(help="times Ray restarts an actor process that died", integer=True, minimum=0)
-    prefetch: int = key(help="sample requests the learner keeps in flight per shard", integer=True, minimum=1)
+    max_restarts: int = key(help="times Ray restarts an actor process that died", integer=True, minimum=0, maximum=1000)
+    prefetch: int = key(
+        help="sample requests the learner keeps in flight per shard", integer=True, minimum=1, maximum=64
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -37,12 +38,16 @@ class Range:
     nullable: bool = False
     each: bool = False  # the range holds for each item of a list
     also: tuple[Any, ...] = ()  # words allowed beside the numbers (target_entropy: auto)
+    pattern: tuple[str, str] | None = None  # text matching a regular expression, and how to say it
 
     def allowed(self, brief: bool = False) -> str:
         """`expected an integer >= 1 and <= 1000000000000`, `choose one of: huber, mse`; `brief`
         leaves out the bound every integer key has (LARGEST_INT)."""
         if self.choices is not None:
             return f"choose one of: {', '.join(_word(c) for c in self.choices)}"
+        if self.pattern is not None:
+            words = [self.pattern[1], *(_word(word) for word in self.also), *(["null"] if self.nullable else [])]
+            return f"expected {', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else f"expected {words[0]}"
         low = None if self.minimum is None else f"{'>' if self.above else '>='} {_number(self.minimum)}"
         high = (
             None
@@ -66,6 +71,8 @@ class Range:
             return None
         if self.choices is not None:
             return None if any(value == c and type(value) is type(c) for c in self.choices) else "is not allowed"
+        if self.pattern is not None:
+            return None if isinstance(value, str) and re.fullmatch(self.pattern[0], value) else "is not allowed"
         if self.kind == "integer" and not is_int(value):
             return "is not an integer"
         if self.kind == "number" and not is_number(value):
@@ -125,12 +132,13 @@ def key(
     nullable: bool = False,
     each: bool = False,
     also: tuple[Any, ...] = (),
+    pattern: tuple[str, str] | None = None,
     schema: type | None = None,
 ) -> Any:
     """A schema field: `batch_size: int = key(help="samples per update", integer=True, minimum=1)`.
     An integer's maximum is LARGEST_INT unless given; a list default is copied for each instance.
     `schema`: the keys of a node left untyped, so that it may hold more (an optimizer's keyword
-    arguments), which `validate` still checks."""
+    arguments), which `validate` still checks. `pattern`: (regular expression, how to say it) for text."""
     nullable = nullable or (choices is not None and None in choices)
     if choices is not None:
         kind = "choice"
@@ -142,7 +150,7 @@ def key(
         kind = "any"
     metadata = {
         "help": help,
-        "range": Range(kind, minimum, maximum, above, below, choices, nullable, each, also),
+        "range": Range(kind, minimum, maximum, above, below, choices, nullable, each, also, pattern),
         "schema": schema,
     }
     if isinstance(default, (list, dict)):
