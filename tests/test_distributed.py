@@ -212,6 +212,8 @@ def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
 def test_joining_a_cluster_that_is_not_there_is_one_line(tmp_path, monkeypatch):
     from rl_hydra.launch import RunFailed, launch
 
+    pytest.importorskip("ray")
+
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(RunFailed, match="distributed.address=auto: cannot join a Ray cluster there") as failure:
         launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.address=auto", *TINY),

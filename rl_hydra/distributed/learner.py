@@ -63,9 +63,8 @@ def run(
     settings = read_settings(cfg.distributed)
     if stop_after is not None:
         raise ConfigError("distributed=apex runs cannot be re-run for a prefix (they are not bit-reproducible)")
-    ray = require_ray()
     with process_settings(cfg):
-        learner = Learner(cfg, run_dir, device, settings, ray)
+        learner = Learner(cfg, run_dir, device, settings)
         try:
             return learner.train(resume, on_ready)
         finally:
@@ -76,13 +75,13 @@ class Learner:
     """The driver's side of a distributed run: the agent it updates, the schedule of env steps that
     actors report, evaluation, metrics and checkpoints; the Ray side is its `cluster`."""
 
-    def __init__(self, cfg: DictConfig, run_dir: RunDirectory, device: torch.device, settings: Settings, ray: Any):
+    def __init__(self, cfg: DictConfig, run_dir: RunDirectory, device: torch.device, settings: Settings):
         from rl_hydra.algos.dqn import DQN
         from rl_hydra.envs import make_env
         from rl_hydra.fit import check_fit, import_class
         from rl_hydra.training import build_agent, cfg_choice, compile_agent, run_settings
 
-        self.cfg, self.run_dir, self.device, self.settings, self.ray = cfg, run_dir, device, settings, ray
+        self.cfg, self.run_dir, self.device, self.settings = cfg, run_dir, device, settings
         if not issubclass(import_class(cfg.algo._target_, "algo._target_"), DQN):
             raise ConfigError(
                 f"distributed=apex runs the Q family (algo=dqn, qr_dqn, iqn, c51, rainbow; drqn as "
@@ -127,7 +126,8 @@ class Learner:
         self.restarts_before = 0  # actor restarts in earlier sessions of the run
         self.lags: list[int] = []
         self.stop_requested = False
-        self.cluster = Cluster(ray, settings, cfg, self.recurrent, self.prioritized)
+        # Ray last: a config it cannot run is refused above whether Ray is installed or not
+        self.cluster = Cluster(require_ray(), settings, cfg, self.recurrent, self.prioritized)
         self.row_mark = (time.perf_counter(), 0, 0)  # (time, env steps, updates) at the last row
 
     # --- where the run stands -------------------------------------------------------------
