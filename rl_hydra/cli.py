@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
+import os
 import shlex
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -24,6 +28,8 @@ from rl_hydra.config import CONF_DIR, ENV_ALIASES, ConfigError, check_required, 
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
 from rl_hydra.resume import resume_main
 from rl_hydra.runs.names import register_job_dir_resolver
+from rl_hydra.runs.record import remove_refused_run
+from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.runs.sweep_parent import mark_sweep_process
 from rl_hydra.schema import key_lines, type_refusal
 
@@ -159,7 +165,7 @@ def check_config(
     key's first value, as its first job is; every value of a swept group must be one of its options."""
     from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException, MissingConfigException
+    from hydra.errors import HydraException
 
     with hydra_scope():
         loader = GlobalHydra.instance().config_loader()
@@ -171,12 +177,9 @@ def check_config(
         chosen = [first_job(override, loader, options) if multirun else as_typed(override) for override in overrides]
         try:
             cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
-        except MissingConfigException as error:
-            raise ConfigError(missing_option(error, overrides, options)) from None
-        except HydraException as error:  # ConfigCompositionException, ...
-            raise ConfigError(refused_override(error, chosen, config_name)) from None
-        except OverflowError as error:  # a float key given an integer past a float's range
-            raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
+        except (HydraException, OverflowError) as error:
+            refusal = composition_refusal(error, overrides, config_name, multirun)
+            raise ConfigError(refusal or str(error).splitlines()[0]) from None
     if launches and not multirun:
         check_sweep_only(cfg.hydra.runtime.choices, overrides)
     with open_dict(cfg):
@@ -292,6 +295,61 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
     )
 
 
+def composition_refusal(
+    error: Exception, overrides: list[Override], config_name: str, multirun: bool = False
+) -> str | None:
+    """One line for Hydra's refusal to compose (check_config's words), or None for an error that is
+    not one (a bug raised while running, which keeps its traceback)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
+
+    with hydra_scope():
+        loader = GlobalHydra.instance().config_loader()
+        searchpath = [as_typed(o) for o in overrides if o.get_key_element() == "hydra.searchpath"]
+
+        def options(group: str) -> list[str]:
+            return group_options(loader, group, config_name, searchpath)
+
+        chosen = [first_job(override, loader, options) if multirun else as_typed(override) for override in overrides]
+        if isinstance(error, MissingConfigException):
+            return missing_option(error, overrides, options)
+        if isinstance(error, HydraException):  # ConfigCompositionException, ...
+            return refused_override(error, chosen, config_name)
+        if isinstance(error, OverflowError):  # a float key given an integer past a float's range
+            return type_refusal(error) or str(error).splitlines()[0]
+    return None
+
+
+@contextlib.contextmanager
+def composed_by_hydra(overrides: list[Override], config_name: str) -> Iterator[None]:
+    """Around hydra.main for a single run, whose config Hydra alone composes: its refusal to compose
+    becomes one `error:` line and exit code 2, as check_config makes a sweep's. HYDRA_FULL_ERROR=1
+    (put back after) makes Hydra raise it here instead of printing it and exiting 1; an error raised
+    inside the run itself (hydra_main's frame on its traceback) is not a refusal and goes on."""
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    except Exception as error:
+        run_code = hydra_main.__wrapped__.__code__  # the undecorated function (functools.wraps)
+        if any(frame.f_code is run_code for frame, _ in traceback.walk_tb(error.__traceback__)):
+            raise
+        refusal = composition_refusal(error, overrides, config_name)
+        if refusal is None:  # refused after composing (a required key that hydra.run.dir reads): name it
+            try:
+                check_config(overrides, config_name=config_name)
+            except ConfigError as found:
+                refusal = str(found)
+        if refusal is None:
+            raise
+        fail(refusal, EXIT_CONFIG)
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     """Train and return the final eval return (what a sweeper optimises).
@@ -303,6 +361,12 @@ def hydra_main(cfg: DictConfig) -> float | None:
     """
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if not multirun:  # a single run's config was composed by Hydra alone: check_config did not see it
+        try:
+            check_sweep_only(hydra_cfg.runtime.choices, command_line(list(hydra_cfg.overrides.task))[1])
+        except ConfigError as error:
+            remove_refused_run(RunDirectory(hydra_cfg.runtime.output_dir))
+            fail(str(error), EXIT_CONFIG)
     if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
         cfg.train.progress = False
     try:
@@ -323,26 +387,32 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    """`python train.py [flags] [overrides]`: a resume, or a Hydra run or sweep once its config
-    composes (check_config); a refusal is one `error:` line and exit code 2."""
+    """`python train.py [flags] [overrides]`: a resume, a Hydra run (its config composed once, by
+    hydra.main), or a sweep once its first job composes (check_config); a refusal is one `error:`
+    line and exit code 2."""
     try:
         resume, argv = resume_argument(sys.argv[1:])
         args, overrides = command_line(argv)
         if resume is not None:
             resume_main(resume, [as_typed(override) for override in overrides])
             return
+        config_name = args.config_name or "train"
+        single_run = False
         if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):
             multirun = args.multirun or any(
                 o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN" for o in overrides
             )
             launches = not (args.cfg or args.info or args.help or args.hydra_help)
-            cfg = check_config(overrides, multirun=multirun, config_name=args.config_name or "train", launches=launches)
+            single_run = launches and not multirun
+            if not single_run:  # a sweep's first job, checked before any job runs; or what is shown
+                cfg = check_config(overrides, multirun=multirun, config_name=config_name, launches=launches)
             if args.help:  # after Hydra's help: each key's help and range, from the schema
                 atexit.register(lambda: print("== Keys ==\n" + "\n".join(key_lines(cfg))))
     except ConfigError as error:
         fail(str(error), EXIT_CONFIG)
     mark_sweep_process()  # a sweep's jobs in worker processes stop when this process is gone (kill -9)
-    hydra_main()
+    with composed_by_hydra(overrides, config_name) if single_run else contextlib.nullcontext():
+        hydra_main()  # a single run's config is composed here, once
     if sweep_report.failed_jobs:  # a sweep some of whose jobs failed (the line is printed)
         sys.exit(EXIT_FAILED)
 

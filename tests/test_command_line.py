@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
+import traceback
 
 import hydra
 import pytest
@@ -136,6 +138,35 @@ def test_a_sweep_only_group_is_fine_with_m_and_where_nothing_runs(monkeypatch, c
     assert code == 0 and "  total_steps: 20000" in out, err
     check_config(command_line(["-m", "+hparams_search=dqn_cartpole"])[1], multirun=True)
     check_config(command_line(["hydra.mode=MULTIRUN", "hydra/launcher=joblib"])[1], multirun=True)
+
+
+def test_a_single_run_is_composed_once(tmp_path, monkeypatch, capsys):
+    """hydra.main alone composes a single run's config (no check of ours composes it before); a bug
+    raised inside the run keeps its traceback instead of being read as a refusal, and HYDRA_FULL_ERROR
+    is put back."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl   # the one composer Hydra has
+
+    composed = []   # by whom: hydra.main's machinery, or other code (ours)
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self, config_name, overrides, run_mode, *args, **kwargs):
+        callers = {frame.f_code.co_name for frame, _ in traceback.walk_stack(None)}
+        composed.append("hydra.main" if "_run_hydra" in callers else "other")
+        return load(self, config_name, overrides, run_mode, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    code, _, err = cli(monkeypatch, capsys, *TINY, f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 0 and "hydra.main" in composed and "other" not in composed, (composed, err)
+    assert (tmp_path / "run" / "summary.json").is_file() and "HYDRA_FULL_ERROR" not in os.environ
+
+    def broken(*args, **kwargs):
+        raise OverflowError("a bug inside the run")   # a type composition refusals also raise
+
+    monkeypatch.setattr(cli_module, "launch", broken)
+    with pytest.raises(OverflowError, match="a bug inside the run"):
+        cli(monkeypatch, capsys, *TINY, f"hydra.run.dir={tmp_path / 'other'}")
+    assert "HYDRA_FULL_ERROR" not in os.environ
 
 
 def test_the_budget_is_all_a_refused_resume_names(tmp_path, monkeypatch, capsys):
