@@ -38,10 +38,23 @@ def require_box(action_space: gym.Space, algo: str) -> int:
     return int(action_space.shape[0])
 
 
-def vector_features(observation_space: gym.Space, algo: str) -> tuple[nn.Module | None, int]:
-    """For an algorithm whose networks read vectors (SAC, REDQ): (an encoder without weights that
-    makes one of each observation, or None for a 1-d Box; the vector's size). Discrete and
-    MultiDiscrete parts become one-hot, MultiBinary bits floats; an image is one ConfigError line."""
+def bounded_box(action_space: gym.Space, algo: str) -> gym.spaces.Box:
+    """The action space of an actor that squashes into it: a 1-d Box with finite bounds, or one
+    ConfigError line naming the algorithm."""
+    require_box(action_space, algo)
+    assert isinstance(action_space, gym.spaces.Box)  # require_box refused anything else
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise ConfigError(f"algo={algo} needs finite action bounds to squash into; the env has {action_space}")
+    return action_space
+
+
+def vector_features(
+    observation_space: gym.Space, algo: str, device: torch.device | None = None
+) -> tuple[nn.Module | None, int]:
+    """For an algorithm whose networks read vectors (SAC, REDQ, TD3, CrossQ): (an encoder without
+    weights, on `device`, that makes one of each observation, or None for a 1-d Box; the vector's
+    size). Discrete and MultiDiscrete parts become one-hot, MultiBinary bits floats; an image is one
+    ConfigError line."""
     from rl_hydra.networks.encoders import make_encoder, network_input
 
     observation = network_input(observation_space)
@@ -54,7 +67,10 @@ def vector_features(observation_space: gym.Space, algo: str) -> tuple[nn.Module 
                 f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
                 f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them"
             )
-    return make_encoder(observation, "flat")  # an index grid too becomes one multi-hot vector
+    encoder, size = make_encoder(observation, "flat")  # an index grid too becomes one multi-hot vector
+    if encoder is not None and device is not None:
+        encoder.to(device)
+    return encoder, size
 
 
 def num_rows(obs) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import make_optimizer, require_box, vector_features
+from rl_hydra.algos.common import bounded_box, make_optimizer, vector_features
 from rl_hydra.algos.redq import REDQ, ensemble_mse
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
@@ -109,13 +109,9 @@ class CrossQ(REDQ):
     ):
         del total_steps  # CrossQ has no schedule over the run
         self.device = torch.device(device)
-        self.action_dim = require_box(action_space, self.name)
-        box = cast(gym.spaces.Box, action_space)
-        if not (np.all(np.isfinite(box.low)) and np.all(np.isfinite(box.high))):
-            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; the env has {action_space}")
-        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
-        if self.observation_encoder is not None:
-            self.observation_encoder.to(self.device)
+        box = bounded_box(action_space, self.name)
+        self.action_dim = box.shape[0]
+        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name, self.device)
         # the keys' ranges: rl_hydra/schema/algos.py (CrossQKeys)
         self.ensemble_size, self.batch_size, self.policy_delay = ensemble_size, batch_size, policy_delay
         self.learning_starts, self.train_every, self.gradient_steps = learning_starts, train_every, gradient_steps

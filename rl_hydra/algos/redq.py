@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
+from rl_hydra.algos.common import bounded_box, make_optimizer, observation_tensor, vector_features
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
@@ -105,14 +105,10 @@ class REDQ:
     ):
         del total_steps  # REDQ has no schedule over the run
         self.device = torch.device(device)
-        self.action_dim = require_box(action_space, self.name)
-        assert isinstance(action_space, gym.spaces.Box)  # require_box refused anything else
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; the env has {action_space}")
+        action_space = bounded_box(action_space, self.name)
+        self.action_dim = action_space.shape[0]
         # indices and bits become one vector (one-hot, floats) before the actor and the critics; None: a Box vector
-        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
-        if self.observation_encoder is not None:
-            self.observation_encoder.to(self.device)
+        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name, self.device)
         self.ensemble_size = ensemble_size
         if subset_size > ensemble_size:
             raise ConfigError(

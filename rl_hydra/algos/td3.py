@@ -18,9 +18,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra.algos.common import make_optimizer, observation_tensor, require_box, vector_features
+from rl_hydra.algos.common import bounded_box, make_optimizer, observation_tensor, vector_features
 from rl_hydra.algos.redq import ensemble_mse
-from rl_hydra.config import ConfigError
 from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities, Observation
 from rl_hydra.runs.rng import restore_generator
@@ -91,13 +90,9 @@ class TD3:
     ):
         del total_steps  # TD3 has no schedule over the run
         self.device = torch.device(device)
-        self.action_dim = require_box(action_space, self.name)
-        assert isinstance(action_space, gym.spaces.Box)  # require_box refused anything else
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(f"algo={self.name} needs finite action bounds to squash into; the env has {action_space}")
-        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name)
-        if self.observation_encoder is not None:
-            self.observation_encoder.to(self.device)
+        action_space = bounded_box(action_space, self.name)
+        self.action_dim = action_space.shape[0]
+        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name, self.device)
         self.tau = tau
         self.batch_size = batch_size
         self.learning_starts = learning_starts
@@ -124,7 +119,6 @@ class TD3:
         self.first_critic = torch.zeros(1, dtype=torch.int64, device=self.device)  # the actor ascends Q_1
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
-        self.ou_state: torch.Tensor | None = None  # (n, A) the Ornstein-Uhlenbeck process per env; None: at rest
         self.updates = 0
         # the actor's metrics between its (delayed) updates are those of its last update
         self.last_actor_metrics: dict[str, torch.Tensor] = {}
@@ -139,18 +133,25 @@ class TD3:
         """Env-scale float32 actions (n, A): mu(s) plus exploration noise, clipped to the box, when exploring."""
         unit = self.actor(self.features(observation_tensor(obs, self.device)))  # (n, A)
         if explore:
-            unit = (unit + self.exploration_noise(unit.shape)).clamp(-1.0, 1.0)  # (n, A)
+            noise, state = self.exploration_noise(unit.shape, state)
+            unit = (unit + noise).clamp(-1.0, 1.0)  # (n, A)
         return self.actor.to_env(unit).cpu().numpy().astype(np.float32, copy=False), state
 
-    def exploration_noise(self, shape: torch.Size) -> torch.Tensor:
-        """Gaussian N(0, std^2) per action, or the next value of each env's Ornstein-Uhlenbeck process."""
+    def exploration_noise(self, shape: torch.Size, state: Any) -> tuple[torch.Tensor, Any]:
+        """(Gaussian N(0, std^2) per action, None), or (the next value of each env's Ornstein-Uhlenbeck
+        process, that value as the state the loop carries to the next step: (ou,), None at rest)."""
         draw = torch.randn(shape, generator=self.generator, device=self.device)  # (n, A)
         if self.noise_kind == "gaussian":
-            return self.noise_std * draw
-        if self.ou_state is None or self.ou_state.shape != draw.shape:
-            self.ou_state = torch.zeros_like(draw)
-        self.ou_state = ornstein_uhlenbeck_step(self.ou_state, draw, self.noise_std, self.noise_theta, self.noise_dt)
-        return self.ou_state
+            return self.noise_std * draw, None
+        previous = torch.zeros_like(draw) if state is None else state[0]  # (n, A)
+        ou = ornstein_uhlenbeck_step(previous, draw, self.noise_std, self.noise_theta, self.noise_dt)
+        return ou, (ou,)
+
+    def reset_state(self, state: tuple[torch.Tensor, ...], episode_start: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """Each env whose episode just ended starts its Ornstein-Uhlenbeck process at rest (0)."""
+        (ou,) = state  # (n, A)
+        ended = torch.as_tensor(episode_start, dtype=torch.bool, device=ou.device)[:, None]  # (n, 1)
+        return (ou.masked_fill(ended, 0.0),)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         # the random draws happen here, so that critic_loss is a pure function (compile=true)
@@ -197,7 +198,6 @@ class TD3:
             "updates": self.updates,
             "generator": self.generator.get_state(),
             "last_actor_metrics": dict(self.last_actor_metrics),
-            "ou_state": self.ou_state,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -210,4 +210,3 @@ class TD3:
         self.updates = state["updates"]
         restore_generator(self.generator, state["generator"])
         self.last_actor_metrics = dict(state["last_actor_metrics"])
-        self.ou_state = None if state["ou_state"] is None else state["ou_state"].to(self.device)

@@ -13,7 +13,6 @@ env step after `algo.learning_starts`, so that adding actors adds data, not a di
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, cast
@@ -32,6 +31,7 @@ from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
 from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonitor
 from rl_hydra.loops.reporting import Reporter
+from rl_hydra.loops.runner import run_summary
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit, resume_command
 
@@ -378,30 +378,16 @@ class Learner:
 
     def save_checkpoint(self, name: str, with_replay: bool | None = None) -> Path:
         if with_replay is None:
-            with_replay = bool(self.cfg.checkpoint.save_buffer)
+            with_replay = self.loop_settings.save_buffer
         path = self.run_dir.save_checkpoint(name, self.state_dict(with_replay))
         if name == "last":
             log.info("checkpoint %s at step %d (%.1f MB)", path, self.global_step, path.stat().st_size / 1e6)
         return path
 
     def summary(self, status: str, reason: str | None = None) -> dict[str, Any]:
-        last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
-        solved = evaluator.solved_at or {}
-        return {
-            "status": status,
-            "reason": reason,
-            **self.run_dir.identity(self.cfg, self.agent.name),
-            "global_step": self.global_step,
-            "updates": self.agent.updates,
-            "eval_return_mean": last.get("eval/return_mean"),
-            "eval_return_std": last.get("eval/return_std"),
-            "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
-            "stop_at_return": evaluator.stop_at_return,
-            "solved_at_step": solved.get("step"),
-            "solved_at_s": solved.get("elapsed_s"),
-            "wall_time_s": round(elapsed, 3),
-            "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
-        }
+        loop = self.loop_settings
+        identity = self.run_dir.identity_of(loop.env_id, loop.seed, loop.algo_name)
+        return run_summary(status, reason, identity, self.global_step, self.agent.updates, self.evaluator, self.elapsed)
 
     # --- provenance and the end -------------------------------------------------------
     def record_provenance(self) -> None:

@@ -217,23 +217,9 @@ class Runner:
 
     def summary(self, status: str, reason: str | None = None) -> dict[str, Any]:
         """summary.json's figures (its schema: runs/run_dir.py SUMMARY_KEYS)."""
-        last, evaluator, elapsed = self.evaluator.last or {}, self.evaluator, self.elapsed
-        solved = evaluator.solved_at or {}
-        return {
-            "status": status,
-            "reason": reason,
-            **self.identity(),
-            "global_step": self.global_step,
-            "updates": self.agent.updates,
-            "eval_return_mean": last.get("eval/return_mean"),
-            "eval_return_std": last.get("eval/return_std"),
-            "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
-            "stop_at_return": evaluator.stop_at_return,
-            "solved_at_step": solved.get("step"),
-            "solved_at_s": solved.get("elapsed_s"),
-            "wall_time_s": round(elapsed, 3),
-            "steps_per_second": round(self.global_step / max(elapsed, 1e-9), 1),
-        }
+        return run_summary(
+            status, reason, self.identity(), self.global_step, self.agent.updates, self.evaluator, self.elapsed
+        )
 
     def identity(self) -> dict[str, Any]:
         """What the run is, for summary.json (the group choices from .hydra/, written by now)."""
@@ -244,3 +230,32 @@ class Runner:
         self.reporter.close(status)
         self.env.close()
         self.evaluator.close()
+
+
+def run_summary(
+    status: str,
+    reason: str | None,
+    identity: dict[str, Any],
+    global_step: int,
+    updates: int,
+    evaluator: Evaluator,
+    elapsed: float,
+) -> dict[str, Any]:
+    """summary.json's figures (its schema: runs/run_dir.py SUMMARY_KEYS), for one process's run
+    (Runner) and a distributed one's learner alike."""
+    last, solved = evaluator.last or {}, evaluator.solved_at or {}
+    return {
+        "status": status,
+        "reason": reason,
+        **identity,
+        "global_step": global_step,
+        "updates": updates,
+        "eval_return_mean": last.get("eval/return_mean"),
+        "eval_return_std": last.get("eval/return_std"),
+        "best_eval_return_mean": evaluator.best_return if math.isfinite(evaluator.best_return) else None,
+        "stop_at_return": evaluator.stop_at_return,
+        "solved_at_step": solved.get("step"),
+        "solved_at_s": solved.get("elapsed_s"),
+        "wall_time_s": round(elapsed, 3),
+        "steps_per_second": round(global_step / max(elapsed, 1e-9), 1),
+    }
