@@ -135,8 +135,10 @@ class Agent(Protocol):
 
         `explore=True` while training (epsilon-greedy, a sampled policy, ...; the agent keeps its own
         exploration schedule and RNG), `explore=False` for greedy evaluation and predict, where it
-        must be deterministic for a given input. `state` is a recurrent agent's state (None at an
-        episode's start); feed-forward agents return it unchanged."""
+        must be deterministic for a given input. `state` is a recurrent agent's state, or a
+        feed-forward agent's exploration process per env (TD3's Ornstein-Uhlenbeck noise); None at
+        an episode's start. An agent that returns a state other than None is also CarriesState;
+        others return it unchanged."""
 
     def update(self, batch: Any) -> dict[str, Any]:
         """One gradient step on a batch from the buffer's `sample_batches`; owns its schedules and
@@ -152,8 +154,16 @@ class Agent(Protocol):
         """Restore what `state_dict` returned."""
 
 
+class CarriesState(Protocol):
+    """An agent whose `act` returns a state to carry to the next step (a recurrent state, TD3's
+    Ornstein-Uhlenbeck noise): the loop hands each env's back to it as that env's episode ends."""
+
+    def reset_state(self, state: tuple[torch.Tensor, ...], episode_start: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """`state` with the rows of envs whose episode just ended set back to the initial state."""
+
+
 @runtime_checkable
-class RecurrentAgent(Agent, Protocol):
+class RecurrentAgent(Agent, CarriesState, Protocol):
     """An agent with `capabilities.recurrent`: the recurrent loop threads its state through acting."""
 
     burn_in: int
@@ -161,9 +171,6 @@ class RecurrentAgent(Agent, Protocol):
 
     def initial_state(self, num_envs: int) -> tuple[torch.Tensor, ...]:
         """The state at an episode's start, for `num_envs` envs."""
-
-    def reset_state(self, state: tuple[torch.Tensor, ...], episode_start: np.ndarray) -> tuple[torch.Tensor, ...]:
-        """`state` with the rows of envs whose episode just ended set back to the initial state."""
 
 
 @runtime_checkable

@@ -119,21 +119,59 @@ def test_gaussian_exploration_is_mu_plus_noise_clipped_and_greedy_is_mu():
     assert np.all(np.abs(explored) <= 1.0 + 1e-6)
 
 
-def test_ornstein_uhlenbeck_noise_is_one_process_per_env_carried_in_the_state_dict():
+def test_ornstein_uhlenbeck_noise_is_one_process_per_env_carried_as_the_acting_state():
     agent = make_agent("algo.action_noise.kind=ornstein_uhlenbeck", "algo.action_noise.std=0.5")
     obs = np.zeros((3, 3), np.float32)
-    agent.act(obs, explore=True)
-    first = agent.ou_state.clone()
-    agent.act(obs, explore=True)
-    assert first.shape == (3, 2) and not torch.equal(first, agent.ou_state)
-    buffer = io.BytesIO()
-    torch.save(agent.state_dict(), buffer)
-    buffer.seek(0)
+    _, state = agent.act(obs, explore=True)
+    (first,) = state
+    actions, state = agent.act(obs, state, explore=True)
+    assert first.shape == (3, 2) and not torch.equal(first, state[0])
+    # the next value follows the previous one: the same draw from a process at rest differs
     clone = make_agent("algo.action_noise.kind=ornstein_uhlenbeck", "algo.action_noise.std=0.5")
-    clone.load_state_dict(torch.load(buffer, weights_only=True))
-    np.testing.assert_array_equal(clone.act(obs, explore=True)[0], agent.act(obs, explore=True)[0])
-    batch = random_batch(seed=9)
-    assert clone.update(batch)["critic_loss"] == agent.update(batch)["critic_loss"]
+    clone.act(obs, explore=True)
+    assert not np.array_equal(clone.act(obs, explore=True)[0], clone_at_rest(agent, obs, first))
+    # an env whose episode ended starts at rest; the others go on
+    reset = agent.reset_state(state, np.array([False, True, False]))
+    assert torch.equal(reset[0][1], torch.zeros(2)) and torch.equal(reset[0][[0, 2]], state[0][[0, 2]])
+    assert agent.act(obs, explore=False)[1] is None and agent.act(obs, explore=True)[1] is not None
+    gaussian = make_agent()
+    assert gaussian.act(obs, explore=True)[1] is None   # nothing to carry
+
+
+def clone_at_rest(agent, obs, first):
+    """The actions of a TD3 with `agent`'s weights and generator whose processes are all at rest."""
+    twin = make_agent("algo.action_noise.kind=ornstein_uhlenbeck", "algo.action_noise.std=0.5")
+    twin.load_state_dict(agent.state_dict())
+    twin.generator.set_state(agent.generator.get_state())
+    return twin.act(obs, None, explore=True)[0]
+
+
+def test_ornstein_uhlenbeck_noise_restarts_with_each_episode_in_a_run(tmp_path, monkeypatch):
+    """In the loop: the state the agent returns is carried step to step and reset where an episode
+    ended (Pendulum's 200-step episodes, two envs)."""
+    seen = []
+    act, reset = TD3.act, TD3.reset_state
+
+    def spy_act(self, obs, state=None, *, explore):
+        seen.append(("act", None if state is None else state[0].clone()))
+        return act(self, obs, state, explore=explore)
+
+    def spy_reset(self, state, episode_start):
+        seen.append(("reset", episode_start.copy()))
+        return reset(self, state, episode_start)
+
+    monkeypatch.setattr(TD3, "act", spy_act)
+    monkeypatch.setattr(TD3, "reset_state", spy_reset)
+    run_training(tmp_path, "algo=td3", "env=pendulum", *SMALL_NET, *TINY, "train.total_steps=500", "env.num_envs=2",
+                 "algo.learning_starts=0", "algo.action_noise.kind=ornstein_uhlenbeck", "train.eval_episodes=1")
+    # the acts with a state: training's, after the first (evaluation acts greedily, with none)
+    events = [(kind, value) for kind, value in seen if kind == "reset" or value is not None]
+    resets = [i for i, (kind, _) in enumerate(events) if kind == "reset"]
+    assert any(events[i][1].any() for i in resets), "no episode ended in the run"
+    for i in resets[:-1]:   # the next act starts the ended envs at rest and carries the others on
+        done, (kind, state) = events[i][1], events[i + 1]
+        assert kind == "act" and torch.all(state[torch.as_tensor(done)] == 0)
+        assert done.all() or torch.all(state[torch.as_tensor(~done)] != 0)
 
 
 def test_deterministic_actor_stays_in_the_box():

@@ -127,8 +127,9 @@ def action_layout(action_space: gym.Space) -> tuple[tuple[int, ...], torch.dtype
 class ReplayBuffer:
     """Holds the last `capacity` transitions; `add` takes one row per vector env.
 
-    `n_step` and `gamma` are the agent's (`algo.n_step`, `algo.gamma`): the return horizon its
-    batches are built for. A row is drawn only once its next n - 1 steps are stored.
+    `n_step` and `gamma` are the run's `algo.n_step` and `algo.gamma`, handed here and not to a
+    feed-forward agent (training.build_components), which learns from the returns and discounts its
+    batches carry. A row is drawn only once its next n - 1 steps are stored.
     """
 
     recurrent = False

@@ -7,7 +7,10 @@ checkpoints on schedule.
 
 from __future__ import annotations
 
+from typing import cast
+
 from rl_hydra.loops.runner import Runner
+from rl_hydra.protocols import CarriesState
 
 
 def loop(runner: Runner) -> None:
@@ -19,8 +22,10 @@ def loop(runner: Runner) -> None:
             actions = action_space.sample()
         else:
             assert rollout.obs is not None  # start() set it
-            actions, _ = agent.act(rollout.obs, explore=True)
+            actions, rollout.actor_state = agent.act(rollout.obs, rollout.actor_state, explore=True)
         step = rollout.step(actions)
+        if rollout.actor_state is not None:  # an exploration process per env starts anew with each episode
+            rollout.actor_state = cast(CarriesState, agent).reset_state(rollout.actor_state, step.done)
         buffer.add(step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated)
         runner.run_due_updates()
         runner.record_step()
