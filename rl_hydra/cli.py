@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import hydra
@@ -164,21 +164,13 @@ def check_config(
     a run without -m, a group that only acts in a sweep. A sweep (-m) is composed with each swept
     key's first value, as its first job is; every value of a swept group must be one of its options."""
     from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
-    with hydra_scope():
-        loader = GlobalHydra.instance().config_loader()
-        searchpath = [as_typed(o) for o in overrides if o.get_key_element() == "hydra.searchpath"]
-
-        def options(group: str) -> list[str]:
-            return group_options(loader, group, config_name, searchpath)
-
-        chosen = [first_job(override, loader, options) if multirun else as_typed(override) for override in overrides]
+    with composing(overrides, config_name, multirun) as (options, chosen):
         try:
             cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
         except (HydraException, OverflowError) as error:
-            refusal = composition_refusal(error, overrides, config_name, multirun)
+            refusal = refusal_line(error, overrides, chosen, options, config_name)
             raise ConfigError(refusal or str(error).splitlines()[0]) from None
     if launches and not multirun:
         check_sweep_only(cfg.hydra.runtime.choices, overrides)
@@ -295,13 +287,13 @@ def refused_override(error, chosen: list[str], config_name: str) -> str:
     )
 
 
-def composition_refusal(
-    error: Exception, overrides: list[Override], config_name: str, multirun: bool = False
-) -> str | None:
-    """One line for Hydra's refusal to compose (check_config's words), or None for an error that is
-    not one (a bug raised while running, which keeps its traceback)."""
+@contextlib.contextmanager
+def composing(
+    overrides: list[Override], config_name: str, multirun: bool
+) -> Iterator[tuple[Callable[[str], list[str]], list[str]]]:
+    """A Hydra scope to compose in, with (each group's options, those of hydra.searchpath's config
+    dirs included; the overrides as composed: a sweep's first job)."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException, MissingConfigException
 
     with hydra_scope():
         loader = GlobalHydra.instance().config_loader()
@@ -310,13 +302,25 @@ def composition_refusal(
         def options(group: str) -> list[str]:
             return group_options(loader, group, config_name, searchpath)
 
-        chosen = [first_job(override, loader, options) if multirun else as_typed(override) for override in overrides]
-        if isinstance(error, MissingConfigException):
-            return missing_option(error, overrides, options)
-        if isinstance(error, HydraException):  # ConfigCompositionException, ...
-            return refused_override(error, chosen, config_name)
-        if isinstance(error, OverflowError):  # a float key given an integer past a float's range
-            return type_refusal(error) or str(error).splitlines()[0]
+        yield options, [first_job(o, loader, options) if multirun else as_typed(o) for o in overrides]
+
+
+def refusal_line(
+    error: Exception,
+    overrides: list[Override],
+    chosen: list[str],
+    options: Callable[[str], list[str]],
+    config_name: str,
+) -> str | None:
+    """One line for Hydra's refusal to compose `chosen`, or None for an error that is not one."""
+    from hydra.errors import HydraException, MissingConfigException
+
+    if isinstance(error, MissingConfigException):
+        return missing_option(error, overrides, options)
+    if isinstance(error, HydraException):  # ConfigCompositionException, ...
+        return refused_override(error, chosen, config_name)
+    if isinstance(error, OverflowError):  # a float key given an integer past a float's range
+        return type_refusal(error) or str(error).splitlines()[0]
     return None
 
 
@@ -334,7 +338,8 @@ def composed_by_hydra(overrides: list[Override], config_name: str) -> Iterator[N
         run_code = hydra_main.__wrapped__.__code__  # the undecorated function (functools.wraps)
         if any(frame.f_code is run_code for frame, _ in traceback.walk_tb(error.__traceback__)):
             raise
-        refusal = composition_refusal(error, overrides, config_name)
+        with composing(overrides, config_name, multirun=False) as (options, chosen):
+            refusal = refusal_line(error, overrides, chosen, options, config_name)
         if refusal is None:  # refused after composing (a required key that hydra.run.dir reads): name it
             try:
                 check_config(overrides, config_name=config_name)
