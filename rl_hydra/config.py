@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 from rl_hydra.schema import register_schemas, validate_config
 from rl_hydra.schema.keys import LARGEST_INT, ConfigError, shown
 from rl_hydra.schema.keys import is_int as _is_int
-from rl_hydra.schema.keys import is_number as _is_number
 from rl_hydra.schema.run import LARGEST_ENVS, LARGEST_EPISODES, LARGEST_SEED, LARGEST_THREADS
 
 __all__ = ["LARGEST_ENVS", "LARGEST_EPISODES", "LARGEST_INT", "LARGEST_SEED", "LARGEST_THREADS", "ConfigError", "shown"]
@@ -198,19 +197,6 @@ def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | N
     return value
 
 
-def check_float(
-    key: str, value: Any, minimum: float | None = None, maximum: float | None = None, *, exclusive_min: bool = False
-) -> float:
-    """Return `value` as float if it is a finite number in range, else raise ConfigError."""
-    allowed = _bounds(minimum, maximum, "a number", exclusive_min)
-    if not _is_number(value):
-        raise ConfigError(f"{key}={shown(value)} is not a finite number; {allowed}")
-    too_low = minimum is not None and (value <= minimum if exclusive_min else value < minimum)
-    if too_low or (maximum is not None and value > maximum):
-        raise ConfigError(f"{key}={shown(value)} is out of range; {allowed}")
-    return float(value)
-
-
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
     choices = list(choices)
     if value not in choices:
@@ -218,8 +204,8 @@ def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
     return value
 
 
-def _bounds(minimum, maximum, kind: str, exclusive_min: bool = False) -> str:
-    low = None if minimum is None else (f"> {minimum}" if exclusive_min else f">= {minimum}")
+def _bounds(minimum, maximum, kind: str) -> str:
+    low = None if minimum is None else f">= {minimum}"
     high = None if maximum is None else f"<= {maximum}"
     parts = [p for p in (low, high) if p]
     return f"expected {kind}" + (f" {' and '.join(parts)}" if parts else "")
