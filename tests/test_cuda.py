@@ -75,6 +75,41 @@ def test_redq_keeps_networks_optimizers_and_buffer_on_the_gpu(tmp_path):
     assert all_on_cuda(*buffer.storage.values()) and agent.generator.device.type == "cuda"
 
 
+CONTINUOUS = {algo: ["env=pendulum", f"algo={algo}", "~algo_env", "algo.learning_starts=100", "algo.batch_size=32",
+                     "network.actor.hidden_sizes=[32,32]", "network.critic.hidden_sizes=[32,32]"]
+              for algo in ("tqc", "td3", "crossq")}
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", sorted(CONTINUOUS))
+def test_the_continuous_family_trains_on_the_gpu_and_its_run_loads_on_the_cpu(tmp_path, algo):
+    from rl_hydra.api import train
+    from rl_hydra.run import load_run
+
+    cfg = compose_config(*TINY_CUDA, *CONTINUOUS[algo])
+    agent, env, buffer = build_components(cfg, torch.device("cuda"))
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path / "parts")
+    runner.start()
+    try:
+        pick_loop(agent)(runner)
+    finally:
+        runner.close()
+    modules = [m for m in vars(agent).values() if isinstance(m, torch.nn.Module)]
+    optimizers = [o for o in vars(agent).values() if isinstance(o, torch.optim.Optimizer)]
+    assert modules and optimizers and agent.updates > 0
+    # CrossQ's batch renormalization keeps its running statistics as module buffers
+    assert all_on_cuda(*(t for m in modules for t in (*m.parameters(), *m.buffers())))
+    assert all_on_cuda(*(t for o in optimizers for t in optimizer_tensors(o)))
+    assert all_on_cuda(*buffer.storage.values())
+
+    run = train(*TINY_CUDA, *CONTINUOUS[algo], run_dir=tmp_path / "run")   # the path train.py takes
+    assert run.summary["updates"] == run_training(tmp_path / "cpu", *TINY, *CONTINUOUS[algo])["updates"]
+    on_gpu, on_cpu = load_run(tmp_path / "run", device="cuda"), load_run(tmp_path / "run", device="cpu")
+    obs = torch.rand(5, 3).numpy() * 2 - 1
+    torch.testing.assert_close(torch.as_tensor(on_gpu.predict(obs)), torch.as_tensor(on_cpu.predict(obs)),
+                               rtol=1e-4, atol=1e-5)
+
+
 @needs_cuda
 @pytest.mark.parametrize("algo", ["dqn", "redq"])
 def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, algo):

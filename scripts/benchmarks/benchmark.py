@@ -4,6 +4,8 @@ every comparison.
     python scripts/benchmarks/benchmark.py cartpole --seeds 4             # DQN, QR-DQN: Zoo, one update per step, solve
     python scripts/benchmarks/benchmark.py suite discrete_zoo --seeds 3   # a suite's rows against their Zoo entries
     python scripts/benchmarks/benchmark.py suite continuous --algos tqc td3 --rows tqc_pendulum td3_pendulum
+    python scripts/benchmarks/benchmark.py suite continuous --rows tqc_hopper crossq_hopper --device cuda \
+        --seeds 1 --steps 14001 --window 12000 14000   # steps/s on a GPU, after both sides' warm-up
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
     python scripts/benchmarks/benchmark.py minatar --algos qr_dqn iqn rainbow --quantiles 50 --sides ours
     python scripts/benchmarks/benchmark.py atari --seeds 2                # Pong: training steps/s over 20k steps
@@ -114,8 +116,15 @@ def suite_cases(args) -> list[Case]:
         row.steps = args.steps or row.steps
         cfg = compose_train_config(*row.train_overrides())
         steps = cfg.train.total_steps
-        cases.append(Case(row.name, row.name, row.train_overrides(), sb3_spec(ZOO[row.name], cfg.env.id, steps),
-                          steps, ZOO[row.name], reference=row.reference))
+        ours, peer = row.train_overrides(), sb3_spec(ZOO[row.name], cfg.env.id, steps)
+        if args.window:   # steps/s between two env steps: our log rows must fall on both
+            start, end = args.window
+            if not cfg.algo.learning_starts <= start < end < steps:
+                raise ConfigError(f"--window {start} {end}: must lie after {row.name}'s learning_starts "
+                                  f"({cfg.algo.learning_starts}) and before its last step ({steps})")
+            ours, peer = [*ours, f"train.log_every={math.gcd(start, end)}"], {**peer, "window": args.window}
+        cases.append(Case(row.name, row.name, ours, peer, steps, ZOO[row.name], window=args.window,
+                          reference=row.reference))
     return cases
 
 
@@ -345,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sides", nargs="+", default=["ours", "peer"], choices=("ours", "peer"))
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
+    parser.add_argument("--window", type=int, nargs=2, metavar=("START", "END"),
+                        help="suite: also time the env steps from START to END (steps/s; ours logs there)")
     parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow; "
                                                    "atari: dqn iqn rainbow; suite: only these algos' rows")
     parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"], help="minatar games")
