@@ -88,18 +88,37 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def masked_td_loss(
-    q_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, kind: str = "huber"
+    q_values: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    kind: str = "huber",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mean TD loss over the steps of a sequence batch where `mask` is 1 (DRQN).
+    """Mean TD loss over the steps of a sequence batch where `mask` is 1 (DRQN), each sequence's
+    steps scaled by its importance weight where `weights` is given (R2D2's prioritized draw).
 
     Padding after an episode's end and burn-in steps carry mask 0: they add nothing
     to the loss or its gradient, and the mean is over the counted steps only.
     """
-    # q_values, targets, mask: (T, B)
+    # q_values, targets, mask: (T, B); weights: (B,)
     if kind == "huber":
         per_step = F.smooth_l1_loss(q_values, targets, reduction="none")  # (T, B)
     elif kind == "mse":
         per_step = F.mse_loss(q_values, targets, reduction="none")  # (T, B)
     else:
         raise ValueError(f"unknown TD loss {kind!r}; choose one of: {', '.join(TD_LOSSES)}")
+    if weights is not None:
+        per_step = per_step * weights[None]  # (T, B)
     return masked_mean(per_step, mask)  # ()
+
+
+def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """R2D2's h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018): squashes large
+    returns so that one network fits values of any scale."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def inverse_value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h^-1(x), in closed form: h is strictly increasing, so h^-1(h(x)) = x."""
+    root = (torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(x) * (root**2 - 1.0)

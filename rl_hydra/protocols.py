@@ -49,6 +49,7 @@ class SequenceBatch(NamedTuple):
     mask: torch.Tensor  # (L, B) float32, 1 on real steps, 0 on padding after the episode's end
     episode_start: torch.Tensor  # (B,) bool, the chunk's first step is its episode's first step
     state: tuple[torch.Tensor, ...]  # each (B, ...): the actor's state before the chunk's first step
+    weights: torch.Tensor | None = None  # (B,) importance weights of a prioritized draw (R2D2); None: uniform
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ def test_settings_read_and_auto_actors():
     ("cpus_per_actor", 0, "distributed.cpus_per_actor=0.0 is out of range"),
     ("max_restarts", 1001, "distributed.max_restarts=1001 is out of range"),
     ("prefetch", 65, "distributed.prefetch=65 is out of range"),
+    ("priority_beta", 1.5, "distributed.priority_beta=1.5 is out of range"),
 ])
 def test_bad_keys_are_one_line_errors_from_the_schema(key, value, says):
     with pytest.raises(ConfigError, match=re.escape(says)) as error:
@@ -197,6 +198,23 @@ def test_sequence_shard_draws_by_priority_and_keeps_the_stored_state():
     (batch_again, rows_again), = again.sample(8, 1)
     (batch, rows), = shard.sample(8, 1)
     assert np.array_equal(rows, rows_again) and np.array_equal(batch.obs, batch_again.obs)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.6, 1.0])
+def test_sequence_shard_weights_each_drawn_sequence_by_its_priority(beta):
+    shard = SequenceShard({"capacity": 8}, seed=0, alpha=1.0, beta=beta)
+    priorities = np.array([1.0, 2.0, 4.0, 8.0, 1.0, 2.0, 4.0, 8.0])
+    shard.add(sequences(8), priorities)
+    (batch, rows), = shard.sample(8, 1)
+    p = priorities[rows] + 1e-6                                             # the tree's p + epsilon, alpha 1
+    np.testing.assert_allclose(batch.weights, (p.min() / p) ** beta, rtol=1e-5)
+    assert batch.weights.max() == pytest.approx(1.0) and len(set(priorities[rows])) > 1   # the rarest weighs 1
+    assert settings_of(beta=beta).priority_beta == beta
+
+
+def settings_of(**keys):
+    node = compose_config("distributed=apex", *(f"distributed.priority_{k}={v}" for k, v in keys.items())).distributed
+    return read_settings(node, cpu_count=4)
 
 
 def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):

@@ -17,7 +17,7 @@ from rl_hydra.envs import make_env
 from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.loops import recurrent
 from rl_hydra.loops.runner import Runner, StopRequested
-from rl_hydra.losses import masked_td_loss
+from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, pick_loop, run, run_settings
@@ -178,6 +178,9 @@ def test_masked_td_loss_ignores_padded_steps_by_hand():
     loss.backward()
     assert q.grad[1, 0] == 0  # the padded step gets no gradient
     torch.testing.assert_close(masked_td_loss(q, targets, mask, "mse"), torch.tensor((0.25 + 0 + 9) / 3))
+    # importance weights scale each sequence's steps; the mean stays over the counted steps
+    weighted = masked_td_loss(q, targets, mask, "huber", weights=torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close(weighted, torch.tensor((0.5 * 0.125 + 2.0 * (0.0 + 2.5)) / 3))
 
 
 def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
@@ -216,6 +219,57 @@ def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
     torch.testing.assert_close(changed(0, later), loss)  # burn-in steps of later chunks are not counted
     assert batch.episode_start.any() and later.any() and last.any()
     assert changed(0, batch.episode_start) > loss + 1.0  # the opener's first steps are trained on
+
+
+def one_episode_batch(agent, env):
+    """A batch of every chunk of one 9-step CartPole episode (rewards 1, the last step terminal)."""
+    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
+                            action_space=env.single_action_space)
+    state = agent.initial_state(1)
+    for t in range(9):
+        obs = np.full((1, 4), t / 10, np.float32)
+        buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
+    return buffer.sample(16)
+
+
+def test_value_rescaling_learns_h_of_the_target_through_the_inverse_of_the_target_net():
+    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=0", "algo.double_q=false",
+                         "algo.n_step=2", "algo.loss=mse", "device=cpu")
+    agent, env, _ = build_components(cfg, torch.device("cpu"))
+    env.close()
+    batch = one_episode_batch(agent, env)
+    plain_loss, plain_errors, _ = agent.loss(batch)
+    agent.value_rescaling = True
+    loss, errors, _ = agent.loss(batch)
+    # by hand: y = h(R + gamma^k (1 - done) max_a h^-1(Q'(s_{t+k}, a))) against Q(s_t, a_t), both unrolled
+    with torch.no_grad():
+        q = agent.q_net(batch.obs, batch.state)[0]                     # (L + 1, B, A)
+        q_next = inverse_value_rescale(agent.target_net(batch.obs, batch.state)[0])
+        returns, discounts, last = n_step_returns(batch.rewards, batch.mask, agent.gamma, 2)
+        best = q_next[1:].max(dim=2).values.gather(0, last)            # (L, B)
+        done = batch.terminated.gather(0, last)
+        targets = value_rescale(returns + discounts * (1 - done) * best)
+        taken = q[:-1].gather(2, batch.actions[..., None]).squeeze(2)
+        want = ((taken - targets) ** 2 * batch.mask).sum() / batch.mask.sum()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(errors, (targets - taken).abs() * batch.mask)
+    assert not torch.allclose(loss, plain_loss) and not torch.allclose(errors, plain_errors)
+
+
+def test_importance_weights_scale_each_sequence_of_the_drqn_loss():
+    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=0", "device=cpu")
+    agent, env, _ = build_components(cfg, torch.device("cpu"))
+    env.close()
+    batch = one_episode_batch(agent, env)
+    loss = agent.loss(batch)[0]
+    torch.testing.assert_close(agent.loss(batch._replace(weights=torch.ones(16)))[0], loss)
+    torch.testing.assert_close(agent.loss(batch._replace(weights=torch.full((16,), 3.0)))[0], 3 * loss)
+    only_first = torch.zeros(16)
+    only_first[0] = 1.0
+    rewards = batch.rewards.clone()
+    rewards[:, 1:] += 50.0   # every other sequence's targets move: with weight 0 the loss does not
+    torch.testing.assert_close(agent.loss(batch._replace(weights=only_first, rewards=rewards))[0],
+                               agent.loss(batch._replace(weights=only_first))[0])
 
 
 # --- the velocity mask ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import torch
 
-from rl_hydra.losses import q_learning_targets, td_loss
+from rl_hydra.losses import inverse_value_rescale, q_learning_targets, td_loss, value_rescale
 
 
 def test_q_learning_targets_by_hand():
@@ -27,3 +27,12 @@ def test_td_loss_huber_and_mse_by_hand():
     # Huber(delta=1): 0.5 * 0.5^2 = 0.125 and 3 - 0.5 = 2.5 -> mean 1.3125
     torch.testing.assert_close(td_loss(q, targets, "huber"), torch.tensor(1.3125))
     torch.testing.assert_close(td_loss(q, targets, "mse"), torch.tensor((0.25 + 9.0) / 2))
+
+
+def test_value_rescaling_by_hand_and_its_inverse():
+    x = torch.tensor([-3.0, 0.0, 3.0, 8.0])
+    # h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x: h(3) = 2 - 1 + 0.003, h(8) = 3 - 1 + 0.008
+    torch.testing.assert_close(value_rescale(x), torch.tensor([-1.003, 0.0, 1.003, 2.008]))
+    returns = torch.linspace(-1e4, 1e4, 20001, dtype=torch.float64)
+    torch.testing.assert_close(inverse_value_rescale(value_rescale(returns)), returns, rtol=1e-9, atol=1e-9)
+    assert (value_rescale(returns).diff() > 0).all()  # increasing: the greedy action is h's too

@@ -16,7 +16,13 @@ import torch.nn.functional as F
 
 from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.losses import masked_mean, masked_td_loss, q_learning_targets
+from rl_hydra.losses import (
+    inverse_value_rescale,
+    masked_mean,
+    masked_td_loss,
+    q_learning_targets,
+    value_rescale,
+)
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.protocols import Capabilities, Observation, SequenceBatch
 
@@ -53,12 +59,15 @@ class DRQN(DQN):
     tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its sequence loss is not declared tensor-only
     q_net: RecurrentQNetwork  # network: the capabilities' class (checked by fit)
 
-    def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, **kwargs: Any):
+    def __init__(
+        self, *args: Any, gamma: float, burn_in: int, n_step: int, value_rescaling: bool = False, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         # its sequence buffer stores the rewards as they came: the discount is applied here, in `loss`
         self.gamma = gamma
         self.burn_in = burn_in
         self.n_step = n_step
+        self.value_rescaling = value_rescaling
 
     # --- the hidden state ---------------------------------------------------------
     def initial_state(self, num_envs: int):
@@ -106,8 +115,10 @@ class DRQN(DQN):
         batch: SequenceBatch,  # type: ignore[override]
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(the batch loss, each step's |TD error| (L, B), 0 where not counted, metrics). A sequence
-        replay that draws by priority makes each sequence's priority of its steps' errors
-        (rl_hydra/distributed: R2D2); the uniform sequence buffer ignores them."""
+        replay that draws by priority makes each sequence's priority of its steps' errors and
+        weights each sequence's loss (rl_hydra/distributed: R2D2); the uniform sequence buffer
+        ignores the errors and gives no weights. With `value_rescaling` the network learns
+        h(Q): targets are h(R + gamma^n h^-1(Q_target(s', a*))), R2D2's rule."""
         counted = self.counted(batch)  # (L, B)
         q_values = self.unroll(batch)  # (L + 1, B, A)
         q_taken = q_values[:-1].gather(2, batch.actions[..., None]).squeeze(2)  # (L, B)
@@ -115,6 +126,8 @@ class DRQN(DQN):
             returns, discounts, last = n_step_returns(batch.rewards, batch.mask, self.gamma, self.n_step)  # (L, B)
             at_last = last[..., None].expand(-1, -1, self.num_actions)  # (L, B, A)
             next_q_target = self.target_net(batch.obs, batch.state)[0][1:].gather(0, at_last)  # (L, B, A)
+            if self.value_rescaling:  # back to returns; the argmax is h's too (h is increasing)
+                next_q_target = inverse_value_rescale(next_q_target)
             next_q_online = q_values[1:].detach().gather(0, at_last) if self.double_q else None  # (L, B, A)
             targets = q_learning_targets(
                 returns.flatten(),
@@ -124,7 +137,9 @@ class DRQN(DQN):
                 None if next_q_online is None else next_q_online.flatten(0, 1),
             )
             targets = targets.view_as(q_taken)  # (L, B)
-        loss = masked_td_loss(q_taken, targets, counted, self.loss_kind)
+            if self.value_rescaling:
+                targets = value_rescale(targets)
+        loss = masked_td_loss(q_taken, targets, counted, self.loss_kind, batch.weights)
         td_error = (targets - q_taken).detach().abs() * counted  # (L, B)
         return (
             loss,

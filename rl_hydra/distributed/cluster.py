@@ -94,7 +94,11 @@ class Cluster:
         buffer = shard_config(cfg)
         for i in range(self.settings.shards):
             if self.recurrent:
-                self.shards.append(shard_class.remote(buffer, cfg.seed + i, alpha=self.settings.priority_alpha))
+                self.shards.append(
+                    shard_class.remote(
+                        buffer, cfg.seed + i, alpha=self.settings.priority_alpha, beta=self.settings.priority_beta
+                    )
+                )
             else:
                 self.shards.append(shard_class.remote(buffer, **spaces, gamma=float(cfg.algo.gamma), seed=cfg.seed + i))
         for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):

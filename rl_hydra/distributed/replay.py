@@ -126,12 +126,12 @@ class TransitionShard:
 class SequenceShard:
     """The last `capacity` sequences (chunks), drawn with probability p_i^alpha / sum_k p_k^alpha, p_i
     the sequence's priority (R2D2: eta * max + (1 - eta) * mean of its |TD errors|), in the sum tree
-    of the prioritized transition buffer. DRQN's loss takes no importance weights: the bias of
-    drawing by priority is left uncorrected (beta = 0)."""
+    of the prioritized transition buffer. Each batch carries the importance weights (min_j p_j /
+    p_i)^beta over its sequences, which DRQN's loss scales each sequence's steps by."""
 
-    def __init__(self, buffer_cfg: dict, seed: int, alpha: float, epsilon: float = 1e-6):
+    def __init__(self, buffer_cfg: dict, seed: int, alpha: float, beta: float = 0.0, epsilon: float = 1e-6):
         self.capacity = check_int("buffer.capacity", buffer_cfg["capacity"], minimum=1)
-        self.alpha, self.epsilon = alpha, epsilon
+        self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, buffer_cfg.get("sum_tree", "auto"))
         self.chunks: dict[str, Any] | None = None  # field -> (T, capacity, ...) tensors, made at the first add
         self.pos = self.size = self.added = 0
@@ -164,8 +164,9 @@ class SequenceShard:
             return None
         out = []
         for _ in range(count):
-            rows, _ = self.tree.draw_stratified(self.rng.random(batch_size), 0.0)  # (B,)
-            out.append((as_arrays(read_chunks(self.chunks, torch.from_numpy(rows))), rows))
+            rows, weights = self.tree.draw_stratified(self.rng.random(batch_size), self.beta)  # (B,), (B,)
+            batch = read_chunks(self.chunks, torch.from_numpy(rows))._replace(weights=torch.from_numpy(weights))
+            out.append((as_arrays(batch), rows))
         return out
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:

@@ -37,6 +37,7 @@ class Settings:
     min_replay_ratio: float | None
     priority_eta: float
     priority_alpha: float
+    priority_beta: float
     max_restarts: int
     prefetch: int
 
@@ -70,6 +71,7 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
         min_replay_ratio=floor,
         priority_eta=node.priority_eta,
         priority_alpha=node.priority_alpha,
+        priority_beta=node.priority_beta,
         max_restarts=node.max_restarts,
         prefetch=node.prefetch,
     )

@@ -101,6 +101,7 @@ class DRQNKeys(DQNFamilyKeys):
     burn_in: int = key(
         help="leading steps of each sequence that only refresh the stored state", integer=True, minimum=0
     )
+    value_rescaling: bool = key(help="learn h(Q), R2D2's squashed values, with targets h(R + gamma^n h^-1(Q'))")
 
 
 @dataclass

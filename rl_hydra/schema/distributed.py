@@ -57,6 +57,11 @@ class ApexKeys(OneProcessKeys):
     priority_eta: float = key(
         help="a sequence's priority: eta * max + (1 - eta) * mean |TD error|", minimum=0.0, maximum=1.0
     )
+    priority_beta: float = key(
+        help="a drawn sequence's loss weight is (min p / p)^beta over its batch; 0: uncorrected",
+        minimum=0.0,
+        maximum=1.0,
+    )
     max_restarts: int = key(help="times Ray restarts an actor process that died", integer=True, minimum=0, maximum=1000)
     prefetch: int = key(
         help="sample requests the learner keeps in flight per shard", integer=True, minimum=1, maximum=64
