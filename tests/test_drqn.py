@@ -417,11 +417,12 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
 
 
 @pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_drqn_learns_cartpole_without_velocities(tmp_path, cell):
-    """A short run with a generous bar: a constant action scores about 9, random play about 20."""
+@pytest.mark.parametrize("cell, rescaling", [("lstm", False), ("gru", False), ("lstm", True)])
+def test_drqn_learns_cartpole_without_velocities(tmp_path, cell, rescaling):
+    """A short run with a generous bar: a constant action scores about 9, random play about 20.
+    With R2D2's value rescaling too."""
     summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", f"network.cell={cell}",
-                           "train.total_steps=8000",
+                           f"algo.value_rescaling={rescaling}", "train.total_steps=8000",
                            "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
                            "device=cpu", "checkpoint.save_buffer=false")
     assert summary["best_eval_return_mean"] >= 50, summary
