@@ -74,6 +74,18 @@ def test_bad_keys_are_one_line_errors_from_the_schema(key, value, says):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("address", ["auto", "null", "ray://head:10001", "10.0.0.2:6379", "'[::1]:6379'",
+                                     "'ray://[fe80::1]:10001'"])
+def test_the_schema_takes_every_form_of_address(address):
+    validate_config(compose_config("distributed=apex", f"distributed.address={address}"))
+
+
+@pytest.mark.parametrize("address", ["ray://head", "head:port", "'[::1]'", "'ray://a/b:1'", "'[zz]:1'"])
+def test_the_schema_refuses_a_malformed_address(address):
+    with pytest.raises(ConfigError, match="distributed.address=.* is not allowed"):
+        validate_config(compose_config("distributed=apex", f"distributed.address={address}"))
+
+
 @pytest.mark.parametrize("keys, says", [
     ({"shards": 3}, "distributed.shards=3 is out of range; expected at most one shard per actor (distributed.actors=2)"),
     ({"max_replay_ratio": 0.5, "min_replay_ratio": 1.0},

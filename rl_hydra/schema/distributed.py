@@ -22,7 +22,8 @@ class ApexKeys(OneProcessKeys):
         help="null: a local Ray instance; auto | ray://host:port | host:port joins a cluster",
         nullable=True,
         also=("auto",),
-        pattern=(r"ray://[^\s/]+:\d+|[^\s/:]+:\d+", "ray://host:port or host:port"),
+        # host: a name, an IPv4 address or a bracketed IPv6 one ([::1]:6379)
+        pattern=(r"(ray://)?([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):\d+", "ray://host:port or host:port"),
     )
     actors: Any = key(
         help="acting processes; auto: the CPUs / cpus_per_actor, less one for the learner",
