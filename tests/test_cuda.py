@@ -42,8 +42,8 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
 
 
-def tiny_run(tmp_path, algo: str):
-    cfg = compose_config(*TINY_CUDA, *CASES[algo])
+def tiny_run(tmp_path, *overrides: str):
+    cfg = compose_config(*TINY_CUDA, *overrides)
     agent, env, buffer = build_components(cfg, torch.device("cuda"))
     runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     runner.start()
@@ -56,7 +56,7 @@ def tiny_run(tmp_path, algo: str):
 
 @needs_cuda
 def test_dqn_keeps_networks_optimizer_and_buffer_on_the_gpu(tmp_path):
-    agent, buffer, runner = tiny_run(tmp_path, "dqn")
+    agent, buffer, runner = tiny_run(tmp_path, *CASES["dqn"])
     assert runner.global_step == 300 and agent.updates == cpu_summary(tmp_path, "dqn")["updates"]
     assert all_on_cuda(*agent.q_net.parameters(), *agent.target_net.parameters())
     assert all_on_cuda(*optimizer_tensors(agent.optimizer))
@@ -66,7 +66,7 @@ def test_dqn_keeps_networks_optimizer_and_buffer_on_the_gpu(tmp_path):
 
 @needs_cuda
 def test_redq_keeps_networks_optimizers_and_buffer_on_the_gpu(tmp_path):
-    agent, buffer, runner = tiny_run(tmp_path, "redq")
+    agent, buffer, runner = tiny_run(tmp_path, *CASES["redq"])
     assert runner.global_step == 300 and agent.updates > 0
     assert all_on_cuda(*agent.actor.parameters(), *agent.critic.parameters(), *agent.critic_target.parameters(),
                        agent.log_alpha)
@@ -86,14 +86,7 @@ def test_the_continuous_family_trains_on_the_gpu_and_its_run_loads_on_the_cpu(tm
     from rl_hydra.api import train
     from rl_hydra.run import load_run
 
-    cfg = compose_config(*TINY_CUDA, *CONTINUOUS[algo])
-    agent, env, buffer = build_components(cfg, torch.device("cuda"))
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path / "parts")
-    runner.start()
-    try:
-        pick_loop(agent)(runner)
-    finally:
-        runner.close()
+    agent, buffer, _ = tiny_run(tmp_path / "parts", *CONTINUOUS[algo])
     modules = [m for m in vars(agent).values() if isinstance(m, torch.nn.Module)]
     optimizers = [o for o in vars(agent).values() if isinstance(o, torch.optim.Optimizer)]
     assert modules and optimizers and agent.updates > 0

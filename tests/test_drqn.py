@@ -195,17 +195,23 @@ def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
     assert torch.equal(one_step[0], rewards * mask) and one_step[2][:, 0].tolist() == [0, 1, 2, 3]
 
 
+def one_episode_batch(agent, env):
+    """A batch of the chunks of one 9-step CartPole episode (rewards 1, the last step terminal):
+    [0..3] (it opens the episode), [2..5], [4..7], [6 7 8 pad]."""
+    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
+                            action_space=env.single_action_space)
+    state = agent.initial_state(1)
+    for t in range(9):
+        obs = np.full((1, 4), t / 10, np.float32)
+        buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
+    return buffer.sample(16)
+
+
 def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
     cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=2", "device=cpu")
     agent, env, _ = build_components(cfg, torch.device("cpu"))
     env.close()
-    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
-                            action_space=env.single_action_space)
-    state = agent.initial_state(1)
-    for t in range(9):  # one episode: chunks [0..3] (opener), [2..5], [4..7], [6 7 8 pad]
-        obs = np.full((1, 4), t / 10, np.float32)
-        buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
-    batch = buffer.sample(16)
+    batch = one_episode_batch(agent, env)
     loss, _, _ = agent.loss(batch)
 
     def changed(step, rows):
@@ -219,17 +225,6 @@ def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
     torch.testing.assert_close(changed(0, later), loss)  # burn-in steps of later chunks are not counted
     assert batch.episode_start.any() and later.any() and last.any()
     assert changed(0, batch.episode_start) > loss + 1.0  # the opener's first steps are trained on
-
-
-def one_episode_batch(agent, env):
-    """A batch of every chunk of one 9-step CartPole episode (rewards 1, the last step terminal)."""
-    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
-                            action_space=env.single_action_space)
-    state = agent.initial_state(1)
-    for t in range(9):
-        obs = np.full((1, 4), t / 10, np.float32)
-        buffer.add(obs, np.array([t % 2]), np.array([1.0]), obs + 0.05, np.array([t == 8]), np.array([False]), state)
-    return buffer.sample(16)
 
 
 def test_value_rescaling_learns_h_of_the_target_through_the_inverse_of_the_target_net():
