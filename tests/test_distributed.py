@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -249,3 +250,85 @@ def test_joining_a_cluster_that_is_not_there_is_one_line(tmp_path, monkeypatch):
         launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.address=auto", *TINY),
                tmp_path / "run")
     assert failure.value.code == 2 and "\n" not in str(failure.value) and not (tmp_path / "run").exists()
+
+
+class InProcessRay:
+    """What the Cluster's replay side asks of Ray, in this process: a `remote` class builds its object
+    here, and each of its methods' `.remote(...)` runs at once, its result standing in for the ref."""
+
+    class exceptions:
+        RayActorError = type("RayActorError", (Exception,), {})
+
+    @staticmethod
+    def remote(**_):
+        return lambda cls: SimpleNamespace(remote=lambda *args, **kwargs: InProcessHandle(cls(*args, **kwargs)))
+
+    @staticmethod
+    def get(refs):
+        return refs
+
+
+class InProcessHandle:
+    def __init__(self, target):
+        self.target, self.calls = target, []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, args))
+            return getattr(self.target, name)(*args)
+
+        return SimpleNamespace(remote=call)
+
+
+def learner_with_a_shard(steps_reuse_outputs: bool):
+    """A Learner's update side (its agent: DQN on a 3-d box, prioritized replay) over one in-process
+    shard holding 64 transitions; whether the agent's gradient step hands back the same priorities
+    tensor each time, refilled, as a CUDA-graphed step does; the priorities each step computed."""
+    from rl_hydra.distributed.cluster import Cluster
+    from rl_hydra.distributed.learner import Learner
+    from rl_hydra.loops.monitor import UpdateMonitor
+    from rl_hydra.training import build_agent
+
+    cfg = compose_config("algo=dqn", "buffer=prioritized", "buffer.capacity=64", "distributed=apex",
+                         "distributed.actors=1", "algo.batch_size=8")
+    learner = object.__new__(Learner)
+    learner.settings = read_settings(cfg.distributed)
+    learner.agent = build_agent(cfg, BOX, gym.spaces.Discrete(2), torch.device("cpu"))
+    learner.device, learner.recurrent, learner.prioritized = torch.device("cpu"), False, True
+    learner.monitor, learner.schedule = UpdateMonitor(True, ""), SimpleNamespace(step=0)
+    learner.cluster = Cluster(InProcessRay, learner.settings, cfg, recurrent=False, prioritized=True)
+    learner.cluster.start_replay({"observation_space": BOX, "action_space": gym.spaces.Discrete(2)}, None)
+    learner.cluster.shards[0].target.add(transitions(64), np.ones(64))
+    computed, plain, reused = [], learner.agent.gradient_step, torch.zeros(8)
+
+    def step(batch):
+        loss, priorities, metrics = plain(batch)
+        computed.append(priorities.detach().clone())
+        if steps_reuse_outputs:
+            priorities = reused.copy_(priorities)
+        return loss, priorities, metrics
+
+    learner.agent.gradient_step = step
+    return learner, computed
+
+
+@pytest.mark.parametrize("steps_reuse_outputs", [False, True])
+def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(steps_reuse_outputs):
+    from rl_hydra.distributed.cluster import SAMPLE_BATCHES
+
+    learner, computed = learner_with_a_shard(steps_reuse_outputs)
+    shard = learner.cluster.shards[0]
+    for _ in range(SAMPLE_BATCHES):                     # one request's batches: no priorities sent yet
+        assert learner.update()
+    assert not [name for name, _ in shard.calls if name == "update_priorities"]
+    assert learner.update()                             # the next request carries all four, in one call
+    sent = [args for name, args in shard.calls if name == "update_priorities"]
+    assert len(sent) == 1
+    rows, priorities = sent[0]
+    assert isinstance(priorities, np.ndarray) and rows.shape == priorities.shape == (SAMPLE_BATCHES * 8,)
+    assert np.array_equal(priorities, torch.cat(computed[:SAMPLE_BATCHES]).numpy())
+    alpha, epsilon = learner.cluster.cfg.buffer.alpha, shard.target.buffer.epsilon
+    last_of_each_row = {row: p for row, p in zip(rows.tolist(), priorities.tolist())}
+    leaves = shard.target.buffer.tree.state_dict()["leaves"]
+    for row, p in last_of_each_row.items():             # the shard's tree holds (|delta| + eps)^alpha
+        assert leaves[row] == pytest.approx((abs(p) + epsilon) ** alpha, rel=1e-5)

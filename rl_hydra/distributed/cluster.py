@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError
@@ -113,7 +114,7 @@ class Cluster:
             self.call_shards([shard.load_state_dict.remote(state) for shard, state in zip(self.shards, saved)])
         self.requests: list[collections.deque] = [collections.deque() for _ in self.shards]  # samples in flight
         self.drawn: list[collections.deque] = [collections.deque() for _ in self.shards]  # batches not used yet
-        self.new_priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in self.shards]
+        self.new_priorities: list[list[tuple[np.ndarray, torch.Tensor]]] = [[] for _ in self.shards]
         self.turn = 0
 
     def start_actors(self, session: int) -> None:
@@ -227,8 +228,9 @@ class Cluster:
             return i, self.drawn[i].popleft()
         shard, queue = self.shards[i], self.requests[i]
         if self.new_priorities[i]:
-            rows, priorities = (np.concatenate(parts) for parts in zip(*self.new_priorities[i]))
-            shard.update_priorities.remote(rows, priorities)
+            rows_parts, priority_parts = zip(*self.new_priorities[i])
+            # one copy to the host for all the batches since the last request: on a GPU, one sync, not one per update
+            shard.update_priorities.remote(np.concatenate(rows_parts), torch.cat(priority_parts).cpu().numpy())
             self.new_priorities[i] = []
         while len(queue) < self.settings.prefetch + 1:
             queue.append(shard.sample.remote(batch_size, SAMPLE_BATCHES))
@@ -238,8 +240,9 @@ class Cluster:
         self.drawn[i].extend(batches[1:])
         return i, batches[0]
 
-    def send_priorities(self, i: int, rows: np.ndarray, priorities: np.ndarray) -> None:
-        """New priorities for rows of shard i, sent with its next sample request."""
+    def send_priorities(self, i: int, rows: np.ndarray, priorities: torch.Tensor) -> None:
+        """New priorities for rows of shard i (a tensor on the learner's device), sent with its next
+        sample request."""
         self.new_priorities[i].append((rows, priorities))
 
     def replay_states(self) -> list[dict[str, Any]]:

@@ -283,7 +283,8 @@ class Learner:
         if priorities is not None and self.prioritized:
             if self.recurrent:
                 priorities = sequence_priorities(priorities, self.agent.counted(batch), self.settings.priority_eta)
-            self.cluster.send_priorities(i, np.asarray(rows), priorities.detach().cpu().numpy())
+            # kept on the device until the next sample request; a copy, as a CUDA-graphed step reuses its outputs
+            self.cluster.send_priorities(i, np.asarray(rows), priorities.detach().clone())
         self.monitor.record(metrics, self.agent.updates, self.global_step)
         if self.agent.updates % self.settings.publish_every == 0:
             self.publish()

@@ -31,15 +31,17 @@ ROOT = Path(__file__).resolve().parents[2]
 ENVS = {   # DQN with prioritized replay and each env's preset (0.5 updates per env step on CartPole)
     "cartpole": ["algo=dqn", "env=cartpole", "buffer=prioritized", "train.stop_at_return=null"],
     "minatar": ["algo=dqn", "env=minatar", "buffer=prioritized"],   # Breakout; the preset's one update per step
-    # Breakout on the DQN Atari preset (one update per 4 steps) with a shorter warm-up and a smaller replay
+    # Breakout on the DQN Atari preset (one update per 4 steps) with a shorter warm-up and a smaller replay;
+    # one evaluation episode of at most 2,500 steps, where an untrained policy could play 27,000
     "atari": ["algo=dqn", "env=atari", "env.id=ALE/Breakout-v5", "buffer=prioritized", "algo.learning_starts=2000",
-              "buffer.capacity=50000"],
+              "buffer.capacity=50000", "env.kwargs.max_num_frames_per_episode=10000"],
 }
+EVAL_EPISODES = {"atari": 1}
 WARMUP = {"cartpole": 4000, "minatar": 6000, "atari": 4000}   # past each preset's learning_starts
 
 
 def overrides(env: str, steps: int, device: str = "cpu") -> list[str]:
-    return [*ENVS[env], f"train.total_steps={steps}", f"train.eval_every={steps}", "train.eval_episodes=5",
+    return [*ENVS[env], f"train.total_steps={steps}", f"train.eval_every={steps}", f"train.eval_episodes={EVAL_EPISODES.get(env, 5)}",
             f"train.log_every={max(steps // 10, 1)}", f"train.checkpoint_every={steps}", "train.progress=false",
             "checkpoint.save_buffer=false", f"device={device}"]
 
