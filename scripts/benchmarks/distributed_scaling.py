@@ -8,7 +8,7 @@ once the run is going (rows past --warmup steps, before the final evaluation).
 
 Each configuration runs as `python train.py ...` in a fresh process, the configurations interleaved
 repeat by repeat; --record writes results/distributed_scaling[_<env>_<device>].json (rendered into
-docs/distributed.md). --steps-per-actor lengthens the runs with many actors, whose fixed budget would
+docs/distributed_results.md). --steps-per-actor lengthens the runs with many actors, whose fixed budget would
 otherwise pass in a second or two.
 """
 
