@@ -315,7 +315,7 @@ def test_compile_is_refused_in_one_line(tmp_path):
 @pytest.mark.parametrize("seed", [0])
 def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
     """The preset as `python train.py algo=crossq env=pendulum` runs it: 20k steps, several minutes
-    on one core. The 5-seed figures: docs/continuous.md."""
+    on one core. The 5-seed figures: docs/continuous_results.md."""
     summary = run_training(tmp_path, "algo=crossq", "env=pendulum", f"seed={seed}", "train.progress=false",
                            "checkpoint.save_buffer=false")
     assert summary["global_step"] == 20000
