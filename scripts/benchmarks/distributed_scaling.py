@@ -41,9 +41,10 @@ WARMUP = {"cartpole": 4000, "minatar": 6000, "atari": 4000}   # past each preset
 
 
 def overrides(env: str, steps: int, device: str = "cpu") -> list[str]:
-    return [*ENVS[env], f"train.total_steps={steps}", f"train.eval_every={steps}", f"train.eval_episodes={EVAL_EPISODES.get(env, 5)}",
-            f"train.log_every={max(steps // 10, 1)}", f"train.checkpoint_every={steps}", "train.progress=false",
-            "checkpoint.save_buffer=false", f"device={device}"]
+    return [*ENVS[env], f"train.total_steps={steps}", f"train.eval_every={steps}",
+            f"train.eval_episodes={EVAL_EPISODES.get(env, 5)}", f"train.log_every={max(steps // 10, 1)}",
+            f"train.checkpoint_every={steps}", "train.progress=false", "checkpoint.save_buffer=false",
+            f"device={device}"]
 
 
 def budget(args: argparse.Namespace, actors: int) -> int:
