@@ -63,6 +63,9 @@ ZOO = {
     "crossq_pendulum": Zoo("crossq", dict(policy_delay=2, net_arch=[256, 256]), 20_000, "crossq.yml Pendulum-v1"),
     "crossq_hopper": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
                                         net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000, "crossq.yml Hopper"),
+    "crossq_half_cheetah": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
+                                              net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000,
+                               "crossq.yml HalfCheetah"),
     # sb3-contrib's TQC and SB3's TD3, rl-baselines3-zoo hyperparams/tqc.yml and td3.yml (MuJoCo: their -v4 entries)
     "tqc_pendulum": Zoo("tqc", dict(learning_rate=1e-3, net_arch=[256, 256]), 20_000, "tqc.yml Pendulum-v1"),
     "tqc_hopper": Zoo("tqc", dict(learning_starts=10_000, top_quantiles_to_drop_per_net=5, net_arch=[256, 256]),
