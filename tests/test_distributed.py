@@ -157,8 +157,8 @@ def test_verify_refuses_a_distributed_run(run_dir):
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
 
-def transitions(n: int, start: float = 0.0) -> Batch:
-    obs = np.arange(start, start + 3 * n, dtype=np.float32).reshape(n, 3)
+def transitions(n: int, start: float = 0.0, obs_dim: int = 3) -> Batch:
+    obs = np.arange(start, start + obs_dim * n, dtype=np.float32).reshape(n, obs_dim)
     return Batch(obs=obs, actions=np.arange(n) % 2, rewards=np.full(n, 2.0, np.float32), next_obs=obs + 1,
                  terminated=np.zeros(n, np.float32), truncated=np.zeros(n, np.float32),
                  discounts=np.linspace(0.5, 0.9, n).astype(np.float32), weights=np.ones(n, np.float32),
@@ -280,25 +280,21 @@ class InProcessHandle:
         return SimpleNamespace(remote=call)
 
 
-def learner_with_a_shard(steps_reuse_outputs: bool):
-    """A Learner's update side (its agent: DQN on a 3-d box, prioritized replay) over one in-process
-    shard holding 64 transitions; whether the agent's gradient step hands back the same priorities
-    tensor each time, refilled, as a CUDA-graphed step does; the priorities each step computed."""
-    from rl_hydra.distributed.cluster import Cluster
-    from rl_hydra.distributed.learner import Learner
-    from rl_hydra.loops.monitor import UpdateMonitor
-    from rl_hydra.training import build_agent
+def learner_with_a_shard(tmp_path, monkeypatch, steps_reuse_outputs: bool):
+    """A Learner, built as a run builds it but on the in-process stand-in for Ray (DQN on CartPole,
+    prioritized replay), over one shard holding 64 transitions; whether the agent's gradient step
+    hands back the same priorities tensor each time, refilled, as a CUDA-graphed step does; the
+    priorities each step computed."""
+    from rl_hydra.distributed import learner as learner_module
+    from rl_hydra.runs.run_dir import RunDirectory
 
-    cfg = compose_config("algo=dqn", "buffer=prioritized", "buffer.capacity=64", "distributed=apex",
-                         "distributed.actors=1", "algo.batch_size=8")
-    learner = object.__new__(Learner)
-    learner.settings = read_settings(cfg.distributed)
-    learner.agent = build_agent(cfg, BOX, gym.spaces.Discrete(2), torch.device("cpu"))
-    learner.device, learner.recurrent, learner.prioritized = torch.device("cpu"), False, True
-    learner.monitor, learner.schedule = UpdateMonitor(True, ""), SimpleNamespace(step=0)
-    learner.cluster = Cluster(InProcessRay, learner.settings, cfg, recurrent=False, prioritized=True)
-    learner.cluster.start_replay({"observation_space": BOX, "action_space": gym.spaces.Discrete(2)}, None)
-    learner.cluster.shards[0].target.add(transitions(64), np.ones(64))
+    monkeypatch.setattr(learner_module, "require_ray", lambda: InProcessRay)
+    cfg = compose_config("algo=dqn", "env=cartpole", "buffer=prioritized", "buffer.capacity=64",
+                         "distributed=apex", "distributed.actors=1", "algo.batch_size=8")
+    learner = learner_module.Learner(cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"),
+                                     read_settings(cfg.distributed))
+    learner.cluster.start_replay(learner.spaces, None)
+    learner.cluster.shards[0].target.add(transitions(64, obs_dim=4), np.ones(64))
     computed, plain, reused = [], learner.agent.gradient_step, torch.zeros(8)
 
     def step(batch):
@@ -313,10 +309,11 @@ def learner_with_a_shard(steps_reuse_outputs: bool):
 
 
 @pytest.mark.parametrize("steps_reuse_outputs", [False, True])
-def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(steps_reuse_outputs):
+def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(tmp_path, monkeypatch,
+                                                                             steps_reuse_outputs):
     from rl_hydra.distributed.cluster import SAMPLE_BATCHES
 
-    learner, computed = learner_with_a_shard(steps_reuse_outputs)
+    learner, computed = learner_with_a_shard(tmp_path, monkeypatch, steps_reuse_outputs)
     shard = learner.cluster.shards[0]
     for _ in range(SAMPLE_BATCHES):                     # one request's batches: no priorities sent yet
         assert learner.update()
