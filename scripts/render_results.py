@@ -27,19 +27,37 @@ RESULTS, DOCS = ROOT / "results", ROOT / "docs"
 def draw(record: dict, path: Path) -> None:
     """One panel per `plot.panels` entry (default: all rows): each row's per-seed values of
     `plot.keys` as points with a bar at their median (and its `plot.reference` as a red bar); or,
-    with `plot.x`, one curve per seed through the keys' values at those x."""
+    with `plot.x`, one curve per seed through the keys' values at those x; or, with `plot.curves`
+    ([per-seed key, name] pairs), each side's per-seed curves at the row's `curve_steps`, thin, and
+    their median, thick."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     spec = record["plot"]
-    panels = spec.get("panels", [{"title": "", "rows": [r["id"] for r in record["rows"]]}])
+    every_row = [{"title": "", "rows": [r["id"] for r in record["rows"]]}]
+    if "curves" in spec:   # a panel per row
+        every_row = [{"title": r.get("plot_label", r["id"]), "rows": [r["id"]]} for r in record["rows"]]
+    panels = spec.get("panels", every_row)
     figure, axes_list = plt.subplots(1, len(panels), figsize=(min(3.2 * len(panels) + 1.6, 11), 3.2), dpi=100,
                                      squeeze=False)
     for axes, panel in zip(axes_list[0], panels):
         rows = [next(r for r in record["rows"] if r["id"] == row_id) for row_id in panel["rows"]]
-        if "x" in spec:
+        if "curves" in spec:
+            for (key, name), color in zip(spec["curves"], ("tab:blue", "tab:orange")):
+                for row in rows:
+                    curves = [c for c in (row.get("per_seed") or {}).get(key) or [] if c is not None]
+                    for curve in curves:
+                        axes.plot(row["curve_steps"], curve, color=color, alpha=0.3, linewidth=0.8)
+                    if curves:
+                        medians = [statistics.median(values) for values in zip(*curves)]
+                        axes.plot(row["curve_steps"], medians, color=color, linewidth=2,
+                                  label=f"{name} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+            axes.xaxis.set_major_formatter(lambda value, _: f"{value / 1000:g}k")
+            axes.set_xlabel(spec["xlabel"])
+            axes.legend(fontsize=7)
+        elif "x" in spec:
             for row in rows:
                 for i, seed in enumerate(row.get("seeds", record["seeds"])):
                     axes.plot(spec["x"], [row["per_seed"][k][i] for k in spec["keys"]], marker="o", label=f"seed {seed}")
@@ -64,7 +82,7 @@ def draw(record: dict, path: Path) -> None:
         axes.set_title(panel["title"], fontsize=9)
         axes.grid(alpha=0.3)
     axes_list[0][0].set_ylabel(spec["ylabel"])
-    if "x" in spec or len(spec["keys"]) > 1:
+    if "x" in spec or len(spec.get("keys", [])) > 1:
         axes_list[0][-1].legend(fontsize=7)
     figure.suptitle(record["title"], fontsize=10)
     figure.tight_layout()

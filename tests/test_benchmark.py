@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,39 @@ def test_the_record_holds_every_seed_and_their_medians(tmp_path):
     assert "| 0 | 0.0 | 0.0 | 1.0 | 2.0 | 0.50 | 100.0 | 50.0 |" in seeds_table(record, case.id)
 
 
+def test_a_suite_rows_record_holds_both_sides_curves_at_the_same_steps_and_draws_them(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_results
+
+    args = parse("suite", "continuous", "--rows", "td3_hopper", "--steps", "30000", out=tmp_path)
+    (case,) = benchmark.suite_cases(args)
+    assert case.peer["curve"] == {"every": 10000, "episodes": 10}   # the preset's eval_every and eval_episodes
+    assert benchmark.curve_steps(case) == [10000, 20000, 30000]
+    for seed in (0, 1):
+        job, path = benchmark.job_for(case, "ours", seed, args)
+        run_dir = Path(job["run_dir"])
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text("{}")
+        (run_dir / "metrics.csv").write_text("step,train/loss,eval/return_mean\n5000,1.0,\n10000,1.0,100.0\n"
+                                             "20000,1.0,200.0\n30000,1.0,300.0\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"wall_s": 10.0, "steps": 30000, "eval_return": 300.0}))
+    peer = {"wall_s": 20.0, "steps": 30000, "eval_return": 90.0,
+            "curve": {"steps": [10000, 20000, 30000], "returns": [30.0, 60.0, 90.0]}}
+    path = benchmark.job_for(case, "peer", 0, args)[1]   # the peer's seed 1 has not run
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(peer))
+    record = benchmark.record([case], [0, 1], args, ["suite", "continuous"], 0.0)
+    row = record["rows"][0]
+    assert row["curve_steps"] == [10000, 20000, 30000]
+    assert row["per_seed"]["ours_curve"] == [[100.0, 200.0, 300.0]] * 2
+    assert row["per_seed"]["peer_curve"] == [[30.0, 60.0, 90.0], None]
+    assert "ours_curve" not in row["summary"] and row["summary"]["ours_return"] == 300.0
+    assert check_record(record, record["name"]) == [] and median_problems(record) == []
+    render_results.draw(record, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *argv],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -179,6 +213,19 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
     assert record["peer"]["version"] and record["rows"][1]["per_seed"]["peer_return"][0] is not None
     again = run(*command)
     assert again.returncode == 0 and again.stderr.count("found, reused") == 4, again.stderr[-3000:]
+
+
+@pytest.mark.slow   # ~30 s: 4,000 random steps (TD3's first update is at 10,000) and two evaluations a side
+def test_a_tiny_suite_run_records_each_sides_evaluations_during_training(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    result = run("suite", "continuous", "--rows", "td3_pendulum", "--steps", "4000", "--seeds", "1",
+                 "--out", str(tmp_path), "--record", str(tmp_path / "tiny.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads((tmp_path / "tiny.json").read_text())["rows"][0]
+    assert row["curve_steps"] == [2000, 4000]   # the preset evaluates every 2,000 steps
+    for side in ("ours", "peer"):
+        (curve,) = row["per_seed"][f"{side}_curve"]
+        assert len(curve) == 2 and curve[-1] == row["per_seed"][f"{side}_return"][0] < -200   # no update yet
 
 
 def test_vector_envs_times_each_vectorization_and_records_its_ratio_to_sync(tmp_path, capsys):

@@ -16,11 +16,14 @@ every comparison.
 Every run is a fresh process of this script with one torch thread: ours through rl_hydra.api.train
 (the path of train.py) into a run directory under --out, the peer through scripts/benchmarks/sb3_peer.py.
 For each seed, for each case, the two sides run back to back, the peer first on odd seeds, so that
-drifting load falls on both alike. Returns are the final greedy evaluation (10 episodes, env i
-seeded seed + 1,000,000 + i on both sides); wall time is the whole run (build, training with our
-periodic evaluations and checkpoints, the final evaluation). A finished run is kept as JSON under
---out and skipped when the command runs again. Before anything runs, each case's composed config
-is checked against its SB3 hyperparameters key by key (scripts/benchmarks/zoo.py).
+drifting load falls on both alike. Returns are the final greedy evaluation (10 episodes, on seeds
+from seed + 1,000,000 on both sides). Wall time is the whole run: build, training with our periodic
+evaluations and checkpoints, the final evaluation. A suite row whose preset evaluates during training
+(train.eval_every below the budget) has the peer evaluate at the same steps too, inside its wall time,
+and the record keeps each seed's curve on both sides, which scripts/render_results.py draws. A
+finished run is kept as JSON under --out and skipped when the command runs again. Before anything
+runs, each case's composed config is checked against its SB3 hyperparameters key by key
+(scripts/benchmarks/zoo.py).
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
 <out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
@@ -123,6 +126,8 @@ def suite_cases(args) -> list[Case]:
                 raise ConfigError(f"--window {start} {end}: must lie after {row.name}'s learning_starts "
                                   f"({cfg.algo.learning_starts}) and before its last step ({steps})")
             ours, peer = [*ours, f"train.log_every={math.gcd(start, end)}"], {**peer, "window": args.window}
+        if cfg.train.eval_every < steps:   # learning curves: the peer evaluates when our run does
+            peer = {**peer, "curve": {"every": cfg.train.eval_every, "episodes": cfg.train.eval_episodes}}
         cases.append(Case(row.name, row.name, ours, peer, steps, ZOO[row.name], window=args.window,
                           reference=row.reference))
     return cases
@@ -288,14 +293,37 @@ def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
         values[f"{side}_sps"] = [r and r.get("window_sps", r["steps"] / r["wall_s"]) for r in results]
     values["ratio"] = [o / p if o and p else None for o, p in zip(values["ours_wall"], values["peer_wall"])]
     values["solved_at"] = [r and r.get("solved_at_step") for r in found["ours"]]
+    if case.peer and case.peer.get("curve"):   # each seed's evaluation returns at curve_steps(case)
+        steps = curve_steps(case)
+        runs = [Path(job_for(case, "ours", seed, args)[0]["run_dir"]) for seed in seeds]
+        curves = {"ours": [eval_curve(run) for run in runs], "peer": [r and r.get("curve") for r in found["peer"]]}
+        for side, side_curves in curves.items():
+            values[f"{side}_curve"] = [c["returns"] if c and c["steps"] == steps else None for c in side_curves]
     return {key: column for key, column in values.items() if any(v is not None for v in column)}
+
+
+def curve_steps(case: Case) -> list[int]:
+    """The env steps at which both sides evaluate: every `curve.every`, and the last step."""
+    every = case.peer["curve"]["every"]
+    return [*range(every, case.steps, every), case.steps]
+
+
+def eval_curve(run_dir: Path) -> dict | None:
+    """{"steps", "returns"}: the evaluations our run logged (metrics.csv), None before it has any."""
+    import csv
+
+    if not (run_dir / "summary.json").is_file():
+        return None
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("eval/return_mean")]
+    return {"steps": [int(r["step"]) for r in rows], "returns": [float(r["eval/return_mean"]) for r in rows]}
 
 
 def summary_of(per_seed: dict) -> dict:
     summary = {}
     for key, column in per_seed.items():
         values = [v for v in column if v is not None]
-        if values:
+        if values and all(isinstance(v, (int, float)) for v in values):   # not a curve
             summary[key] = statistics.median(values)
     ratios = [v for v in per_seed.get("ratio", []) if v is not None]
     if ratios:
@@ -326,6 +354,8 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
         rows.append({"id": case.id, "label": case.label, "steps": case.steps, "seeds_done": f"{done}/{len(seeds)}",
                      "reference": case.reference, "overrides": case.ours, "per_seed": per_seed,
                      "summary": summary_of(per_seed)})
+        if "ours_curve" in per_seed or "peer_curve" in per_seed:
+            rows[-1]["curve_steps"] = curve_steps(case)
         if "solved_at" in per_seed:
             rows[-1]["seed_columns"] = [*({"header": h, "format": f} for h, f in COLUMNS),
                                         {"header": "solved at step", "format": "{solved_at:,}"}]
@@ -340,7 +370,14 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
             "columns": [{"header": "case", "format": "{label}", "align": "left"},
                         {"header": "seeds", "format": "{seeds_done}"},
                         *({"header": h, "format": f} for h, f in COLUMNS)],
-            "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS], "rows": rows}
+            "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS], "rows": rows,
+            **({"plot": CURVES} if any("curve_steps" in row for row in rows) else {})}
+
+
+CURVES = {"curves": [["ours_curve", "ours"], ["peer_curve", "SB3"]], "xlabel": "env steps",
+          "ylabel": "evaluation return",
+          "caption": "Greedy evaluation return during training, both sides at the same steps: a thin line per "
+                     "seed, a thick one through the seeds' medians."}
 
 
 # --- the command ---------------------------------------------------------------------------------

@@ -3,11 +3,14 @@
     {"algo": "dqn" | "qr_dqn" | "sac" | "crossq" | "tqc" | "td3", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
      "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
      "action_noise": {"kind": "normal" | "ornstein-uhlenbeck", "std": s} (optional: the Zoo's noise_type, noise_std),
+     "curve": {"every": K, "episodes": n} (optional: our run's train.eval_every and train.eval_episodes),
      "env": {"gym": id} | {"ours": [env overrides]} | {"atari": id, "num_envs": N, "subprocesses": bool}}
 
 `run(spec, seed, eval_episodes, device)` builds, learns and evaluates greedily on `eval_episodes`
-envs, env i seeded seed + 1,000,000 + i as our evaluation seeds them. Wall time is all three;
-`window` asks for the steps/s between those two env steps as well.
+envs, env i seeded seed + 1,000,000 + i as our first evaluation round seeds them. Wall time is all
+three; `window` asks for the steps/s between those two env steps as well. With `curve` it evaluates
+as our loop does instead: every K env steps and at the end, n episodes a round, round r on seeds
+seed + 1,000,000 + r * n + i; the curve is the rounds' mean returns, the last the final evaluation.
 """
 
 from __future__ import annotations
@@ -103,6 +106,15 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
 
     marks: dict[int, float] = {}
     window = spec.get("window") or []
+    curve = spec.get("curve")
+    curve_steps: list[int] = []
+    curve_returns: list[float] = []
+
+    def evaluate(env, env_seed: int) -> list[float]:
+        env.seed(env_seed)   # env i starts from env_seed + i
+        returns, _ = evaluate_policy(model, env, n_eval_episodes=env.num_envs, deterministic=True,
+                                     return_episode_rewards=True)
+        return [float(r) for r in returns]
 
     class Marks(BaseCallback):
         # _on_step runs after each vector step, before that step's training phase: the vector
@@ -111,9 +123,16 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
             finished = self.num_timesteps - self.training_env.num_envs
             if finished in window:
                 marks[finished] = time.perf_counter()
+            if curve and self.num_timesteps % curve["every"] == 0 and self.num_timesteps < spec["steps"]:
+                rounds = len(curve_steps)
+                returns = evaluate(curve_env, seed + EVAL_SEED_OFFSET + rounds * curve["episodes"])
+                curve_steps.append(self.num_timesteps)
+                curve_returns.append(statistics.mean(returns))
             return True
 
     make = env_maker(spec["env"], seed)
+    if curve:
+        curve_env = DummyVecEnv([lambda: Monitor(make())] * curve["episodes"])
     policy_kwargs = dict(spec.get("policy_kwargs") or {})
     if spec.get("extractor") == "minatar_cnn":
         policy_kwargs["features_extractor_class"] = minatar_cnn()
@@ -131,10 +150,13 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     if window:
         result["window_sps"] = (window[1] - window[0]) / (marks[window[1]] - marks[window[0]])
     if "atari" not in spec["env"]:
-        eval_env = DummyVecEnv([lambda: Monitor(make())] * eval_episodes)
-        eval_env.seed(seed + EVAL_SEED_OFFSET)   # env i starts from seed + 1e6 + i, as ours
-        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True,
-                                     return_episode_rewards=True)
-        result.update(eval_return=statistics.mean(returns), eval_returns=[float(r) for r in returns])
+        if curve:   # the final evaluation is the next round, as in our loop
+            returns = evaluate(curve_env, seed + EVAL_SEED_OFFSET + len(curve_steps) * curve["episodes"])
+        else:
+            returns = evaluate(DummyVecEnv([lambda: Monitor(make())] * eval_episodes), seed + EVAL_SEED_OFFSET)
+        result.update(eval_return=statistics.mean(returns), eval_returns=returns)
+        if curve:
+            result["curve"] = {"steps": [*curve_steps, model.num_timesteps],
+                               "returns": [*curve_returns, result["eval_return"]]}
     result["wall_s"] = time.perf_counter() - start
     return result
