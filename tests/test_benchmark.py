@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rl_hydra.config import ConfigError
-from rl_hydra.runs.results import check_record, median_problems, seeds_table
+from rl_hydra.runs.results import check_record, median_problems, rows_table, seeds_table
 from tests.conftest import ROOT, compose_config
 
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))   # the scripts' folder, as Python puts it first running one
@@ -92,9 +92,15 @@ def test_the_record_holds_every_seed_and_their_medians(tmp_path):
     assert row["per_seed"]["ratio"] == [0.5, 0.75, 0.4, None] and row["seeds_done"] == "3/4"
     assert row["summary"]["ratio"] == 0.5 and (row["summary"]["ratio_min"], row["summary"]["ratio_max"]) == (0.4, 0.75)
     assert row["summary"]["ours_sps"] == 50.0 and record["topic"] == "benchmark"
+    assert (row["summary"]["ours_return_low"], row["summary"]["ours_return_high"]) == (0.0, 20.0)   # 3 seeds
     assert check_record(record, record["name"]) == []
     assert median_problems(record) == []
     assert "| 0 | 0.0 | 0.0 | 1.0 | 2.0 | 0.50 | 100.0 | 50.0 |" in seeds_table(record, case.id)
+    assert "| 10.0 (0.0 to 20.0) | 10.0 (0.0 to 20.0) |" in rows_table(record)
+    complete = benchmark.record([case], [0, 1, 2], args, ["cartpole"], 0.0)
+    complete["rows"][0]["summary"]["peer_return_high"] = 25.0   # (a seed without a value is not checked)
+    assert median_problems(complete) == [f"{complete['name']}/{case.id}: the interval's high end of peer_return is "
+                                         "20, the summary says 25"]
 
 
 def test_a_suite_rows_record_holds_both_sides_curves_at_the_same_steps_and_draws_them(tmp_path):

@@ -36,6 +36,12 @@ def bootstrap_ci(
     return float(np.percentile(stats, tail)), float(np.percentile(stats, 100 - tail))
 
 
+def median_interval(values: Iterable[float]) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the median over seeds (what the records' `_low` and
+    `_high` of a return hold)."""
+    return bootstrap_ci(values, statistic=np.median)
+
+
 # tracker stores: MLflow's artifact store (and its file store), W&B's directory. They keep copies
 # of a run's .hydra/, summary.json and best.pt that are no second run, and nothing of ours goes in.
 RUN_OUTPUTS = ("checkpoints", "metrics.csv", "summary.json")

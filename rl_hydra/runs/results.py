@@ -25,7 +25,7 @@ import statistics
 import string
 from pathlib import Path
 
-from rl_hydra.runs.aggregate import interquartile_mean
+from rl_hydra.runs.aggregate import interquartile_mean, median_interval
 from rl_hydra.runs.provenance import git_state
 
 TRIED = "tried"  # the subfolder of the records that were not adopted
@@ -114,17 +114,22 @@ def check_record(record: dict, stem: str) -> list[str]:
 
 def median_problems(record: dict) -> list[str]:
     """Where a row's summary is not what its seeds give, to the summary's rounding: the summary value
-    of a per-seed key is their median, and `iqm` (or `<key prefix>iqm`) the interquartile mean."""
+    of a per-seed key is their median, `iqm` (or `<key prefix>iqm`) the interquartile mean, and
+    `<key>_low`, `<key>_high` the median's 95% bootstrap interval."""
     problems = []
     for row in record["rows"]:
         summary = row.get("summary") or {}
         for key, values in (row.get("per_seed") or {}).items():
+            # a seed without a value (not run, or unsolved where the median ranks it last) or curves: not checked
             if not values or not all(isinstance(v, (int, float)) for v in values):
                 continue
             prefix = key[: -len("return")] if key.endswith("return") else None
             checks = [(key, statistics.median(values), "median")]
             if prefix is not None:
                 checks.append((prefix + "iqm", interquartile_mean(values), "IQM"))
+            if f"{key}_low" in summary:
+                low, high = median_interval(values)
+                checks += [(f"{key}_low", low, "interval's low end"), (f"{key}_high", high, "interval's high end")]
             for name, value, what in checks:
                 stated = summary.get(name)
                 if not isinstance(stated, (int, float)):

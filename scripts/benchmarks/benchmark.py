@@ -51,7 +51,7 @@ from pathlib import Path
 from minatar_sb3 import HP, our_overrides as minatar_overrides, peer_spec as minatar_peer
 from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
 
-from rl_hydra.runs.aggregate import interquartile_mean
+from rl_hydra.runs.aggregate import interquartile_mean, median_interval
 from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,12 +332,22 @@ def summary_of(per_seed: dict) -> dict:
         values = [v for v in per_seed.get(f"{side}_return", []) if v is not None]
         if values:
             summary[f"{side}_iqm"] = interquartile_mean(values)
+            if len(values) > 1:
+                summary[f"{side}_return_low"], summary[f"{side}_return_high"] = median_interval(values)
     return summary
 
 
 COLUMNS = [("ours return", "{ours_return:,.1f}"), ("SB3 return", "{peer_return:,.1f}"),
            ("ours wall (s)", "{ours_wall:,.1f}"), ("SB3 wall (s)", "{peer_wall:,.1f}"),
            ("wall ours / SB3", "{ratio:.2f}"), ("ours steps/s", "{ours_sps:,.1f}"), ("SB3 steps/s", "{peer_sps:,.1f}")]
+# the rows' table: each median return with its 95% bootstrap interval over the seeds (one seed: none)
+ROW_COLUMNS = [
+    ("ours return (95% interval)",
+     ["{ours_return:,.1f} ({ours_return_low:,.1f} to {ours_return_high:,.1f})", "{ours_return:,.1f}"]),
+    ("SB3 return (95% interval)",
+     ["{peer_return:,.1f} ({peer_return_low:,.1f} to {peer_return_high:,.1f})", "{peer_return:,.1f}"]),
+    *COLUMNS[2:],
+]
 
 
 def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_before: float) -> dict:
@@ -369,7 +379,7 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
             "source": "scripts/benchmarks/benchmark.py", "notes": notes,
             "columns": [{"header": "case", "format": "{label}", "align": "left"},
                         {"header": "seeds", "format": "{seeds_done}"},
-                        *({"header": h, "format": f} for h, f in COLUMNS)],
+                        *({"header": h, "format": f} for h, f in ROW_COLUMNS)],
             "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS], "rows": rows,
             **({"plot": CURVES} if any("curve_steps" in row for row in rows) else {})}
 
