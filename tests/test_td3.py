@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import io
 
 import numpy as np
 import pytest
@@ -14,9 +13,9 @@ from rl_hydra import load_run, train
 from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target, smoothed_target_action
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
-from rl_hydra.protocols import Batch
 from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, metric_rows, run_training
+from tests.peer_updates import BATCH, assert_critics_equal, copy_critics, linear_layers, made_up_batches, serve
 from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
@@ -218,10 +217,6 @@ def test_runs_are_deterministic_given_the_seed_and_load_run_predicts_mu(tmp_path
     np.testing.assert_allclose(loaded.predict(obs), mu, rtol=1e-6)
 
 
-def linear_layers(module: torch.nn.Module) -> list[torch.nn.Linear]:
-    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-
-
 @pytest.mark.slow   # needs the bench extra (SB3); a few seconds
 def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
     """Six updates (three of them delayed actor and target steps) from SB3's TD3 initial weights, on the
@@ -230,50 +225,32 @@ def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
     import gymnasium as gym
 
     sb3 = pytest.importorskip("stable_baselines3")
-    from stable_baselines3.common.logger import configure
-    from stable_baselines3.common.type_aliases import ReplayBufferSamples
-
-    env = gym.make("MountainCarContinuous-v0")   # actions in [-1, 1]: SB3's replay holds them unscaled
-    peer = sb3.TD3("MlpPolicy", env, learning_rate=1e-3, batch_size=32, policy_kwargs={"net_arch": [16, 16]},
+    env = gym.make("MountainCarContinuous-v0")
+    peer = sb3.TD3("MlpPolicy", env, learning_rate=1e-3, batch_size=BATCH, policy_kwargs={"net_arch": [16, 16]},
                    seed=0, device="cpu")
     cfg = compose_config("algo=td3", "env=mountain_car_continuous", "~algo_env", *SMALL_NET,
                          "algo.actor_optimizer.lr=1e-3", "algo.critic_optimizer.lr=1e-3")
     agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
                         network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
-    pairs = {"actor": peer.actor.mu, "actor_target": peer.actor_target.mu}
-    critics = {"critic": peer.critic, "critic_target": peer.critic_target}
+    actors = {"actor": peer.actor.mu, "actor_target": peer.actor_target.mu}
     with torch.no_grad():   # SB3's initial weights into ours: its two critics are our ensemble's members
-        for name, theirs in pairs.items():
+        for name, theirs in actors.items():
             for ours_layer, their_layer in zip(linear_layers(getattr(agent, name)), linear_layers(theirs)):
                 ours_layer.weight.copy_(their_layer.weight)
                 ours_layer.bias.copy_(their_layer.bias)
-        for name, theirs in critics.items():
-            for member, q_net in enumerate(theirs.q_networks):
-                for layer, their_layer in enumerate(linear_layers(q_net)):
-                    getattr(agent, name).weights[layer][member].copy_(their_layer.weight.T)
-                    getattr(agent, name).biases[layer][member, 0].copy_(their_layer.bias)
+    copy_critics(agent, peer)
     start = copy.deepcopy(agent.actor.state_dict())
-    g = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(32, 2, generator=g), 2 * torch.rand(32, 1, generator=g) - 1, torch.randn(32, generator=g),
-                torch.randn(32, 2, generator=g), (torch.rand(32, generator=g) < 0.2).float()) for _ in range(6)]
-    queue = iter(batches)
-    peer.replay_buffer.sample = lambda *_, **__: (lambda o, a, r, n, d: ReplayBufferSamples(
-        o, a, n, d[:, None], r[:, None]))(*next(queue))
-    peer.set_logger(configure(None, [""]))
+    batches = made_up_batches(6)
+    serve(peer, batches)
     torch.manual_seed(7)   # SB3 draws the smoothing noise from torch's global generator, we from the agent's
-    peer.train(gradient_steps=6, batch_size=32)
+    peer.train(gradient_steps=6, batch_size=BATCH)
     agent.generator.manual_seed(7)
-    for obs, actions, rewards, next_obs, terminated in batches:
-        agent.update(Batch(obs, actions, rewards, next_obs, terminated, torch.zeros(32), torch.full((32,), 0.99),
-                           torch.ones(32), torch.arange(32)))
-    for name, theirs in pairs.items():
+    for batch in batches:
+        agent.update(batch)
+    for name, theirs in actors.items():
         for ours_layer, their_layer in zip(linear_layers(getattr(agent, name)), linear_layers(theirs)):
             torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=1e-5)
-    for name, theirs in critics.items():
-        for member, q_net in enumerate(theirs.q_networks):
-            for layer, their_layer in enumerate(linear_layers(q_net)):
-                torch.testing.assert_close(getattr(agent, name).weights[layer][member], their_layer.weight.T,
-                                           rtol=0, atol=1e-5)
+    assert_critics_equal(agent, peer, atol=1e-5)
     assert max((agent.actor.state_dict()[k] - start[k]).abs().max() for k in start if "body" in k) > 1e-3
 
 

@@ -16,6 +16,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
 from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, run_training
+from tests.peer_updates import BATCH, assert_critics_equal, copy_critics, linear_layers, made_up_batches, serve
 from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
@@ -126,6 +127,55 @@ def test_update_moves_critics_actor_alpha_and_the_target_by_polyak():
         torch.testing.assert_close(agent.critic_target.state_dict()[key], 0.9 * target[key] + 0.1 * value)
     assert not torch.equal(agent.actor.state_dict()["head.weight"], actor["head.weight"])
     assert float(agent.log_alpha.detach()) != log_alpha and agent.updates == 1
+
+
+@pytest.mark.slow   # needs the bench extra (sb3-contrib); a few seconds
+def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(monkeypatch):
+    """Six updates of critics, actor, temperature and target from sb3-contrib's initial weights, on the same
+    batches and the same standard normal draws: every weight and the temperature end equal to
+    sb3-contrib's up to float rounding. Its critic loss is the mean over critics of what ours sums (the
+    paper's per-critic loss); Adam makes that a no-op but where a gradient is near its eps, so ours is
+    put on its scale here."""
+    import gymnasium as gym
+
+    from rl_hydra.algos import tqc
+
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env = gym.make("MountainCarContinuous-v0")
+    peer = sb3_contrib.TQC("MlpPolicy", env, learning_rate=1e-3, batch_size=BATCH, top_quantiles_to_drop_per_net=2,
+                           policy_kwargs={"net_arch": [16, 16], "n_critics": 5, "n_quantiles": 25}, seed=0,
+                           device="cpu")
+    cfg = compose_config("algo=tqc", "env=mountain_car_continuous", "~algo_env", *SMALL_NET,
+                         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
+    agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
+                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    with torch.no_grad():   # our actor's head is [mean | log_std]: sb3-contrib's mu and log_std layers stacked
+        for ours_layer, their_layer in zip(linear_layers(agent.actor.body), linear_layers(peer.actor.latent_pi)):
+            ours_layer.weight.copy_(their_layer.weight)
+            ours_layer.bias.copy_(their_layer.bias)
+        agent.actor.head.weight.copy_(torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]))
+        agent.actor.head.bias.copy_(torch.cat([peer.actor.mu.bias, peer.actor.log_std.bias]))
+    copy_critics(agent, peer)
+    plain_loss = tqc.ensemble_quantile_loss
+    monkeypatch.setattr(tqc, "ensemble_quantile_loss", lambda *args: plain_loss(*args) / 5)
+    batches = made_up_batches(6)
+    serve(peer, batches)
+    torch.manual_seed(7)
+    draws = []
+    for _ in batches:   # sb3-contrib draws the current actions' noise, then the next ones'; we the other way round
+        current, following = torch.randn(BATCH, 1), torch.randn(BATCH, 1)
+        draws += [following, current]
+    torch.manual_seed(7)
+    peer.train(gradient_steps=6, batch_size=BATCH)
+    monkeypatch.setattr(agent, "standard_normal", lambda _: draws.pop(0))
+    for batch in batches:
+        agent.update(batch)
+    assert not draws and agent.log_alpha.item() == pytest.approx(peer.log_ent_coef.item(), abs=1e-6) != 0.0
+    for ours_layer, their_layer in zip(linear_layers(agent.actor), linear_layers(peer.actor)[:-2]):
+        torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=1e-5)
+    torch.testing.assert_close(agent.actor.head.weight, torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]),
+                               rtol=0, atol=1e-5)
+    assert_critics_equal(agent, peer, atol=1e-5)
 
 
 def test_defaults_are_the_papers():
