@@ -5,6 +5,8 @@ the peer's layers in order, made-up batches on MountainCarContinuous's spaces (a
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rl_hydra.protocols import Batch
@@ -16,14 +18,22 @@ def linear_layers(module: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def made_up_batches(count: int) -> list[Batch]:
+def made_up_batches(count: int, size: int = BATCH) -> list[Batch]:
     """`count` batches of 2-d observations and 1-d actions, a fifth of them terminal."""
     g = torch.Generator().manual_seed(0)
-    return [Batch(obs=torch.randn(BATCH, 2, generator=g), actions=2 * torch.rand(BATCH, 1, generator=g) - 1,
-                  rewards=torch.randn(BATCH, generator=g), next_obs=torch.randn(BATCH, 2, generator=g),
-                  terminated=(torch.rand(BATCH, generator=g) < 0.2).float(), truncated=torch.zeros(BATCH),
-                  discounts=torch.full((BATCH,), 0.99), weights=torch.ones(BATCH), indices=torch.arange(BATCH))
+    return [Batch(obs=torch.randn(size, 2, generator=g), actions=2 * torch.rand(size, 1, generator=g) - 1,
+                  rewards=torch.randn(size, generator=g), next_obs=torch.randn(size, 2, generator=g),
+                  terminated=(torch.rand(size, generator=g) < 0.2).float(), truncated=torch.zeros(size),
+                  discounts=torch.full((size,), 0.99), weights=torch.ones(size), indices=torch.arange(size))
             for _ in range(count)]
+
+
+def sb3_squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """SB3's log pi(tanh(u)): its tanh correction log(1 - tanh(u)^2 + 1e-6) where ours is exact (they part
+    where the action saturates, by up to tens of nats)."""
+    z = (pre_tanh - mean) * torch.exp(-log_std)  # (B, A)
+    gaussian = -0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)  # (B, A)
+    return (gaussian - torch.log(1 - torch.tanh(pre_tanh) ** 2 + 1e-6)).sum(dim=-1)  # (B,)
 
 
 def serve(peer, batches: list[Batch]) -> None:
@@ -41,19 +51,19 @@ def serve(peer, batches: list[Batch]) -> None:
     peer.set_logger(configure(None, [""]))
 
 
-def copy_critics(agent, peer, names: tuple[str, str] = ("critic", "critic_target")) -> None:
-    """The peer's critics (`q_networks`) into our ensembles' members, weights transposed."""
+def copy_critics(pairs) -> None:
+    """Each peer critic's `q_networks` into our ensemble's members, weights transposed; `pairs`:
+    (our CriticEnsemble, their critic)."""
     with torch.no_grad():
-        for name, theirs in zip(names, (peer.critic, peer.critic_target)):
+        for ours, theirs in pairs:
             for member, q_net in enumerate(theirs.q_networks):
                 for layer, their_layer in enumerate(linear_layers(q_net)):
-                    getattr(agent, name).weights[layer][member].copy_(their_layer.weight.T)
-                    getattr(agent, name).biases[layer][member, 0].copy_(their_layer.bias)
+                    ours.weights[layer][member].copy_(their_layer.weight.T)
+                    ours.biases[layer][member, 0].copy_(their_layer.bias)
 
 
-def assert_critics_equal(agent, peer, atol: float, names: tuple[str, str] = ("critic", "critic_target")) -> None:
-    for name, theirs in zip(names, (peer.critic, peer.critic_target)):
+def assert_critics_equal(pairs, atol: float) -> None:
+    for ours, theirs in pairs:
         for member, q_net in enumerate(theirs.q_networks):
             for layer, their_layer in enumerate(linear_layers(q_net)):
-                torch.testing.assert_close(getattr(agent, name).weights[layer][member], their_layer.weight.T,
-                                           rtol=0, atol=atol)
+                torch.testing.assert_close(ours.weights[layer][member], their_layer.weight.T, rtol=0, atol=atol)

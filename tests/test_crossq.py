@@ -311,6 +311,57 @@ def test_compile_is_refused_in_one_line(tmp_path):
         run_training(tmp_path, "algo=crossq", "env=pendulum", *TINY, *SMALL_NET, "compile=true")
 
 
+@pytest.mark.slow   # needs the bench extra (sb3-contrib); about 10 s
+def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise(monkeypatch):
+    """Six updates (two of them the delayed actor and temperature steps) from sb3-contrib's initial
+    weights, on the same batches and standard normal draws, end where sb3-contrib's do: critics to 3e-4,
+    the actor to 5e-5, the temperature to 1e-6, each moved by more. Three differences are set aside:
+    SB3's tanh correction (put on ours here), its unbiased batch variance (ours is the paper's code's
+    biased one: batches of 4,096 make the two nearly one) and its critic loss at half ours (Adam)."""
+    from rl_hydra.networks import actor_critic
+    from tests.peer_updates import (
+        assert_critics_equal,
+        copy_critics,
+        linear_layers,
+        made_up_batches,
+        sb3_squashed_gaussian_log_prob,
+        serve,
+    )
+
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    monkeypatch.setattr(actor_critic, "squashed_gaussian_log_prob", sb3_squashed_gaussian_log_prob)
+    env, size = gym.make("MountainCarContinuous-v0"), 4096
+    peer = sb3_contrib.CrossQ("MlpPolicy", env, learning_rate=1e-3, batch_size=size, policy_delay=3,
+                              policy_kwargs={"net_arch": [16, 16]}, seed=0, device="cpu")
+    cfg = compose_config("algo=crossq", "env=mountain_car_continuous", "~algo_env", "network.actor.hidden_sizes=[16,16]",
+                         "network.critic.hidden_sizes=[16,16]", "algo.policy_delay=3",
+                         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
+    agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
+                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    with torch.no_grad():   # the normalization layers start alike (scale 1, bias 0, mean 0, variance 1)
+        for ours_layer, their_layer in zip(linear_layers(agent.actor.body), linear_layers(peer.actor.latent_pi)):
+            ours_layer.weight.copy_(their_layer.weight)
+            ours_layer.bias.copy_(their_layer.bias)
+        agent.actor.head.weight.copy_(torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]))
+        agent.actor.head.bias.copy_(torch.cat([peer.actor.mu.bias, peer.actor.log_std.bias]))
+    critics = [(agent.critic.ensemble, peer.critic)]   # no target critics
+    copy_critics(critics)
+    start = {"actor": copy.deepcopy(agent.actor.body[1].weight), "critic": agent.critic.ensemble.weights[1].clone()}
+    batches = made_up_batches(6, size)
+    serve(peer, batches)
+    torch.manual_seed(7)   # both draw the next actions' noise, then (on actor steps) the current ones'
+    peer.train(gradient_steps=6, batch_size=size)
+    agent.generator.manual_seed(7)
+    for batch in batches:
+        agent.update(batch)
+    assert agent.log_alpha.item() == pytest.approx(peer.log_ent_coef.item(), abs=1e-6) != 0.0
+    for ours_layer, their_layer in zip(linear_layers(agent.actor.body), linear_layers(peer.actor.latent_pi)):
+        torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=5e-5)
+    assert_critics_equal(critics, atol=3e-4)
+    assert (agent.actor.body[1].weight - start["actor"]).abs().max() > 1e-3
+    assert (agent.critic.ensemble.weights[1] - start["critic"]).abs().max() > 3e-3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0])
 def test_pendulum_preset_reaches_minus_200(tmp_path, seed):

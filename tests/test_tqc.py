@@ -155,7 +155,8 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
             ours_layer.bias.copy_(their_layer.bias)
         agent.actor.head.weight.copy_(torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]))
         agent.actor.head.bias.copy_(torch.cat([peer.actor.mu.bias, peer.actor.log_std.bias]))
-    copy_critics(agent, peer)
+    critics = [(agent.critic, peer.critic), (agent.critic_target, peer.critic_target)]
+    copy_critics(critics)
     plain_loss = tqc.ensemble_quantile_loss
     monkeypatch.setattr(tqc, "ensemble_quantile_loss", lambda *args: plain_loss(*args) / 5)
     batches = made_up_batches(6)
@@ -175,7 +176,7 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
         torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=1e-5)
     torch.testing.assert_close(agent.actor.head.weight, torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]),
                                rtol=0, atol=1e-5)
-    assert_critics_equal(agent, peer, atol=1e-5)
+    assert_critics_equal(critics, atol=1e-5)
 
 
 def test_defaults_are_the_papers():
