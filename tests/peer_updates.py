@@ -51,6 +51,17 @@ def serve(peer, batches: list[Batch]) -> None:
     peer.set_logger(configure(None, [""]))
 
 
+def copy_squashed_gaussian_actor(ours, theirs) -> None:
+    """SB3's SAC-family actor into ours: its latent_pi's layers into our body's, its mu and log_std layers
+    stacked into our head ([mean | log_std])."""
+    with torch.no_grad():
+        for ours_layer, their_layer in zip(linear_layers(ours.body), linear_layers(theirs.latent_pi)):
+            ours_layer.weight.copy_(their_layer.weight)
+            ours_layer.bias.copy_(their_layer.bias)
+        ours.head.weight.copy_(torch.cat([theirs.mu.weight, theirs.log_std.weight]))
+        ours.head.bias.copy_(torch.cat([theirs.mu.bias, theirs.log_std.bias]))
+
+
 def copy_critics(pairs) -> None:
     """Each peer critic's `q_networks` into our ensemble's members, weights transposed; `pairs`:
     (our CriticEnsemble, their critic)."""

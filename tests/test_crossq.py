@@ -322,6 +322,7 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
     from tests.peer_updates import (
         assert_critics_equal,
         copy_critics,
+        copy_squashed_gaussian_actor,
         linear_layers,
         made_up_batches,
         sb3_squashed_gaussian_log_prob,
@@ -338,12 +339,7 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
                          *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
     agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
                         network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
-    with torch.no_grad():   # the normalization layers start alike (scale 1, bias 0, mean 0, variance 1)
-        for ours_layer, their_layer in zip(linear_layers(agent.actor.body), linear_layers(peer.actor.latent_pi)):
-            ours_layer.weight.copy_(their_layer.weight)
-            ours_layer.bias.copy_(their_layer.bias)
-        agent.actor.head.weight.copy_(torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]))
-        agent.actor.head.bias.copy_(torch.cat([peer.actor.mu.bias, peer.actor.log_std.bias]))
+    copy_squashed_gaussian_actor(agent.actor, peer.actor)   # the normalization layers start alike
     critics = [(agent.critic.ensemble, peer.critic)]   # no target critics
     copy_critics(critics)
     start = {"actor": copy.deepcopy(agent.actor.body[1].weight), "critic": agent.critic.ensemble.weights[1].clone()}

@@ -16,7 +16,15 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
 from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, run_training
-from tests.peer_updates import BATCH, assert_critics_equal, copy_critics, linear_layers, made_up_batches, serve
+from tests.peer_updates import (
+    BATCH,
+    assert_critics_equal,
+    copy_critics,
+    copy_squashed_gaussian_actor,
+    linear_layers,
+    made_up_batches,
+    serve,
+)
 from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
@@ -149,12 +157,7 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
                          *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
     agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
                         network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
-    with torch.no_grad():   # our actor's head is [mean | log_std]: sb3-contrib's mu and log_std layers stacked
-        for ours_layer, their_layer in zip(linear_layers(agent.actor.body), linear_layers(peer.actor.latent_pi)):
-            ours_layer.weight.copy_(their_layer.weight)
-            ours_layer.bias.copy_(their_layer.bias)
-        agent.actor.head.weight.copy_(torch.cat([peer.actor.mu.weight, peer.actor.log_std.weight]))
-        agent.actor.head.bias.copy_(torch.cat([peer.actor.mu.bias, peer.actor.log_std.bias]))
+    copy_squashed_gaussian_actor(agent.actor, peer.actor)
     critics = [(agent.critic, peer.critic), (agent.critic_target, peer.critic_target)]
     copy_critics(critics)
     plain_loss = tqc.ensemble_quantile_loss
