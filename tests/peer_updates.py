@@ -51,15 +51,37 @@ def serve(peer, batches: list[Batch]) -> None:
     peer.set_logger(configure(None, [""]))
 
 
-def copy_squashed_gaussian_actor(ours, theirs) -> None:
-    """SB3's SAC-family actor into ours: its latent_pi's layers into our body's, its mu and log_std layers
-    stacked into our head ([mean | log_std])."""
+def copy_layers(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
+    """Their linear layers' weights and biases into ours, in order."""
     with torch.no_grad():
-        for ours_layer, their_layer in zip(linear_layers(ours.body), linear_layers(theirs.latent_pi)):
+        for ours_layer, their_layer in zip(linear_layers(ours), linear_layers(theirs), strict=True):
             ours_layer.weight.copy_(their_layer.weight)
             ours_layer.bias.copy_(their_layer.bias)
-        ours.head.weight.copy_(torch.cat([theirs.mu.weight, theirs.log_std.weight]))
-        ours.head.bias.copy_(torch.cat([theirs.mu.bias, theirs.log_std.bias]))
+
+
+def assert_layers_equal(ours: torch.nn.Module, theirs: torch.nn.Module, atol: float) -> None:
+    for ours_layer, their_layer in zip(linear_layers(ours), linear_layers(theirs), strict=True):
+        torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=atol)
+
+
+def stacked_head(theirs) -> tuple[torch.Tensor, torch.Tensor]:
+    """SB3's SAC-family mu and log_std layers as our one head ([mean | log_std]): weight, bias."""
+    return (torch.cat([theirs.mu.weight, theirs.log_std.weight]), torch.cat([theirs.mu.bias, theirs.log_std.bias]))
+
+
+def copy_squashed_gaussian_actor(ours, theirs) -> None:
+    """SB3's SAC-family actor into ours: its latent_pi's layers into our body's, its mu and log_std
+    layers stacked into our head."""
+    copy_layers(ours.body, theirs.latent_pi)
+    weight, bias = stacked_head(theirs)
+    with torch.no_grad():
+        ours.head.weight.copy_(weight)
+        ours.head.bias.copy_(bias)
+
+
+def assert_squashed_gaussian_actor_equal(ours, theirs, atol: float) -> None:
+    assert_layers_equal(ours.body, theirs.latent_pi, atol)
+    torch.testing.assert_close(ours.head.weight, stacked_head(theirs)[0], rtol=0, atol=atol)
 
 
 def copy_critics(pairs) -> None:

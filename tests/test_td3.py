@@ -15,7 +15,15 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
 from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, metric_rows, run_training
-from tests.peer_updates import BATCH, assert_critics_equal, copy_critics, linear_layers, made_up_batches, serve
+from tests.peer_updates import (
+    BATCH,
+    assert_critics_equal,
+    assert_layers_equal,
+    copy_critics,
+    copy_layers,
+    made_up_batches,
+    serve,
+)
 from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
@@ -233,11 +241,8 @@ def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
     agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
                         network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
     actors = {"actor": peer.actor.mu, "actor_target": peer.actor_target.mu}
-    with torch.no_grad():   # SB3's initial weights into ours: its two critics are our ensemble's members
-        for name, theirs in actors.items():
-            for ours_layer, their_layer in zip(linear_layers(getattr(agent, name)), linear_layers(theirs)):
-                ours_layer.weight.copy_(their_layer.weight)
-                ours_layer.bias.copy_(their_layer.bias)
+    for name, theirs in actors.items():   # SB3's initial weights into ours: its two critics are our ensemble's members
+        copy_layers(getattr(agent, name), theirs)
     critics = [(agent.critic, peer.critic), (agent.critic_target, peer.critic_target)]
     copy_critics(critics)
     start = copy.deepcopy(agent.actor.state_dict())
@@ -249,8 +254,7 @@ def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
     for batch in batches:
         agent.update(batch)
     for name, theirs in actors.items():
-        for ours_layer, their_layer in zip(linear_layers(getattr(agent, name)), linear_layers(theirs)):
-            torch.testing.assert_close(ours_layer.weight, their_layer.weight, rtol=0, atol=1e-5)
+        assert_layers_equal(getattr(agent, name), theirs, atol=1e-5)
     assert_critics_equal(critics, atol=1e-5)
     assert max((agent.actor.state_dict()[k] - start[k]).abs().max() for k in start if "body" in k) > 1e-3
 
