@@ -335,7 +335,8 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
     peer = sb3_contrib.CrossQ("MlpPolicy", env, learning_rate=1e-3, batch_size=size, policy_delay=3,
                               policy_kwargs={"net_arch": [16, 16]}, seed=0, device="cpu")
     cfg = compose_config("algo=crossq", "env=mountain_car_continuous", "~algo_env",
-                         "network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]", "algo.policy_delay=3",
+                         "network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]",
+                         "algo.policy_delay=3",
                          *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
     agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
                         network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
