@@ -136,6 +136,30 @@ def test_a_suite_rows_record_holds_both_sides_curves_at_the_same_steps_and_draws
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
+    """Rows and seeds run by separate commands (a core each) into one --out: --table-only assembles
+    them into the record, under the title and docs page given."""
+    steps = ["--steps", "30000", "--seeds", "2", "--out", str(tmp_path)]
+    for row, seed in (("td3_hopper", 0), ("td3_half_cheetah", 1)):   # as two --only-seeds commands leave them
+        args = parse("suite", "continuous", "--rows", row, *steps[:4], out=tmp_path)
+        (case,) = benchmark.suite_cases(args)
+        for side, wall in (("ours", 8.0), ("peer", 10.0)):
+            path = benchmark.job_for(case, side, seed, args)[1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"wall_s": wall, "steps": 30000, "eval_return": 100.0 + seed}))
+    record_path = tmp_path / "td3_both.json"
+    result = run("suite", "continuous", "--rows", "td3_hopper", "td3_half_cheetah", *steps, "--table-only",
+                 "--record", str(record_path), "--title", "TD3 on two envs", "--topic", "continuous")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(record_path.read_text())
+    assert (record["name"], record["title"], record["topic"]) == ("td3_both", "TD3 on two envs", "continuous")
+    rows = {row["id"]: row for row in record["rows"]}
+    assert rows["td3_hopper"]["per_seed"]["ours_return"] == [100.0, None]
+    assert rows["td3_half_cheetah"]["per_seed"]["peer_return"] == [None, 101.0]
+    assert rows["td3_half_cheetah"]["summary"]["ratio"] == 0.8 and rows["td3_hopper"]["seeds_done"] == "1/2"
+    assert check_record(record, record["name"]) == []
+
+
 def run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *argv],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -12,6 +12,7 @@ every comparison.
     python scripts/benchmarks/benchmark.py atari --game ALE/Breakout-v5 --device cuda --num-envs 8 \
         --vectorization async --algos dqn iqn rainbow                   # the GPU path (docs/parallel.md)
     ... [--only-seeds 1 2] [--steps 300] [--out DIR] [--record results/NAME.json] [--table-only]
+        [--title "one line"] [--topic continuous]
 
 Every run is a fresh process of this script with one torch thread: ours through rl_hydra.api.train
 (the path of train.py) into a run directory under --out, the peer through scripts/benchmarks/sb3_peer.py.
@@ -21,7 +22,9 @@ from seed + 1,000,000 on both sides). Wall time is the whole run: build, trainin
 evaluations and checkpoints, the final evaluation. A suite row whose preset evaluates during training
 (train.eval_every below the budget) has the peer evaluate at the same steps too, inside its wall time,
 and the record keeps each seed's curve on both sides, which scripts/render_results.py draws. A
-finished run is kept as JSON under --out and skipped when the command runs again. Before anything
+finished run is kept as JSON under --out and skipped when the command runs again, so commands that
+share one --out may run at once on different rows or --only-seeds (a core each), and --table-only
+then makes the whole record from what they left. Before anything
 runs, each case's composed config is checked against its SB3 hyperparameters key by key
 (scripts/benchmarks/zoo.py).
 
@@ -372,7 +375,8 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
         if case.zoo is not None:
             notes += [f"{case.id}: {note}" for note in expected_config(case.zoo)[1]]
     name = args.record.stem if args.record else f"{args.set}_{args.out.name}"
-    return {"name": name, "title": f"benchmark.py {args.set}: ours against SB3", "topic": TOPIC[args.set],
+    return {"name": name, "title": args.title or f"benchmark.py {args.set}: ours against SB3",
+            "topic": args.topic or TOPIC[args.set],
             "status": "adopted", "reason": None, "command": "python scripts/benchmarks/benchmark.py " + shlex.join(argv),
             "overrides": [], "seeds": seeds, "commit": commit(), "date": datetime.date.today().isoformat(),
             "machine": machine(load_before, args.device), "peer": peer if "peer" in args.sides else None,
@@ -417,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="where runs and results go (default: outputs/benchmarks/<set>)")
     parser.add_argument("--record", type=Path, help="also write the record here (results/<name>.json)")
     parser.add_argument("--table-only", action="store_true", help="the record from the results found; run nothing")
+    parser.add_argument("--title", help="the record's title (default: the set's)")
+    parser.add_argument("--topic", help="the record's docs page (results/README.md; default: the set's)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     return parser
 
