@@ -153,6 +153,7 @@ def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
     assert result.returncode == 0, result.stderr
     record = json.loads(record_path.read_text())
     assert (record["name"], record["title"], record["topic"]) == ("td3_both", "TD3 on two envs", "continuous")
+    assert "--rows td3_hopper td3_half_cheetah" in record["command"] and "--table-only" not in record["command"]
     rows = {row["id"]: row for row in record["rows"]}
     assert rows["td3_hopper"]["per_seed"]["ours_return"] == [100.0, None]
     assert rows["td3_half_cheetah"]["per_seed"]["peer_return"] == [None, 101.0]
