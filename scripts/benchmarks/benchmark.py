@@ -379,7 +379,8 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
     remade = [arg for arg in argv if arg != "--table-only"]
     return {"name": name, "title": args.title or f"benchmark.py {args.set}: ours against SB3",
             "topic": args.topic or TOPIC[args.set],
-            "status": "adopted", "reason": None, "command": "python scripts/benchmarks/benchmark.py " + shlex.join(remade),
+            "status": "adopted", "reason": None,
+            "command": "python scripts/benchmarks/benchmark.py " + shlex.join(remade),
             "overrides": [], "seeds": seeds, "commit": commit(), "date": datetime.date.today().isoformat(),
             "machine": machine(load_before, args.device), "peer": peer if "peer" in args.sides else None,
             "source": "scripts/benchmarks/benchmark.py", "notes": notes,
