@@ -24,9 +24,8 @@ evaluations and checkpoints, the final evaluation. A suite row whose preset eval
 and the record keeps each seed's curve on both sides, which scripts/render_results.py draws. A
 finished run is kept as JSON under --out and skipped when the command runs again, so commands that
 share one --out may run at once on different rows or --only-seeds (a core each), and --table-only
-then makes the whole record from what they left. Before anything
-runs, each case's composed config is checked against its SB3 hyperparameters key by key
-(scripts/benchmarks/zoo.py).
+then makes the whole record from what they left. Before anything runs, each case's composed config
+is checked against its SB3 hyperparameters key by key (scripts/benchmarks/zoo.py).
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
 <out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
