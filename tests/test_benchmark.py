@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,9 +162,10 @@ def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
     assert check_record(record, record["name"]) == []
 
 
-def run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run(*argv: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *argv],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_seeds_outside_the_range_are_refused_before_anything_runs(tmp_path):
@@ -249,9 +251,12 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
 @pytest.mark.slow   # ~30 s: 4,000 random steps (TD3's first update is at 10,000) and two evaluations a side
 def test_a_tiny_suite_run_records_each_sides_evaluations_during_training(tmp_path):
     pytest.importorskip("stable_baselines3")
+    temp = tmp_path / "temp"
+    temp.mkdir()
     result = run("suite", "continuous", "--rows", "td3_pendulum", "--steps", "4000", "--seeds", "1",
-                 "--out", str(tmp_path), "--record", str(tmp_path / "tiny.json"))
+                 "--out", str(tmp_path / "out"), "--record", str(tmp_path / "tiny.json"), env={"TMPDIR": str(temp)})
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(temp.glob("SB3-*"))   # SB3's logger folder, left behind by every peer run unless replaced
     row = json.loads((tmp_path / "tiny.json").read_text())["rows"][0]
     assert row["curve_steps"] == [2000, 4000]   # the preset evaluates every 2,000 steps
     for side in ("ours", "peer"):

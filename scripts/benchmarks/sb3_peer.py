@@ -101,6 +101,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     from stable_baselines3 import DQN, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -143,6 +144,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
         kwargs["action_noise"] = action_noise(spec["action_noise"], env.action_space.shape[0])
     model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ, "tqc": TQC, "td3": TD3}[spec["algo"]](
         spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+    model.set_logger(Logger(folder=None, output_formats=[]))   # SB3's own leaves an empty /tmp/SB3-<time> a run
     learn_start = time.perf_counter()
     model.learn(total_timesteps=spec["steps"], callback=Marks())
     learn_s = time.perf_counter() - learn_start
