@@ -195,6 +195,27 @@ def test_a_resumed_runs_tensorboard_data_reads_back_whole(tmp_path, monkeypatch)
     assert [e.step for e in events.Scalars("eval/return_mean")] == [200, 400, 600]
 
 
+def test_a_resumed_runs_tensorboard_file_loads_after_one_written_in_the_same_second(tmp_path, monkeypatch):
+    """Event file names sort as text: a writer counter of 10 after 9 in one second sorted first."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
+
+    from rl_hydra.loggers import TensorBoardLogger
+    from rl_hydra.runs.run_dir import RunDirectory
+
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(9))
+    run_dir = RunDirectory(tmp_path)
+    for first_step, steps in [(0, [50, 100]), (100, [150, 200])]:
+        logger = TensorBoardLogger()
+        logger.start(run_dir, {}, first_step, [])
+        for step in steps:
+            logger.log(step, {"loss": float(step)})
+        logger.finish("completed")
+    events = EventAccumulator(str(run_dir.tensorboard))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == [50, 100, 150, 200]
+
+
 @pytest.mark.parametrize("algo, env_option, key, generator", [("iqn", "cartpole", "tau_generator", "tau_generator"),
                                                                ("redq", "pendulum", "generator", "generator")])
 def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, generator):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rl_hydra.loggers.base import numbers
@@ -21,6 +23,8 @@ class TensorBoardLogger:
         # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
         # (after step 0: those of a first attempt killed before its first checkpoint)
         stale = run_dir.tensorboard.is_dir() and any(run_dir.tensorboard.iterdir())
+        if stale:
+            wait_until_after(latest_event_file_second(run_dir.tensorboard))
         self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step or stale else None)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -31,3 +35,18 @@ class TensorBoardLogger:
     def finish(self, status: str) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def latest_event_file_second(directory: Path) -> int:
+    """The creation second in the newest event file's name (`events.out.tfevents.<second>.<host>.<pid>.<n>`)."""
+    seconds = [int(part[3]) for part in (f.name.split(".") for f in directory.glob("events.out.tfevents.*"))
+               if len(part) > 3 and part[3].isdigit()]
+    return max(seconds, default=0)
+
+
+def wait_until_after(second: int, longest: float = 2.0) -> None:
+    """TensorBoard reads a run's event files in name order, and a name's pid and counter sort as text
+    (9 after 10): a resumed run's file must carry a later second than the files before it."""
+    wait = second + 1 - time.time()
+    if 0 < wait <= longest:  # a longer wait means a clock behind the one that wrote the files: not ours to fix
+        time.sleep(wait)
