@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import textwrap
 from pathlib import Path
 
 from rl_hydra.runs.results import blocks, differences, load_records, median_problems, read_pages, render_pages
@@ -84,7 +85,8 @@ def draw(record: dict, path: Path) -> None:
     axes_list[0][0].set_ylabel(spec["ylabel"])
     if "x" in spec or len(spec.get("keys", [])) > 1:
         axes_list[0][-1].legend(fontsize=7)
-    figure.suptitle(record["title"], fontsize=10)
+    # about 12.5 characters of a 10-point title to the inch: a long title wraps rather than running off a narrow figure
+    figure.suptitle(textwrap.fill(record["title"], width=int(figure.get_figwidth() * 12.5)), fontsize=10)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, metadata={"Software": None})

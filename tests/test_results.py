@@ -86,6 +86,27 @@ PAGE = "intro\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n<!-- results:
        "<!-- results:later -->\nto come\n<!-- /results:later -->\n"
 
 
+def test_a_long_title_wraps_inside_a_one_panel_figure(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_results
+
+    saved, save = [], matplotlib.figure.Figure.savefig
+
+    def save_and_measure(figure, *args, **kwargs):
+        save(figure, *args, **kwargs)
+        saved.append((figure.get_suptitle(), figure._suptitle.get_window_extent(), figure.bbox))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save_and_measure)
+    record = {**RECORD, "rows": RECORD["rows"][:1], "plot": {"keys": ["return"], "names": ["ours"], "ylabel": "return"},
+              "title": "A record title much longer than the sixty characters that fit across one panel"}
+    render_results.draw(record, tmp_path / "toy.png")
+    ((title, box, figure),) = saved
+    assert "\n" in title and title.replace("\n", " ") == record["title"]
+    assert 0 <= box.x0 and box.x1 <= figure.x1
+
+
 def test_a_page_links_a_record_where_its_status_puts_it(tmp_path):
     (tmp_path / "tried").mkdir()
     (tmp_path / "toy.json").write_text(json.dumps(RECORD))
