@@ -39,8 +39,11 @@ class TensorBoardLogger:
 
 def latest_event_file_second(directory: Path) -> int:
     """The creation second in the newest event file's name (`events.out.tfevents.<second>.<host>.<pid>.<n>`)."""
-    seconds = [int(part[3]) for part in (f.name.split(".") for f in directory.glob("events.out.tfevents.*"))
-               if len(part) > 3 and part[3].isdigit()]
+    seconds = [
+        int(part[3])
+        for part in (f.name.split(".") for f in directory.glob("events.out.tfevents.*"))
+        if len(part) > 3 and part[3].isdigit()
+    ]
     return max(seconds, default=0)
 
 
