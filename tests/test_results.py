@@ -89,14 +89,15 @@ PAGE = "intro\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n<!-- results:
 def test_a_long_title_wraps_inside_a_one_panel_figure(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     import render_results
 
     saved, save = [], matplotlib.figure.Figure.savefig
 
     def save_and_measure(figure, *args, **kwargs):
         save(figure, *args, **kwargs)
-        saved.append((figure.get_suptitle(), figure._suptitle.get_window_extent(), figure.bbox))
+        (title,) = figure.texts   # the suptitle, the figure's only text of its own
+        saved.append((title.get_text(), title.get_window_extent(), figure.bbox))
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save_and_measure)
     record = {**RECORD, "rows": RECORD["rows"][:1], "plot": {"keys": ["return"], "names": ["ours"], "ylabel": "return"},
