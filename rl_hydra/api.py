@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rl_hydra.config import ConfigError, hydra_scope
+from rl_hydra.config import ConfigError, hydra_scope, integral_overrides
 from rl_hydra.launch import launch
 from rl_hydra.run import Run, load_run
 from rl_hydra.schema import type_refusal
@@ -20,9 +20,10 @@ def compose_train_config(*overrides: str) -> DictConfig:
 
 def _compose(overrides) -> tuple[DictConfig, DictConfig]:
     """(the run's config, the part of Hydra's own node a run directory keeps: the run directory,
-    the group choices and the overrides)."""
+    the group choices and the overrides, an integer key's 1e3 written 1000 as the CLI writes it)."""
     from hydra.errors import HydraException
 
+    overrides = integral_overrides(overrides)
     with hydra_scope():  # also from inside a running Hydra app, whose state it leaves as it was
         try:
             cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
@@ -53,7 +54,7 @@ def train(*overrides: str, run_dir: str | Path | None = None, checkpoint: str = 
     cfg, hydra_cfg = _compose(overrides)
     run_dir = Path(run_dir if run_dir is not None else hydra_cfg.run.dir)
     print(f"rl-hydra: training into {run_dir}")
-    summary = launch(cfg, run_dir, overrides=list(overrides), hydra_cfg=hydra_cfg)
+    summary = launch(cfg, run_dir, overrides=list(hydra_cfg.overrides.task), hydra_cfg=hydra_cfg)
     print(
         f"rl-hydra: {summary['status']} at step {summary['global_step']}, eval return "
         f"{summary['eval_return_mean']}; run directory: {run_dir}"

@@ -24,7 +24,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra import sweep_report
-from rl_hydra.config import CONF_DIR, ENV_ALIASES, ConfigError, check_required, flat_config, hydra_scope
+from rl_hydra.config import (
+    CONF_DIR,
+    ENV_ALIASES,
+    ConfigError,
+    check_required,
+    flat_config,
+    hydra_scope,
+    integral_overrides,
+)
 from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
 from rl_hydra.resume import resume_main
 from rl_hydra.runs.names import register_job_dir_resolver
@@ -152,6 +160,17 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
         raise ConfigError(
             f"{huge[:30]}... ({len(huge)} characters) holds a number out of range; no key takes a number that large"
         ) from None
+
+
+def integers_written(argv: list[str], overrides: list[Override]) -> tuple[list[str], list[Override]]:
+    """The command line with each integer key's 1e3 written 1000 (config.integral_overrides), and
+    its overrides parsed again; as it was when none is."""
+    given = [as_typed(override) for override in overrides]
+    written = dict(zip(given, integral_overrides(given)))
+    if all(text == typed for text, typed in written.items()):
+        return argv, overrides
+    argv = [written.get(argument, argument) for argument in argv]
+    return argv, command_line(argv)[1]
 
 
 def check_config(
@@ -398,9 +417,11 @@ def main() -> None:
     try:
         resume, argv = resume_argument(sys.argv[1:])
         args, overrides = command_line(argv)
+        argv, overrides = integers_written(argv, overrides)
         if resume is not None:
             resume_main(resume, [as_typed(override) for override in overrides])
             return
+        sys.argv[1:] = argv  # as written: hydra.main reads the command line again
         config_name = args.config_name or "train"
         single_run = False
         if not (args.shell_completion or args.experimental_rerun or args.config_path or args.config_dir):

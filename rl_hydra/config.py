@@ -7,6 +7,7 @@ what is allowed; the CLI prints that line and exits with status 2.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import fnmatch
 import functools
 import re
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.schema import register_schemas, validate_config
+from rl_hydra.schema import integer_key, register_schemas, validate_config
 from rl_hydra.schema.keys import LARGEST_INT, ConfigError, shown
 from rl_hydra.schema.keys import is_int as _is_int
 from rl_hydra.schema.run import LARGEST_ENVS, LARGEST_EPISODES, LARGEST_SEED, LARGEST_THREADS
@@ -195,6 +196,47 @@ def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | N
     if (minimum is not None and value < minimum) or value > maximum:
         raise ConfigError(f"{key}={shown(value)} is out of range; {_bounds(minimum, maximum, 'an integer')}")
     return value
+
+
+# a number in scientific notation as Hydra's grammar reads one: 1e3, 2.5E+4, 1_000e0 (Hydra makes it a float)
+SCIENTIFIC = re.compile(r"(?<![\w.'\"])[+-]?(?:\d(?:_?\d)*(?:\.\d*)?|\.\d+)[eE][+-]?\d+(?![\w.])")
+
+
+def integral(text: str) -> str:
+    """`1e3` -> `1000`, `[1e2,2.5e2]` -> `[100,250]`: each number in scientific notation in `text` that
+    is an exact integer, written as that integer; any other (1e-3, 1.25e0) as it was."""
+
+    def written(match: re.Match) -> str:
+        number = decimal.Decimal(match.group().replace("_", ""))
+        if number.adjusted() > 100 or number != number.to_integral_value():  # 1e400 is a float's inf
+            return match.group()
+        return str(int(number))
+
+    return SCIENTIFIC.sub(written, text)
+
+
+def integral_overrides(overrides: Iterable[str]) -> list[str]:
+    """The overrides with each integer key's (one the schema types an integer, rl_hydra/schema)
+    exactly integral numbers in scientific notation written as integers: `train.total_steps=1e6`, as
+    RL budgets are written, is 1000000, where Hydra would read a float its integer key refuses. Other
+    keys, and numbers that are not integers (`train.total_steps=1.5`), are left for the checks to name."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    overrides = list(overrides)
+    if not any(SCIENTIFIC.search(override) for override in overrides):
+        return overrides
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except (HydraException, ValueError):  # composing refuses them, in one line
+        return overrides
+    written = []
+    for text, override in zip(overrides, parsed):
+        element = override.get_key_element()  # the key with its +, ++ or ~
+        if not override.is_delete() and text.startswith(f"{element}=") and integer_key(override.key_or_group):
+            text = f"{element}={integral(text[len(element) + 1 :])}"
+        written.append(text)
+    return written
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:

@@ -115,10 +115,10 @@ def test_a_resume_validates_its_overrides_as_a_fresh_run_and_records_them_once_i
                                                                                       monkeypatch, capsys):
     run_dir = tmp_path / "run"
     os.system(f"cp -r {finished} {run_dir}")
-    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")   # as a new run: refused
-    assert code == 2 and err == ["error: train.total_steps=600.0 is not an integer (give 600); expected an integer "
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=600.5")   # as a new run: refused
+    assert code == 2 and err == ["error: train.total_steps=600.5 is not an integer; expected an integer "
                                  ">= 1 and <= 1000000000000"], err
-    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=600")
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")   # as a new run: 600
     assert code == 0, err
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     assert cfg.train.total_steps == 600 and isinstance(cfg.train.total_steps, int)

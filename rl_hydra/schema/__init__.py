@@ -18,9 +18,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
-from rl_hydra.schema.keys import ConfigError, Range, check, fields, schema_of, validate
+from rl_hydra.schema.keys import ConfigError, Range, check, fields, not_a_list, schema_of, validate
 
-__all__ = ["ConfigError", "Range", "check", "describe", "register_schemas", "validate_config"]
+__all__ = ["ConfigError", "Range", "check", "describe", "integer_key", "register_schemas", "validate_config"]
 
 # (group, name) -> schema: what `- /schema/<group>/<name>@_here_` in a group file refers to
 STORED: dict[tuple[str, str], type] = {
@@ -149,6 +149,29 @@ def validate_env(node: DictConfig) -> None:
                 check(node[name], f"env.{name}", rule)
 
 
+def integer_key(full_key: str) -> bool:
+    """Whether every schema that may declare `full_key` types it an integer or a list of integers
+    (`train.total_steps`, `algo.batch_size`, `network.actor.hidden_sizes`): a group's node may be any
+    of its options' schemas, and a part left untyped (an actor-critic's `actor`) any of its group's."""
+    *parents, name = full_key.split(".")
+    candidates: list[type] = [run.RunKeys]
+    group = parents[0] if parents else ""
+    for part in parents:
+        found: list[type] = []
+        for schema in candidates:
+            field = next((f for f in dataclasses.fields(schema) if f.name == part), None)
+            if field is None:
+                continue
+            hint = typing.get_type_hints(schema).get(part)
+            sub = field.metadata.get("schema") or (
+                hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+            )
+            found += [sub] if sub is not None else [s for (g, _), s in STORED.items() if g == group]
+        candidates = list(dict.fromkeys(found))
+    rules = [rule for schema in candidates for field_name, rule, _ in fields(schema) if field_name == name]
+    return bool(rules) and all(rule is not None and rule.kind == "integer" for rule in rules)
+
+
 def describe(full_key: str) -> str | None:
     """`algo.batch_size: samples per update; expected an integer >= 1 and <= ...`, for a key some
     schema declares (the first that does, by its last name and group), else None."""
@@ -195,6 +218,8 @@ def type_refusal(error: BaseException | None) -> str | None:
     if not rules:  # a list's item: the rule is its list's, one level up
         return f"{full_key}={shown_value(value)} has the wrong type; {str(error).splitlines()[0]}"
     rule, help = rules.get(name, (None, ""))
+    if rule is not None and rule.each and not isinstance(value, (list, tuple)):  # network.hidden_sizes=64
+        return not_a_list(full_key, value, rule) + (f" ({help})" if help else "")
     allowed = rule.allowed() if rule is not None and rule.kind != "any" else f"expected {owner_type(owner, name)}"  # type: ignore[arg-type]
     hint = ""
     if (

@@ -175,6 +175,8 @@ def schema_of(node: Any) -> type | None:
 def check(value: Any, full_key: str, rule: Range) -> None:
     """Raise ConfigError (one line: key, value, what is allowed) unless `value` keeps `rule`."""
     items = list(value) if rule.each and isinstance(value, (list, tuple, ListConfig)) else None
+    if items is None and rule.each and value is not None:
+        raise ConfigError(not_a_list(full_key, value, rule))
     if items is None:
         why = rule.refuses(value)
         if why is not None:
@@ -191,6 +193,14 @@ def check(value: Any, full_key: str, rule: Range) -> None:
         why = rule.refuses(item)
         if why is not None:
             raise ConfigError(f"{full_key}[{index}]={shown(item)} {why}; {rule.allowed()}")
+
+
+def not_a_list(full_key: str, value: Any, rule: Range) -> str:
+    """`network.hidden_sizes=64 is not a list; expected a list, each item ..., e.g. network.hidden_sizes=[64,64]`:
+    a key whose range holds for each item of a list, given one value (an item it allows is the example's)."""
+    allowed = rule.allowed(brief=True).replace("expected each item", "expected a list, each item")
+    example = f", e.g. {full_key}=[{value},{value}]" if rule.refuses(value) is None else ""
+    return f"{full_key}={shown(value)} is not a list; {allowed}{example}"
 
 
 def validate(node: DictConfig, schema: type, prefix: str) -> None:

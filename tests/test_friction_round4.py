@@ -1,0 +1,72 @@
+"""What a new user hit (round 4), each with the behaviour they expected: a budget written 1e6 is that
+integer; a list key given one number says a list is expected."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from rl_hydra import cli as cli_module
+from rl_hydra.config import ConfigError
+from tests.conftest import TINY
+from tests.test_run_record import cli
+
+
+def test_an_integral_number_in_scientific_notation_is_that_integer_on_the_command_line(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    code, _, err = cli(monkeypatch, capsys, *TINY, "train.total_steps=3e2", "network.hidden_sizes=[1.6e1,1_6e0]",
+                       f"hydra.run.dir={run}")
+    assert code == 0, err
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    assert cfg.train.total_steps == 300 and type(cfg.train.total_steps) is int
+    assert list(cfg.network.hidden_sizes) == [16, 16] and all(type(size) is int for size in cfg.network.hidden_sizes)
+    assert "train.total_steps=300" in OmegaConf.load(run / ".hydra" / "overrides.yaml")   # the command it ran
+
+
+def test_a_sweep_over_budgets_in_scientific_notation_runs_each_as_its_integer(tmp_path, monkeypatch, capsys):
+    budgets = []
+
+    def launched(cfg, *args, **kwargs):
+        budgets.append(cfg.train.total_steps)
+        return {"eval_return_mean": 0.0}
+
+    monkeypatch.setattr(cli_module, "launch", launched)
+    code, _, err = cli(monkeypatch, capsys, "-m", *TINY, "train.total_steps=1e3,2.5e3", f"hydra.sweep.dir={tmp_path}")
+    assert code == 0 and budgets == [1000, 2500] and all(type(b) is int for b in budgets), (budgets, err)
+
+
+def test_an_integral_number_in_scientific_notation_is_that_integer_in_the_python_api():
+    from rl_hydra.api import compose_train_config
+
+    cfg = compose_train_config("train.total_steps=1e3", "algo.batch_size=6.4E1", "seed=0e0", "algo=redq",
+                               "env=pendulum", "network.actor.hidden_sizes=[3.2e1]")
+    assert (cfg.train.total_steps, cfg.algo.batch_size, cfg.seed) == (1000, 64, 0)
+    assert list(cfg.network.actor.hidden_sizes) == [32]
+    assert compose_train_config("algo.optimizer.lr=1e0").algo.optimizer.lr == 1.0   # a float key keeps a float
+    with pytest.raises(ConfigError, match=r"^train.total_steps=0.25 is not an integer; expected an integer >= 1"):
+        compose_train_config("train.total_steps=2.5e-1")
+
+
+@pytest.mark.parametrize("given, message", [
+    ("train.total_steps=1.5", "train.total_steps=1.5 is not an integer; expected an integer >= 1"),
+    ("train.total_steps=1.25e0", "train.total_steps=1.25 is not an integer; expected an integer >= 1"),
+    ("train.total_steps=1e13", "train.total_steps=10000000000000 is out of range; expected an integer >= 1"),
+    ("network.hidden_sizes=64", "network.hidden_sizes=64 is not a list; expected a list, each item an integer >= 1, "
+                                "e.g. network.hidden_sizes=[64,64] (the hidden layers' widths)"),
+])
+def test_a_number_that_is_no_integer_or_not_a_list_is_one_line_naming_what_is_expected(tmp_path, monkeypatch, capsys,
+                                                                                      given, message):
+    code, out, err = cli(monkeypatch, capsys, *TINY, given, f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 2 and out == [] and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_list_key_read_back_as_one_number_is_refused_as_not_a_list():
+    from rl_hydra.schema import validate_config
+    from tests.conftest import compose_config
+
+    cfg = compose_config()
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))   # untyped, as a run directory's config is read back
+    cfg.network.hidden_sizes = 64
+    with pytest.raises(ConfigError, match=r"^network.hidden_sizes=64 is not a list; .*network.hidden_sizes=\[64,64\]"):
+        validate_config(cfg)
