@@ -21,7 +21,7 @@ from torch import nn
 from rl_hydra import distributed, speed
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.buffers.device import build_on_device
-from rl_hydra.config import ConfigError, resolve_device
+from rl_hydra.config import ConfigError, resolve_device, run_updates
 from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops import off_policy, recurrent
@@ -131,6 +131,10 @@ def build_components(cfg: DictConfig, device: torch.device):
     agent = build_agent(cfg, **spaces, device=device)
     # a transition buffer builds the discounted n-step returns; a recurrent agent sums them over its sequences
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
+    if cfg.buffer.get("beta_steps") == "auto":  # prioritized replay anneals beta over the run's updates
+        returns["beta_steps"] = run_updates(
+            cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
+        )
     buffer = build_on_device(
         lambda storage: build(
             cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=cfg.seed, **returns

@@ -122,9 +122,20 @@ def test_the_command_line_refuses_the_torch_load_payload_with_exit_2(run_dir, tm
     assert not marker.exists()
 
 
-def test_an_environment_reading_interpolation_is_refused(run_dir):
-    plant(run_dir, "logger.csv.note", "${oc.env:HOME}")
-    with pytest.raises(UntrustedConfig, match="oc.env resolver"):
+@pytest.mark.parametrize("value", ["${oc.env:HOME}", "${rl_hydra.help_groups:[pkg://tests.payload]}",
+                                   "${rl_hydra.env_name:cartpole,CartPole-v1}", "${oc.create:{a: 1}}",
+                                   "x${env.${env.id}}", "${now:%Y}"])
+def test_no_resolver_of_any_kind_is_evaluated_from_a_record(run_dir, value):
+    plant(run_dir, "env.kwargs.note", value)
+    with pytest.raises(RunError, match="an interpolation that is not a reference to another key"):
+        load_run(run_dir)
+
+
+def test_a_reference_is_resolved_before_the_env_id_is_checked(run_dir, tmp_path):
+    """`id: ${env.name}` hid the module from a check of the text as written."""
+    plant(run_dir, "env.id", "${env.name}")
+    plant(run_dir, "env.name", "tests.payload:CartPole-v1")
+    with pytest.raises(UntrustedConfig, match="env.id=tests.payload:CartPole-v1, whose module tests.payload"):
         load_run(run_dir)
 
 
@@ -140,16 +151,29 @@ def test_the_user_can_trust_their_own_code_for_one_command(run_dir, tmp_path, mo
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("target, trusted", [
-    ("rl_hydra.algos.dqn.DQN", True), ("rl_hydra.speed.adam", True), ("torch.optim.AdamW", True),
-    ("gymnasium.wrappers.TimeLimit", True), ("rl_hydra.envs.wrappers.MaskObservation", True),
-    ("torch.load", False), ("io.BytesIO", False), ("gymnasium.wrappers.RecordVideo", False),
-    ("rl_hydra.runs.run_dir.atomic_write_text", False),   # the package's own, but it writes files
-    ("rl_hydra.envs.make.make_env", False),               # a function, not a component class
-    ("rl_hydra.envs.make.VectorEnv", False),              # a class that module imports, not its own
-    ("os.system", False), ("rl_hydra.algos.no_such.Thing", False)])
-def test_the_trusted_list(target, trusted):
-    assert is_trusted(target) is trusted
+@pytest.mark.parametrize("target, place, trusted", [
+    ("rl_hydra.algos.dqn.DQN", "algo", True), ("rl_hydra.speed.adam", "optimizer", True),
+    ("torch.optim.AdamW", "optimizer", True), ("rl_hydra.envs.wrappers.MaskObservation", "wrapper", True),
+    ("gymnasium.wrappers.FrameStackObservation", "wrapper", True),
+    ("rl_hydra.algos.dqn.DQN", "network", False),          # a component, but not of that place
+    ("rl_hydra.buffers.replay.ReplayBuffer", "algo", False),
+    ("rl_hydra.speed.adam", None, False),                   # no component is built outside its place
+    ("gymnasium.wrappers.TimeLimit", "wrapper", False),     # no schema declares its keys
+    ("torch.load", "optimizer", False), ("io.BytesIO", "wrapper", False),
+    ("gymnasium.wrappers.RecordVideo", "wrapper", False),
+    ("rl_hydra.runs.run_dir.atomic_write_text", "algo", False),
+    ("rl_hydra.envs.make.make_env", "wrapper", False), ("os.system", "algo", False),
+    ("rl_hydra.algos.no_such.Thing", "algo", False)])
+def test_a_record_builds_only_what_the_schema_of_each_place_declares(target, place, trusted):
+    assert is_trusted(target, place) is trusted
+
+
+@pytest.mark.parametrize("trusted, target, expected", [
+    ("th", "this.x", False), ("mypkg.Net", "mypkg.NetX", False), ("mypkg.Net", "mypkg.Net", True),
+    ("mypkg", "mypkg.nets.Net", True), ("mypkg.", "mypkg.nets.Net", True), ("mypkg", "mypkgx.Net", False)])
+def test_the_trust_variable_matches_whole_names_only(monkeypatch, trusted, target, expected):
+    monkeypatch.setenv(TRUST_VARIABLE, trusted)
+    assert is_trusted(target, "algo") is expected
 
 
 @pytest.mark.parametrize("text, why", [("algo: [unclosed", "cannot be read as a config"), ("", "is empty"),

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-import yaml
 
 from rl_hydra.runs.provenance import code_version
 from rl_hydra.runs.run_dir import TRACKER_STORES, atomic_write_bytes
@@ -77,9 +76,10 @@ def run_dirs(root: Path) -> list[Path]:
 def overrides_of(run_dir: Path) -> dict[str, str]:
     """The run's overrides other than seed, by key. A resume appends its `key=value`s to
     overrides.yaml, so a key can come more than once: the last one is what the run ended with."""
-    overrides_file = run_dir / ".hydra" / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    by_key = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides or []}
+    from rl_hydra.runs.run_dir import RunDirectory
+    from rl_hydra.runs.trust import read_overrides
+
+    by_key = {o.split("=", 1)[0].lstrip("+~"): o for o in read_overrides(RunDirectory(run_dir))}
     by_key.pop("seed", None)
     return by_key
 

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
 from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_text, resume_command
-from rl_hydra.runs.trust import load_yaml
+from rl_hydra.runs.trust import read_config_data, read_overrides
 
 log = logging.getLogger("rl_hydra")
 STARTED = time.time()  # a run directory made after this, and left empty by a refusal, is removed
@@ -39,7 +39,7 @@ def check_same_config(directory: RunDirectory, cfg: DictConfig, overrides: Seque
     recorded = directory.recorded_config
     if not recorded.is_file():
         return
-    before, now = flat_config(load_yaml(recorded)), flat_config(cfg)
+    before, now = flat_config(read_config_data(recorded)), flat_config(resolved(cfg))
     added = sorted(now.keys() - before.keys())
     asked = set(added) & {str(o).split("=", 1)[0].lstrip("+~") for o in overrides if "=" in str(o)}
     differ = sorted(
@@ -72,14 +72,25 @@ def record_config(
     if directory.config_yaml.is_file() and not config_changes:
         return
     if directory.config_yaml.is_file():
-        path = directory.hydra / "overrides.yaml"
-        overrides = [*(yaml.safe_load(path.read_text()) or [] if path.is_file() else []), *overrides]
+        overrides = [*read_overrides(directory), *overrides]
         hydra_cfg = None  # Hydra's config is the one the run began with
-    atomic_write_text(directory.config_yaml, OmegaConf.to_yaml(cfg))
+    atomic_write_text(directory.config_yaml, OmegaConf.to_yaml(resolved(cfg)))
     atomic_write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))
     if hydra_cfg is not None:
         atomic_write_text(directory.hydra / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
     (directory.hydra / "run_config.yaml").unlink(missing_ok=True)  # an older version's second copy
+
+
+def resolved(cfg: DictConfig) -> Any:
+    """The config as the run uses it, every interpolation resolved by the launch that composed it:
+    a record holds values only (runs/trust.py reads it as data). A refused job's config whose
+    interpolation does not resolve is kept as composed."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:
+        return OmegaConf.to_container(cfg, resolve=False)
 
 
 def record_refusal(

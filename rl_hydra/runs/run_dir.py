@@ -203,13 +203,9 @@ class RunDirectory:
 
     def config_choice(self, group: str) -> str | None:
         """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml."""
-        import yaml
+        from rl_hydra.runs.trust import read_choices
 
-        path = self.hydra / "hydra.yaml"
-        if not path.is_file():
-            return None
-        choices = ((yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("runtime", {}) or {}).get("choices")
-        return (choices or {}).get(group)
+        return (read_choices(self) or {}).get(group)
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
         """What a run is, for summary.json: the algo and env options it chose (without
@@ -267,14 +263,11 @@ class RunDirectory:
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it."""
-    try:
-        value = json.loads(path.read_bytes())
-    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
-        raise RunError(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
-    if not isinstance(value, dict):
-        raise RunError(f"{path} holds a JSON {type(value).__name__}, not the object a run writes there")
-    return value
+    """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it
+    (read as data, bounded in size and depth: runs/data.py)."""
+    from rl_hydra.runs.data import load_json_object
+
+    return load_json_object(path)
 
 
 class RunLock:

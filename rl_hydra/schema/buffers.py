@@ -2,7 +2,7 @@
 node (algo.gamma, algo.n_step): the run hands them to a transition buffer (rl_hydra/training.py)."""
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -31,8 +31,12 @@ class PrioritizedKeys(BufferKeys):
     alpha: float = key(help="how much priorities count (0: uniform)", minimum=0.0)
     beta: float = key(help="importance-weight exponent at the first update", minimum=0.0, maximum=1.0)
     beta_final: float = key(help="... reached after beta_steps updates", minimum=0.0, maximum=1.0)
-    beta_steps: Optional[int] = key(
-        help="updates over which beta anneals (null: never)", integer=True, minimum=1, nullable=True
+    beta_steps: Any = key(
+        help="updates over which beta anneals (auto: the run's updates; null: never)",
+        integer=True,
+        minimum=1,
+        nullable=True,
+        also=("auto",),
     )
     epsilon: float = key(help="added to |TD error|: no drawable row gets probability 0", minimum=0.0, above=True)
     sum_tree: str = key(help="numba (the compiled tree) | numpy | auto", choices=SUM_TREES)

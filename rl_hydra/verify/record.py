@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.resume import RESUMABLE
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
-from rl_hydra.runs.trust import check_trusted, read_config
+from rl_hydra.runs.trust import read_choices as read_hydra_choices
+from rl_hydra.runs.trust import read_config, read_value
 
 CHECKPOINTS = ("best", "last")
 
@@ -63,7 +64,8 @@ def config_segments(directory: RunDirectory, sessions: list[dict[str, Any]]) -> 
     cfg = read_config(directory)
     changed = [(number, s) for number, s in enumerate(sessions, start=1) if s.get("config_changes")]
     for number, session in changed:  # code first: refused (exit 2) whatever else is wrong
-        check_trusted({"config_changes": session["config_changes"]}, directory.provenance_json)
+        for key, (old, new) in session["config_changes"].items():
+            read_value([old, new], directory.provenance_json, f"config_changes.{key}")
     for number, session in changed:
         for key in session["config_changes"]:
             if not resumable(key):
@@ -167,18 +169,7 @@ def read_metrics(directory: RunDirectory) -> Metrics:
 
 def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     """The config-group choices in .hydra/hydra.yaml (`algo: iqn`), read as YAML data; None without the file."""
-    import yaml
-
-    path = directory.hydra / "hydra.yaml"
-    if not path.is_file():
-        return None
-    try:
-        choices = yaml.safe_load(path.read_text())["hydra"]["runtime"]["choices"]
-    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError) as error:
-        raise Differs(f"{path} cannot be read as Hydra's record of the run ({type(error).__name__})") from None
-    if not isinstance(choices, dict):
-        raise Differs(f"{path} has no mapping of config-group choices under hydra.runtime.choices")
-    return choices
+    return read_hydra_choices(directory)
 
 
 def read_checkpoints(
