@@ -127,13 +127,10 @@ def run_updates(total_steps: Any, learning_starts: Any, train_every: Any, gradie
 
 
 def register_resolvers() -> None:
-    """`${rl_hydra.env_name:<env choice>,<env.id>}`, used by hydra.run.dir in conf/train.yaml;
-    `${rl_hydra.updates:<total_steps>,<learning_starts>,<train_every>,<gradient_steps>}`, the
-    run's number of updates (buffer/prioritized.yaml anneals beta over them)."""
+    """`${rl_hydra.env_name:<env choice>,<env.id>}`, used by hydra.run.dir in conf/train.yaml
+    (Hydra's own node: a run's config holds no resolver call, so that its record is plain data)."""
     if not OmegaConf.has_resolver("rl_hydra.env_name"):
         OmegaConf.register_new_resolver("rl_hydra.env_name", run_env_name)
-    if not OmegaConf.has_resolver("rl_hydra.updates"):
-        OmegaConf.register_new_resolver("rl_hydra.updates", run_updates)
 
 
 register_resolvers()

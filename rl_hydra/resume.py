@@ -3,15 +3,19 @@ config, changed only where a resume may change it (RESUMABLE)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.config import flat_config
 from rl_hydra.launch import EXIT_CONFIG, LOG_FORMAT, RunFailed, fail, launch
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import read_config
+from rl_hydra.schema import type_refusal
+from rl_hydra.schema.keys import ConfigError, check, fields
 
 # the config groups: a resume changes values, never a group's choice
 GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")
@@ -76,7 +80,26 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
                 EXIT_CONFIG,
             )
         old = plain(OmegaConf.select(cfg, key))
-        OmegaConf.update(cfg, key, override.value())
+        value = override.value()
+        try:
+            try:
+                OmegaConf.update(cfg, key, value)
+            except OmegaConfBaseException:  # `6e2` for an integer key is 600, as for a fresh run
+                if not (isinstance(value, float) and value.is_integer()):
+                    raise
+                OmegaConf.update(cfg, key, int(value))
+        except OmegaConfBaseException as error:  # the key's type refuses the value (the schema's, as a launch)
+            rule = (
+                dict((name, rule) for name, rule, _ in fields(error.object_type)).get(key.rsplit(".", 1)[-1])
+                if dataclasses.is_dataclass(getattr(error, "object_type", None))
+                else None
+            )
+            try:
+                if rule is not None:
+                    check(value, key, rule)
+            except ConfigError as refused:
+                fail(str(refused), EXIT_CONFIG)
+            fail(type_refusal(error) or f"{override.input_line}: {str(error).splitlines()[0]}", EXIT_CONFIG)
         if plain(OmegaConf.select(cfg, key)) != old:
             changes[key] = [old, plain(OmegaConf.select(cfg, key))]
     return cfg, changes

@@ -15,7 +15,7 @@ import re
 import typing
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
 from rl_hydra.schema.keys import ConfigError, Range, check, fields, not_a_list, schema_of, validate
@@ -141,6 +141,7 @@ ENV_KEYS = {field.name for schema in envs.ENV_SCHEMAS for field in dataclasses.f
 
 
 def validate_env(node: DictConfig) -> None:
+    validate_wrappers(node)
     for name in [str(name) for name in node.keys()]:
         schema = next((s for s in envs.ENV_SCHEMAS if name in {f.name for f in dataclasses.fields(s)}), None)
         if schema is not None:
@@ -170,6 +171,32 @@ def integer_key(full_key: str) -> bool:
         candidates = list(dict.fromkeys(found))
     rules = [rule for schema in candidates for field_name, rule, _ in fields(schema) if field_name == name]
     return bool(rules) and all(rule is not None and rule.kind == "integer" for rule in rules)
+
+
+@functools.lru_cache(maxsize=1)
+def wrapper_schemas() -> dict[str, type]:
+    return {target: schema for schema in envs.WRAPPER_SCHEMAS for target in schema.targets}
+
+
+def validate_wrappers(env: DictConfig) -> None:
+    """Each wrapper of `env.wrappers` that a schema declares holds only its keys, in their ranges
+    (a frame stack's size scales memory); a user's own wrapper is left to its class."""
+    wrappers = env.get("wrappers") if not OmegaConf.is_missing(env, "wrappers") and "wrappers" in env else None
+    if not isinstance(wrappers, ListConfig):
+        return
+    for index, wrapper in enumerate(wrappers):
+        schema = wrapper_schemas().get(str(wrapper.get("_target_"))) if isinstance(wrapper, DictConfig) else None
+        if schema is None:
+            continue
+        where = f"env.wrappers[{index}]."
+        declared = [field.name for field in dataclasses.fields(schema)]
+        extra = [str(name) for name in wrapper.keys() if str(name) not in declared]
+        if extra:
+            raise ConfigError(
+                f"{where}{extra[0]} is not a key of {wrapper._target_}; its keys: "
+                f"{', '.join(n for n in declared if not n.startswith('_'))}"
+            )
+        validate(wrapper, schema, where)
 
 
 def describe(full_key: str) -> str | None:
