@@ -15,7 +15,7 @@ from rl_hydra.config import ConfigError, resolve_device
 from rl_hydra.envs import make_env
 from rl_hydra.envs.spaces import shape_of
 from rl_hydra.loops.evaluate import evaluate
-from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
+from rl_hydra.runs.run_dir import RunDirectory, RunError, check_fits, check_optimizer_state, misfit
 from rl_hydra.runs.trust import read_config
 
 CHECKPOINTS = ("best", "last")
@@ -46,12 +46,15 @@ class Run:
             layer for layer in reversed(list(_wrappers(env.envs[0]))) if isinstance(layer, gym.ObservationWrapper)
         ]
         env.close()
+        path = self.directory.checkpoints / f"{checkpoint}.pt"
+        check_fits(self.agent.state_dict(), state["agent"], path, "agent")
         try:
             self.agent.load_state_dict(state["agent"])
-        except (KeyError, RuntimeError, ValueError) as error:
+        except (KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError) as error:
             raise RunError(
                 f"checkpoint {checkpoint}.pt of {self.path} does not fit its config ({misfit(error)})"
             ) from None
+        check_optimizer_state(self.agent, path)
         self.step = state["runner"]["global_step"]
 
     @property
@@ -82,22 +85,47 @@ class Run:
         gives it, which the run's observation wrappers turn into parts, text dropped).
 
         Feed-forward agents return the actions; recurrent agents return
-        (actions, state): pass the state back with the next observation.
+        (actions, state): pass the state back with the next observation. An observation of another
+        shape, or of a dtype that does not cast to the space's (a float for an index), raises one
+        ValueError line naming the shape and dtype the run takes.
         """
+
+        def checked(value: Any, part: gym.Space, name: str) -> tuple[np.ndarray, bool]:
+            """(`value` as an array, whether it is one observation), or one ValueError line."""
+            shape, dtype = shape_of(part), np.dtype(part.dtype) if part.dtype is not None else None
+            batch = f"({', '.join(['n', *map(str, shape)])}{',' if not shape else ''})"
+            wanted = f"expected shape {shape} for one observation or {batch} for a batch" + (
+                f", of dtype {dtype}" if dtype is not None else ""
+            )
+            try:
+                array = np.asarray(value)
+            except ValueError:  # a ragged sequence
+                raise ValueError(f"predict: {name} is a ragged sequence, not an array; {wanted}") from None
+            fits = array.shape == shape or (array.ndim == len(shape) + 1 and array.shape[1:] == shape)
+            if not fits or (dtype is not None and not np.can_cast(array.dtype, dtype, casting="same_kind")):
+                raise ValueError(
+                    f"predict: {name} of shape {array.shape} and dtype {array.dtype} does not fit this run's "
+                    f"observations ({self.cfg.env.id}); {wanted}"
+                )
+            return array, array.ndim == len(shape)
+
         space = self.observation_space
         if isinstance(space, gym.spaces.Dict):
             if not isinstance(obs, dict) or set(obs) != set(space.spaces):  # one as gymnasium's env gives it
                 for wrapper in self.observation_wrappers:
                     obs = wrapper.observation(obs)
-            obs = {key: np.asarray(obs[key]) for key in space.spaces}
-            key, part = next(iter(space.spaces.items()))
-            single = obs[key].ndim == len(shape_of(part))
+            parts = {key: checked(obs[key], part, f"obs[{key!r}]") for key, part in space.spaces.items()}
+            obs = {key: array for key, (array, _) in parts.items()}
+            single = next(iter(parts.values()))[1]
+            sizes = {1 if one else len(array) for array, one in parts.values()}
+            if len(sizes) > 1 or any(one != single for _, one in parts.values()):
+                shapes = ", ".join(f"{key!r}: {array.shape}" for key, array in obs.items())
+                raise ValueError(f"predict: the parts of obs ({shapes}) are not all one observation or one batch")
             batch = {k: v[None] for k, v in obs.items()} if single else obs
         else:
-            obs = np.asarray(obs)
+            obs, single = checked(obs, space, "obs")
             if isinstance(space, gym.spaces.Box) and not is_raw_pixels(obs):
                 obs = obs.astype(np.float32, copy=False)
-            single = obs.ndim == len(shape_of(space))
             batch = obs[None] if single else obs
         with torch.no_grad():
             actions, state = self.agent.act(batch, state, explore=not deterministic)

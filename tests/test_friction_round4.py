@@ -1,8 +1,10 @@
 """What a new user hit (round 4), each with the behaviour they expected: a budget written 1e6 is that
-integer; a list key given one number says a list is expected."""
+integer; a list key given one number says a list is expected; predict given an observation of another
+shape or dtype says what the run takes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -70,3 +72,31 @@ def test_a_list_key_read_back_as_one_number_is_refused_as_not_a_list():
     cfg.network.hidden_sizes = 64
     with pytest.raises(ConfigError, match=r"^network.hidden_sizes=64 is not a list; .*network.hidden_sizes=\[64,64\]"):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize("obs, shape, dtype", [
+    (np.zeros((1, 5)), r"\(1, 5\)", "float64"),
+    (np.zeros(5), r"\(5,\)", "float64"),
+    (np.zeros((2, 3, 4)), r"\(2, 3, 4\)", "float64"),
+    (np.zeros(4, dtype=np.complex64), r"\(4,\)", "complex64"),
+    (["a", "b", "c", "d"], r"\(4,\)", "<U1"),
+])
+def test_predict_given_another_shape_or_dtype_names_the_shape_and_dtype_the_run_takes(trained, obs, shape, dtype):
+    from rl_hydra import load_run
+
+    run = load_run(trained)
+    expected = (rf"^predict: obs of shape {shape} and dtype {dtype} does not fit this run's observations "
+                r"\(CartPole-v1\); expected shape \(4,\) for one observation or \(n, 4\) for a batch, "
+                r"of dtype float32$")
+    with pytest.raises(ValueError, match=expected):
+        run.predict(obs)
+
+
+def test_predict_refuses_a_ragged_batch_in_one_line_and_takes_what_casts(trained):
+    from rl_hydra import load_run
+
+    run = load_run(trained)
+    with pytest.raises(ValueError, match=r"^predict: obs is a ragged sequence, not an array; expected shape \(4,\)"):
+        run.predict([[0.0, 0.0, 0.0, 0.0], [0.0]])
+    assert run.predict(np.zeros(4, dtype=np.int64)) in (0, 1)   # numbers that cast to float32 are taken
+    assert run.predict([[0.0] * 4] * 3).shape == (3,)
