@@ -43,6 +43,32 @@ def test_every_summary_is_what_its_seeds_give():
     assert not found, found
 
 
+def test_a_row_label_that_counts_critics_quantiles_or_widths_says_what_its_config_has():
+    """A label is written by hand; where it names the critics, quantiles or the critics' widths of a
+    row with the overrides it ran (`TQC (2 critics x 25 quantiles, 256-256)`), the composed config has them."""
+    from tests.conftest import compose_config
+
+    patterns = {"critics": r"\b(\d+|twin) critics", "quantiles": r"\b(\d+) quantiles", "widths": r"\b(\d+(?:-\d+)+)\b"}
+    checked = []
+    for name, record in RECORDS.items():
+        for row in record["rows"]:
+            label, overrides = str(row.get("label", "")), row.get("overrides")
+            claims = {what: re.search(pattern, label) for what, pattern in patterns.items()}
+            if overrides is None or not any(claims.values()):
+                continue
+            cfg = compose_config(*overrides)
+            critic = cfg.network.get("critic")
+            has = {"critics": cfg.algo.get("ensemble_size"), "quantiles": cfg.algo.get("num_quantiles"),
+                   "widths": "-".join(map(str, critic.hidden_sizes)) if critic is not None else None}
+            for what, claim in claims.items():
+                if claim is None or has[what] is None:
+                    continue
+                said = {"twin": "2"}.get(claim.group(1), claim.group(1))
+                assert said == str(has[what]), f"{name} row {row['id']}: {label!r} says {said} {what}; has {has[what]}"
+                checked.append((name, row["id"], what))
+    assert ("step_cost_mujoco_cpu", "tqc", "critics") in checked
+
+
 def test_every_block_names_a_record_or_topic_that_exists():
     topics = {record["topic"] for record in RECORDS.values()}
     for text in PAGES.values():
