@@ -134,6 +134,14 @@ def test_the_readme_s_env_list_names_every_env_group():
     assert env_groups() <= listed, f"README.md's env list lacks {sorted(env_groups() - listed)}"
 
 
+def test_the_readme_s_opening_names_every_algorithm_and_no_other():
+    opening = re.search(r"^rl-hydra trains off-policy deep RL agents \((.*?)\)", PAGES["README.md"], flags=re.M | re.S)
+    assert opening, "README.md's first paragraph does not list the algorithms in parentheses"
+    named = {re.sub(r"[^a-z0-9]+", "_", name.strip().lower()) for name in re.split(r"[,;]", opening.group(1))}
+    options = {path.stem for path in (ROOT / "conf" / "algo").glob("*.yaml")}
+    assert named == options, f"the opening lacks {sorted(options - named)}, names no algo= {sorted(named - options)}"
+
+
 @pytest.mark.parametrize("page", sorted(name for name in PAGES if name.startswith("docs/")))
 def test_every_docs_page_is_at_most_200_lines(page):
     lines = len(PAGES[page].splitlines())
