@@ -28,7 +28,7 @@ from rl_hydra.loops import off_policy, recurrent
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
 from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent
-from rl_hydra.runs.run_dir import RunDirectory, RunError, misfit
+from rl_hydra.runs.run_dir import RunDirectory, RunError, check_fits, check_optimizer_state, misfit
 
 log = logging.getLogger(__name__)
 
@@ -308,12 +308,14 @@ def _run(
         compile_agent(agent)
     runner = Runner(run_settings(cfg, agent), agent, env, buffer, run_dir.path, stop_after=stop_after)
     if checkpoint is not None:
+        path = run_dir.checkpoints / "last.pt"
+        fresh = runner.state_dict(with_buffer="buffer" in checkpoint)  # the env's state is checked as it is restored
+        check_fits({**fresh, "env": None}, {**checkpoint, "env": None}, path)
         try:
             runner.load_state_dict(checkpoint)
-        except (KeyError, RuntimeError, ValueError) as error:
-            raise RunError(
-                f"checkpoint {run_dir.checkpoints / 'last.pt'} does not fit this config ({misfit(error)})"
-            ) from None
+        except (KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError) as error:
+            raise RunError(f"checkpoint {path} does not fit this config ({misfit(error)})") from None
+        check_optimizer_state(agent, path)
         if runner.global_step > cfg.train.total_steps:
             raise ConfigError(
                 f"train.total_steps={cfg.train.total_steps} is below the step this run has reached "

@@ -100,7 +100,7 @@ def test_resume_without_buffer_still_reaches_the_same_global_step(tmp_path, monk
 
 def test_a_kill_during_checkpoint_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     directory = RunDirectory(tmp_path)
-    directory.save_checkpoint("last", {"step": torch.tensor(1)})
+    directory.save_checkpoint("last", {"agent": {}, "runner": {"global_step": 1}})
 
     def dies_halfway(obj, f, *args, **kwargs):
         f.write(b"PK\x03\x04 half a checkpoint")
@@ -108,9 +108,9 @@ def test_a_kill_during_checkpoint_writing_keeps_the_previous_checkpoint(tmp_path
 
     monkeypatch.setattr(torch, "save", dies_halfway)
     with pytest.raises(KeyboardInterrupt):
-        directory.save_checkpoint("last", {"step": torch.tensor(2)})
+        directory.save_checkpoint("last", {"agent": {}, "runner": {"global_step": 2}})
     monkeypatch.undo()
-    assert directory.load_checkpoint("last")["step"].item() == 1
+    assert directory.load_checkpoint("last")["runner"]["global_step"] == 1
     assert [p.name for p in directory.checkpoints.iterdir()] == ["last.pt"]  # no temp file left
 
 

@@ -180,8 +180,7 @@ class Runner:
             },
             "rng": {"torch": torch_rng, "action_space": self.env.action_space.np_random.bit_generator.state},
         }
-        if self.pending is not None:
-            state["runner"]["pending"] = list(self.pending)
+        state["runner"]["pending"] = list(self.pending) if self.pending is not None else None
         rollout = self.rollout.state_dict()
         if rollout is not None:
             state["env"] = rollout

@@ -240,12 +240,14 @@ class RunDirectory:
         try:
             # weights_only: tensors and plain data only, so loading a stranger's run runs no code;
             # mmap: a replay buffer of several GB is copied from the file, not read into memory first
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+            state = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
         except Exception as error:  # truncated, corrupt or not a torch file
             raise RunError(
                 f"checkpoint {path} cannot be read ({type(error).__name__}: "
                 f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
-            ) from error
+            ) from None
+        check_checkpoint(state, path)
+        return state
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write summary.json with every key of SUMMARY_KEYS (null where `summary` has none)."""
@@ -260,6 +262,98 @@ class RunDirectory:
         if not self.summary_json.is_file():
             return None
         return read_json_object(self.summary_json)
+
+
+def check_checkpoint(state: Any, path: Path) -> None:
+    """One RunError line unless `state` is shaped as a run's checkpoint: a mapping with the agent's
+    and the runner's state, a whole number of env steps, and tensors that each hold the bytes they
+    span (an expanded view of one stored value, stride 0, would be gigabytes once copied), so that
+    what a checkpoint can cost to load is bounded by its file's size."""
+    import torch
+
+    runner = state.get("runner") if isinstance(state, dict) else None
+    if not isinstance(state, dict) or not isinstance(state.get("agent"), dict) or not isinstance(runner, dict):
+        raise RunError(f"checkpoint {path} holds no agent and runner state: not a checkpoint a run writes")
+    step = runner.get("global_step")
+    if type(step) is not int or step < 0:
+        raise RunError(f"checkpoint {path} has runner.global_step={step!r}, not a number of env steps")
+    stack: list[Any] = [state]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, torch.Tensor):
+            spans = node.numel() * node.element_size()
+            stored = node.untyped_storage().nbytes() - node.storage_offset() * node.element_size()
+            overlaps = any(stride == 0 and size > 1 for stride, size in zip(node.stride(), node.shape))
+            if spans > stored or overlaps:
+                raise RunError(
+                    f"checkpoint {path} holds a tensor of shape {tuple(node.shape)} over {stored:,} stored bytes "
+                    f"(a view repeating its values): not a tensor a run saves"
+                )
+
+
+def check_fits(fresh: Any, loaded: Any, path: Path, where: str = "") -> None:
+    """One RunError line unless the checkpoint's `loaded` state has the shape of `fresh`, the state
+    of the same parts built anew from the run's config: no key they lack, the same kinds of values,
+    tensors of the same dtype and trailing shape (a buffer's rows and a list's length may differ).
+    An empty mapping in `fresh` (an optimizer before its first step) takes any plain content."""
+    import torch
+
+    def refuse(what: str) -> None:
+        raise RunError(f"checkpoint {path} does not fit the run's config: {where.lstrip('.') or 'its state'} {what}")
+
+    if isinstance(fresh, dict):
+        if not isinstance(loaded, dict):
+            refuse(f"is a {type(loaded).__name__}, not a mapping")
+        unknown = [key for key in loaded if key not in fresh] if fresh else []
+        if unknown:
+            refuse(f"holds {unknown[0]!r}, which the run's parts do not have")
+        for key in [key for key in fresh if key in loaded]:
+            check_fits(fresh[key], loaded[key], path, f"{where}.{key}")
+    elif isinstance(fresh, torch.Tensor):
+        if not isinstance(loaded, torch.Tensor):
+            refuse(f"is a {type(loaded).__name__}, not a tensor")
+        elif loaded.dtype != fresh.dtype or loaded.shape[1:] != fresh.shape[1:] or loaded.dim() != fresh.dim():
+            refuse(f"is a {loaded.dtype} tensor of shape {tuple(loaded.shape)}, not {fresh.dtype} {tuple(fresh.shape)}")
+    elif isinstance(fresh, (list, tuple)):
+        if not isinstance(loaded, (list, tuple)):
+            refuse(f"is a {type(loaded).__name__}, not a list")
+        if len(loaded) == len(fresh):
+            for index, (mine, theirs) in enumerate(zip(fresh, loaded)):
+                check_fits(mine, theirs, path, f"{where}[{index}]")
+    elif fresh is None:
+        return
+    elif isinstance(fresh, bool) or isinstance(fresh, str):
+        if type(loaded) is not type(fresh):
+            refuse(f"is {type(loaded).__name__}, not {type(fresh).__name__}")
+    elif isinstance(fresh, (int, float)):
+        if (
+            isinstance(loaded, bool)
+            or not isinstance(loaded, (int, float))
+            or (isinstance(fresh, int) and not isinstance(loaded, int))
+        ):
+            refuse(f"is {type(loaded).__name__}, not {type(fresh).__name__}")
+
+
+def check_optimizer_state(owner: Any, path: Path) -> None:
+    """After a checkpoint loaded: each optimizer's per-parameter state (Adam's moments) has its
+    parameter's shape; torch checks only the parameter groups, and a misfit would fail mid-update."""
+    import torch
+
+    for name, optimizer in vars(owner).items():
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            continue
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                for key, value in optimizer.state.get(parameter, {}).items():
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                        raise RunError(
+                            f"checkpoint {path} does not fit the run's config: {name}'s {key} has shape "
+                            f"{tuple(value.shape)} for a parameter of shape {tuple(parameter.shape)}"
+                        )
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
