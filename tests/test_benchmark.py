@@ -68,7 +68,7 @@ def test_the_sides_alternate_and_an_identical_peer_run_is_shared(tmp_path, monke
 
     def fake_run(case, side, seed, args):
         ran.append((seed, side, case.id, benchmark.job_for(case, side, seed, args)[1].name))
-        return {}
+        return {"wall_s": 1.0}
 
     monkeypatch.setattr(benchmark, "run_side", fake_run)
     assert benchmark.run_all(cases, [0, 1], args) == []
@@ -78,6 +78,44 @@ def test_the_sides_alternate_and_an_identical_peer_run_is_shared(tmp_path, monke
     assert [side for s, side, _, _ in ran if s == 1][:2] == ["peer", "ours"]   # the peer first on odd seeds
     files = {c: f for s, side, c, f in ran if s == 0 and side == "peer"}
     assert files["dqn_zoo"] == files["dqn_solve"] != files["dqn_per_step"]
+
+
+def test_a_line_says_how_many_runs_there_are_and_another_as_each_finishes(tmp_path, monkeypatch, capsys):
+    args = parse("cartpole", "--algos", "dqn", out=tmp_path)
+    cases = benchmark.cartpole_cases(args)[:1]
+    results = iter([{"wall_s": 1234.5, "eval_return": 500.0}, None, {"wall_s": 3.0, "reused": True},
+                    {"wall_s": 2.0, "eval_return": None}])
+    printed = []   # stderr so far, as each run starts
+
+    def fake_run(case, side, seed, args):
+        printed.append(capsys.readouterr().err)
+        return next(results)
+
+    monkeypatch.setattr(benchmark, "run_side", fake_run)
+    assert benchmark.run_all(cases, [0, 1], args) == ["seed 0: peer dqn_zoo"]
+    lines = "".join([*printed, capsys.readouterr().err]).splitlines()
+    assert lines == ["4 runs, one after another; a line as each finishes",
+                     "  1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0",
+                     "  2/4 seed 0: peer dqn_zoo: failed (above)",
+                     "  3/4 seed 1: peer dqn_zoo: found, reused",
+                     "  4/4 seed 1: ours dqn_zoo: 2.0 s"]
+    assert printed[1].endswith("1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0\n")   # before the next run
+
+
+def test_a_peer_run_without_the_bench_extra_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch,
+                                                                                       capsys):
+    for module in benchmark.PEER_PACKAGES:
+        monkeypatch.setitem(sys.modules, module, None)   # not importable, whether installed or not
+    monkeypatch.setattr(benchmark, "run_all", lambda *args: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.main(["suite", "continuous", "--out", str(tmp_path)])
+    assert exit_.value.code == 2 and not any(tmp_path.iterdir())
+    assert capsys.readouterr().err.splitlines() == [
+        'error: the SB3 side needs stable-baselines3 and sb3-contrib, which cannot be imported: pip install -e '
+        '".[bench]" (or --sides ours to run ours alone)']
+    cases = benchmark.suite_cases(parse("suite", "continuous", "--rows", "td3_pendulum", out=tmp_path))
+    for without_peer in (["--sides", "ours"], ["--table-only"]):   # nothing of the peer's is imported then
+        assert benchmark.missing_peer(cases, parse("suite", "continuous", *without_peer, out=tmp_path)) is None
 
 
 def test_the_record_holds_every_seed_and_their_medians(tmp_path):

@@ -50,7 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # this folder's modules: Python puts a script's own folder first on sys.path
-from minatar_sb3 import HP, our_overrides as minatar_overrides, peer_spec as minatar_peer
+from minatar_sb3 import HP
+from minatar_sb3 import our_overrides as minatar_overrides
+from minatar_sb3 import peer_spec as minatar_peer
 from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
 
 from rl_hydra.runs.aggregate import interquartile_mean, median_interval
@@ -59,6 +61,8 @@ from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
 ROOT = Path(__file__).resolve().parents[2]
 
 RESULT = "BENCHMARK_RESULT "
+# what the peer side imports (scripts/benchmarks/sb3_peer.py), installed by the bench extra
+PEER_PACKAGES = {"stable_baselines3": "stable-baselines3", "sb3_contrib": "sb3-contrib"}
 TOPIC = {"cartpole": "benchmark", "suite": "suite", "minatar": "pixels", "atari": "pixels"}
 
 
@@ -113,8 +117,8 @@ def suite_cases(args) -> list[Case]:
     rows = [r for r in suite.rows
             if (not args.rows or r.name in args.rows) and (not args.algos or r.algo in args.algos)]
     skipped = [r.name for r in rows if r.name not in ZOO]
-    if skipped:
-        print(f"no SB3 counterpart, skipped: {', '.join(skipped)}", file=sys.stderr)
+    if skipped:   # said once nothing refuses the command
+        args.notices.append(f"no SB3 counterpart, skipped: {', '.join(skipped)}")
     args.seeds = args.seeds or suite.seeds
     cases = []
     for row in (r for r in rows if r.name in ZOO):
@@ -219,39 +223,69 @@ def job_for(case: Case, side: str, seed: int, args) -> tuple[dict, Path]:
 
 
 def run_side(case: Case, side: str, seed: int, args) -> dict | None:
+    """The side's result, run in a fresh process (its error output printed if it fails: None), or
+    the one an earlier call kept (`reused`)."""
     job, path = job_for(case, side, seed, args)
-    label = f"seed {seed}: {side} {case.id}"
     if path.is_file():
-        print(f"  {label}: found, reused", file=sys.stderr)
-        return json.loads(path.read_text())
+        return {**json.loads(path.read_text()), "reused": True}
     if side == "ours":
         shutil.rmtree(job["run_dir"], ignore_errors=True)   # an unfinished run of an earlier call
-    print(f"  {label} ...", end="", file=sys.stderr, flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
     proc = subprocess.run([sys.executable, __file__, "--worker", side, json.dumps(job)], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
     if proc.returncode or not lines:
-        print(f" failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        print(f"seed {seed}: {side} {case.id} failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}",
+              file=sys.stderr)
         return None
     result = {**json.loads(lines[-1][len(RESULT):]), "load": os.getloadavg()[0],
               "finished": datetime.datetime.now().isoformat(timespec="seconds")}
-    print(f" {result['wall_s']:.1f} s", file=sys.stderr)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def run_all(cases: list[Case], seeds: list[int], args) -> list[str]:
-    """For each seed, each case: ours and the peer back to back, the peer first on odd seeds; the runs that failed."""
-    failed = []
+    """For each seed, each case: ours and the peer back to back, the peer first on odd seeds; the runs that failed.
+    A line says how many runs there are, and one more as each finishes."""
+    plan = []
     for seed in seeds:
         for case in cases:
             sides = [s for s in ("ours", "peer") if s in args.sides and (s == "ours" or case.peer)]
-            for side in sides if seed % 2 == 0 else sides[::-1]:
-                if run_side(case, side, seed, args) is None:
-                    failed.append(f"seed {seed}: {side} {case.id}")
+            plan += [(seed, case, side) for side in (sides if seed % 2 == 0 else sides[::-1])]
+    print(f"{len(plan)} runs, one after another; a line as each finishes", file=sys.stderr, flush=True)
+    failed = []
+    for done, (seed, case, side) in enumerate(plan, start=1):
+        result = run_side(case, side, seed, args)
+        if result is None:
+            failed.append(f"seed {seed}: {side} {case.id}")
+            how = "failed (above)"
+        elif result.get("reused"):
+            how = "found, reused"
+        else:
+            got = result.get("eval_return")
+            how = f"{result['wall_s']:,.1f} s" + (f", return {got:,.1f}" if got is not None else "")
+        print(f"  {done}/{len(plan)} seed {seed}: {side} {case.id}: {how}", file=sys.stderr, flush=True)
     return failed
+
+
+def missing_peer(cases: list[Case], args) -> str | None:
+    """One line naming the peer's packages that cannot be imported when a peer run is due, with the
+    pip command that installs them; None when nothing is missing or no peer runs."""
+    import importlib
+
+    if args.table_only or "peer" not in args.sides or not any(case.peer for case in cases):
+        return None
+    missing = []
+    for module, package in PEER_PACKAGES.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    if not missing:
+        return None
+    return (f"the SB3 side needs {' and '.join(missing)}, which cannot be imported: pip install -e \".[bench]\" "
+            f"(or --sides ours to run ours alone)")
 
 
 def worker(side: str, job: dict) -> dict:
@@ -434,6 +468,7 @@ def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.algos = args.algos or {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"], "atari": ["dqn"]}.get(args.set, [])
     args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
     args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
+    args.notices = []   # lines for stderr once the command is not refused
     return args
 
 
@@ -456,10 +491,17 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(args.seeds or 3))
     outside = sorted(set(args.only_seeds or []) - set(seeds))
     if outside:
-        parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {len(seeds)} runs seeds 0 to {len(seeds) - 1}")
+        parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {len(seeds)} runs seeds 0 to "
+                     f"{len(seeds) - 1}")
     sideless = [case.id for case in cases if case.peer is None]
     if args.sides == ["peer"] and sideless:
         parser.error(f"{', '.join(sideless)}: no SB3 side to run; add --sides ours")
+    missing = missing_peer(cases, args)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        sys.exit(2)
+    for notice in args.notices:
+        print(notice, file=sys.stderr)
     found = check(cases) if "peer" in args.sides else []
     for line in found:
         print(f"error: {line}", file=sys.stderr)
@@ -467,8 +509,8 @@ def main(argv: list[str] | None = None) -> None:
         print("error: our config and SB3's hyperparameters differ (above); nothing was run", file=sys.stderr)
         sys.exit(2)
     load_before = os.getloadavg()[0]
-    failed = [] if args.table_only else run_all(cases, [s for s in seeds if not args.only_seeds or s in args.only_seeds],
-                                                 args)
+    chosen = [s for s in seeds if not args.only_seeds or s in args.only_seeds]
+    failed = [] if args.table_only else run_all(cases, chosen, args)
     result = record(cases, seeds, args, argv, load_before)
     text = dump(result)
     args.out.mkdir(parents=True, exist_ok=True)
