@@ -173,9 +173,13 @@ def measured(cfg) -> str:
 
 def report(results: list[dict[str, Any]], cfg) -> str:
     lines = [f"| run | seed | step | return ({measured(cfg)}) |", "|---|---|---|---|"]
+    # every mean and std of the table to one number of decimals: the most any mean shows with the
+    # precision it has (shown_return: CartPole's 212.5, POPGym's -0.4825), so that rows line up
+    means = [shown_return(r["return_mean"]) for r in results if r["status"] == "ok"]
+    decimals = max((len(mean.partition(".")[2]) for mean in means if mean[-1:].isdigit()), default=0)
     for r in results:
         value = (
-            f"{shown_return(r['return_mean'])} +- {shown_return(r['return_std'])}"
+            f"{r['return_mean']:.{decimals}f} +- {r['return_std']:.{decimals}f}"
             if r["status"] == "ok"
             else f"failed: {r['reason']}"
         )

@@ -279,4 +279,20 @@ def test_the_console_table_shows_a_fractional_return_as_it_is():
     cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
     row = {"run": "r", "seed": 0, "step": 10, "status": "ok", "return_mean": -0.4825, "return_std": 0.21,
            "eval_file": "r/eval/x.json", "replaced": False}
-    assert "| r | 0 | 10 | -0.4825 +- 0.21 |" in report([row], cfg)
+    assert "| r | 0 | 10 | -0.4825 +- 0.2100 |" in report([row], cfg)
+
+
+def test_the_console_table_rounds_every_return_of_a_sweep_to_the_same_decimals(monkeypatch):
+    from rl_hydra import report as report_module
+    from rl_hydra.report import report
+
+    monkeypatch.setattr(report_module, "sweep_report", lambda results, cfg: "")   # the table alone, nothing written
+    cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
+    rows = [{"run": name, "seed": 0, "step": 10, "status": "ok", "return_mean": mean, "return_std": std,
+             "eval_file": f"{name}/eval/x.json", "replaced": False}
+            for name, mean, std in (("a", 9.4, 1.02), ("b", 11.8, 1.939), ("c", 500.0, 0.0))]
+    table = report([*rows, {"run": "d", "seed": 0, "status": "failed", "reason": "no checkpoint"}], cfg)
+    for line in ("| a | 0 | 10 | 9.4 +- 1.0 |", "| b | 0 | 10 | 11.8 +- 1.9 |", "| c | 0 | 10 | 500.0 +- 0.0 |",
+                 "| d | 0 | - | failed: no checkpoint |"):
+        assert line in table, table
+    assert "| c | 0 | 10 | 500 +- 0 |" in report(rows[2:], cfg)   # alone, as it is
