@@ -100,3 +100,26 @@ def test_predict_refuses_a_ragged_batch_in_one_line_and_takes_what_casts(trained
         run.predict([[0.0, 0.0, 0.0, 0.0], [0.0]])
     assert run.predict(np.zeros(4, dtype=np.int64)) in (0, 1)   # numbers that cast to float32 are taken
     assert run.predict([[0.0] * 4] * 3).shape == (3,)
+
+
+def test_a_stopped_run_s_progress_bar_ends_at_the_step_of_its_checkpoint(tmp_path, monkeypatch):
+    import torch
+
+    from rl_hydra.loops import reporting
+    from rl_hydra.loops.runner import StopRequested
+    from tests.conftest import run_training, stop_at
+
+    ended_at = []   # where each shown bar stood when it closed
+
+    class Bar(reporting.tqdm):
+        def close(self):
+            if not self.disable:
+                ended_at.append(self.n)
+            super().close()
+
+    monkeypatch.setattr(reporting, "tqdm", Bar)
+    stop_at(monkeypatch, 230)   # between rows (train.log_every=50)
+    with pytest.raises(StopRequested):
+        run_training(tmp_path, *TINY, "train.progress=true")
+    step = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)["runner"]["global_step"]
+    assert step == 230 and ended_at == [230]

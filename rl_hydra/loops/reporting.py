@@ -101,13 +101,16 @@ class Reporter:
             self.progress.set_description("solved", refresh=False)
         self.progress.close()
 
-    def close(self, status: str = "completed") -> None:
-        """End every logger with the run's status (summary.json's: completed, failed, interrupted)."""
+    def close(self, status: str = "completed", step: int | None = None) -> None:
+        """End every logger with the run's status (summary.json's: completed, failed, interrupted);
+        a bar still open (a run stopped between rows) ends at `step`, the one its last checkpoint has."""
         if self.progress is None:  # never started
             return
         for name in list(self.others):
             self._call(name, "finish", status)
         self.csv.finish(status)
+        if step is not None and not self.progress.disable:  # disabled: hidden, or closed by the last row
+            self.progress.update(step - self.progress.n)
         self.progress.close()  # a no-op when the last row closed it
 
     def _call(self, name: str, method: str, *args: Any) -> None:

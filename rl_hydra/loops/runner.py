@@ -226,7 +226,7 @@ class Runner:
 
     def close(self, status: str = "completed") -> None:
         """`status`: the run's, as summary.json has it (completed, failed, interrupted)."""
-        self.reporter.close(status)
+        self.reporter.close(status, self.global_step)
         self.env.close()
         self.evaluator.close()
 
