@@ -23,7 +23,17 @@ GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "log
 
 # what a resume may change: how long and how it runs, never what it trains (env, algorithm,
 # network, buffer, seed: the checkpoint holds their state)
-RESUMABLE = ("train.", "checkpoint.", "logger.", "device", "torch_threads", "compile", "flush_denormal", "fast_paths")
+RESUMABLE = (
+    "train.",
+    "checkpoint.",
+    "logger.",
+    "device",
+    "torch_threads",
+    "compile",
+    "flush_denormal",
+    "fast_paths",
+    "distributed.address",  # where the cluster is, not what trains: a record never chooses it
+)
 
 
 def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictConfig, dict[str, list]]:
@@ -45,6 +55,7 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
         fail(f"resume={directory.path} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
     try:
         cfg = read_config(directory)  # data, never code: rl_hydra/runs/trust.py
+        check_record(directory)
     except RunError as error:
         fail(str(error), EXIT_CONFIG)
     OmegaConf.set_struct(cfg, True)
@@ -102,7 +113,70 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
             fail(type_refusal(error) or f"{override.input_line}: {str(error).splitlines()[0]}", EXIT_CONFIG)
         if plain(OmegaConf.select(cfg, key)) != old:
             changes[key] = [old, plain(OmegaConf.select(cfg, key))]
+    try:
+        check_destinations(cfg, {key for key in changes} | {o.key_or_group for o in parsed})
+    except RunError as error:
+        fail(str(error), EXIT_CONFIG)
     return cfg, changes
+
+
+# where a run connects to: a record never chooses it (docs/runs.md, 'Opening someone else's run')
+DESTINATIONS = {
+    "distributed.address": "the Ray cluster to join",
+    "logger.mlflow.tracking_uri": "the MLflow server or store",
+    "logger.wandb.entity": "the W&B entity",
+    "logger.wandb.project": "the W&B project",
+}
+
+
+def check_destinations(cfg: DictConfig, given: set[str]) -> None:
+    """Refuse a resume whose record names where to connect (a Ray address, a tracker's server)
+    unless the command line repeats it: the record may come from someone else. W&B's names count
+    only where it would go online."""
+    for key, what in DESTINATIONS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if key.startswith("logger.wandb.") and OmegaConf.select(cfg, "logger.wandb.mode", default=None) != "online":
+            continue
+        if value is not None and value != "auto" and key not in given:
+            raise RunError(
+                f"the run records {key}={value}, {what}; a resume connects only where its command line says: "
+                f"give {key}=<where> (or {key}=null)"
+                if key != "logger.wandb.project"
+                else f"the run records {key}={value}, {what}, and logger.wandb.mode=online; a resume connects "
+                f"only where its command line says: give {key}=<project> (or logger.wandb.mode=offline)"
+            )
+
+
+def check_record(directory: RunDirectory) -> None:
+    """Every file of the record parses and holds together, before a resume takes the directory:
+    provenance.json, summary.json, .hydra's overrides and choices, metrics.csv, the checkpoints
+    (one RunError line otherwise, and nothing is written)."""
+    from rl_hydra.runs.trust import read_choices, read_overrides
+    from rl_hydra.verify.record import Differs, read_metrics, read_sessions
+
+    read_sessions(directory)
+    summary = directory.read_summary() or {}
+    read_overrides(directory)
+    read_choices(directory)
+    try:
+        metrics = read_metrics(directory)
+    except Differs as error:
+        raise RunError(f"{directory.metrics_csv}: {error}") from None
+    steps = {}
+    for name in ("last", "best"):
+        if (directory.checkpoints / f"{name}.pt").exists():
+            steps[name] = directory.load_checkpoint(name)["runner"]["global_step"]
+    recorded = metrics.steps()
+    if "last" in steps and summary.get("status") == "completed" and summary.get("global_step") != steps["last"]:
+        raise RunError(
+            f"{directory.path}'s summary.json says the run completed at step {summary.get('global_step')!r}, "
+            f"but checkpoints/last.pt is at step {steps['last']}: the record does not hold together"
+        )
+    if "best" in steps and recorded and steps["best"] not in recorded:
+        raise RunError(
+            f"{directory.path}'s checkpoints/best.pt is from step {steps['best']}, at which metrics.csv logged "
+            f"no evaluation: the record does not hold together"
+        )
 
 
 def plain(value):

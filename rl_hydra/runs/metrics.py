@@ -45,7 +45,11 @@ class MetricsCSV:
         kept = [
             row
             for row in csv.DictReader(whole)
-            if None not in row and None not in row.values() and row["step"].isdigit() and int(row["step"]) <= step
+            if None not in row
+            and None not in row.values()
+            and row["step"].isascii()
+            and row["step"].isdigit()
+            and int(row["step"]) <= step
         ]
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")

@@ -261,7 +261,39 @@ class RunDirectory:
         """summary.json, or None where there is none; one RunError line for a damaged or foreign file."""
         if not self.summary_json.is_file():
             return None
-        return read_json_object(self.summary_json)
+        summary = read_json_object(self.summary_json)
+        check_summary(summary, self.summary_json)
+        return summary
+
+
+STATUSES = ("completed", "failed", "interrupted")
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "reason": (str,),
+    "algo": (str,),
+    "env": (str,),
+    "env_id": (str,),
+    "seed": (int,),
+    "global_step": (int,),
+    "updates": (int,),
+    "solved_at_step": (int,),
+    **{key: (int, float) for key in SUMMARY_KEYS if key.endswith(("_mean", "_std", "_return", "_s", "_second"))},
+}
+
+
+def check_summary(summary: dict[str, Any], path: Path) -> None:
+    """One RunError line unless summary.json holds the keys a run writes, each null or of its type."""
+    unknown = [key for key in summary if key not in SUMMARY_KEYS]
+    if unknown:
+        raise RunError(f"{path} has the key {unknown[0]!r}, which a run's summary does not (its keys: status, ...)")
+    for key, value in summary.items():
+        kinds = SUMMARY_TYPES.get(key, (str, int, float))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise RunError(f"{path} has {key}={value!r}, not {' or '.join(k.__name__ for k in kinds)} or null")
+        if key.endswith(("step", "updates")) and isinstance(value, int) and value < 0:
+            raise RunError(f"{path} has {key}={value}, a negative count")
+    if summary.get("status") not in (*STATUSES, None):
+        raise RunError(f"{path} has status={summary['status']!r}; a run's is one of: {', '.join(STATUSES)}")
 
 
 def check_checkpoint(state: Any, path: Path) -> None:

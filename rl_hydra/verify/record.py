@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,9 @@ from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
 
 CHECKPOINTS = ("best", "last")
+# what metrics.csv holds: steps in ASCII digits, values as Python writes floats (repr) or integers
+STEP = re.compile(r"[0-9]+", re.ASCII)
+NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*(?:e[-+]?[0-9]+)?|inf|nan|True|False)", re.ASCII)
 
 
 class Differs(Exception):
@@ -144,7 +148,7 @@ def read_metrics(directory: RunDirectory) -> Metrics:
     try:
         with open(path, newline="") as f:
             lines = list(csv.reader(line for line in f if line.endswith("\n")))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+    except (OSError, UnicodeDecodeError, csv.Error) as error:  # csv.Error: a field over csv's limit, 131,072
         raise Differs(f"metrics.csv cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
     if not lines:
         return Metrics([], [])
@@ -155,8 +159,13 @@ def read_metrics(directory: RunDirectory) -> Metrics:
         if len(fields) != len(columns):
             raise Differs(f"metrics.csv line {number} has {len(fields)} fields, its header {len(columns)}")
         step = fields[0]
-        if not step.isdigit():
-            raise Differs(f"metrics.csv line {number} has step {step!r}, not a number of env steps")
+        if not STEP.fullmatch(step):
+            raise Differs(f"metrics.csv line {number} has step {step!r}, not a number of env steps in digits 0-9")
+        for column, value in zip(columns[1:], fields[1:]):
+            if value and not NUMBER.fullmatch(value):
+                raise Differs(
+                    f"metrics.csv line {number} has {column}={value[:40]!r}, not a number as a run writes one"
+                )
         if int(step) <= previous:
             raise Differs(
                 f"metrics.csv line {number} is at step {step}, not after the line before it "
