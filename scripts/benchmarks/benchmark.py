@@ -496,13 +496,13 @@ def main(argv: list[str] | None = None) -> None:
     sideless = [case.id for case in cases if case.peer is None]
     if args.sides == ["peer"] and sideless:
         parser.error(f"{', '.join(sideless)}: no SB3 side to run; add --sides ours")
-    missing = missing_peer(cases, args)
-    if missing:
+    found = check(cases) if "peer" in args.sides else []   # our configs against SB3's values: no SB3 needed
+    missing = None if found else missing_peer(cases, args)
+    if missing:   # one line
         print(f"error: {missing}", file=sys.stderr)
         sys.exit(2)
     for notice in args.notices:
         print(notice, file=sys.stderr)
-    found = check(cases) if "peer" in args.sides else []
     for line in found:
         print(f"error: {line}", file=sys.stderr)
     if found:
