@@ -139,6 +139,36 @@ def root_logger_as_it_was():
     root.setLevel(level)
 
 
+MUJOCO_LOG = "MUJOCO_LOG.TXT"   # where MuJoCo writes its warnings: the working directory, unless told
+
+
+@pytest.fixture(autouse=True, scope="session")
+def mujoco_log_in_a_temporary_folder(tmp_path_factory):
+    """MuJoCo 4 warns about gymnasium's HalfCheetah model (a deprecated attribute) in MUJOCO_LOG.TXT in
+    the working directory: the tests' MuJoCo writes it to a temporary folder instead, and the session
+    fails at its end if the repository root got one (a test's subprocess writes where it runs)."""
+    import importlib.util
+
+    def stamp():
+        path = ROOT / MUJOCO_LOG
+        return path.stat().st_mtime_ns if path.exists() else None
+
+    before = stamp()
+    config = None
+    if importlib.util.find_spec("mujoco") is not None:
+        import mujoco
+
+        config = mujoco.MjLogConfig.get()
+        logfile = config.logfile
+        config.logfile = str(tmp_path_factory.mktemp("mujoco") / MUJOCO_LOG)
+        config.set()
+    yield
+    if config is not None:
+        config.logfile = logfile
+        config.set()
+    assert stamp() == before, f"a test wrote {ROOT / MUJOCO_LOG}: MuJoCo writes it to the working directory"
+
+
 @pytest.fixture
 def compose_cfg():
     return compose_config

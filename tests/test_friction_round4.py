@@ -123,3 +123,14 @@ def test_a_stopped_run_s_progress_bar_ends_at_the_step_of_its_checkpoint(tmp_pat
         run_training(tmp_path, *TINY, "train.progress=true")
     step = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)["runner"]["global_step"]
     assert step == 230 and ended_at == [230]
+
+
+def test_the_tests_mujoco_writes_its_warnings_log_outside_the_working_directory(tmp_path, monkeypatch):
+    pytest.importorskip("mujoco")
+    from rl_hydra.envs import make_env
+    from tests.conftest import MUJOCO_LOG, compose_config
+
+    monkeypatch.chdir(tmp_path)
+    env = make_env(compose_config("algo=sac", "env=half_cheetah").env, seed=0, num_envs=1)   # MuJoCo warns on it
+    env.close()
+    assert not (tmp_path / MUJOCO_LOG).exists()
