@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Iterator
 
 import yaml
 from omegaconf import DictConfig
@@ -40,6 +40,7 @@ from rl_hydra.verify.record import (
     Differs,
     Metrics,
     Segment,
+    check_summary_derives,
     config_segments,
     read_checkpoints,
     read_choices,
@@ -68,7 +69,10 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     """Re-run `run_dir`'s first `steps` env steps (default: `default_window`; "all": the whole
     record) into a temporary directory and compare. Raises RunError for a directory that cannot be
     verified (one line: missing, damaged, or naming code the project does not trust)."""
+    from rl_hydra.runs.run_dir import RunLock
+
     directory = RunDirectory(run_dir)
+    RunLock.check_free(directory)  # a run being written is no record yet: RunBusy, one line
     sessions = read_sessions(directory)
     try:
         segments = config_segments(directory, sessions)
@@ -84,10 +88,11 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
         if not metrics.rows:
             raise Differs("metrics.csv is missing or holds no rows, though the run has checkpoints or a summary")
         checkpoints = read_checkpoints(directory, metrics, segments[0].cfg, sessions)
+        check_summary_derives(directory.read_summary(), metrics, segments[-1].cfg)
         choices = read_choices(directory)
     except Differs as damaged:
         return Verdict(False, f"{directory.path} does not match its record: {damaged}")
-    device, rtol, device_note = pick_device(segments[0].cfg, sessions[0] if sessions else {}, rtol)
+    device, rtol, device_note = pick_device(rtol)
     segments = [Segment(segment.start, rerun_config(segment.cfg, device)) for segment in segments]
     limit = replay_limit(segments, sessions)
     target = window(segments[0].cfg, metrics, checkpoints, steps, limit)
@@ -158,16 +163,15 @@ def default_window(cfg: DictConfig, recorded: list[int], best: int | None) -> in
     return target
 
 
-def pick_device(cfg: DictConfig, session: dict[str, Any], rtol: float | None) -> tuple[str, float | None, str]:
-    """(the device to re-run on, the tolerance, why one applies): the recorded device where it
-    exists here; CUDA, on either side, compares within CUDA_RTOL unless `rtol` is given."""
+def pick_device(rtol: float | None) -> tuple[str, float | None, str]:
+    """(the device to re-run on, the tolerance, why one applies), from this machine and the command
+    line alone, never from the record (which could claim a GPU to loosen the comparison): CUDA
+    where this machine has it, compared within CUDA_RTOL unless `rtol` is given; else the CPU, exactly."""
     import torch
 
-    recorded = str(session.get("device") or cfg.device)
-    device = "cuda" if recorded.startswith("cuda") and torch.cuda.is_available() else "cpu"
-    if recorded.startswith("cuda") or device == "cuda":
-        return device, CUDA_RTOL if rtol is None else rtol, f"recorded on {recorded}, re-run on {device}"
-    return device, rtol, "as asked"
+    if torch.cuda.is_available():
+        return "cuda", CUDA_RTOL if rtol is None else rtol, "re-run on cuda"
+    return "cpu", rtol, "as asked"
 
 
 @contextlib.contextmanager

@@ -199,6 +199,13 @@ def read_checkpoints(
                 raise Differs(str(error)) from None
             if type(step_of(loaded[name])) is not int:
                 raise Differs(f"checkpoint {path} holds no runner.global_step: not a checkpoint a run writes")
+    evaluated = {int(row["step"]) for row in metrics.rows if finite(row.get("eval/return_mean"))}
+    if "best" in loaded and step_of(loaded["best"]) not in evaluated:
+        raise Differs(
+            f"checkpoint best.pt is from step {step_of(loaded['best'])}, at which metrics.csv logged no evaluation"
+        )
+    if "last" in loaded and metrics.rows and step_of(loaded["last"]) > metrics.steps()[-1] + cfg.train.log_every:
+        raise Differs(f"checkpoint last.pt is from step {step_of(loaded['last'])}, past metrics.csv's last row")
     for name, because in expected_checkpoints(summary, metrics, cfg, sessions).items():
         if name not in loaded:
             raise Differs(f"{directory.checkpoints / name}.pt is missing, though {because}")
@@ -234,6 +241,35 @@ def expected_checkpoints(
     elif evaluated:
         expected["best"] = f"metrics.csv records an evaluation at step {evaluated[0]}"
     return expected
+
+
+def check_summary_derives(summary: dict[str, Any] | None, metrics: Metrics, cfg: DictConfig) -> None:
+    """`Differs` unless summary.json says what metrics.csv shows: the last step, the last and best
+    evaluations, the step it was solved at, and a status its steps allow."""
+    if not summary or not metrics.rows or summary.get("status") != "completed":
+        return
+    evaluations = [
+        (int(row["step"]), float(row["eval/return_mean"]))
+        for row in metrics.rows
+        if finite(row.get("eval/return_mean"))
+    ]
+    last = metrics.steps()[-1]
+    goal = cfg.train.get("stop_at_return")
+    solved = next((step for step, value in evaluations if goal is not None and value >= goal), None)
+    derived = {
+        "global_step": last,
+        "eval_return_mean": evaluations[-1][1] if evaluations else None,
+        "best_eval_return_mean": max(value for _, value in evaluations) if evaluations else None,
+        "solved_at_step": solved,
+    }
+    for key, value in derived.items():
+        if summary.get(key) != value:
+            raise Differs(f"summary.json has {key}={summary.get(key)!r}, where metrics.csv gives {value!r}")
+    if last < cfg.train.total_steps and solved is None:
+        raise Differs(
+            f"summary.json says the run completed, but metrics.csv ends at step {last} of train.total_steps="
+            f"{cfg.train.total_steps} and no evaluation reached train.stop_at_return"
+        )
 
 
 def finite(text: str | None) -> bool:
