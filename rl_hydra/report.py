@@ -90,7 +90,9 @@ def setting(cfg) -> str:
     return f"{cfg.checkpoint}_{cfg.episodes}ep_seed{cfg.seed}"
 
 
-def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
+def evaluate_one(run_dir: Path, cfg, writes: list | None = None) -> dict[str, Any]:
+    """Evaluate one run; its eval/ file is written at once, or appended to `writes` (a sweep writes
+    nothing until every run in it has been read)."""
     run = load_run(run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
@@ -100,7 +102,15 @@ def evaluate_one(run_dir: Path, cfg) -> dict[str, Any]:
         record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
     out = run_dir / "eval" / f"{setting(cfg)}.json"
     replaced = out.is_file()
-    atomic_write_bytes(out, lambda f: f.write((json.dumps(result, indent=2) + "\n").encode()))
+    text = (json.dumps(result, indent=2) + "\n").encode()
+
+    def write() -> None:
+        atomic_write_bytes(out, lambda f: f.write(text))
+
+    if writes is None:
+        write()
+    else:
+        writes.append(write)
     result.update(eval_file=str(out), replaced=replaced)
     return result
 
@@ -133,7 +143,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
     RunDirectory(root).check_links()  # the runs' eval/ and the sweep's are written in place
     configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
     labels, _ = distinguishing_labels(configurations.values())
-    results = []
+    results, writes = [], []
     for run_dir in runs:
         # a single run is named by its directory, a sweep's runs by their path inside the sweep
         name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name
@@ -148,7 +158,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
             summary = RunDirectory(run_dir).read_summary() or {}
             if summary.get("status") == "failed":
                 raise RunError(summary.get("reason") or "failed")
-            result = evaluate_one(run_dir, cfg)
+            result = evaluate_one(run_dir, cfg, writes)
             results.append(
                 {
                     **base,
@@ -164,6 +174,11 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
             if len(runs) == 1:
                 raise
             results.append({**base, "status": "failed", "reason": str(error)})
+    if len(runs) > 1:  # the sweep's curves are read before anything is written, too
+        for result in results:
+            result["curve"] = eval_curve(root / result["run"])
+    for write in writes:
+        write()
     return results
 
 
@@ -213,7 +228,7 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     atomic_write_bytes(md_file, lambda f: f.write((markdown_header(results, cfg) + table + "\n").encode()))
     curves = defaultdict(list)
     for r in results:
-        curves[r["configuration"]].append(eval_curve(root / r["run"]))
+        curves[r["configuration"]].append(r["curve"] if "curve" in r else eval_curve(root / r["run"]))
     plot_learning_curves(curves, out / "learning_curves.png")
     lines = [
         table,

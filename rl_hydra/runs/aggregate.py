@@ -194,16 +194,17 @@ def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
 
 
 def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, eval/return_mean) from a run's metrics.csv."""
-    steps, returns = [], []
-    metrics = run_dir / "metrics.csv"
-    if metrics.is_file():
-        with open(metrics, newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("eval/return_mean"):
-                    steps.append(int(row["step"]))
-                    returns.append(float(row["eval/return_mean"]))
-    return np.asarray(steps), np.asarray(returns)
+    """(steps, eval/return_mean) from a run's metrics.csv, read as a record is (verify/record.py):
+    one RunError line for a damaged file."""
+    from rl_hydra.runs.run_dir import RunDirectory, RunError
+    from rl_hydra.verify.record import Differs, read_metrics
+
+    try:
+        metrics = read_metrics(RunDirectory(run_dir))
+    except Differs as error:
+        raise RunError(f"{run_dir / 'metrics.csv'}: {error}") from None
+    rows = [row for row in metrics.rows if row.get("eval/return_mean")]
+    return np.asarray([int(row["step"]) for row in rows]), np.asarray([float(row["eval/return_mean"]) for row in rows])
 
 
 LINE_STYLES, MARKERS = ("-", "--", ":", "-."), ("o", "s", "^", "D")
