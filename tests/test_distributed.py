@@ -4,6 +4,7 @@ rl-hydra-verify's refusal. Runs on Ray: tests/test_distributed_runs.py (slow).""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from types import SimpleNamespace
@@ -329,3 +330,48 @@ def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(tm
     leaves = shard.target.buffer.tree.state_dict()["leaves"]
     for row, p in last_of_each_row.items():             # the shard's tree holds (|delta| + eps)^alpha
         assert leaves[row] == pytest.approx((abs(p) + epsilon) ** alpha, rel=1e-5)
+
+
+def test_a_round_that_passes_the_budget_ends_the_run_at_train_total_steps(tmp_path, monkeypatch):
+    """An actor's round cannot stop mid-way: the learner counts its steps up to train.total_steps, so
+    a run stopped at its last evaluation checkpoints a step its own resume accepts."""
+    from rl_hydra.distributed import learner as learner_module
+    from rl_hydra.runs.run_dir import RunDirectory
+
+    monkeypatch.setattr(learner_module, "require_ray", lambda: InProcessRay)
+    cfg = compose_config("algo=dqn", "env=cartpole", "distributed=apex", "distributed.actors=1", *TINY,
+                         "algo.learning_starts=100")
+    learner = learner_module.Learner(cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"),
+                                     read_settings(cfg.distributed))
+    dues = []
+    monkeypatch.setattr(learner, "on_due", dues.append)
+    for _ in range(2):   # 400 steps in two rounds; the budget is 300
+        learner.account({"version": 0, "returns": [9.0], "lengths": [9], "steps": 200})
+    assert learner.global_step == cfg.train.total_steps == 300 and learner.done
+    assert dues[-1].evaluate and learner.episodes == 2 and learner.agent.explore_steps == 300 - 100
+
+
+@pytest.mark.parametrize("address, where", [(None, "a local Ray instance with 2 CPUs"),
+                                            ("ray://head:10001", "the Ray cluster at ray://head:10001")])
+def test_starting_ray_is_said_at_once_before_it_starts(monkeypatch, capsys, address, where):
+    from rl_hydra.distributed.cluster import Cluster
+
+    said_before = []   # stderr when Ray was asked to start
+
+    class StartingRay(InProcessRay):
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(**kwargs):
+            said_before.append(capsys.readouterr().err)
+
+        @staticmethod
+        def cluster_resources():
+            return {"CPU": 2}
+
+    cfg = compose_config("distributed=apex", "distributed.actors=2")
+    settings = dataclasses.replace(read_settings(cfg.distributed), address=address)
+    Cluster(StartingRay, settings, cfg, recurrent=False, prioritized=False).connect()
+    assert said_before == [f"distributed=apex: starting {where} (minutes, the first time on a small machine)\n"]

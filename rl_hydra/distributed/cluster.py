@@ -8,6 +8,7 @@ import collections
 import concurrent.futures
 import logging
 import math
+import sys
 import time
 from typing import Any
 
@@ -68,6 +69,14 @@ class Cluster:
 
     def start_or_join(self) -> None:
         ray, settings = self.ray, self.settings
+        # said at once, on stderr: the console holds a launch's log lines until the run has its
+        # directory, which is after Ray, and a first start on a small machine takes minutes
+        where = (
+            f"a local Ray instance with {math.ceil(settings.actors * settings.cpus_per_actor)} CPUs"
+            if settings.address is None
+            else f"the Ray cluster at {settings.address}"
+        )
+        print(f"distributed=apex: starting {where} (minutes, the first time on a small machine)", file=sys.stderr)
         ray_log = logging.getLogger("ray")  # its notes at start-up (token authentication, ...) stay off the console
         level = ray_log.level
         ray_log.setLevel(logging.ERROR)

@@ -252,9 +252,12 @@ class Learner:
         self.finished_returns += report["returns"]
         self.finished_lengths += report["lengths"]
         self.episodes += len(report["returns"])
+        # the budget is the run's: a round that passes train.total_steps counts its steps up to it (an
+        # actor cannot stop mid-round), so the run ends there and a resume of it is not refused
+        steps = min(report["steps"], self.schedule.total_steps - self.global_step)
         # DQN's learning-rate schedule runs on env steps taken after warm-up, as in one process
-        self.agent.explore_steps = max(0, self.global_step + report["steps"] - self.agent.learning_starts)
-        due = self.schedule.advance(report["steps"])
+        self.agent.explore_steps = max(0, self.global_step + steps - self.agent.learning_starts)
+        due = self.schedule.advance(steps)
         if self.monitor.device_check_pending:
             self.monitor.check_device(self.global_step)
         if due is not None:
