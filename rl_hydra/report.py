@@ -11,7 +11,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -143,7 +143,8 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
     RunDirectory(root).check_links()  # the runs' eval/ and the sweep's are written in place
     configurations = {run_dir: configuration_of(run_dir) for run_dir in runs}
     labels, _ = distinguishing_labels(configurations.values())
-    results, writes = [], []
+    results: list[dict[str, Any]] = []
+    writes: list[Callable[[], None]] = []
     for run_dir in runs:
         # a single run is named by its directory, a sweep's runs by their path inside the sweep
         name = run_dir.relative_to(root).as_posix() if run_dir != root else root.resolve().name

@@ -100,9 +100,10 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
                     raise
                 OmegaConf.update(cfg, key, int(value))
         except OmegaConfBaseException as error:  # the key's type refuses the value (the schema's, as a launch)
+            owner = getattr(error, "object_type", None)
             rule = (
-                dict((name, rule) for name, rule, _ in fields(error.object_type)).get(key.rsplit(".", 1)[-1])
-                if dataclasses.is_dataclass(getattr(error, "object_type", None))
+                dict((name, rule) for name, rule, _ in fields(owner)).get(key.rsplit(".", 1)[-1])
+                if isinstance(owner, type) and dataclasses.is_dataclass(owner)
                 else None
             )
             try:

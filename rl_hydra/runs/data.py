@@ -28,10 +28,10 @@ MAX_BYTES = 4 * 1024 * 1024  # a run's YAML and JSON files are kilobytes; proven
 MAX_DEPTH = 32  # a run's config nests about 6 deep
 MAX_NODES = 100_000  # values in a config with its references resolved (a run's has a few hundred)
 
-Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
+Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class RecordLoader(Loader):  # type: ignore[misc, valid-type]
+class RecordLoader(Loader):
     """YAML's safe loader with OmegaConf's reading of numbers and duplicate keys refused."""
 
     def construct_mapping(self, node, deep=False):
