@@ -134,3 +134,18 @@ def test_the_tests_mujoco_writes_its_warnings_log_outside_the_working_directory(
     env = make_env(compose_config("algo=sac", "env=half_cheetah").env, seed=0, num_envs=1)   # MuJoCo warns on it
     env.close()
     assert not (tmp_path / MUJOCO_LOG).exists()
+
+
+def test_predict_names_the_part_of_a_dict_observation_that_does_not_fit(tmp_path):
+    from rl_hydra import train
+
+    run = train("env=gym", "env.id=Blackjack-v1", *TINY, "algo.learning_starts=100", run_dir=tmp_path / "run",
+                checkpoint="last")
+    with pytest.raises(ValueError, match=r"^predict: obs\['1'\] of shape \(\) and dtype float64 does not fit this "
+                                         r"run's observations \(Blackjack-v1\); expected shape \(\) for one "
+                                         r"observation or \(n,\) for a batch, of dtype int64$"):
+        run.predict({"0": 14, "1": 5.5, "2": 0})   # a dealer's card of 5.5
+    with pytest.raises(ValueError, match=r"^predict: the parts of obs \('0': \(2,\), '1': \(\), '2': \(2,\)\) are "
+                                         r"not all one observation or one batch$"):
+        run.predict({"0": [14, 20], "1": 5, "2": [0, 1]})
+    assert run.predict({"0": [14, 20], "1": [5, 3], "2": [0, 1]}).shape == (2,)
