@@ -1,0 +1,160 @@
+"""The issue's attacks on a run directory, by name: the targeted regression cases
+(test_fuzz_records.py runs each through every entry point), and one draw of the random strategy."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.fuzz.mutations import (
+    BEST,
+    BOMB,
+    CONFIG,
+    DEEP_JSON_OBJECT,
+    DEEP_LIST,
+    HUGE_INT,
+    HYDRA,
+    LAST,
+    METRICS,
+    OVERRIDES,
+    PLANTED,
+    PROVENANCE,
+    PYTHON_TAG,
+    SUMMARY,
+    Checkpoint,
+    CsvCell,
+    CsvLine,
+    Fifo,
+    Link,
+    Long,
+    Raw,
+    Set,
+    Tensor,
+    Truncate,
+    WholeCheckpoint,
+    Write,
+    key,
+)
+from tests.payload import pickled_mark
+
+
+def torch_load_payload() -> dict:
+    """torch.load(BytesIO(b64decode(...)), weights_only=False) of a pickle that calls tests.payload.mark."""
+    data = base64.b64encode(pickled_mark("pwned")).decode()
+    inner = {"_target_": "io.BytesIO", "initial_bytes": {"_target_": "base64.b64decode", "s": data}}
+    return {"_target_": "torch.load", "weights_only": False, "f": inner}
+
+
+def planted_env(reference: str) -> list:
+    """env.id made by a reference from a string that names the planted module (written as
+    `${...}`, env.id holds no colon to refuse)."""
+    return [Set(CONFIG, key("env/name"), f"{PLANTED}:CartPole-v1"), Set(CONFIG, key("env/id"), reference)]
+
+
+def both(make) -> list:
+    """The same change to last.pt and best.pt."""
+    return [make(LAST), make(BEST)]
+
+
+def config(at: str, value) -> Set:
+    return Set(CONFIG, key(at), value)
+
+
+PLANTED_TARGET = {"_target_": f"{PLANTED}.X"}
+MLFLOW = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": "http://127.0.0.1:1", "experiment": "x"}
+WANDB = {"_target_": "rl_hydra.loggers.wandb.WandbLogger", "mode": "online", "project": "x", "entity": "y", "tags": []}
+WEIGHT = "agent/q_net/net.0.weight"
+LEGACY = yaml.safe_dump({"algo": PLANTED_TARGET, "env": {"id": "CartPole-v1"}, "train": {}})
+
+ATTACKS = {
+    # code: a _target_ the project does not trust, an env id's module, a resolver that imports
+    "target_planted": [config("algo/optimizer", PLANTED_TARGET)],
+    "target_os_system": [config("logger/csv", {"_target_": "os.system", "command": "touch pwned"})],
+    "target_exec": [config("network", {"_target_": "builtins.exec", "source": "open('pwned', 'w')"})],
+    "target_torch_load": [config("algo/optimizer/eps", torch_load_payload())],
+    "target_in_hydra_yaml": [
+        Set(HYDRA, key("hydra/callbacks/x"), PLANTED_TARGET),
+        Set(HYDRA, key("hydra/job_logging/filters"), {"f": {"()": f"{PLANTED}.X"}}),
+    ],
+    "legacy_run_config": [Write(".hydra/run_config.yaml", Raw(LEGACY, "run_config.yaml naming the planted module"))],
+    "env_id_planted": [config("env/id", f"{PLANTED}:CartPole-v1")],
+    "env_id_interpolated": planted_env("${env.name}"),
+    "env_id_relative_interpolation": planted_env("${.name}"),
+    "env_id_help_groups": [config("env/id", f"${{rl_hydra.help_groups:[pkg://{PLANTED}]}}")],
+    # references and resolvers
+    "oc_env": [config("logger/csv/note", "${oc.env:HOME}")],
+    "updates_inf": [config("algo/gradient_steps", "${rl_hydra.updates:inf,0,1,1}")],
+    "updates_huge": [config("buffer/capacity", "${rl_hydra.updates:1e300,0,1,1}")],
+    "interpolation_cycle": [
+        config("train/total_steps", "${train.eval_every}"),
+        config("train/eval_every", "${train.total_steps}"),
+    ],
+    "interpolation_dangling": [config("train/total_steps", "${nope.nothing}")],
+    # YAML and numbers
+    "yaml_alias_bomb": [config("logger/csv/note", BOMB)],
+    "yaml_python_tag": [config("algo/optimizer", PYTHON_TAG)],
+    "yaml_deep": [config("env/kwargs", DEEP_LIST)],
+    "yaml_huge_int": [config("train/total_steps", HUGE_INT)],
+    "huge_numbers": [config("buffer/capacity", 10**12), config("env/num_envs", 10**12)],
+    "huge_float": [config("train/total_steps", 1e300)],
+    "overrides_malformed": [Write(OVERRIDES, b"- [unclosed\n- {a: b}\n")],
+    "overrides_mapping": [Write(OVERRIDES, b"algo: {_target_: os.system}\n")],
+    # JSON
+    "summary_deep": [Write(SUMMARY, DEEP_LIST)],
+    "summary_step_string": [Set(SUMMARY, key("global_step"), "600")],
+    "summary_lists": [Set(SUMMARY, key("status"), ["completed"]), Set(SUMMARY, key("global_step"), [600])],
+    "provenance_deep": [Write(PROVENANCE, DEEP_JSON_OBJECT)],
+    "provenance_sessions_object": [Set(PROVENANCE, key("sessions"), {"start_step": 0})],
+    "provenance_change_planted": [
+        Set(PROVENANCE, key("sessions/0/config_changes"), {"train.total_steps": [PLANTED_TARGET, 600]})
+    ],
+    # metrics.csv
+    "csv_superscript_step": [CsvCell(1, 0, "²")],
+    "csv_arabic_indic_step": [CsvCell(1, 0, "٣٠٠")],
+    "csv_stray_ff": [CsvCell(2, 3, b"\xff")],
+    "csv_200k_field": [CsvCell(1, 5, Long("7" * 200_000))],
+    "csv_duplicated_row": [CsvLine("duplicate", 1)],
+    "csv_cut": [Truncate(METRICS, 0.6)],
+    # checkpoints (loaded with weights_only, changed, saved with torch.save)
+    "checkpoint_expanded_weight": both(lambda name: Checkpoint(name, key(WEIGHT), Tensor("expand"))),
+    "checkpoint_expanded_buffer": [Checkpoint(LAST, key("buffer/storage/obs"), Tensor("expand"))],
+    "checkpoint_expanded_rng": [Checkpoint(LAST, key("rng/torch"), Tensor("expand"))],
+    "checkpoint_wrong_shape": both(lambda name: Checkpoint(name, key("agent/q_net/net.2.weight"), Tensor("grow"))),
+    "checkpoint_wrong_dtype": both(lambda name: Checkpoint(name, key(WEIGHT), Tensor("float16"))),
+    "checkpoint_no_runner": both(lambda name: Checkpoint(name, key("runner"), "DELETE")),
+    "checkpoint_step_forged": [
+        Checkpoint(LAST, key("runner/global_step"), "600"),
+        Checkpoint(BEST, key("runner/global_step"), 10**30),
+    ],
+    "checkpoint_buffer_size_forged": [Checkpoint(LAST, key("buffer/size"), 10**12)],
+    "checkpoint_list": both(lambda name: WholeCheckpoint(name, [1, 2])),
+    "checkpoint_truncated": both(lambda name: Truncate(name, 0.5)),
+    # links and special files
+    "link_summary_out": [Link(SUMMARY, "outside")],
+    "link_config_out": [Link(CONFIG, "outside")],
+    "link_checkpoints_out": [Link("checkpoints", "outside")],
+    "link_eval_out": [Link("eval", "outside")],
+    "link_dev_zero": [Link(SUMMARY, "/dev/zero"), Link(PROVENANCE, "/dev/zero")],
+    "link_loop": [Link(CONFIG, "self")],
+    "link_loop_checkpoint": [Link(BEST, "self")],
+    "fifo_lock": [Fifo(".lock")],
+    "fifo_metrics": [Fifo(METRICS)],
+    # where to connect: the record must never choose
+    "distributed_ray": [config("distributed", {"name": "apex", "address": "ray://127.0.0.1:1", "actors": 1})],
+    "mlflow_uri": [config("logger/mlflow", MLFLOW)],
+    "wandb_online": [config("logger/wandb", WANDB)],
+}
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One of ATTACKS, by name."""
+
+    name: str
+
+    def apply(self, run: Path, outside: Path) -> str:
+        done = [mutation.apply(run, outside) for mutation in ATTACKS[self.name]]
+        return f"{self.name}: {'; '.join(d for d in done if d)}"

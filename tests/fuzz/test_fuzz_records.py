@@ -1,0 +1,97 @@
+"""Issue #65, item 7: every entry point that opens a run directory (evaluate, load_run, verify,
+resume) fuzzed over mutations of a real run (tests/fuzz/strategies.py). Each case holds the issue's
+invariants (tests/fuzz/harness.py judges them): an exit code the entry point allows, never a
+traceback (load_run: RunError or ConfigError); on an error, exactly one `error: ` line on stderr; on
+a refusal the run directory unchanged (load_run and verify: whatever the outcome), and on any
+outcome nothing written outside it; no import of planted code; no network; at most TIMEOUT_S
+seconds and LIMIT_BYTES of address space more than the worker's.
+
+The default suite runs every named attack (ATTACKS) through every entry point, and a short,
+derandomized Hypothesis profile; `pytest -m slow tests/fuzz` runs a long random campaign that
+collects every distinct failure before it fails (RL_HYDRA_FUZZ_EXAMPLES cases, 400 by default)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import strategies as st
+
+from tests.fuzz.attacks import ATTACKS, Attack
+from tests.fuzz.harness import BASES, ENTRIES
+from tests.fuzz.strategies import changes
+
+# the attacks whose harm shows only when a resume trains on (it loads last.pt, truncates
+# metrics.csv, builds the loggers): they open the run stopped at step 450; the others, the finished run
+TRAINS_ON = re.compile(r"checkpoint_|csv_|fifo_metrics|provenance_|mlflow|wandb|distributed|huge_numbers")
+
+SHORT = settings(
+    max_examples=10,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+LONG = settings(
+    max_examples=int(os.environ.get("RL_HYDRA_FUZZ_EXAMPLES", 400)),
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_an_attack_is_refused_or_harmless(fuzzer, attack, entry):
+    outcome = fuzzer.run(entry, [Attack(attack)], base="unfinished" if TRAINS_ON.match(attack) else "finished")
+    assert not outcome.problems, outcome.describe()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@SHORT
+@given(changes=changes, base=st.sampled_from(sorted(BASES)))
+def test_a_mutated_run_directory_holds_the_invariants(fuzzer, entry, changes, base):
+    outcome = fuzzer.run(entry, changes, base)
+    assert not outcome.problems, outcome.describe()
+
+
+def signature(problem: str) -> str:
+    """A problem without its paths and numbers: the same failure found twice reads the same."""
+    problem = re.sub(r"/\S+", "<path>", problem)
+    return re.sub(r"\d+", "#", problem)[:120]
+
+
+@pytest.mark.slow
+def test_a_long_random_campaign_finds_nothing(fuzzer, capsys):
+    """Hundreds of random cases; every distinct failure (entry point, signature) is kept with the
+    first case that showed it, and all of them are printed before the test fails."""
+    found: dict[tuple[str, str], str] = {}
+    ran: Counter = Counter()
+    imported: dict[str, str] = {}  # a module the worker had not imported: the first case that did
+
+    @LONG
+    @given(entry=st.sampled_from(ENTRIES), changes=changes, base=st.sampled_from(sorted(BASES)))
+    def case(entry, changes, base):
+        outcome = fuzzer.run(entry, changes, base)
+        ran[entry] += 1
+        event(f"{entry}: {'failed' if outcome.problems else 'ok'}, exit {outcome.code}")
+        for problem in outcome.problems:
+            found.setdefault((entry, signature(problem)), outcome.describe())
+        for module in outcome.new_imports:
+            imported.setdefault(module, f"{entry} on a {base} run, mutated by {outcome.applied}")
+
+    case()
+    lines = [
+        f"{sum(ran.values())} cases ({', '.join(f'{e} {n}' for e, n in sorted(ran.items()))}); "
+        f"{len(found)} distinct failures"
+    ]
+    lines += [f"- [{entry}] {key}\n    {first}" for (entry, key), first in sorted(found.items())]
+    lines += [f"imported {module} (not a failure): first by {first}" for module, first in sorted(imported.items())]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert not found, "\n".join(lines)
