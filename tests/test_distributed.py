@@ -147,7 +147,11 @@ def test_verify_refuses_a_distributed_run(run_dir):
 
     config = run_dir / ".hydra" / "config.yaml"
     recorded = yaml.safe_load(config.read_text())
-    recorded["distributed"] = {"name": "apex"}
+    from omegaconf import OmegaConf
+
+    from rl_hydra.config import compose_option
+
+    recorded["distributed"] = OmegaConf.to_container(compose_option("distributed", "apex").distributed)
     config.write_text(yaml.safe_dump(recorded))
     with pytest.raises(RunError, match="is a distributed run .* not bit-reproducible") as error:
         verify_run(run_dir)
@@ -168,7 +172,9 @@ def transitions(n: int, start: float = 0.0, obs_dim: int = 3) -> Batch:
 
 @pytest.mark.parametrize("buffer", ["prioritized", "replay"])
 def test_transition_shard_keeps_each_rows_discount_and_priority(buffer):
-    node = OmegaConf.to_container(compose_config(f"buffer={buffer}", "buffer.capacity=64").buffer, resolve=True)
+    from rl_hydra.distributed.replay import shard_config
+
+    node = shard_config(compose_config(f"buffer={buffer}", "buffer.capacity=64"))
     shard = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
     assert shard.sample(8, 1) is None                                       # too few rows yet
     sent = transitions(16)

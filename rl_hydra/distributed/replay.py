@@ -263,5 +263,13 @@ def read_chunks(chunks: dict[str, Any], rows: torch.Tensor) -> SequenceBatch:
 
 
 def shard_config(cfg: DictConfig) -> dict:
-    """The buffer node a shard builds from, resolved (it travels to another process)."""
-    return dict(OmegaConf.to_container(cfg.buffer, resolve=True))  # type: ignore[arg-type]
+    """The buffer node a shard builds from, resolved (it travels to another process); prioritized
+    replay's `beta_steps: auto` is the run's updates, as in one process."""
+    from rl_hydra.config import run_updates
+
+    node = dict(OmegaConf.to_container(cfg.buffer, resolve=True))  # type: ignore[arg-type]
+    if node.get("beta_steps") == "auto":
+        node["beta_steps"] = run_updates(
+            cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
+        )
+    return node
