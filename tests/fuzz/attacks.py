@@ -27,6 +27,7 @@ from tests.fuzz.mutations import (
     Checkpoint,
     CsvCell,
     CsvLine,
+    Delete,
     Fifo,
     Link,
     Long,
@@ -100,6 +101,8 @@ ATTACKS = {
     "yaml_huge_int": [config("train/total_steps", HUGE_INT)],
     "huge_numbers": [config("buffer/capacity", 10**12), config("env/num_envs", 10**12)],
     "huge_float": [config("train/total_steps", 1e300)],
+    "target_deleted": [Delete(CONFIG, key("algo/_target_"))],
+    "env_kwargs_unknown": [config("env/kwargs/x", 0)],
     "overrides_malformed": [Write(OVERRIDES, b"- [unclosed\n- {a: b}\n")],
     "overrides_mapping": [Write(OVERRIDES, b"algo: {_target_: os.system}\n")],
     # JSON
@@ -108,6 +111,7 @@ ATTACKS = {
     "summary_lists": [Set(SUMMARY, key("status"), ["completed"]), Set(SUMMARY, key("global_step"), [600])],
     "provenance_deep": [Write(PROVENANCE, DEEP_JSON_OBJECT)],
     "provenance_sessions_object": [Set(PROVENANCE, key("sessions"), {"start_step": 0})],
+    "provenance_unhashable": [Set(PROVENANCE, key("sessions/0/device"), [])],
     "provenance_change_planted": [
         Set(PROVENANCE, key("sessions/0/config_changes"), {"train.total_steps": [PLANTED_TARGET, 600]})
     ],
@@ -132,6 +136,7 @@ ATTACKS = {
     "checkpoint_buffer_size_forged": [Checkpoint(LAST, key("buffer/size"), 10**12)],
     "checkpoint_list": both(lambda name: WholeCheckpoint(name, [1, 2])),
     "checkpoint_truncated": both(lambda name: Truncate(name, 0.5)),
+    "checkpoint_nan": [Checkpoint(LAST, key("env/obs"), Tensor("nan"))],
     # links and special files
     "link_summary_out": [Link(SUMMARY, "outside")],
     "link_config_out": [Link(CONFIG, "outside")],
@@ -140,8 +145,10 @@ ATTACKS = {
     "link_dev_zero": [Link(SUMMARY, "/dev/zero"), Link(PROVENANCE, "/dev/zero")],
     "link_loop": [Link(CONFIG, "self")],
     "link_loop_checkpoint": [Link(BEST, "self")],
+    "link_loop_eval": [Link("eval", "self")],
     "fifo_lock": [Fifo(".lock")],
     "fifo_metrics": [Fifo(METRICS)],
+    "fifo_train_log": [Fifo("train.log")],
     # where to connect: the record must never choose
     "distributed_ray": [config("distributed", {"name": "apex", "address": "ray://127.0.0.1:1", "actors": 1})],
     "mlflow_uri": [config("logger/mlflow", MLFLOW)],

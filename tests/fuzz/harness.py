@@ -36,7 +36,10 @@ class Worker:
     """`python -m tests.fuzz.worker`, one JSON line each way per request."""
 
     def __init__(self, log: Path):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        # one thread (fork-safe), no bytecode written beside a module first imported by a case, and
+        # the same verdicts with or without a GPU (a record's device=cuda then has none to use)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
         env.pop("RL_HYDRA_TRUST", None)
         self.log = open(log, "wb")
         self.process = subprocess.Popen(
