@@ -24,9 +24,9 @@ from tests.fuzz.attacks import ATTACKS, Attack
 from tests.fuzz.harness import BASES, ENTRIES
 from tests.fuzz.strategies import changes
 
-# the attacks whose harm shows only when a resume trains on (it loads last.pt, truncates
-# metrics.csv, builds the loggers): they open the run stopped at step 450; the others, the finished run
-TRAINS_ON = re.compile(r"checkpoint_|csv_|fifo_|provenance_|mlflow|wandb|distributed|huge_numbers")
+# the attacks whose harm shows only when a resume trains on (it builds the run, loads last.pt,
+# truncates metrics.csv, builds the loggers): they open the run stopped at step 450; the others, the finished run
+TRAINS_ON = re.compile(r"checkpoint_|csv_|fifo_|provenance_|mlflow|wandb|distributed|huge_numbers|target_del|env_kw")
 
 SHORT = settings(
     max_examples=10,
