@@ -39,7 +39,7 @@ class Worker:
         # one thread (fork-safe), no bytecode written beside a module first imported by a case, and
         # the same verdicts with or without a GPU (a record's device=cuda then has none to use)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
+               "CUDA_VISIBLE_DEVICES": "", "RL_HYDRA_FUZZ_PARENT": str(os.getpid())}  # fmt: skip
         env.pop("RL_HYDRA_TRUST", None)
         self.log = open(log, "wb")
         self.process = subprocess.Popen(

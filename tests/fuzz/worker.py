@@ -206,6 +206,17 @@ class Guard:
             self.event("write_outside", [name, where])
 
 
+def die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent process ends (Linux's PR_SET_PDEATHSIG): a case blocked on a FIFO, or
+    the worker, never outlives a test run that was killed."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the call
+        os._exit(HARNESS)
+
+
 def memory_status() -> dict[str, int]:
     """VmPeak, VmSize and VmHWM of this process, in bytes."""
     found = {}
@@ -219,11 +230,12 @@ def memory_status() -> dict[str, int]:
 ANSWERS = -1  # the worker's answers: a descriptor its children close first
 
 
-def child(request: dict, events_fd: int) -> None:
+def child(request: dict, events_fd: int, worker: int) -> None:
     """The forked child: guard, run the entry point, report, os._exit. Never returns."""
     sandbox, code = Path(request["sandbox"]), HARNESS
     guard = Guard(events_fd, [], "")
     try:
+        die_with_parent(worker)
         os.setpgid(0, 0)
         os.close(ANSWERS)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # never the worker's requests
@@ -269,11 +281,12 @@ def child(request: dict, events_fd: int) -> None:
     os._exit(code if isinstance(code, int) and 0 <= code < 256 else HARNESS)
 
 
-def train_child(request: dict) -> None:
+def train_child(request: dict, worker: int) -> None:
     """Make a baseline run: rl_hydra.train(*overrides) into run_dir, stopped as by SIGTERM at
     `stop_at` env steps when given (an unfinished run)."""
     code = 0
     try:
+        die_with_parent(worker)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -309,10 +322,10 @@ def serve(request: dict) -> dict:
     events_fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if events_path else -1
     sys.stdout.flush()
     sys.stderr.flush()
-    began = time.monotonic()
+    began, worker = time.monotonic(), os.getpid()
     pid = os.fork()
     if pid == 0:
-        child(request, events_fd) if request["op"] == "case" else train_child(request)
+        child(request, events_fd, worker) if request["op"] == "case" else train_child(request, worker)
     if events_fd >= 0:
         os.close(events_fd)
     deadline, timed_out = began + request.get("timeout", 60), False
@@ -344,6 +357,7 @@ def main() -> None:
     answers = os.fdopen(ANSWERS, "w", buffering=1)
     os.dup2(2, 1)  # whatever an import prints goes to stderr, never into the answers
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # pytest's Ctrl-C ends the worker by closing stdin
+    die_with_parent(int(os.environ["RL_HYDRA_FUZZ_PARENT"]))
     preload()
     answers.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
