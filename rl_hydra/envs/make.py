@@ -209,6 +209,12 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
             env = gym.make(env_cfg.id, max_episode_steps=max_episode_steps, **rendering, **kwargs)
         except gym.error.DependencyNotInstalled as error:
             raise ConfigError(missing_dependency(env_cfg.id, error)) from None
+        except TypeError as error:  # a keyword the env's constructor does not take
+            if not kwargs:
+                raise
+            raise ConfigError(
+                f"env.kwargs={kwargs} does not fit env.id={env_cfg.id} ({str(error).splitlines()[0]})"
+            ) from None
         for k, wrap in enumerate(wrappers):
             try:
                 env = wrap(env)

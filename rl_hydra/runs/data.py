@@ -91,6 +91,8 @@ def load_yaml(path: Path) -> Any:
         raise RunError(f"{path} cannot be read as a config ({one_line(error)})") from None
     except RecursionError:
         raise RunError(f"{path} cannot be read as a config (nested more than {MAX_DEPTH} deep)") from None
+    except ValueError as error:  # an integer of over 4,300 digits
+        raise RunError(f"{path} cannot be read as a config ({one_line(error)})") from None
     check_depth(value, path)
     return value
 

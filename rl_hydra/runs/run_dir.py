@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -160,8 +161,9 @@ class RunDirectory:
         return legacy if legacy.is_file() else self.config_yaml
 
     def check_links(self) -> None:
-        """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it: a
-        write through it (the lock, train.log, a checkpoint, eval/) would land elsewhere. Links
+        """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it (a
+        write through it, the lock, train.log, a checkpoint, eval/, would land elsewhere) or in a
+        loop, or anything but files, folders and links (a FIFO would block whoever opens it). Links
         inside it are fine, and so is anything in a tracker's store (wandb/); the run directory itself
         may be a link."""
         root = self.path.resolve()
@@ -169,12 +171,23 @@ class RunDirectory:
             dirs[:] = [name for name in dirs if name not in TRACKER_STORES]  # theirs (W&B links its logs out)
             for name in (*dirs, *files):
                 path = Path(folder) / name
-                if path.is_symlink() and not path.resolve().is_relative_to(root):
-                    raise RunError(
-                        f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
-                        f"nothing was written (a run directory's files are written in place: replace "
-                        f"the link with the file itself)"
-                    )
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    try:
+                        inside = path.resolve(strict=True).is_relative_to(root)
+                    except (OSError, RuntimeError):  # a loop, or a link to nothing (a write would make it)
+                        raise RunError(
+                            f"{path} is a symbolic link to {os.readlink(path)}, which leads nowhere or back "
+                            f"to itself; a run directory's files are written in place"
+                        ) from None
+                    if not inside:
+                        raise RunError(
+                            f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
+                            f"nothing was written (a run directory's files are written in place: replace "
+                            f"the link with the file itself)"
+                        )
+                elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise RunError(f"{path} is not a file or a folder (a pipe, socket or device): not a run's")
 
     def holds_output(self) -> bool:
         """Whether a run has trained here (checkpoints or metrics exist)."""
@@ -325,6 +338,11 @@ def check_checkpoint(state: Any, path: Path) -> None:
                     f"checkpoint {path} holds a tensor of shape {tuple(node.shape)} over {stored:,} stored bytes "
                     f"(a view repeating its values): not a tensor a run saves"
                 )
+            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
+                raise RunError(
+                    f"checkpoint {path} holds a tensor of shape {tuple(node.shape)} with NaN or infinite values: "
+                    f"a run stops before it saves those (training diverged)"
+                )
 
 
 def check_fits(fresh: Any, loaded: Any, path: Path, where: str = "") -> None:
@@ -439,7 +457,7 @@ class RunLock:
         """Raise RunBusy when another process holds the directory; writes nothing (a refused
         command checks this first, before it builds anything)."""
         try:
-            fd = os.open(directory.lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(directory.lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO: no wait
         except OSError:
             return  # no lock file: nobody has trained here since locks exist
         try:

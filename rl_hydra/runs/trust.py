@@ -223,10 +223,14 @@ def read_config(directory: RunDirectory, extra: Iterable[str] = ()) -> DictConfi
         raise RunError(f"run directory {directory.path} does not exist")
     if not path.is_file():
         raise RunError(f"{directory.path} is not a run directory (no .hydra/config.yaml)")
+    directory.check_links()  # links out or in a loop, FIFOs: refused before any file is opened
     tree = read_config_data(path)
     for key in ("env", "train", "algo"):
         if not isinstance(tree.get(key), dict):
             raise RunError(f"{path} has no {key} section: not a run's config")
+    for group in ("algo", "buffer"):  # the parts a run always builds from a class its schema names
+        if isinstance(tree.get(group), dict) and "_target_" not in tree[group]:
+            raise RunError(f"{path} has no {group}._target_: not a run's config (it names the class to build)")
     check_targets(tree, path, extra)
     check_env_id(tree, path, extra)
     return typed_config(tree, path)

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.resume import RESUMABLE
+from rl_hydra.runs.provenance import CODE_KEYS
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
@@ -50,6 +51,9 @@ def read_sessions(directory: RunDirectory) -> list[dict[str, Any]]:
         start, changes = session.get("start_step"), session.get("config_changes") or {}
         if type(start) is not int or start < 0:
             raise RunError(f"{path}: session {number} has start_step={start!r}, not a number of env steps")
+        plain = [key for key in CODE_KEYS if not isinstance(session.get(key), (str, bool, int, type(None)))]
+        if plain:
+            raise RunError(f"{path}: session {number} has {plain[0]}={session[plain[0]]!r}, not a name or version")
         if not isinstance(changes, dict) or not all(isinstance(c, list) and len(c) == 2 for c in changes.values()):
             raise RunError(f"{path}: session {number} has config_changes that are not {{key: [old, new]}}")
     return sessions
