@@ -152,8 +152,9 @@ def check_record(directory: RunDirectory) -> None:
     """Every file of the record parses and holds together, before a resume takes the directory:
     provenance.json, summary.json, .hydra's overrides and choices, metrics.csv, the checkpoints
     (one RunError line otherwise, and nothing is written)."""
+    from rl_hydra.runs.metrics import Differs, read_metrics
     from rl_hydra.runs.trust import read_choices, read_overrides
-    from rl_hydra.verify.record import Differs, read_metrics, read_sessions
+    from rl_hydra.verify.record import read_sessions
 
     read_sessions(directory)
     summary = directory.read_summary() or {}

@@ -75,7 +75,7 @@ def restore_env_state(vec_env, states: list[dict[str, Any]]) -> None:
         for key, value in state["attributes"].items():  # only what the env holds and a capture keeps
             if key.startswith("_") or key not in known or not _captured(known[key]):
                 raise ValueError(f"env state names {key!r}, which is not state this env keeps")
-            if not (torch.is_tensor(value) or isinstance(value, list) or isinstance(value, _PLAIN)):
+            if not (torch.is_tensor(value) or isinstance(value, (list, str, *_PLAIN))):
                 raise ValueError(f"env state {key!r} is a {type(value).__name__}, not a number, list or tensor")
             setattr(core, key, _from_checkpoint(value))
         core.np_random.bit_generator.state = state["rng"]

@@ -196,8 +196,8 @@ def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
 def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     """(steps, eval/return_mean) from a run's metrics.csv, read as a record is (verify/record.py):
     one RunError line for a damaged file."""
+    from rl_hydra.runs.metrics import Differs, read_metrics
     from rl_hydra.runs.run_dir import RunDirectory, RunError
-    from rl_hydra.verify.record import Differs, read_metrics
 
     try:
         metrics = read_metrics(RunDirectory(run_dir))

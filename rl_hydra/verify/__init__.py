@@ -40,6 +40,7 @@ from rl_hydra.verify.record import (
     Differs,
     Metrics,
     Segment,
+    check_eval_files,
     check_summary_derives,
     config_segments,
     read_checkpoints,
@@ -89,6 +90,7 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
             raise Differs("metrics.csv is missing or holds no rows, though the run has checkpoints or a summary")
         checkpoints = read_checkpoints(directory, metrics, segments[0].cfg, sessions)
         check_summary_derives(directory.read_summary(), metrics, segments[-1].cfg)
+        check_eval_files(directory, metrics)
         choices = read_choices(directory)
     except Differs as damaged:
         return Verdict(False, f"{directory.path} does not match its record: {damaged}")

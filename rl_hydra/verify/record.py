@@ -7,28 +7,19 @@ config change a resume cannot make) is `Differs` (exit 1: the record was changed
 
 from __future__ import annotations
 
-import csv
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.resume import RESUMABLE
+from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
 from rl_hydra.runs.provenance import CODE_KEYS
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
 
 CHECKPOINTS = ("best", "last")
-# what metrics.csv holds: steps in ASCII digits, values as Python writes floats (repr) or integers
-STEP = re.compile(r"[0-9]+", re.ASCII)
-NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*(?:e[-+]?[0-9]+)?|inf|nan|True|False)", re.ASCII)
-
-
-class Differs(Exception):
-    """The record differs from what it should hold; the message says where, in one line."""
 
 
 @dataclass
@@ -130,56 +121,6 @@ def plain(value: Any) -> Any:
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
-@dataclass
-class Metrics:
-    columns: list[str]
-    rows: list[dict[str, str]]
-
-    def steps(self) -> list[int]:
-        return [int(row["step"]) for row in self.rows]
-
-    def up_to(self, step: int) -> list[dict[str, str]]:
-        return [row for row in self.rows if int(row["step"]) <= step]
-
-
-def read_metrics(directory: RunDirectory) -> Metrics:
-    """metrics.csv, every row checked against its header: `Differs` for a row with more or fewer
-    fields, an empty line, or a step that is not after the one before it (a duplicated row). As on
-    resume (runs/metrics.py), whole lines only: a last line without its newline is a cut write."""
-    path = directory.metrics_csv
-    if not path.is_file():
-        return Metrics([], [])
-    try:
-        with open(path, newline="") as f:
-            lines = list(csv.reader(line for line in f if line.endswith("\n")))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:  # csv.Error: a field over csv's limit, 131,072
-        raise Differs(f"metrics.csv cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
-    if not lines:
-        return Metrics([], [])
-    columns, rows, previous = lines[0], [], -1
-    if columns[:1] != ["step"]:
-        raise Differs(f"metrics.csv's header begins with {columns[:1] or 'nothing'}, not step")
-    for number, fields in enumerate(lines[1:], start=2):
-        if len(fields) != len(columns):
-            raise Differs(f"metrics.csv line {number} has {len(fields)} fields, its header {len(columns)}")
-        step = fields[0]
-        if not STEP.fullmatch(step):
-            raise Differs(f"metrics.csv line {number} has step {step!r}, not a number of env steps in digits 0-9")
-        for column, value in zip(columns[1:], fields[1:]):
-            if value and not NUMBER.fullmatch(value):
-                raise Differs(
-                    f"metrics.csv line {number} has {column}={value[:40]!r}, not a number as a run writes one"
-                )
-        if int(step) <= previous:
-            raise Differs(
-                f"metrics.csv line {number} is at step {step}, not after the line before it "
-                f"(step {previous}): a row repeated or out of order"
-            )
-        rows.append(dict(zip(columns, fields)))
-        previous = int(step)
-    return Metrics(columns, rows)
-
-
 def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     """The config-group choices in .hydra/hydra.yaml (`algo: iqn`), read as YAML data; None without the file."""
     return read_hydra_choices(directory)
@@ -276,11 +217,39 @@ def check_summary_derives(summary: dict[str, Any] | None, metrics: Metrics, cfg:
         )
 
 
-def finite(text: str | None) -> bool:
-    try:
-        return text is not None and math.isfinite(float(text))
-    except (TypeError, ValueError):
-        return False
+EVAL_KEYS = {"returns", "lengths", "return_mean", "return_std", "episodes", "seed", "checkpoint", "step", "run"}
+
+
+def check_eval_files(directory: RunDirectory, metrics: Metrics) -> int:
+    """`Differs` unless each eval/<checkpoint>_<n>ep_seed<s>.json holds what evaluate writes: its
+    own keys, as many returns as episodes, their mean and spread, and the step of a checkpoint the
+    record had (best.pt: a step metrics.csv evaluated at; last.pt: one of its logged steps or
+    before its last). Returns how many were checked; a file that cannot be read is a RunError."""
+    import numpy as np
+
+    folder = directory.path / "eval"
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    evaluated = {int(row["step"]) for row in metrics.rows if finite(row.get("eval/return_mean"))}
+    last = metrics.steps()[-1] if metrics.rows else 0
+    for path in files:
+        found = read_json_object(path)
+        name = f"eval/{path.name}"
+        unknown = sorted(set(found) - EVAL_KEYS)
+        returns, step = found.get("returns"), found.get("step")
+        if unknown:
+            raise Differs(f"{name} has the key {unknown[0]!r}, which evaluate does not write")
+        if not isinstance(returns, list) or not returns or not all(isinstance(r, (int, float)) for r in returns):
+            raise Differs(f"{name} holds no list of returns")
+        mean = found.get("return_mean")
+        if (
+            found.get("episodes") != len(returns)
+            or not isinstance(mean, (int, float))
+            or not np.isclose(mean, np.mean(returns))
+        ):
+            raise Differs(f"{name}'s episodes and return_mean do not match its {len(returns)} returns")
+        if type(step) is not int or step > last or (found.get("checkpoint") == "best" and step not in evaluated):
+            raise Differs(f"{name} is of step {step!r}, a checkpoint this record never had")
+    return len(files)
 
 
 def step_of(checkpoint: dict[str, Any]) -> Any:
