@@ -229,7 +229,7 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     atomic_write_bytes(md_file, lambda f: f.write((markdown_header(results, cfg) + table + "\n").encode()))
     curves = defaultdict(list)
     for r in results:
-        curves[r["configuration"]].append(r["curve"] if "curve" in r else eval_curve(root / r["run"]))
+        curves[r["configuration"]].append(r["curve"])  # read by evaluate_path before anything was written
     plot_learning_curves(curves, out / "learning_curves.png")
     lines = [
         table,

@@ -213,7 +213,7 @@ def resolve_references(tree: dict[str, Any], source: Path) -> dict[str, Any]:
             return pieces[0]
         if any(isinstance(piece, (dict, list)) for piece in pieces):
             raise RunError(f"{source} has {dotted(path)}={shown(node)}, which puts a whole node inside text")
-        return "".join(text_of(piece) for piece in pieces)
+        return "".join(str(piece) for piece in pieces)  # as OmegaConf puts a value inside text
 
     return resolve(tree, (), ())
 
@@ -235,11 +235,6 @@ def target(path: tuple[Any, ...], match: re.Match, source: Path, text: str, tree
         else:
             raise RunError(f"{source} has {dotted(path)}={shown(text)}, a reference to no key of the config")
     return (*base, *parts)
-
-
-def text_of(value: Any) -> str:
-    """A value inside text, as OmegaConf writes it there (`True`, `None`, `0.5`)."""
-    return str(value)
 
 
 def dotted(path: tuple[Any, ...]) -> str:
