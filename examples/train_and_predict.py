@@ -1,6 +1,6 @@
 """Train from Python exactly as the CLI would, then use the run: predict and evaluate.
 
-    python examples/train_and_predict.py [total_steps]
+python examples/train_and_predict.py [total_steps]
 """
 
 import sys

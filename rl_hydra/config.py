@@ -11,8 +11,9 @@ import decimal
 import fnmatch
 import functools
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -52,7 +53,7 @@ def hydra_scope(config_dir: Path = CONF_DIR) -> Iterator[None]:
         global_hydra.hydra, version.version_base, job.conf = outer
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compose_option(group: str, option: str) -> DictConfig:
     """conf/<group>/<option>.yaml as Hydra composes it on its own, its defaults list followed:
     `compose_option("algo", "c51").algo._target_`, `compose_option("env", "cartpole_novel").env.id`
@@ -70,7 +71,7 @@ def compose_option(group: str, option: str) -> DictConfig:
 ENV_ALIASES = {"cartpole_novel": "cartpole_no_velocity"}  # old names that still work, not shown as choices
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def group_env(choice: str) -> DictConfig | None:
     """An env group's config (following its defaults list), or None where there is no such group."""
     from hydra.errors import MissingConfigException

@@ -110,7 +110,7 @@ def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> 
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def algo_options() -> dict[str, type[Any]]:
     """{option: class} for the algo options (conf/algo/*.yaml) whose class imports and declares
     its capabilities; each option's `_target_` as Hydra composes it (`base/c51@_here_` followed)."""

@@ -17,8 +17,9 @@ import logging
 import logging.handlers
 import sys
 import traceback
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -349,7 +350,7 @@ class QuietFileHandler(logging.FileHandler):
     def _open(self):
         return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=no_follow)
 
-    def handleError(self, record: logging.LogRecord) -> None:
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
         error = sys.exc_info()[1]
         why = "the disk is full" if getattr(error, "errno", None) in DISK_FULL else f"{type(error).__name__}: {error}"
         print(

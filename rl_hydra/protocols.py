@@ -9,8 +9,9 @@ against it. How to add one: docs/extending.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import torch

@@ -20,9 +20,10 @@ import shlex
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import OmegaConf
 

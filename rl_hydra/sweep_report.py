@@ -72,11 +72,11 @@ class SweepFailures(Callback):
         self.sweep_id = uuid.uuid4().hex
         self.previous: str | None = None
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ARG002
         self.previous = os.environ.get(SWEEP_ID)
         os.environ[SWEEP_ID] = self.sweep_id  # the workers the launcher starts inherit it
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ARG002
         if self.previous is None:
             os.environ.pop(SWEEP_ID, None)
         else:

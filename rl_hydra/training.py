@@ -8,8 +8,9 @@ import logging
 import random
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -160,7 +161,8 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
         return f"<{group}>"
     with contextlib.suppress(Exception):
         if group == "algo":
-            return str(getattr(get_class(target), "name"))  # an agent class's ClassVar, if it has one
+            agent_class: Any = get_class(target)
+            return str(agent_class.name)  # an agent class's ClassVar, if it has one
     return str(target).rsplit(".", 1)[-1]
 
 
@@ -256,7 +258,7 @@ def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
         yield
         return
 
-    def request_stop(signum, frame):
+    def request_stop(signum, frame):  # noqa: ARG001
         if runner.stop_requested:
             raise KeyboardInterrupt
         runner.stop_requested = True

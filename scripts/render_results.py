@@ -38,11 +38,12 @@ def draw(record: dict, path: Path) -> None:
 
     spec = record["plot"]
     every_row = [{"title": "", "rows": [r["id"] for r in record["rows"]]}]
-    if "curves" in spec:   # a panel per row
+    if "curves" in spec:  # a panel per row
         every_row = [{"title": r.get("plot_label", r["id"]), "rows": [r["id"]]} for r in record["rows"]]
     panels = spec.get("panels", every_row)
-    figure, axes_list = plt.subplots(1, len(panels), figsize=(min(3.2 * len(panels) + 1.6, 11), 3.2), dpi=100,
-                                     squeeze=False)
+    figure, axes_list = plt.subplots(
+        1, len(panels), figsize=(min(3.2 * len(panels) + 1.6, 11), 3.2), dpi=100, squeeze=False
+    )
     for axes, panel in zip(axes_list[0], panels):
         rows = [next(r for r in record["rows"] if r["id"] == row_id) for row_id in panel["rows"]]
         if "curves" in spec:
@@ -53,15 +54,22 @@ def draw(record: dict, path: Path) -> None:
                         axes.plot(row["curve_steps"], curve, color=color, alpha=0.3, linewidth=0.8)
                     if curves:
                         medians = [statistics.median(values) for values in zip(*curves)]
-                        axes.plot(row["curve_steps"], medians, color=color, linewidth=2,
-                                  label=f"{name} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+                        axes.plot(
+                            row["curve_steps"],
+                            medians,
+                            color=color,
+                            linewidth=2,
+                            label=f"{name} ({len(curves)} seed{'s' * (len(curves) > 1)})",
+                        )
             axes.xaxis.set_major_formatter(lambda value, _: f"{value / 1000:g}k")
             axes.set_xlabel(spec["xlabel"])
             axes.legend(fontsize=7)
         elif "x" in spec:
             for row in rows:
                 for i, seed in enumerate(row.get("seeds", record["seeds"])):
-                    axes.plot(spec["x"], [row["per_seed"][k][i] for k in spec["keys"]], marker="o", label=f"seed {seed}")
+                    axes.plot(
+                        spec["x"], [row["per_seed"][k][i] for k in spec["keys"]], marker="o", label=f"seed {seed}"
+                    )
             axes.set_xlabel(spec["xlabel"])
         else:
             for offset, (key, name) in enumerate(zip(spec["keys"], spec["names"])):
@@ -107,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         if text != pages[path]:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
-    plots = {spec[len("plot:"):] for text in pages.values() for spec, _ in blocks(text) if spec.startswith("plot:")}
+    plots = {spec[len("plot:") :] for text in pages.values() for spec, _ in blocks(text) if spec.startswith("plot:")}
     for name in sorted(plots & set(records)):
         draw(records[name], DOCS / "img" / f"{name}.png")
     for problem in medians:

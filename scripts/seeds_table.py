@@ -34,11 +34,22 @@ from rl_hydra.runs.results import dump, seeds_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
-KEYS = {"return": "eval_return_mean", "best": "best_eval_return_mean", "solved_at": "solved_at_step",
-        "updates": "updates", "wall": "wall_time_s", "sps": "steps_per_second"}
-COLUMNS = [("final eval return", "{return:,.1f}"), ("best eval return", "{best:,.1f}"),
-           ("solved at step", "{solved_at:,.0f}"), ("updates", "{updates:,.0f}"), ("wall time (s)", "{wall:,.1f}"),
-           ("steps/s", "{sps:,.0f}")]
+KEYS = {
+    "return": "eval_return_mean",
+    "best": "best_eval_return_mean",
+    "solved_at": "solved_at_step",
+    "updates": "updates",
+    "wall": "wall_time_s",
+    "sps": "steps_per_second",
+}
+COLUMNS = [
+    ("final eval return", "{return:,.1f}"),
+    ("best eval return", "{best:,.1f}"),
+    ("solved at step", "{solved_at:,.0f}"),
+    ("updates", "{updates:,.0f}"),
+    ("wall time (s)", "{wall:,.1f}"),
+    ("steps/s", "{sps:,.0f}"),
+]
 
 
 def option(overrides: list[str], key: str, default: str) -> str:
@@ -48,8 +59,14 @@ def option(overrides: list[str], key: str, default: str) -> str:
 
 
 def run_seed(overrides: list[str], seed: int, run_dir: Path, quiet: bool) -> Path:
-    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"seed={seed}",
-               f"hydra.run.dir={run_dir}", "train.progress=false"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *overrides,
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
+        "train.progress=false",
+    ]
     print(f"seed {seed}: {shlex.join(command[1:])}", file=sys.stderr, flush=True)
     output = subprocess.DEVNULL if quiet else None
     subprocess.run(command, cwd=ROOT, stdout=output, stderr=output)
@@ -64,7 +81,9 @@ def read_run(run_dir: Path, at_steps: list[int]) -> dict:
     by_step = {}
     if at_steps and (run_dir / "metrics.csv").is_file():
         with open(run_dir / "metrics.csv", newline="") as f:
-            by_step = {int(r["step"]): float(r["eval/return_mean"]) for r in csv.DictReader(f) if r.get("eval/return_mean")}
+            by_step = {
+                int(r["step"]): float(r["eval/return_mean"]) for r in csv.DictReader(f) if r.get("eval/return_mean")
+            }
     values.update({f"return_{step}": by_step.get(step) for step in at_steps})
     values["seed"] = summary.get("seed", run_dir.name)
     return values
@@ -76,16 +95,28 @@ def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) ->
     summary = {key: statistics.median([v for v in column if v is not None]) for key, column in per_seed.items()}
     columns = [*COLUMNS, *((f"return @ {step:,}", f"{{return_{step}:,.1f}}") for step in at_steps)]
     name = args.record.stem if args.record else "seeds_table"
-    return {"name": name, "title": " ".join(overrides) or "python train.py", "topic": args.topic,
-            "status": "adopted", "reason": None,
-            "command": "python scripts/seeds_table.py " + shlex.join(sys.argv[1:]), "overrides": overrides,
-            "seeds": [run["seed"] for run in runs], "commit": None, "date": datetime.date.today().isoformat(),
-            "machine": {"cpu": os.uname().machine, "cores": os.cpu_count(), "load": f"{os.getloadavg()[0]:.2f} (1 min)"},
-            "peer": None, "source": "scripts/seeds_table.py", "notes": [],
-            "columns": [{"header": "config", "format": "{label}", "align": "left"},
-                        {"header": "final eval return", "format": "{return:,.1f}"}],
-            "seed_columns": [{"header": h, "format": f} for h, f in columns if f[1:].split(":")[0] in per_seed],
-            "rows": [{"id": "config", "label": " ".join(overrides), "per_seed": per_seed, "summary": summary}]}
+    return {
+        "name": name,
+        "title": " ".join(overrides) or "python train.py",
+        "topic": args.topic,
+        "status": "adopted",
+        "reason": None,
+        "command": "python scripts/seeds_table.py " + shlex.join(sys.argv[1:]),
+        "overrides": overrides,
+        "seeds": [run["seed"] for run in runs],
+        "commit": None,
+        "date": datetime.date.today().isoformat(),
+        "machine": {"cpu": os.uname().machine, "cores": os.cpu_count(), "load": f"{os.getloadavg()[0]:.2f} (1 min)"},
+        "peer": None,
+        "source": "scripts/seeds_table.py",
+        "notes": [],
+        "columns": [
+            {"header": "config", "format": "{label}", "align": "left"},
+            {"header": "final eval return", "format": "{return:,.1f}"},
+        ],
+        "seed_columns": [{"header": h, "format": f} for h, f in columns if f[1:].split(":")[0] in per_seed],
+        "rows": [{"id": "config", "label": " ".join(overrides), "per_seed": per_seed, "summary": summary}],
+    }
 
 
 def seeds_apart(argv: list[str]) -> list[str]:
@@ -121,8 +152,9 @@ def main() -> None:
         tag = f"{option(overrides, 'algo', 'dqn')}_{option(overrides, 'env', 'cartpole')}"
         out = args.out or ROOT / "outputs" / "seeds" / f"{stamp}_{tag}"
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            run_dirs = list(pool.map(lambda seed: run_seed(overrides, seed, out / f"seed_{seed}", args.quiet),
-                                     args.seeds))
+            run_dirs = list(
+                pool.map(lambda seed: run_seed(overrides, seed, out / f"seed_{seed}", args.quiet), args.seeds)
+            )
     result = record([read_run(d, args.at_steps) for d in run_dirs], overrides, args.at_steps, args)
     if args.record:
         args.record.write_text(dump(result))

@@ -17,8 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 
 # tiny budgets that keep every in-process run to a few seconds
-TINY = ["train.total_steps=300", "train.eval_every=150", "train.eval_episodes=2",
-        "train.checkpoint_every=150", "train.log_every=50", "train.progress=false", "device=cpu"]
+TINY = [
+    "train.total_steps=300",
+    "train.eval_every=150",
+    "train.eval_episodes=2",
+    "train.checkpoint_every=150",
+    "train.log_every=50",
+    "train.progress=false",
+    "device=cpu",
+]
 
 
 def compose_config(*overrides: str) -> DictConfig:
@@ -46,7 +53,7 @@ def algo_keys(option: str, **overrides) -> dict:
     return {**_algo_keys(option), **overrides}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _algo_keys(option: str) -> dict:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
@@ -92,7 +99,7 @@ def run_training(run_dir: Path, *overrides: str) -> dict:
     from rl_hydra.training import run
 
     cfg = compose_config(*overrides)
-    validate_run_config(cfg)   # as the launch does, once
+    validate_run_config(cfg)  # as the launch does, once
     return run(cfg, run_dir)
 
 
@@ -121,8 +128,9 @@ def stop_at(monkeypatch, step: int) -> None:
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "train.py"):
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +147,7 @@ def root_logger_as_it_was():
     root.setLevel(level)
 
 
-MUJOCO_LOG = "MUJOCO_LOG.TXT"   # where MuJoCo writes its warnings: the working directory, unless told
+MUJOCO_LOG = "MUJOCO_LOG.TXT"  # where MuJoCo writes its warnings: the working directory, unless told
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -21,11 +21,20 @@ def linear_layers(module: torch.nn.Module) -> list[torch.nn.Linear]:
 def made_up_batches(count: int, size: int = BATCH) -> list[Batch]:
     """`count` batches of 2-d observations and 1-d actions, a fifth of them terminal."""
     g = torch.Generator().manual_seed(0)
-    return [Batch(obs=torch.randn(size, 2, generator=g), actions=2 * torch.rand(size, 1, generator=g) - 1,
-                  rewards=torch.randn(size, generator=g), next_obs=torch.randn(size, 2, generator=g),
-                  terminated=(torch.rand(size, generator=g) < 0.2).float(), truncated=torch.zeros(size),
-                  discounts=torch.full((size,), 0.99), weights=torch.ones(size), indices=torch.arange(size))
-            for _ in range(count)]
+    return [
+        Batch(
+            obs=torch.randn(size, 2, generator=g),
+            actions=2 * torch.rand(size, 1, generator=g) - 1,
+            rewards=torch.randn(size, generator=g),
+            next_obs=torch.randn(size, 2, generator=g),
+            terminated=(torch.rand(size, generator=g) < 0.2).float(),
+            truncated=torch.zeros(size),
+            discounts=torch.full((size,), 0.99),
+            weights=torch.ones(size),
+            indices=torch.arange(size),
+        )
+        for _ in range(count)
+    ]
 
 
 def sb3_squashed_gaussian_log_prob(pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

@@ -21,9 +21,9 @@ from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.mlp import QNetwork, mlp
 from rl_hydra.networks.noisy import noise_disabled, resample_noise
-from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.speed.lean_adam import LeanAdam
+from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from tests.conftest import algo_keys, compose_config
 
 OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
@@ -32,9 +32,14 @@ OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
 def make_agent(algo_class=DQN, network=QNetwork, **network_kwargs):
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
-    return algo_class(env.observation_space, env.action_space,
-                      functools.partial(network, hidden_sizes=[32, 32], **network_kwargs),
-                      functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
+    return algo_class(
+        env.observation_space,
+        env.action_space,
+        functools.partial(network, hidden_sizes=[32, 32], **network_kwargs),
+        functools.partial(LeanAdam, lr=1e-3),
+        total_steps=100,
+        **algo_keys("dqn"),
+    )
 
 
 def torch_greedy(agent, obs=OBS, noise: bool = True) -> np.ndarray:
@@ -43,12 +48,16 @@ def torch_greedy(agent, obs=OBS, noise: bool = True) -> np.ndarray:
 
 
 def assert_acts_like_its_action_values(agent, obs=OBS):
-    actions, _ = agent.act(obs, explore=False)   # evaluation: without noise (noisy networks)
+    actions, _ = agent.act(obs, explore=False)  # evaluation: without noise (noisy networks)
     assert np.array_equal(actions, torch_greedy(agent, obs, noise=False))
 
 
-SHIPPED = [(DQN, QNetwork, {}), (QRDQN, QuantileNetwork, {}), (C51, CategoricalNetwork, {}),
-           (C51, CategoricalNetwork, {"noisy": True, "dueling": True})]   # the last: Rainbow's network
+SHIPPED = [
+    (DQN, QNetwork, {}),
+    (QRDQN, QuantileNetwork, {}),
+    (C51, CategoricalNetwork, {}),
+    (C51, CategoricalNetwork, {"noisy": True, "dueling": True}),
+]  # the last: Rainbow's network
 
 
 @pytest.mark.parametrize("algo_class, network, options", SHIPPED)
@@ -59,7 +68,7 @@ def test_plain_networks_act_through_the_mirror_and_it_equals_torch(algo_class, n
     with torch.no_grad():
         np.testing.assert_allclose(mirrored, agent.action_values(torch.from_numpy(OBS)).numpy(), atol=1e-5)
     assert_acts_like_its_action_values(agent)
-    if options.get("noisy"):   # exploring acts on the noise drawn for that step, through the mirror
+    if options.get("noisy"):  # exploring acts on the noise drawn for that step, through the mirror
         torch.manual_seed(3)
         explored = [agent.act(OBS, explore=True)[0] for _ in range(3)]
         torch.manual_seed(3)
@@ -75,7 +84,7 @@ class NegatedDQN(DQN):
 
 def test_a_subclass_overriding_action_values_is_obeyed():
     agent = make_agent(NegatedDQN)
-    mirrored = call_mirror(agent, "action_values", OBS)   # its own method, on the network's numpy forward
+    mirrored = call_mirror(agent, "action_values", OBS)  # its own method, on the network's numpy forward
     with torch.no_grad():
         np.testing.assert_allclose(mirrored, agent.action_values(torch.from_numpy(OBS)).numpy(), atol=1e-5)
     assert_acts_like_its_action_values(agent)
@@ -96,12 +105,12 @@ def test_weight_swaps_and_updates_show_in_the_actions(algo_class, network, optio
     name = "weight_mu" if options.get("noisy") else "weight"
     assert_acts_like_its_action_values(agent)
     with torch.no_grad():
-        getattr(first, name).data = torch.randn_like(getattr(first, name)) * 3   # a new storage, same Parameter
+        getattr(first, name).data = torch.randn_like(getattr(first, name)) * 3  # a new storage, same Parameter
     assert_acts_like_its_action_values(agent)
     vector = parameters_to_vector(agent.q_net.parameters())
     vector_to_parameters(torch.randn_like(vector), agent.q_net.parameters())
     assert_acts_like_its_action_values(agent)
-    setattr(first, name, nn.Parameter(torch.randn_like(getattr(first, name))))   # a new Parameter object
+    setattr(first, name, nn.Parameter(torch.randn_like(getattr(first, name))))  # a new Parameter object
     assert_acts_like_its_action_values(agent)
     with torch.no_grad():
         for param in agent.q_net.parameters():  # in place, as optimizer steps and load_state_dict write
@@ -172,8 +181,14 @@ def test_mlp_layer_norm_and_dropout_are_placed_as_droq_places_them():
 def test_an_empty_hidden_sizes_is_a_linear_network_and_the_log_says_so(caplog):
     env = gym.make("CartPole-v1")
     with caplog.at_level("INFO", logger="rl_hydra"):
-        agent = DQN(env.observation_space, env.action_space, functools.partial(QNetwork, hidden_sizes=[]),
-                    functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
+        agent = DQN(
+            env.observation_space,
+            env.action_space,
+            functools.partial(QNetwork, hidden_sizes=[]),
+            functools.partial(LeanAdam, lr=1e-3),
+            total_steps=100,
+            **algo_keys("dqn"),
+        )
     assert [type(layer) for layer in agent.q_net.net] == [nn.Linear]
     assert "network.hidden_sizes=[]: a linear network (no hidden layer)" in caplog.text
     assert_acts_like_its_action_values(agent)

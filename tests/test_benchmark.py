@@ -16,7 +16,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.runs.results import check_record, median_problems, rows_table, seeds_table
 from tests.conftest import ROOT, compose_config
 
-sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))   # the scripts' folder, as Python puts it first running one
+sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))  # the scripts' folder, as Python puts it first running one
 import benchmark  # noqa: E402
 from zoo import PER_STEP, ZOO, expected_updates, target_update_every  # noqa: E402
 
@@ -30,15 +30,15 @@ def parse(*argv: str, out=None) -> argparse.Namespace:
 
 
 def test_target_sync_interval_in_env_steps_becomes_updates():
-    assert target_update_every(CARTPOLE) == 128            # a sync between any two phases of 128 updates
-    assert target_update_every({**CARTPOLE, **PER_STEP}) == 10   # one update per step: 10 steps, 10 updates
+    assert target_update_every(CARTPOLE) == 128  # a sync between any two phases of 128 updates
+    assert target_update_every({**CARTPOLE, **PER_STEP}) == 10  # one update per step: 10 steps, 10 updates
     assert target_update_every({**CARTPOLE, "train_freq": 2, "gradient_steps": 4}) == 20
     with pytest.raises(ValueError, match="not a multiple"):
         target_update_every({**CARTPOLE, "train_freq": 3})
 
 
 def test_expected_updates_count_the_phases_from_learning_starts():
-    assert expected_updates(CARTPOLE, 50_000) == 192 * 128    # phases at 1024, 1280, ..., 49920
+    assert expected_updates(CARTPOLE, 50_000) == 192 * 128  # phases at 1024, 1280, ..., 49920
     assert expected_updates({**CARTPOLE, **PER_STEP}, 20_000) == 19_001
 
 
@@ -52,7 +52,7 @@ def test_our_cartpole_runs_carry_sb3s_hyperparameters(algo):
     assert (cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps) == (1000, 1, 1)
     assert (cfg.algo.target_update_every, cfg.algo.tau, cfg.algo.gamma) == (10, 1.0, 0.99)
     assert list(cfg.network.hidden_sizes) == [256, 256] and cfg.algo.final_lr_fraction == 1.0
-    if algo == "qr_dqn":   # sb3-contrib: no clipping, Adam eps = 0.01 / batch size
+    if algo == "qr_dqn":  # sb3-contrib: no clipping, Adam eps = 0.01 / batch size
         assert cfg.algo.num_quantiles == 10 and cfg.algo.max_grad_norm is None and cfg.algo.optimizer.eps == 0.01 / 128
     else:
         assert cfg.algo.max_grad_norm == 10.0 and cfg.algo.loss == "huber"
@@ -73,9 +73,14 @@ def test_the_sides_alternate_and_an_identical_peer_run_is_shared(tmp_path, monke
     monkeypatch.setattr(benchmark, "run_side", fake_run)
     assert benchmark.run_all(cases, [0, 1], args) == []
     assert [(s, side, c) for s, side, c, _ in ran[:6]] == [
-        (0, "ours", "dqn_zoo"), (0, "peer", "dqn_zoo"), (0, "ours", "dqn_per_step"), (0, "peer", "dqn_per_step"),
-        (0, "ours", "dqn_solve"), (0, "peer", "dqn_solve")]
-    assert [side for s, side, _, _ in ran if s == 1][:2] == ["peer", "ours"]   # the peer first on odd seeds
+        (0, "ours", "dqn_zoo"),
+        (0, "peer", "dqn_zoo"),
+        (0, "ours", "dqn_per_step"),
+        (0, "peer", "dqn_per_step"),
+        (0, "ours", "dqn_solve"),
+        (0, "peer", "dqn_solve"),
+    ]
+    assert [side for s, side, _, _ in ran if s == 1][:2] == ["peer", "ours"]  # the peer first on odd seeds
     files = {c: f for s, side, c, f in ran if s == 0 and side == "peer"}
     assert files["dqn_zoo"] == files["dqn_solve"] != files["dqn_per_step"]
 
@@ -83,9 +88,15 @@ def test_the_sides_alternate_and_an_identical_peer_run_is_shared(tmp_path, monke
 def test_a_line_says_how_many_runs_there_are_and_another_as_each_finishes(tmp_path, monkeypatch, capsys):
     args = parse("cartpole", "--algos", "dqn", out=tmp_path)
     cases = benchmark.cartpole_cases(args)[:1]
-    results = iter([{"wall_s": 1234.5, "eval_return": 500.0}, None, {"wall_s": 3.0, "reused": True},
-                    {"wall_s": 2.0, "eval_return": None}])
-    printed = []   # stderr so far, as each run starts
+    results = iter(
+        [
+            {"wall_s": 1234.5, "eval_return": 500.0},
+            None,
+            {"wall_s": 3.0, "reused": True},
+            {"wall_s": 2.0, "eval_return": None},
+        ]
+    )
+    printed = []  # stderr so far, as each run starts
 
     def fake_run(case, side, seed, args):
         printed.append(capsys.readouterr().err)
@@ -94,27 +105,29 @@ def test_a_line_says_how_many_runs_there_are_and_another_as_each_finishes(tmp_pa
     monkeypatch.setattr(benchmark, "run_side", fake_run)
     assert benchmark.run_all(cases, [0, 1], args) == ["seed 0: peer dqn_zoo"]
     lines = "".join([*printed, capsys.readouterr().err]).splitlines()
-    assert lines == ["4 runs, one after another; a line as each finishes",
-                     "  1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0",
-                     "  2/4 seed 0: peer dqn_zoo: failed (above)",
-                     "  3/4 seed 1: peer dqn_zoo: found, reused",
-                     "  4/4 seed 1: ours dqn_zoo: 2.0 s"]
-    assert printed[1].endswith("1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0\n")   # before the next run
+    assert lines == [
+        "4 runs, one after another; a line as each finishes",
+        "  1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0",
+        "  2/4 seed 0: peer dqn_zoo: failed (above)",
+        "  3/4 seed 1: peer dqn_zoo: found, reused",
+        "  4/4 seed 1: ours dqn_zoo: 2.0 s",
+    ]
+    assert printed[1].endswith("1/4 seed 0: ours dqn_zoo: 1,234.5 s, return 500.0\n")  # before the next run
 
 
-def test_a_peer_run_without_the_bench_extra_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch,
-                                                                                       capsys):
+def test_a_peer_run_without_the_bench_extra_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
     for module in benchmark.PEER_PACKAGES:
-        monkeypatch.setitem(sys.modules, module, None)   # not importable, whether installed or not
+        monkeypatch.setitem(sys.modules, module, None)  # not importable, whether installed or not
     monkeypatch.setattr(benchmark, "run_all", lambda *args: pytest.fail("a run started"))
     with pytest.raises(SystemExit) as exit_:
         benchmark.main(["suite", "continuous", "--out", str(tmp_path)])
     assert exit_.value.code == 2 and not any(tmp_path.iterdir())
     assert capsys.readouterr().err.splitlines() == [
-        'error: the SB3 side needs stable-baselines3 and sb3-contrib, which cannot be imported: pip install -e '
-        '".[bench]" (or --sides ours to run ours alone)']
+        "error: the SB3 side needs stable-baselines3 and sb3-contrib, which cannot be imported: pip install -e "
+        '".[bench]" (or --sides ours to run ours alone)'
+    ]
     cases = benchmark.suite_cases(parse("suite", "continuous", "--rows", "td3_pendulum", out=tmp_path))
-    for without_peer in (["--sides", "ours"], ["--table-only"]):   # nothing of the peer's is imported then
+    for without_peer in (["--sides", "ours"], ["--table-only"]):  # nothing of the peer's is imported then
         assert benchmark.missing_peer(cases, parse("suite", "continuous", *without_peer, out=tmp_path)) is None
 
 
@@ -131,15 +144,16 @@ def test_the_record_holds_every_seed_and_their_medians(tmp_path):
     assert row["per_seed"]["ratio"] == [0.5, 0.75, 0.4, None] and row["seeds_done"] == "3/4"
     assert row["summary"]["ratio"] == 0.5 and (row["summary"]["ratio_min"], row["summary"]["ratio_max"]) == (0.4, 0.75)
     assert row["summary"]["ours_sps"] == 50.0 and record["topic"] == "benchmark"
-    assert (row["summary"]["ours_return_low"], row["summary"]["ours_return_high"]) == (0.0, 20.0)   # 3 seeds
+    assert (row["summary"]["ours_return_low"], row["summary"]["ours_return_high"]) == (0.0, 20.0)  # 3 seeds
     assert check_record(record, record["name"]) == []
     assert median_problems(record) == []
     assert "| 0 | 0.0 | 0.0 | 1.0 | 2.0 | 0.50 | 100.0 | 50.0 |" in seeds_table(record, case.id)
     assert "| 10.0 (0.0 to 20.0) | 10.0 (0.0 to 20.0) |" in rows_table(record)
     complete = benchmark.record([case], [0, 1, 2], args, ["cartpole"], 0.0)
-    complete["rows"][0]["summary"]["peer_return_high"] = 25.0   # (a seed without a value is not checked)
-    assert median_problems(complete) == [f"{complete['name']}/{case.id}: the interval's high end of peer_return is "
-                                         "20, the summary says 25"]
+    complete["rows"][0]["summary"]["peer_return_high"] = 25.0  # (a seed without a value is not checked)
+    assert median_problems(complete) == [
+        f"{complete['name']}/{case.id}: the interval's high end of peer_return is 20, the summary says 25"
+    ]
 
 
 def test_a_suite_rows_record_holds_both_sides_curves_at_the_same_steps_and_draws_them(tmp_path):
@@ -148,20 +162,25 @@ def test_a_suite_rows_record_holds_both_sides_curves_at_the_same_steps_and_draws
 
     args = parse("suite", "continuous", "--rows", "td3_hopper", "--steps", "30000", out=tmp_path)
     (case,) = benchmark.suite_cases(args)
-    assert case.peer["curve"] == {"every": 10000, "episodes": 10}   # the preset's eval_every and eval_episodes
+    assert case.peer["curve"] == {"every": 10000, "episodes": 10}  # the preset's eval_every and eval_episodes
     assert benchmark.curve_steps(case) == [10000, 20000, 30000]
     for seed in (0, 1):
         job, path = benchmark.job_for(case, "ours", seed, args)
         run_dir = Path(job["run_dir"])
         run_dir.mkdir(parents=True)
         (run_dir / "summary.json").write_text("{}")
-        (run_dir / "metrics.csv").write_text("step,train/loss,eval/return_mean\n5000,1.0,\n10000,1.0,100.0\n"
-                                             "20000,1.0,200.0\n30000,1.0,300.0\n")
+        (run_dir / "metrics.csv").write_text(
+            "step,train/loss,eval/return_mean\n5000,1.0,\n10000,1.0,100.0\n20000,1.0,200.0\n30000,1.0,300.0\n"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"wall_s": 10.0, "steps": 30000, "eval_return": 300.0}))
-    peer = {"wall_s": 20.0, "steps": 30000, "eval_return": 90.0,
-            "curve": {"steps": [10000, 20000, 30000], "returns": [30.0, 60.0, 90.0]}}
-    path = benchmark.job_for(case, "peer", 0, args)[1]   # the peer's seed 1 has not run
+    peer = {
+        "wall_s": 20.0,
+        "steps": 30000,
+        "eval_return": 90.0,
+        "curve": {"steps": [10000, 20000, 30000], "returns": [30.0, 60.0, 90.0]},
+    }
+    path = benchmark.job_for(case, "peer", 0, args)[1]  # the peer's seed 1 has not run
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(peer))
     record = benchmark.record([case], [0, 1], args, ["suite", "continuous"], 0.0)
@@ -179,7 +198,7 @@ def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
     """Rows and seeds run by separate commands (a core each) into one --out: --table-only assembles
     them into the record, under the title and docs page given."""
     steps = ["--steps", "30000", "--seeds", "2", "--out", str(tmp_path)]
-    for row, seed in (("td3_hopper", 0), ("td3_half_cheetah", 1)):   # as two --only-seeds commands leave them
+    for row, seed in (("td3_hopper", 0), ("td3_half_cheetah", 1)):  # as two --only-seeds commands leave them
         args = parse("suite", "continuous", "--rows", row, *steps[:4], out=tmp_path)
         (case,) = benchmark.suite_cases(args)
         for side, wall in (("ours", 8.0), ("peer", 10.0)):
@@ -187,8 +206,21 @@ def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"wall_s": wall, "steps": 30000, "eval_return": 100.0 + seed}))
     record_path = tmp_path / "td3_both.json"
-    result = run("suite", "continuous", "--rows", "td3_hopper", "td3_half_cheetah", *steps, "--table-only",
-                 "--record", str(record_path), "--title", "TD3 on two envs", "--topic", "continuous")
+    result = run(
+        "suite",
+        "continuous",
+        "--rows",
+        "td3_hopper",
+        "td3_half_cheetah",
+        *steps,
+        "--table-only",
+        "--record",
+        str(record_path),
+        "--title",
+        "TD3 on two envs",
+        "--topic",
+        "continuous",
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads(record_path.read_text())
     assert (record["name"], record["title"], record["topic"]) == ("td3_both", "TD3 on two envs", "continuous")
@@ -201,9 +233,14 @@ def test_commands_sharing_one_out_make_one_record_with_table_only(tmp_path):
 
 
 def run(*argv: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *argv],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=None if env is None else {**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 def test_seeds_outside_the_range_are_refused_before_anything_runs(tmp_path):
@@ -216,14 +253,20 @@ def test_seeds_outside_the_range_are_refused_before_anything_runs(tmp_path):
 def test_algorithms_without_an_sb3_side_are_refused_when_only_the_peer_runs(tmp_path):
     result = run("minatar", "--algos", "dqn", "iqn", "rainbow", "--sides", "peer", "--out", str(tmp_path))
     assert result.returncode == 2
-    assert "iqn_Breakout, rainbow_Breakout, iqn_SpaceInvaders, rainbow_SpaceInvaders: no SB3 side to run; " \
-           "add --sides ours" in result.stderr
+    assert (
+        "iqn_Breakout, rainbow_Breakout, iqn_SpaceInvaders, rainbow_SpaceInvaders: no SB3 side to run; "
+        "add --sides ours" in result.stderr
+    )
     assert not any(tmp_path.iterdir())
 
 
 def test_minatar_cases_name_other_quantile_counts_and_compose_rainbow_from_its_parts():
-    cases = {c.id: c for c in benchmark.minatar_cases(parse("minatar", "--algos", "qr_dqn", "rainbow",
-                                                            "--quantiles", "50", "--games", "Breakout"))}
+    cases = {
+        c.id: c
+        for c in benchmark.minatar_cases(
+            parse("minatar", "--algos", "qr_dqn", "rainbow", "--quantiles", "50", "--games", "Breakout")
+        )
+    }
     assert set(cases) == {"qr_dqn50_Breakout", "rainbow_Breakout"} and cases["rainbow_Breakout"].peer is None
     assert cases["qr_dqn50_Breakout"].peer["policy_kwargs"]["n_quantiles"] == 50
     cfg = compose_config(*cases["rainbow_Breakout"].ours, "seed=0")
@@ -239,16 +282,22 @@ def test_the_atari_case_is_the_general_purpose_dqn_on_sb3s_values_not_the_dopami
     assert (cfg.algo.max_grad_norm, cfg.algo.optimizer.get("eps")) == (sb3["max_grad_norm"], None) == (10, None)
     assert (cfg.algo.optimizer.lr, cfg.algo.batch_size, cfg.algo.gamma) == (sb3["learning_rate"], 32, sb3["gamma"])
     assert (cfg.algo.train_every, cfg.algo.learning_starts, cfg.buffer.capacity) == (
-        sb3["train_freq"], sb3["learning_starts"], sb3["buffer_size"])
+        sb3["train_freq"],
+        sb3["learning_starts"],
+        sb3["buffer_size"],
+    )
     assert cfg.algo.target_update_every * cfg.algo.train_every == sb3["target_update_interval"]
     assert (cfg.network.encoder, list(cfg.network.hidden_sizes)) == ("nature_cnn", [512])
 
 
 def test_the_atari_cases_keep_one_update_per_four_env_steps_with_many_envs():
-    dqn, iqn, rainbow = benchmark.atari_cases(parse("atari", "--num-envs", "8", "--vectorization", "async",
-                                                    "--steps", "800", "--algos", "dqn", "iqn", "rainbow"))
+    dqn, iqn, rainbow = benchmark.atari_cases(
+        parse(
+            "atari", "--num-envs", "8", "--vectorization", "async", "--steps", "800", "--algos", "dqn", "iqn", "rainbow"
+        )
+    )
     sb3 = dqn.peer["kwargs"]
-    assert (sb3["train_freq"], sb3["gradient_steps"]) == (1, 2)   # SB3 counts vector steps of 8
+    assert (sb3["train_freq"], sb3["gradient_steps"]) == (1, 2)  # SB3 counts vector steps of 8
     assert dqn.peer["env"] == {"atari": "ALE/Pong-v5", "num_envs": 8, "subprocesses": True}
     for case, preset in ((dqn, None), (iqn, "iqn_atari"), (rainbow, "rainbow_atari")):
         cfg = compose_config(*case.ours, "seed=0")
@@ -259,10 +308,14 @@ def test_the_atari_cases_keep_one_update_per_four_env_steps_with_many_envs():
         benchmark.atari_cases(parse("atari", "--num-envs", "6"))
 
 
-@pytest.mark.slow   # ~25 s each: the smallest budget the command takes, one seed, both sides
-@pytest.mark.parametrize("command", [
-    ["minatar", "--games", "Breakout", "--algos", "dqn", "--steps", "300", "--learning-starts", "100"],
-    ["atari", "--steps", "100", "--learning-starts", "100", "--capacity", "1000"]])
+@pytest.mark.slow  # ~25 s each: the smallest budget the command takes, one seed, both sides
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["minatar", "--games", "Breakout", "--algos", "dqn", "--steps", "300", "--learning-starts", "100"],
+        ["atari", "--steps", "100", "--learning-starts", "100", "--capacity", "1000"],
+    ],
+)
 def test_a_tiny_minatar_or_atari_run_of_both_sides_writes_its_record(tmp_path, command):
     pytest.importorskip("sb3_contrib")
     pytest.importorskip("minatar" if command[0] == "minatar" else "ale_py")
@@ -272,11 +325,22 @@ def test_a_tiny_minatar_or_atari_run_of_both_sides_writes_its_record(tmp_path, c
     assert row["seeds_done"] == "1/1" and row["per_seed"]["ours_sps"][0] and row["per_seed"]["peer_sps"][0]
 
 
-@pytest.mark.slow   # ~40 s: two tiny cases on each side, then the same command again
+@pytest.mark.slow  # ~40 s: two tiny cases on each side, then the same command again
 def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path):
     pytest.importorskip("sb3_contrib")
-    command = ["cartpole", "--algos", "qr_dqn", "--steps", "1100", "--seeds", "1", "--out", str(tmp_path),
-               "--record", str(tmp_path / "tiny.json")]
+    command = [
+        "cartpole",
+        "--algos",
+        "qr_dqn",
+        "--steps",
+        "1100",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--record",
+        str(tmp_path / "tiny.json"),
+    ]
     first = run(*command)
     assert first.returncode == 0, first.stderr[-3000:]
     record = json.loads((tmp_path / "tiny.json").read_text())
@@ -286,28 +350,56 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
     assert again.returncode == 0 and again.stderr.count("found, reused") == 4, again.stderr[-3000:]
 
 
-@pytest.mark.slow   # ~30 s: 4,000 random steps (TD3's first update is at 10,000) and two evaluations a side
+@pytest.mark.slow  # ~30 s: 4,000 random steps (TD3's first update is at 10,000) and two evaluations a side
 def test_a_tiny_suite_run_records_each_sides_evaluations_during_training(tmp_path):
     pytest.importorskip("stable_baselines3")
     temp = tmp_path / "temp"
     temp.mkdir()
-    result = run("suite", "continuous", "--rows", "td3_pendulum", "--steps", "4000", "--seeds", "1",
-                 "--out", str(tmp_path / "out"), "--record", str(tmp_path / "tiny.json"), env={"TMPDIR": str(temp)})
+    result = run(
+        "suite",
+        "continuous",
+        "--rows",
+        "td3_pendulum",
+        "--steps",
+        "4000",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--record",
+        str(tmp_path / "tiny.json"),
+        env={"TMPDIR": str(temp)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert not list(temp.glob("SB3-*"))   # SB3's logger folder, left behind by every peer run unless replaced
+    assert not list(temp.glob("SB3-*"))  # SB3's logger folder, left behind by every peer run unless replaced
     row = json.loads((tmp_path / "tiny.json").read_text())["rows"][0]
-    assert row["curve_steps"] == [2000, 4000]   # the preset evaluates every 2,000 steps
+    assert row["curve_steps"] == [2000, 4000]  # the preset evaluates every 2,000 steps
     for side in ("ours", "peer"):
         (curve,) = row["per_seed"][f"{side}_curve"]
-        assert len(curve) == 2 and curve[-1] == row["per_seed"][f"{side}_return"][0] < -200   # no update yet
+        assert len(curve) == 2 and curve[-1] == row["per_seed"][f"{side}_return"][0] < -200  # no update yet
 
 
 def test_vector_envs_times_each_vectorization_and_records_its_ratio_to_sync(tmp_path, capsys):
     import vector_envs
 
     out = tmp_path / "vector_envs_cartpole.json"
-    vector_envs.main(["--env", "cartpole", "--envs", "2", "--modes", "sync", "async", "--steps", "50",
-                      "--rounds", "2", "--record", str(out)])
+    vector_envs.main(
+        [
+            "--env",
+            "cartpole",
+            "--envs",
+            "2",
+            "--modes",
+            "sync",
+            "async",
+            "--steps",
+            "50",
+            "--rounds",
+            "2",
+            "--record",
+            str(out),
+        ]
+    )
     record = json.loads(out.read_text())
     assert check_record(record, out.stem) == []
     sync, asynchronous = record["rows"]

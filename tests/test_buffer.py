@@ -13,8 +13,9 @@ def add_rows(buffer, values):
     """One vector step per value; obs rows hold [value, -value]."""
     for v in values:
         obs = np.array([[v, -v]], dtype=np.float32)
-        buffer.add(obs, np.array([int(v) % 3]), np.array([float(v)]), obs + 0.5,
-                   np.array([v % 2 == 0]), np.array([v % 3 == 0]))
+        buffer.add(
+            obs, np.array([int(v) % 3]), np.array([float(v)]), obs + 0.5, np.array([v % 2 == 0]), np.array([v % 3 == 0])
+        )
 
 
 def test_add_keeps_fields_and_terminated_truncated_apart():
@@ -68,8 +69,9 @@ def test_sample_batches_draws_what_repeated_sample_calls_draw():
 
 def test_box_actions_are_stored_as_float_vectors():
     buffer = ReplayBuffer(5, OBS, gym.spaces.Box(-1, 1, (2,)))
-    buffer.add(np.zeros((1, 2)), np.array([[0.25, -0.5]]), np.ones(1), np.zeros((1, 2)),
-               np.zeros(1, bool), np.zeros(1, bool))
+    buffer.add(
+        np.zeros((1, 2)), np.array([[0.25, -0.5]]), np.ones(1), np.zeros((1, 2)), np.zeros(1, bool), np.zeros(1, bool)
+    )
     torch.testing.assert_close(buffer.sample(1).actions, torch.tensor([[0.25, -0.5]]))
 
 
@@ -102,9 +104,16 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
         captured["buffer"] = runner.buffer
 
     monkeypatch.setattr(off_policy, "loop", spy)
-    run_training(tmp_path, "env.max_episode_steps=5", "algo.learning_starts=100000",
-                 "train.total_steps=60", "train.eval_every=60", "train.eval_episodes=1",
-                 "train.progress=false", "checkpoint.save_buffer=false")
+    run_training(
+        tmp_path,
+        "env.max_episode_steps=5",
+        "algo.learning_starts=100000",
+        "train.total_steps=60",
+        "train.eval_every=60",
+        "train.eval_episodes=1",
+        "train.progress=false",
+        "checkpoint.save_buffer=false",
+    )
     s = captured["buffer"].storage
     n = len(captured["buffer"])
     truncated = s["truncated"][:n].bool()
@@ -119,12 +128,17 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
 
 # --- n-step returns -------------------------------------------------------------------
 
+
 def test_n_step_returns_by_hand():
     rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
-    ended = torch.tensor([[False, False, False],   # all three summed
-                          [False, True, False],    # the episode ends at the 2nd step
-                          [True, True, False],     # ... at the 1st
-                          [False, False, True]])   # at the 3rd: all three summed still
+    ended = torch.tensor(
+        [
+            [False, False, False],  # all three summed
+            [False, True, False],  # the episode ends at the 2nd step
+            [True, True, False],  # ... at the 1st
+            [False, False, True],
+        ]
+    )  # at the 3rd: all three summed still
     returns, k = n_step_returns(rewards, ended, gamma=0.5)
     torch.testing.assert_close(returns, torch.tensor([1 + 1 + 1.0, 1 + 1.0, 1.0, 3.0]))
     assert k.tolist() == [3, 2, 1, 3]
@@ -159,7 +173,7 @@ def test_n_step_batches_match_a_brute_force_reading_of_each_envs_stream():
     n, gamma, steps = 3, 0.9, 13
     buffer = ReplayBuffer(100, OBS, ACTIONS, num_envs=2, seed=0, n_step=n, gamma=gamma)
     streams = fill_two_envs(buffer, steps)
-    assert len(buffer) == 2 * (steps - (n - 1))   # the last n - 1 steps wait for their future
+    assert len(buffer) == 2 * (steps - (n - 1))  # the last n - 1 steps wait for their future
     batch = buffer.sample(500)
     drawn_steps = set()
     for i in range(500):
@@ -179,14 +193,14 @@ def test_n_step_batches_match_a_brute_force_reading_of_each_envs_stream():
 def test_n_step_batches_after_the_ring_wraps_skip_rows_without_their_future():
     n, gamma = 3, 0.5
     buffer = ReplayBuffer(9, OBS, ACTIONS, num_envs=2, seed=1, n_step=n, gamma=gamma)
-    assert buffer.capacity == 10    # rounded up to whole vector steps
-    streams = fill_two_envs(buffer, steps=13)   # steps 8..12 are kept
+    assert buffer.capacity == 10  # rounded up to whole vector steps
+    streams = fill_two_envs(buffer, steps=13)  # steps 8..12 are kept
     assert len(buffer) == 10 - 2 * (n - 1)
     batch = buffer.sample(300)
     for i in range(300):
         row = int(batch.indices[i])
         env, slot = row % 2, row // 2
-        t = next(t for t in range(8, 13) if t % 5 == slot)   # vector step t sits in slot t % 5
+        t = next(t for t in range(8, 13) if t % 5 == slot)  # vector step t sits in slot t % 5
         assert t <= 12 - (n - 1)
         want = brute_force_n_step(streams[env], t, n, gamma)
         torch.testing.assert_close(batch.rewards[i], torch.tensor(want[0], dtype=torch.float32))

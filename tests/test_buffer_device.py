@@ -25,8 +25,10 @@ def test_auto_is_the_runs_own_device_and_cpu_keeps_it_on_the_host():
     assert storage_device("cpu", CUDA) == CPU and storage_device("cuda", CUDA) == CUDA
 
 
-@pytest.mark.parametrize("choice, run_device, message", [
-    ("cuda", CPU, r"buffer.device=cuda needs a CUDA run \(device=cuda\); this run's device is cpu")])
+@pytest.mark.parametrize(
+    "choice, run_device, message",
+    [("cuda", CPU, r"buffer.device=cuda needs a CUDA run \(device=cuda\); this run's device is cpu")],
+)
 def test_a_device_the_buffer_cannot_live_on_is_refused_in_one_line(choice, run_device, message):
     with pytest.raises(ConfigError, match=message):
         storage_device(choice, run_device)
@@ -35,11 +37,13 @@ def test_a_device_the_buffer_cannot_live_on_is_refused_in_one_line(choice, run_d
 def short_on_the_gpu(made: list):
     """A buffer maker whose GPU has too little free memory (the fault injected where the buffer
     measures it)."""
+
     def make(storage: torch.device):
         made.append(storage)
         if storage.type == "cuda":
             raise DeviceMemoryShort("buffer.capacity=100 needs 9.0 GB but cuda has 1.0 GB free")
         return ReplayBuffer(100, OBS, ACTIONS, device=storage)
+
     return make
 
 
@@ -63,7 +67,9 @@ def test_buffer_device_cuda_is_refused_when_the_gpu_is_short():
 
 
 def test_the_host_memory_check_names_the_capacity_that_fits(tmp_path):
-    with pytest.raises(ConfigError, match=r"buffer.capacity=10000000000 needs .* free; lower buffer.capacity \(at most"):
+    with pytest.raises(
+        ConfigError, match=r"buffer.capacity=10000000000 needs .* free; lower buffer.capacity \(at most"
+    ):
         run_training(tmp_path / "run", "algo=dqn", "env=cartpole", "buffer.capacity=10000000000", *TINY)
     assert not (tmp_path / "run").exists()
 
@@ -71,8 +77,14 @@ def test_the_host_memory_check_names_the_capacity_that_fits(tmp_path):
 def test_a_feed_hands_every_tensor_of_a_batch_to_the_run_device_and_passes_the_rest_through():
     buffer = ReplayBuffer(100, OBS, ACTIONS, device=CPU)
     for i in range(20):
-        buffer.add(np.full((1, 3), i, np.float32), np.array([i % 2]), np.ones(1, np.float32),
-                   np.full((1, 3), i + 1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+        buffer.add(
+            np.full((1, 3), i, np.float32),
+            np.array([i % 2]),
+            np.ones(1, np.float32),
+            np.full((1, 3), i + 1, np.float32),
+            np.zeros(1, bool),
+            np.zeros(1, bool),
+        )
     feed = DeviceFeed(buffer, META)
     batches = list(feed.sample_batches(8, 2))
     assert len(batches) == 2 and all(t.device == META for batch in batches for t in batch)
@@ -84,12 +96,21 @@ def test_to_device_reaches_into_dicts_and_the_state_tuple_of_a_sequence_batch():
     from rl_hydra.protocols import SequenceBatch
 
     fields = {name: torch.zeros(2) for name in SequenceBatch._fields}
-    batch = SequenceBatch(**{**fields, "obs": {"image": torch.zeros(2, 3), "direction": torch.zeros(2)},
-                             "state": (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))})
+    batch = SequenceBatch(
+        **{
+            **fields,
+            "obs": {"image": torch.zeros(2, 3), "direction": torch.zeros(2)},
+            "state": (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4)),
+        }
+    )
     moved = to_device(batch, META)
     assert type(moved) is SequenceBatch and moved._fields == batch._fields
-    tensors = [moved.obs["image"], moved.obs["direction"], *moved.state,
-               *(getattr(moved, name) for name in SequenceBatch._fields if name not in ("obs", "state"))]
+    tensors = [
+        moved.obs["image"],
+        moved.obs["direction"],
+        *moved.state,
+        *(getattr(moved, name) for name in SequenceBatch._fields if name not in ("obs", "state")),
+    ]
     assert all(t.device == META for t in tensors)
 
 

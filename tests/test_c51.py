@@ -9,8 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import TINY, run_training
 
-from conftest import TINY, compose_config, run_training
 from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError, validate_run_config
@@ -48,7 +48,7 @@ def test_projection_matches_the_reference_loop():
     batch = 64
     next_probs = torch.from_numpy(rng.dirichlet(np.ones(11), size=batch).astype(np.float32))
     rewards = torch.from_numpy(rng.normal(0, 4, size=batch).astype(np.float32))
-    rewards[:4] = torch.tensor([0.0, 2.0, -30.0, 30.0])       # on the atoms, and clipped at both ends
+    rewards[:4] = torch.tensor([0.0, 2.0, -30.0, 30.0])  # on the atoms, and clipped at both ends
     discounts = torch.from_numpy(rng.choice([0.9, 0.81, 0.729], size=batch).astype(np.float32))
     terminated = torch.from_numpy((rng.random(batch) < 0.3).astype(np.float32))
     got = categorical_projection(next_probs, rewards, discounts, terminated, support)
@@ -60,34 +60,48 @@ def test_projection_matches_the_reference_loop():
 def test_projection_by_hand():
     support = torch.tensor([0.0, 1.0, 2.0])
     # a terminal transition with reward 0.5: all the mass at 0.5, split evenly between atoms 0 and 1
-    got = categorical_projection(torch.tensor([[0.2, 0.3, 0.5]]), torch.tensor([0.5]), torch.tensor([0.9]),
-                                 torch.tensor([1.0]), support)
+    got = categorical_projection(
+        torch.tensor([[0.2, 0.3, 0.5]]), torch.tensor([0.5]), torch.tensor([0.9]), torch.tensor([1.0]), support
+    )
     torch.testing.assert_close(got, torch.tensor([[0.5, 0.5, 0.0]]))
     # reward 1, discount 0.5: atoms 0, 1, 2 move to 1, 1.5, 2
-    got = categorical_projection(torch.tensor([[0.2, 0.3, 0.5]]), torch.tensor([1.0]), torch.tensor([0.5]),
-                                 torch.tensor([0.0]), support)
+    got = categorical_projection(
+        torch.tensor([[0.2, 0.3, 0.5]]), torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([0.0]), support
+    )
     torch.testing.assert_close(got, torch.tensor([[0.0, 0.2 + 0.15, 0.15 + 0.5]]))
 
 
 def make_c51(**kwargs) -> C51:
     network = functools.partial(CategoricalNetwork, hidden_sizes=[32])
-    return C51(OBS_SPACE, ACTION_SPACE, network, ADAM, total_steps=1000,
-               **algo_keys("c51", num_atoms=11, v_min=-5, v_max=5, **kwargs))
+    return C51(
+        OBS_SPACE,
+        ACTION_SPACE,
+        network,
+        ADAM,
+        total_steps=1000,
+        **algo_keys("c51", num_atoms=11, v_min=-5, v_max=5, **kwargs),
+    )
 
 
 def filled_buffer(n: int = 200, **kwargs) -> ReplayBuffer:
     rng = np.random.default_rng(0)
     buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, **kwargs)
     for _ in range(n):
-        buffer.add(rng.normal(size=(1, 4)), rng.integers(3, size=1), rng.normal(size=1),
-                   rng.normal(size=(1, 4)), rng.random(1) < 0.1, np.zeros(1, dtype=bool))
+        buffer.add(
+            rng.normal(size=(1, 4)),
+            rng.integers(3, size=1),
+            rng.normal(size=1),
+            rng.normal(size=(1, 4)),
+            rng.random(1) < 0.1,
+            np.zeros(1, dtype=bool),
+        )
     return buffer
 
 
 def test_action_values_are_the_means_of_the_distributions():
     agent = make_c51()
     obs = torch.randn(5, 4)
-    probs = agent.q_net(obs).softmax(dim=2)                                   # (5, 3, 11)
+    probs = agent.q_net(obs).softmax(dim=2)  # (5, 3, 11)
     torch.testing.assert_close(agent.action_values(obs), (probs * torch.linspace(-5, 5, 11)).sum(dim=2))
     actions, _ = agent.act(obs.numpy(), explore=False)
     assert actions.tolist() == agent.action_values(obs).argmax(dim=1).tolist()
@@ -117,10 +131,16 @@ def test_importance_weights_scale_each_samples_share_of_the_loss():
 
 
 def test_bad_support_is_refused():
-    with pytest.raises(ConfigError, match="algo.v_max=-20.0 must be greater than algo.v_min"):   # across keys: C51's
-        C51(OBS_SPACE, ACTION_SPACE, functools.partial(CategoricalNetwork, hidden_sizes=[8]), ADAM,
-            total_steps=10, **algo_keys("c51", v_max=-20.0))
-    with pytest.raises(ConfigError, match="algo.num_atoms=1 is out of range; expected an integer >= 2"):   # the schema's
+    with pytest.raises(ConfigError, match="algo.v_max=-20.0 must be greater than algo.v_min"):  # across keys: C51's
+        C51(
+            OBS_SPACE,
+            ACTION_SPACE,
+            functools.partial(CategoricalNetwork, hidden_sizes=[8]),
+            ADAM,
+            total_steps=10,
+            **algo_keys("c51", v_max=-20.0),
+        )
+    with pytest.raises(ConfigError, match="algo.num_atoms=1 is out of range; expected an integer >= 2"):  # the schema's
         validate_run_config(compose_config("algo=c51", "algo.num_atoms=1"))
 
 
@@ -139,6 +159,13 @@ def test_presets_span_their_envs_discounted_returns(algo, env):
 
 
 def test_c51_trains_from_the_command_line(tmp_path):
-    summary = run_training(tmp_path, "algo=c51", "env=cartpole", *TINY, "algo.learning_starts=100",
-                           "algo.train_every=50", "algo.gradient_steps=2")
+    summary = run_training(
+        tmp_path,
+        "algo=c51",
+        "env=cartpole",
+        *TINY,
+        "algo.learning_starts=100",
+        "algo.train_every=50",
+        "algo.gradient_steps=2",
+    )
     assert summary["status"] == "completed" and summary["updates"] > 0 and summary["algo"] == "c51"

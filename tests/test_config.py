@@ -19,8 +19,8 @@ ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 
 
 def env_action_kind(env: str) -> str:
-    env_id = compose_config(*env_overrides(env)).env.id   # composed: an alias file has no id
-    check_env_id(env_id)                                   # registers the ALE/ and MinAtar/ namespaces
+    env_id = compose_config(*env_overrides(env)).env.id  # composed: an alias file has no id
+    check_env_id(env_id)  # registers the ALE/ and MinAtar/ namespaces
     space = gym.make(env_id).action_space
     return "discrete" if isinstance(space, gym.spaces.Discrete) else "continuous"
 
@@ -53,7 +53,7 @@ def test_algo_env_pair_builds_or_fails_clearly(algo, env):
         assert vec_env.action_space.contains(actions.astype(vec_env.action_space.dtype))
         vec_env.close()
     else:
-        name = get_class(cfg.algo._target_).name   # a preset of another class (rainbow: c51) names the class
+        name = get_class(cfg.algo._target_).name  # a preset of another class (rainbow: c51) names the class
         with pytest.raises(ConfigError, match=f"algo={name} needs a"):
             build_components(cfg, torch.device("cpu"))
 
@@ -82,8 +82,10 @@ def test_command_line_network_and_buffer_choices_win_over_the_algorithm_defaults
 def test_a_sweep_over_algorithms_gives_each_job_its_algorithm_s_network_and_buffer(tmp_path):
     result = run_cli("-m", "algo=dqn,drqn", *TINY, "algo.learning_starts=100", f"hydra.sweep.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
-    jobs = {cfg.algo._target_.rsplit(".", 1)[1]: cfg
-            for cfg in map(OmegaConf.load, sorted(tmp_path.glob("*/.hydra/config.yaml")))}
+    jobs = {
+        cfg.algo._target_.rsplit(".", 1)[1]: cfg
+        for cfg in map(OmegaConf.load, sorted(tmp_path.glob("*/.hydra/config.yaml")))
+    }
     assert sorted(jobs) == ["DQN", "DRQN"], jobs.keys()
     assert jobs["DQN"].buffer._target_ == REPLAY and jobs["DRQN"].buffer._target_ == SEQUENCE
     assert jobs["DQN"].network._target_.endswith(".QNetwork")
@@ -100,7 +102,7 @@ def test_every_group_option_composes():
 NETWORKS = sorted(p.stem for p in (CONF_DIR / "network").glob("*.yaml"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def network_option(name: str) -> DictConfig:
     return compose_config(f"network={name}").network
 
@@ -113,48 +115,67 @@ def test_a_network_of_another_kind_is_refused_in_one_line_before_anything_is_bui
 
     cfg = compose_config(f"algo={algo}", "device=cpu", "buffer.capacity=100")
     algo_class = get_class(cfg.algo._target_)
-    action_space = (gym.spaces.Box(-1, 1, (1,)) if algo_class.capabilities.actions == "continuous"
-                    else gym.spaces.Discrete(2))
+    action_space = (
+        gym.spaces.Box(-1, 1, (1,)) if algo_class.capabilities.actions == "continuous" else gym.spaces.Discrete(2)
+    )
     fits = []
     for network in NETWORKS:
         cfg.network = network_option(network)
         try:
-            check_fit(cfg, action_space, lambda group: network if group == "network" else algo)
+            check_fit(cfg, action_space, lambda group, network=network: network if group == "network" else algo)
             fits.append(network)
         except ConfigError as error:
-            assert "\n" not in str(error) and f"network={network} builds" in str(error) \
-                and f"but algo={algo} builds on" in str(error), str(error)
-    assert cfg.algo and compose_config(f"algo={algo}").network.get("_target_") in \
-        [network_option(n).get("_target_") for n in fits], fits
-    for network in fits:   # what fits also builds
+            assert (
+                "\n" not in str(error)
+                and f"network={network} builds" in str(error)
+                and f"but algo={algo} builds on" in str(error)
+            ), str(error)
+    assert cfg.algo and compose_config(f"algo={algo}").network.get("_target_") in [
+        network_option(n).get("_target_") for n in fits
+    ], fits
+    for network in fits:  # what fits also builds
         env = "pendulum" if algo_class.capabilities.actions == "continuous" else "cartpole"
-        build_components(compose_config(f"algo={algo}", f"network={network}", f"env={env}", "device=cpu",
-                                        "buffer.capacity=100"), torch.device("cpu"))[1].close()
+        build_components(
+            compose_config(f"algo={algo}", f"network={network}", f"env={env}", "device=cpu", "buffer.capacity=100"),
+            torch.device("cpu"),
+        )[1].close()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["algo=dqn", "network=redq"], "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor"),
-    (["algo=dqn", "network=qr_dqn"], "but algo=dqn builds on rl_hydra.networks.mlp.QNetwork"),
-    (["algo=dqn", "network=iqn"], "builds rl_hydra.networks.quantile.ImplicitQuantileNetwork, but algo=dqn"),
-    (["algo=sac", "env=pendulum", "network=dqn"], "but algo=sac builds on actor: "),
-    (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence)"),
-    (["algo=dqn", "buffer=sequence"], "algo=dqn needs a transition buffer (buffer=replay)"),
-    (["algo=redq", "env=pendulum", "buffer=prioritized"], "needs an algo whose update returns per-sample priorities"),
-    (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
-    (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
-    (["algo=redq", "env=cartpole"], "algo=redq needs a continuous (Box) action space"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["algo=dqn", "network=redq"], "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor"),
+        (["algo=dqn", "network=qr_dqn"], "but algo=dqn builds on rl_hydra.networks.mlp.QNetwork"),
+        (["algo=dqn", "network=iqn"], "builds rl_hydra.networks.quantile.ImplicitQuantileNetwork, but algo=dqn"),
+        (["algo=sac", "env=pendulum", "network=dqn"], "but algo=sac builds on actor: "),
+        (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence)"),
+        (["algo=dqn", "buffer=sequence"], "algo=dqn needs a transition buffer (buffer=replay)"),
+        (
+            ["algo=redq", "env=pendulum", "buffer=prioritized"],
+            "needs an algo whose update returns per-sample priorities",
+        ),
+        (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
+        (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
+        (["algo=redq", "env=cartpole"], "algo=redq needs a continuous (Box) action space"),
+    ],
+)
 def test_groups_that_do_not_fit_are_refused_in_one_line_before_anything_is_built(args, message):
     with pytest.raises(ConfigError) as error:
         build_components(compose_config(*args, "device=cpu"), torch.device("cpu"))
     assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["algo=dqn", "network=redq"], "network=redq builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor"),
-    (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=replay"),
-    (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["algo=dqn", "network=redq"],
+            "network=redq builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor",
+        ),
+        (["algo=drqn", "buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=replay"),
+        (["algo=sac", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=sac"),
+    ],
+)
 def test_groups_that_do_not_fit_are_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
     from tests.test_run_record import cli
 
@@ -171,8 +192,13 @@ def python_defaults(target: type) -> dict:
     for klass in reversed(target.__mro__):
         init = klass.__dict__.get("__init__")
         if init is not None:
-            found.update({name: p.default for name, p in inspect.signature(init).parameters.items()
-                          if p.default is not inspect.Parameter.empty})
+            found.update(
+                {
+                    name: p.default
+                    for name, p in inspect.signature(init).parameters.items()
+                    if p.default is not inspect.Parameter.empty
+                }
+            )
     return found
 
 
@@ -190,19 +216,22 @@ def test_yaml_is_the_one_source_of_default_values(group):
     for path in sorted((CONF_DIR / group).glob("*.yaml")):
         if group != "algo" and not own_groups(path):
             continue
-        cfg = compose_config(f"{group}={path.stem}", "~algo_env",
-                             *(["env=pendulum"] if path.stem in ("redq", "sac") else []))
+        cfg = compose_config(
+            f"{group}={path.stem}", "~algo_env", *(["env=pendulum"] if path.stem in ("redq", "sac") else [])
+        )
         node = cfg[group]
-        for part in ([node] if "_target_" in node else [v for v in node.values() if isinstance(v, DictConfig)]):
+        for part in [node] if "_target_" in node else [v for v in node.values() if isinstance(v, DictConfig)]:
             if group == "algo" and getattr(get_class(part._target_), "name", path.stem) != path.stem:
-                continue   # a preset of another algorithm's class (droq, rainbow): its values are its own
+                continue  # a preset of another algorithm's class (droq, rainbow): its values are its own
             defaults = python_defaults(get_class(part._target_))
             values = OmegaConf.to_container(part, resolve=True)
             for key, default in defaults.items():
-                if key == "device":   # buffer.device: auto | cpu | cuda, which the build resolves to a torch device
+                if key == "device":  # buffer.device: auto | cpu | cuda, which the build resolves to a torch device
                     continue
                 if key in values and not (isinstance(values[key], dict) and "_target_" in values[key]):
                     default = list(default) if isinstance(default, tuple) else default
-                    assert default == values[key], f"{path.stem}: {key} = {default!r} in Python, {values[key]!r} in YAML"
+                    assert default == values[key], (
+                        f"{path.stem}: {key} = {default!r} in Python, {values[key]!r} in YAML"
+                    )
                     checked += 1
     assert checked

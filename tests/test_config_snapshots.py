@@ -37,17 +37,18 @@ from omegaconf import OmegaConf
 from tests.conftest import CONF_DIR, compose_config, run_cli
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "composed"
-FIXED_ENV = "gym"     # no preset is ever tuned for it: each algorithm's own values
-FIXED_ALGO = "dqn"    # the default algorithm: what `python train.py env=<env>` composes
+FIXED_ENV = "gym"  # no preset is ever tuned for it: each algorithm's own values
+FIXED_ALGO = "dqn"  # the default algorithm: what `python train.py env=<env>` composes
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 ENVS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
-PRESET_FILES = sorted(p.stem for p in (CONF_DIR / "algo_env").glob("*.yaml"))   # not base/
+PRESET_FILES = sorted(p.stem for p in (CONF_DIR / "algo_env").glob("*.yaml"))  # not base/
 
 
 def preset_pair(name: str) -> tuple[str, str] | None:
     """(algo, env) of the preset file algo_env/<name>.yaml, or None when no one pair fits its name."""
-    pairs = [(algo, name[len(algo) + 1:]) for algo in ALGOS
-             if name.startswith(algo + "_") and name[len(algo) + 1:] in ENVS]
+    pairs = [
+        (algo, name[len(algo) + 1 :]) for algo in ALGOS if name.startswith(algo + "_") and name[len(algo) + 1 :] in ENVS
+    ]
     return pairs[0] if len(pairs) == 1 else None
 
 
@@ -63,14 +64,19 @@ def fixture_path(algo: str, env: str) -> Path:
 
 def why(algo: str, env: str) -> str:
     """Why the pair is in the selection, for the fixture's header."""
-    reasons = [text for pairs, text in ((PRESETS, "its preset, algo_env/{a}_{e}.yaml"),
-                                        (ALGO_PAIRS, "algo={a}'s own values"),
-                                        (ENV_PAIRS, "env={e}'s own values"))
-               if (algo, env) in pairs]
+    reasons = [
+        text
+        for pairs, text in (
+            (PRESETS, "its preset, algo_env/{a}_{e}.yaml"),
+            (ALGO_PAIRS, "algo={a}'s own values"),
+            (ENV_PAIRS, "env={e}'s own values"),
+        )
+        if (algo, env) in pairs
+    ]
     return "; ".join(reasons).format(a=algo, e=env)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _composed(algo: str, env: str):
     return compose_config(f"algo={algo}", f"env={env}")
 
@@ -105,24 +111,29 @@ def regenerate() -> None:
     for stale in set(FIXTURES.glob("*.yaml")) - wanted:
         stale.unlink()
     for algo, env in PAIRS:
-        header = (f"# python train.py --cfg job algo={algo} env={env}\n"
-                  f"# selected for: {why(algo, env)}\n"
-                  f"# written by: python -m tests.test_config_snapshots --regenerate (do not edit by hand)\n")
+        header = (
+            f"# python train.py --cfg job algo={algo} env={env}\n"
+            f"# selected for: {why(algo, env)}\n"
+            f"# written by: python -m tests.test_config_snapshots --regenerate (do not edit by hand)\n"
+        )
         fixture_path(algo, env).write_text(header + OmegaConf.to_yaml(_composed(algo, env)))
 
 
 def test_every_preset_file_names_one_algo_env_pair():
     unmatched = [name for name in PRESET_FILES if preset_pair(name) is None]
-    assert not unmatched, (f"conf/algo_env/{{{','.join(unmatched)}}}.yaml: a preset's name must be "
-                           f"<algo>_<env> for exactly one algo option and one env option")
+    assert not unmatched, (
+        f"conf/algo_env/{{{','.join(unmatched)}}}.yaml: a preset's name must be "
+        f"<algo>_<env> for exactly one algo option and one env option"
+    )
 
 
 def test_the_selection_covers_every_algo_env_and_preset():
     assert {algo for algo, _ in PAIRS} == set(ALGOS)
     assert {env for _, env in PAIRS} == set(ENVS)
     assert set(PRESETS) <= set(PAIRS) and len(PRESETS) == len(PRESET_FILES)
-    assert not any(preset_pair(name) in ALGO_PAIRS for name in PRESET_FILES), \
+    assert not any(preset_pair(name) in ALGO_PAIRS for name in PRESET_FILES), (
         f"a preset for env={FIXED_ENV} hides an algorithm's own values: pick another FIXED_ENV"
+    )
 
 
 def test_an_algo_file_sets_only_algo_network_buffer_and_an_env_file_only_env():
@@ -143,8 +154,10 @@ def test_an_algo_file_sets_only_algo_network_buffer_and_an_env_file_only_env():
 def test_every_selected_pair_has_a_fixture_and_every_fixture_a_pair():
     have = {p.name for p in FIXTURES.glob("*.yaml")}
     want = {fixture_path(algo, env).name for algo, env in PAIRS}
-    assert have == want, (f"missing fixtures: {sorted(want - have)}, stale fixtures: {sorted(have - want)}; "
-                          f"run: python -m tests.test_config_snapshots --regenerate")
+    assert have == want, (
+        f"missing fixtures: {sorted(want - have)}, stale fixtures: {sorted(have - want)}; "
+        f"run: python -m tests.test_config_snapshots --regenerate"
+    )
 
 
 @pytest.mark.parametrize("algo, env", PAIRS)
@@ -153,9 +166,11 @@ def test_composed_config_equals_the_fixture(algo, env):
     if not path.is_file():
         pytest.fail(f"no fixture {path}; run: python -m tests.test_config_snapshots --regenerate")
     differences = differing_keys(yaml.safe_load(path.read_text()), composed(algo, env))
-    assert not differences, (f"algo={algo} env={env} composes differently from {path.name}:\n  "
-                             + "\n  ".join(differences)
-                             + "\n(a deliberate change? python -m tests.test_config_snapshots --regenerate)")
+    assert not differences, (
+        f"algo={algo} env={env} composes differently from {path.name}:\n  "
+        + "\n  ".join(differences)
+        + "\n(a deliberate change? python -m tests.test_config_snapshots --regenerate)"
+    )
 
 
 def test_train_py_cfg_job_prints_the_fixture():

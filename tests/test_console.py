@@ -17,8 +17,8 @@ from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from tests.conftest import CONF_DIR, TINY, run_training
 
-
 # --- the progress bar ------------------------------------------------------------------------
+
 
 def train_with_bar(tmp_path, capsys, caplog, *overrides: str) -> tuple[dict, str, list[tuple[str, str]]]:
     """Train a tiny run with the bar on; returns the summary, everything written to stderr and,
@@ -50,7 +50,7 @@ def test_the_bar_shows_one_named_rate_and_ends_its_line_before_the_last_log_line
     _, stderr, seen = train_with_bar(tmp_path, capsys, caplog)
     bar = last_bar(stderr)
     assert "100%" in bar and "300/300" in bar and "eval return" in bar
-    assert re.findall(r"steps?/s|sps", bar) == ["steps/s"]   # not tqdm's own rate beside it
+    assert re.findall(r"steps?/s|sps", bar) == ["steps/s"]  # not tqdm's own rate beside it
     # the lines logged once the loop is over: the bar has ended its line, they start lines of their own
     after_the_loop = [text for line, text in seen if re.match(r"checkpoint .*last\.pt at step 300 |finished", line)]
     assert len(after_the_loop) == 2
@@ -71,18 +71,29 @@ FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
 ACTIONS = gym.spaces.Discrete(2)
 
 
-@pytest.mark.parametrize("make, kind", [
-    (lambda: ReplayBuffer(100, VECTOR, ACTIONS), "uniform replay buffer: 100 transitions x"),
-    (lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3),
-     "uniform replay buffer (3-step returns, frames stored once): 100 transitions x"),
-    (lambda: PrioritizedReplayBuffer(100, VECTOR, ACTIONS, n_step=3, sum_tree="numpy", beta_steps=100),
-     "prioritized replay buffer (3-step returns): 100 transitions x"),
-    (lambda: PrioritizedReplayBuffer(100, FRAMES, ACTIONS, sum_tree="numpy", beta_steps=100),
-     "prioritized replay buffer (frames stored once): 100 transitions x"),
-    (lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS), "sequence buffer (16-step chunks): 10 chunks x"),
-    (lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS),
-     "sequence buffer (16-step chunks, frames stored once): 10 chunks x"),
-])
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (lambda: ReplayBuffer(100, VECTOR, ACTIONS), "uniform replay buffer: 100 transitions x"),
+        (
+            lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3),
+            "uniform replay buffer (3-step returns, frames stored once): 100 transitions x",
+        ),
+        (
+            lambda: PrioritizedReplayBuffer(100, VECTOR, ACTIONS, n_step=3, sum_tree="numpy", beta_steps=100),
+            "prioritized replay buffer (3-step returns): 100 transitions x",
+        ),
+        (
+            lambda: PrioritizedReplayBuffer(100, FRAMES, ACTIONS, sum_tree="numpy", beta_steps=100),
+            "prioritized replay buffer (frames stored once): 100 transitions x",
+        ),
+        (lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS), "sequence buffer (16-step chunks): 10 chunks x"),
+        (
+            lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS),
+            "sequence buffer (16-step chunks, frames stored once): 10 chunks x",
+        ),
+    ],
+)
 def test_the_buffer_line_names_the_kind_of_buffer(caplog, make, kind):
     with caplog.at_level(logging.INFO, logger="rl_hydra"):
         buffer = make()
@@ -92,22 +103,30 @@ def test_the_buffer_line_names_the_kind_of_buffer(caplog, make, kind):
 
 # --- where the tracking runs went -------------------------------------------------------------
 
+
 def test_mlflow_says_where_its_run_went_and_keeps_its_store_setup_quiet(tmp_path, monkeypatch, capfd, caplog):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with caplog.at_level(logging.INFO, logger="rl_hydra"):
-        run_training(tmp_path / "run", *TINY, "train.total_steps=50", "train.eval_every=50",
-                     "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={uri}")
+        run_training(
+            tmp_path / "run",
+            *TINY,
+            "train.total_steps=50",
+            "train.eval_every=50",
+            "logger=[csv,mlflow]",
+            f"logger.mlflow.tracking_uri={uri}",
+        )
     run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["mlflow"]["run_id"]
     from rl_hydra.loggers.mlflow import ui_installed
 
-    needs = "" if ui_installed() else " (the UI needs the full package first: pip install mlflow)"   # mlflow-skinny
-    assert (f"MLflow run {run_id} (experiment rl-hydra) in {uri}; see it with: "
-            f"mlflow ui --backend-store-uri {uri}{needs}\n") in caplog.text
+    needs = "" if ui_installed() else " (the UI needs the full package first: pip install mlflow)"  # mlflow-skinny
+    assert (
+        f"MLflow run {run_id} (experiment rl-hydra) in {uri}; see it with: mlflow ui --backend-store-uri {uri}{needs}\n"
+    ) in caplog.text
     assert "Creating initial MLflow database tables" not in capfd.readouterr().err
     setup = logging.getLogger("mlflow.store.db.utils")
-    assert not setup.isEnabledFor(logging.INFO) and setup.isEnabledFor(logging.WARNING)   # warnings still show
+    assert not setup.isEnabledFor(logging.INFO) and setup.isEnabledFor(logging.WARNING)  # warnings still show
 
 
 def test_an_online_wandb_run_logs_its_id_and_address(caplog):
@@ -123,9 +142,11 @@ def test_an_online_wandb_run_logs_its_id_and_address(caplog):
 
 # --- the joblib launcher's opening line --------------------------------------------------------
 
-JOBLIB_LINE = ("Joblib.Parallel(n_jobs={},backend=loky,prefer=processes,require=None,verbose=0,timeout=None,"
-               "pre_dispatch=2*n_jobs,batch_size=auto,temp_folder=None,max_nbytes=None,mmap_mode=r) "
-               "is launching 4 jobs")
+JOBLIB_LINE = (
+    "Joblib.Parallel(n_jobs={},backend=loky,prefer=processes,require=None,verbose=0,timeout=None,"
+    "pre_dispatch=2*n_jobs,batch_size=auto,temp_folder=None,max_nbytes=None,mmap_mode=r) "
+    "is launching 4 jobs"
+)
 
 
 @pytest.mark.parametrize("n_jobs, said", [(2, "launching 4 jobs, 2 at a time"), (-1, "launching 4 jobs, ")])

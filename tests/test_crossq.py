@@ -30,19 +30,31 @@ EPS = 0.001
 def make_agent(*overrides: str) -> CrossQ:
     cfg = compose_config("algo=crossq", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
     torch.manual_seed(0)
-    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=ACTION_SPACE,
-                       network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    return instantiate(
+        agent_node(cfg),
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
 
 
 def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
     g = torch.Generator().manual_seed(seed)
     low, high = torch.as_tensor(ACTION_SPACE.low), torch.as_tensor(ACTION_SPACE.high)
-    return Batch(obs=torch.randn(batch_size, 3, generator=g),
-                 actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
-                 rewards=torch.randn(batch_size, generator=g), next_obs=torch.randn(batch_size, 3, generator=g),
-                 terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
-                 truncated=torch.zeros(batch_size), discounts=torch.full((batch_size,), 0.99),
-                 weights=torch.ones(batch_size), indices=torch.arange(batch_size))
+    return Batch(
+        obs=torch.randn(batch_size, 3, generator=g),
+        actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
+        rewards=torch.randn(batch_size, generator=g),
+        next_obs=torch.randn(batch_size, 3, generator=g),
+        terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
+        truncated=torch.zeros(batch_size),
+        discounts=torch.full((batch_size,), 0.99),
+        weights=torch.ones(batch_size),
+        indices=torch.arange(batch_size),
+    )
 
 
 # --- batch renormalization against numpy -------------------------------------------------------
@@ -62,7 +74,7 @@ def renorm_numpy(x, running_mean, running_var, scale, bias, warm, r_max=3.0, d_m
 def brn_with_state(shape, warmup_steps, steps, seed=0):
     g = torch.Generator().manual_seed(seed)
     layer = BatchRenorm(shape[-1], shape[0] if len(shape) == 2 else None, warmup_steps=warmup_steps)
-    with torch.no_grad():   # running statistics far from a standard batch's, so r and d clip in places
+    with torch.no_grad():  # running statistics far from a standard batch's, so r and d clip in places
         layer.running_mean.copy_(3.0 * torch.randn(shape, generator=g))
         layer.running_var.copy_(torch.rand(shape, generator=g) * 4.0 + 0.01)
         layer.scale.copy_(torch.rand(shape, generator=g) + 0.5)
@@ -71,21 +83,22 @@ def brn_with_state(shape, warmup_steps, steps, seed=0):
     return layer
 
 
-@pytest.mark.parametrize("shape", [(5,), (3, 5)])   # one network, an ensemble of 3
+@pytest.mark.parametrize("shape", [(5,), (3, 5)])  # one network, an ensemble of 3
 @pytest.mark.parametrize("warm", [False, True])
 def test_training_mode_is_ioffe_s_algorithm_with_r_and_d_clipped_after_warmup(shape, warm):
     layer = brn_with_state(shape, warmup_steps=10, steps=10 if warm else 9)
     layer.train(True)
     x = torch.randn(*shape[:-1], 64, shape[-1], generator=torch.Generator().manual_seed(1)) * 2 + 1
     before = {k: v.double().numpy() for k, v in layer.state_dict().items()}
-    expected, mean, var = renorm_numpy(x.double().numpy(), before["running_mean"], before["running_var"],
-                                       before["scale"], before["bias"], warm)
+    expected, mean, var = renorm_numpy(
+        x.double().numpy(), before["running_mean"], before["running_var"], before["scale"], before["bias"], warm
+    )
     y = layer(x)
     np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.running_mean.numpy(), mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(layer.running_var.numpy(), var, rtol=1e-5, atol=1e-6)
     assert int(layer.steps) == (11 if warm else 10)
-    if warm:   # the case is one where clipping matters: r and d as computed unclipped would differ
+    if warm:  # the case is one where clipping matters: r and d as computed unclipped would differ
         sigma = np.sqrt(before["running_var"] + EPS)
         x64 = x.double().numpy()
         r = x64.std(axis=-2) / sigma
@@ -101,7 +114,7 @@ def test_r_and_d_carry_no_gradient():
     layer = brn_with_state((4,), warmup_steps=0, steps=0)
     with torch.no_grad():
         layer.running_mean.zero_()
-        layer.running_var.fill_(4.0)   # |d| < d_max and 1/3 < r < 3 below: neither clipped
+        layer.running_var.fill_(4.0)  # |d| < d_max and 1/3 < r < 3 below: neither clipped
         layer.scale.fill_(1.0)
         layer.bias.zero_()
     layer.train(True)
@@ -134,7 +147,12 @@ def test_batch_statistics_switches_only_inside_the_block_and_networks_rest_in_in
         assert [layer.training for layer in layers] == [False] * 3 + [True] * 3
     assert not any(layer.training for layer in layers)
     assert {k for k in critic.state_dict() if k.startswith("norms.0.")} == {
-        "norms.0.scale", "norms.0.bias", "norms.0.running_mean", "norms.0.running_var", "norms.0.steps"}
+        "norms.0.scale",
+        "norms.0.bias",
+        "norms.0.running_mean",
+        "norms.0.running_var",
+        "norms.0.steps",
+    }
 
 
 def test_the_critic_ensemble_member_is_brn_linear_relu_brn_linear():
@@ -148,13 +166,15 @@ def test_the_critic_ensemble_member_is_brn_linear_relu_brn_linear():
             norm.scale.uniform_(0.5, 1.5)
     member = 1
 
-    def brn(norm, h):   # inference mode for member 1, by hand
-        return (norm.scale[member] * (h - norm.running_mean[member]) / (norm.running_var[member] + EPS).sqrt()
-                + norm.bias[member])
+    def brn(norm, h):  # inference mode for member 1, by hand
+        return (
+            norm.scale[member] * (h - norm.running_mean[member]) / (norm.running_var[member] + EPS).sqrt()
+            + norm.bias[member]
+        )
 
     w0, w1 = critic.ensemble.weights[0][member], critic.ensemble.weights[1][member]
     b0, b1 = critic.ensemble.biases[0][member], critic.ensemble.biases[1][member]
-    expected = brn(norm1, torch.relu(brn(norm0, x) @ w0 + b0)) @ w1 + b1            # (6, 1)
+    expected = brn(norm1, torch.relu(brn(norm0, x) @ w0 + b0)) @ w1 + b1  # (6, 1)
     torch.testing.assert_close(critic(x[:, :2], x[:, 2:])[:, member], expected[:, 0])
 
 
@@ -164,8 +184,9 @@ def test_the_target_by_hand():
     next_q = torch.tensor([[3.0, 5.0], [7.0, 4.0]])
     next_log_prob = torch.tensor([-1.0, 0.5])
     # row 0: 1 + 0.9 * (min(3, 5) - 0.2 * -1) = 3.88; row 1 is terminal: -2
-    torch.testing.assert_close(crossq_target(rewards, terminated, next_q, next_log_prob, 0.2, 0.9),
-                               torch.tensor([3.88, -2.0]))
+    torch.testing.assert_close(
+        crossq_target(rewards, terminated, next_q, next_log_prob, 0.2, 0.9), torch.tensor([3.88, -2.0])
+    )
 
 
 def test_one_joint_pass_of_the_live_critic_gives_both_halves_and_their_shared_statistics():
@@ -173,18 +194,19 @@ def test_one_joint_pass_of_the_live_critic_gives_both_halves_and_their_shared_st
     assert not hasattr(agent, "critic_target") and "critic_target" not in agent.state_dict()
     batch = random_batch()
     critic, actor = copy.deepcopy(agent.critic), copy.deepcopy(agent.actor)
-    noise = torch.randn((32, 2), generator=copy.deepcopy(agent.generator))   # the update's draw for a'
+    noise = torch.randn((32, 2), generator=copy.deepcopy(agent.generator))  # the update's draw for a'
     calls = []
     agent.critic.register_forward_hook(lambda module, args, out: calls.append((len(args[0]), module.norms[0].training)))
     metrics = agent.update(batch)
-    assert calls == [(64, True)]   # one training-mode pass of 2B rows; no actor update at update 1 of 3
+    assert calls == [(64, True)]  # one training-mode pass of 2B rows; no actor update at update 1 of 3
     # by hand: a' from the actor's running statistics, both halves through a copy of the critic at once
     with torch.no_grad():
         next_actions, next_log_prob = actor.sample(batch.next_obs, noise=noise)
-        joint = torch.cat([torch.cat([batch.obs, actor.from_env(batch.actions)], 1),
-                           torch.cat([batch.next_obs, next_actions], 1)])                   # (2B, 5)
+        joint = torch.cat(
+            [torch.cat([batch.obs, actor.from_env(batch.actions)], 1), torch.cat([batch.next_obs, next_actions], 1)]
+        )  # (2B, 5)
         with batch_statistics(critic):
-            q = critic(joint[:, :3], joint[:, 3:])                                           # (2B, 2)
+            q = critic(joint[:, :3], joint[:, 3:])  # (2B, 2)
     targets = batch.rewards + 0.99 * (1 - batch.terminated) * (q[32:].min(1).values - next_log_prob)  # alpha = 1
     loss = (q[:32] - targets[:, None]).pow(2).mean(0).sum()
     torch.testing.assert_close(metrics["critic_loss"], loss)
@@ -210,8 +232,8 @@ def test_the_actor_and_alpha_update_on_every_dth_update_and_only_the_actor_pass_
         alphas.append(agent.log_alpha.item() != alpha)
         assert ("actor_loss" in metrics) == (i >= 2)
     assert moved == alphas == [False, False, True, False, False, True, False]
-    assert {int(layer.steps) for layer in renorm_layers(agent.actor)} == {2}    # the actor's own passes
-    assert {int(layer.steps) for layer in renorm_layers(agent.critic)} == {7}   # one joint pass per update
+    assert {int(layer.steps) for layer in renorm_layers(agent.actor)} == {2}  # the actor's own passes
+    assert {int(layer.steps) for layer in renorm_layers(agent.critic)} == {7}  # one joint pass per update
     assert not any(layer.training for layer in renorm_layers(agent.actor, agent.critic))
 
 
@@ -225,11 +247,11 @@ def test_acting_uses_the_running_statistics_and_leaves_them_alone():
     greedy = agent.act(obs, explore=False)[0]
     for key in ("actor", "critic"):
         assert all(torch.equal(v, agent.state_dict()[key][k]) for k, v in state[key].items())
-    with torch.no_grad():   # tanh of the mean with inference-mode layers, row by row as in a batch
+    with torch.no_grad():  # tanh of the mean with inference-mode layers, row by row as in a batch
         mean, _ = agent.actor(torch.as_tensor(obs[:1]))
         np.testing.assert_allclose(greedy[:1], agent.actor.to_env(torch.tanh(mean)).numpy(), rtol=1e-6)
     assert np.all((explored >= ACTION_SPACE.low) & (explored <= ACTION_SPACE.high))
-    np.testing.assert_allclose(agent.act(obs[:1], explore=False)[0], greedy[:1], rtol=1e-5, atol=1e-6)   # one row alone
+    np.testing.assert_allclose(agent.act(obs[:1], explore=False)[0], greedy[:1], rtol=1e-5, atol=1e-6)  # one row alone
 
 
 def test_state_dict_keeps_the_running_statistics_and_round_trips_through_a_weights_only_checkpoint():
@@ -243,7 +265,7 @@ def test_state_dict_keeps_the_running_statistics_and_round_trips_through_a_weigh
     torch.save(state, buffer)
     buffer.seek(0)
     clone = make_agent("seed=1")
-    clone.update(random_batch(seed=9))   # diverge before loading
+    clone.update(random_batch(seed=9))  # diverge before loading
     clone.load_state_dict(torch.load(buffer, weights_only=True))
     for i in range(4, 7):
         expected, got = agent.update(random_batch(seed=i)), clone.update(random_batch(seed=i))
@@ -253,32 +275,45 @@ def test_state_dict_keeps_the_running_statistics_and_round_trips_through_a_weigh
 
 
 # --- what fits, and bad input ---------------------------------------------------------------------------
-@pytest.mark.parametrize("args, message", [
-    (["algo=crossq", "env=cartpole"], "algo=crossq needs a continuous (Box) action space but the env has Discrete(2)"),
-    (["algo=crossq", "env=pendulum", "network=redq"],
-     "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
-     "rl_hydra.networks.actor_critic.CriticEnsemble, but algo=crossq builds on actor: "
-     "rl_hydra.networks.crossq.BatchRenormActor, critic: rl_hydra.networks.crossq.BatchRenormCriticEnsemble"),
-    (["algo=sac", "env=pendulum", "network=crossq"],   # SAC's target critics know no renormalization
-     "builds actor: rl_hydra.networks.crossq.BatchRenormActor, critic: rl_hydra.networks.crossq."
-     "BatchRenormCriticEnsemble, but algo=sac builds on actor: "),
-    (["algo=crossq", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=crossq"),
-    (["algo=crossq", "env=pendulum", "buffer=prioritized"], "needs an algo whose update returns per-sample"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["algo=crossq", "env=cartpole"],
+            "algo=crossq needs a continuous (Box) action space but the env has Discrete(2)",
+        ),
+        (
+            ["algo=crossq", "env=pendulum", "network=redq"],
+            "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
+            "rl_hydra.networks.actor_critic.CriticEnsemble, but algo=crossq builds on actor: "
+            "rl_hydra.networks.crossq.BatchRenormActor, critic: rl_hydra.networks.crossq.BatchRenormCriticEnsemble",
+        ),
+        (
+            ["algo=sac", "env=pendulum", "network=crossq"],  # SAC's target critics know no renormalization
+            "builds actor: rl_hydra.networks.crossq.BatchRenormActor, critic: rl_hydra.networks.crossq."
+            "BatchRenormCriticEnsemble, but algo=sac builds on actor: ",
+        ),
+        (["algo=crossq", "env=pendulum", "algo.n_step=3"], "algo.n_step=3 is not supported by algo=crossq"),
+        (["algo=crossq", "env=pendulum", "buffer=prioritized"], "needs an algo whose update returns per-sample"),
+    ],
+)
 def test_groups_that_do_not_fit_are_refused_in_one_line(args, message):
     with pytest.raises(ConfigError) as error:
         build_components(compose_config(*args, "device=cpu"), torch.device("cpu"))
     assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["algo.batch_size=1"], "algo.batch_size=1 is out of range; expected an integer >= 2"),
-    (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
-    (["network.critic.momentum=0"], "network.critic.momentum=0.0 is out of range; expected a number > 0.0"),
-    (["network.actor.r_max=0.5"], "network.actor.r_max=0.5 is out of range; expected a number >= 1.0"),
-    (["network.critic.warmup_steps=-1"], "network.critic.warmup_steps=-1 is out of range"),
-    (["network.critic.activation=swish"], "network.critic.activation='swish' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.batch_size=1"], "algo.batch_size=1 is out of range; expected an integer >= 2"),
+        (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
+        (["network.critic.momentum=0"], "network.critic.momentum=0.0 is out of range; expected a number > 0.0"),
+        (["network.actor.r_max=0.5"], "network.actor.r_max=0.5 is out of range; expected a number >= 1.0"),
+        (["network.critic.warmup_steps=-1"], "network.critic.warmup_steps=-1 is out of range"),
+        (["network.critic.activation=swish"], "network.critic.activation='swish' is not allowed"),
+    ],
+)
 def test_bad_config_fails_before_training(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         run_training(tmp_path, "algo=crossq", "env=pendulum", *TINY, *overrides)
@@ -290,8 +325,16 @@ def test_bad_config_fails_before_training(tmp_path, overrides, message):
 def test_tiny_training_run(tmp_path):
     from rl_hydra import load_run, train
 
-    summary = train("algo=crossq", "env=pendulum", *TINY, *SMALL_NET, "algo.learning_starts=100",
-                    "algo.batch_size=32", "algo.policy_delay=3", run_dir=tmp_path).summary
+    summary = train(
+        "algo=crossq",
+        "env=pendulum",
+        *TINY,
+        *SMALL_NET,
+        "algo.learning_starts=100",
+        "algo.batch_size=32",
+        "algo.policy_delay=3",
+        run_dir=tmp_path,
+    ).summary
     assert summary["status"] == "completed" and summary["global_step"] == 300 and summary["updates"] == 201
     with open(tmp_path / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
@@ -301,9 +344,9 @@ def test_tiny_training_run(tmp_path):
     run = load_run(tmp_path, checkpoint="last")
     obs = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -2.0]], np.float32)
     steps = [int(layer.steps) for layer in renorm_layers(run.agent.actor, run.agent.critic)]
-    assert steps == [67] * 3 + [201] * 3   # the actor every 3rd of 201 updates
+    assert steps == [67] * 3 + [201] * 3  # the actor every 3rd of 201 updates
     np.testing.assert_array_equal(run.predict(obs), run.predict(obs))
-    np.testing.assert_allclose(run.predict(obs[1]), run.predict(obs)[1], rtol=1e-5, atol=1e-6)   # no batch statistics
+    np.testing.assert_allclose(run.predict(obs[1]), run.predict(obs)[1], rtol=1e-5, atol=1e-6)  # no batch statistics
 
 
 def test_compile_is_refused_in_one_line(tmp_path):
@@ -311,7 +354,7 @@ def test_compile_is_refused_in_one_line(tmp_path):
         run_training(tmp_path, "algo=crossq", "env=pendulum", *TINY, *SMALL_NET, "compile=true")
 
 
-@pytest.mark.slow   # needs the bench extra (sb3-contrib); about 10 s
+@pytest.mark.slow  # needs the bench extra (sb3-contrib); about 10 s
 def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise(monkeypatch):
     """Six updates (two of them the delayed actor and temperature steps) from sb3-contrib's initial
     weights, on the same batches and standard normal draws, end where sb3-contrib's do: critics to 3e-4,
@@ -332,21 +375,41 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
     sb3_contrib = pytest.importorskip("sb3_contrib")
     monkeypatch.setattr(actor_critic, "squashed_gaussian_log_prob", sb3_squashed_gaussian_log_prob)
     env, size = gym.make("MountainCarContinuous-v0"), 4096
-    peer = sb3_contrib.CrossQ("MlpPolicy", env, learning_rate=1e-3, batch_size=size, policy_delay=3,
-                              policy_kwargs={"net_arch": [16, 16]}, seed=0, device="cpu")
-    cfg = compose_config("algo=crossq", "env=mountain_car_continuous", "~algo_env",
-                         "network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]",
-                         "algo.policy_delay=3",
-                         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
-    agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
-                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
-    copy_squashed_gaussian_actor(agent.actor, peer.actor)   # the normalization layers start alike
-    critics = [(agent.critic.ensemble, peer.critic)]   # no target critics
+    peer = sb3_contrib.CrossQ(
+        "MlpPolicy",
+        env,
+        learning_rate=1e-3,
+        batch_size=size,
+        policy_delay=3,
+        policy_kwargs={"net_arch": [16, 16]},
+        seed=0,
+        device="cpu",
+    )
+    cfg = compose_config(
+        "algo=crossq",
+        "env=mountain_car_continuous",
+        "~algo_env",
+        "network.actor.hidden_sizes=[16,16]",
+        "network.critic.hidden_sizes=[16,16]",
+        "algo.policy_delay=3",
+        *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")),
+    )
+    agent = instantiate(
+        agent_node(cfg),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
+    copy_squashed_gaussian_actor(agent.actor, peer.actor)  # the normalization layers start alike
+    critics = [(agent.critic.ensemble, peer.critic)]  # no target critics
     copy_critics(critics)
     start = {"actor": copy.deepcopy(agent.actor.body[1].weight), "critic": agent.critic.ensemble.weights[1].clone()}
     batches = made_up_batches(6, size)
     serve(peer, batches)
-    torch.manual_seed(7)   # both draw the next actions' noise, then (on actor steps) the current ones'
+    torch.manual_seed(7)  # both draw the next actions' noise, then (on actor steps) the current ones'
     peer.train(gradient_steps=6, batch_size=size)
     agent.generator.manual_seed(7)
     for batch in batches:
@@ -363,8 +426,9 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
 def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
     """The preset as `python train.py algo=crossq env=pendulum` runs it: 20k steps, several minutes
     on one core. The 5-seed figures: docs/continuous_results.md."""
-    summary = run_training(tmp_path, "algo=crossq", "env=pendulum", f"seed={seed}", "train.progress=false",
-                           "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path, "algo=crossq", "env=pendulum", f"seed={seed}", "train.progress=false", "checkpoint.save_buffer=false"
+    )
     assert summary["global_step"] == 20000
     assert summary["eval_return_mean"] >= -200
 
@@ -385,11 +449,13 @@ def test_the_benchmark_s_sb3_contrib_defaults_are_the_installed_ones():
     import zoo
 
     signature = inspect.signature(PeerCrossQ.__init__).parameters
-    assert {k: signature[k].default for k in zoo.SB3_DEFAULTS["crossq"] if k != "tau"} == \
-        {k: v for k, v in zoo.SB3_DEFAULTS["crossq"].items() if k != "tau"}
+    assert {k: signature[k].default for k in zoo.SB3_DEFAULTS["crossq"] if k != "tau"} == {
+        k: v for k, v in zoo.SB3_DEFAULTS["crossq"].items() if k != "tau"
+    }
     policy = inspect.signature(CrossQPolicy.__init__).parameters
-    assert {k: policy[k].default for k in zoo.CROSSQ_POLICY if k != "net_arch"} == \
-        {k: v for k, v in zoo.CROSSQ_POLICY.items() if k != "net_arch"}
+    assert {k: policy[k].default for k in zoo.CROSSQ_POLICY if k != "net_arch"} == {
+        k: v for k, v in zoo.CROSSQ_POLICY.items() if k != "net_arch"
+    }
     model = PeerCrossQ("MlpPolicy", "Pendulum-v1", device="cpu")
     assert model.tau == zoo.SB3_DEFAULTS["crossq"]["tau"] and model.policy.net_arch == zoo.CROSSQ_POLICY["net_arch"]
     assert model.actor.optimizer.defaults["betas"] == zoo.CROSSQ_BETAS == model.critic.optimizer.defaults["betas"]

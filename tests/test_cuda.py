@@ -22,11 +22,27 @@ from tests.conftest import TINY, compose_config, run_training
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
 TINY_CUDA = [o for o in TINY if not o.startswith("device=")] + ["device=cuda"]
-CASES = {"dqn": ["algo=dqn", "env=cartpole", "algo.learning_starts=100", "algo.train_every=50",
-                 "algo.gradient_steps=2", "network.hidden_sizes=[32,32]"],
-         "redq": ["algo=redq", "env=pendulum", "~algo_env", "algo.learning_starts=100", "algo.batch_size=32",
-                  "algo.gradient_steps=2", "algo.policy_delay=2", "network.actor.hidden_sizes=[32,32]",
-                  "network.critic.hidden_sizes=[32,32]"]}
+CASES = {
+    "dqn": [
+        "algo=dqn",
+        "env=cartpole",
+        "algo.learning_starts=100",
+        "algo.train_every=50",
+        "algo.gradient_steps=2",
+        "network.hidden_sizes=[32,32]",
+    ],
+    "redq": [
+        "algo=redq",
+        "env=pendulum",
+        "~algo_env",
+        "algo.learning_starts=100",
+        "algo.batch_size=32",
+        "algo.gradient_steps=2",
+        "algo.policy_delay=2",
+        "network.actor.hidden_sizes=[32,32]",
+        "network.critic.hidden_sizes=[32,32]",
+    ],
+}
 
 
 def cpu_summary(tmp_path, algo: str) -> dict:
@@ -68,16 +84,26 @@ def test_dqn_keeps_networks_optimizer_and_buffer_on_the_gpu(tmp_path):
 def test_redq_keeps_networks_optimizers_and_buffer_on_the_gpu(tmp_path):
     agent, buffer, runner = tiny_run(tmp_path, *CASES["redq"])
     assert runner.global_step == 300 and agent.updates > 0
-    assert all_on_cuda(*agent.actor.parameters(), *agent.critic.parameters(), *agent.critic_target.parameters(),
-                       agent.log_alpha)
+    assert all_on_cuda(
+        *agent.actor.parameters(), *agent.critic.parameters(), *agent.critic_target.parameters(), agent.log_alpha
+    )
     for optimizer in (agent.actor_optimizer, agent.critic_optimizer, agent.alpha_optimizer):
         assert all_on_cuda(*optimizer_tensors(optimizer))
     assert all_on_cuda(*buffer.storage.values()) and agent.generator.device.type == "cuda"
 
 
-CONTINUOUS = {algo: ["env=pendulum", f"algo={algo}", "~algo_env", "algo.learning_starts=100", "algo.batch_size=32",
-                     "network.actor.hidden_sizes=[32,32]", "network.critic.hidden_sizes=[32,32]"]
-              for algo in ("tqc", "td3", "crossq")}
+CONTINUOUS = {
+    algo: [
+        "env=pendulum",
+        f"algo={algo}",
+        "~algo_env",
+        "algo.learning_starts=100",
+        "algo.batch_size=32",
+        "network.actor.hidden_sizes=[32,32]",
+        "network.critic.hidden_sizes=[32,32]",
+    ]
+    for algo in ("tqc", "td3", "crossq")
+}
 
 
 @needs_cuda
@@ -95,12 +121,13 @@ def test_the_continuous_family_trains_on_the_gpu_and_its_run_loads_on_the_cpu(tm
     assert all_on_cuda(*(t for o in optimizers for t in optimizer_tensors(o)))
     assert all_on_cuda(*buffer.storage.values())
 
-    run = train(*TINY_CUDA, *CONTINUOUS[algo], run_dir=tmp_path / "run")   # the path train.py takes
+    run = train(*TINY_CUDA, *CONTINUOUS[algo], run_dir=tmp_path / "run")  # the path train.py takes
     assert run.summary["updates"] == run_training(tmp_path / "cpu", *TINY, *CONTINUOUS[algo])["updates"]
     on_gpu, on_cpu = load_run(tmp_path / "run", device="cuda"), load_run(tmp_path / "run", device="cpu")
     obs = torch.rand(5, 3).numpy() * 2 - 1
-    torch.testing.assert_close(torch.as_tensor(on_gpu.predict(obs)), torch.as_tensor(on_cpu.predict(obs)),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.as_tensor(on_gpu.predict(obs)), torch.as_tensor(on_cpu.predict(obs)), rtol=1e-4, atol=1e-5
+    )
 
 
 @needs_cuda
@@ -117,7 +144,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         obs = next_obs
     for transition in transitions[:-10]:
         buffer.add(*transition)
-    for _ in range(cuda_graph.WARMUP + 2):   # lazy optimizer state, cuBLAS, the gradient step's CUDA graph
+    for _ in range(cuda_graph.WARMUP + 2):  # lazy optimizer state, cuBLAS, the gradient step's CUDA graph
         runner.update_on(buffer.sample(agent.batch_size))
     runner.monitor.check_device(runner.global_step)
     torch.cuda.synchronize()
@@ -145,11 +172,21 @@ def diverging_update(tmp_path, monkeypatch, on_device: bool) -> tuple[int, int]:
     """(step, update) named by the error of a run whose loss blows up within a few updates."""
     if on_device:  # every metric treated as living on an accelerator: the deferred check runs on the CPU
         monkeypatch.setattr(monitor_module, "is_on_host", lambda value: not torch.is_tensor(value))
-        monkeypatch.setattr(runner_module, "UpdateMonitor",
-                            lambda agent_on_cpu, hint: monitor_module.UpdateMonitor(False, hint))
+        monkeypatch.setattr(
+            runner_module, "UpdateMonitor", lambda agent_on_cpu, hint: monitor_module.UpdateMonitor(False, hint)
+        )
     with pytest.raises(TrainingDiverged, match="non-finite") as error:
-        run_training(tmp_path, *TINY, "algo.learning_starts=150", "algo.train_every=4", "algo.gradient_steps=4",
-                     "algo.optimizer.lr=1e30", "algo.max_grad_norm=null", "algo.loss=mse", "train.total_steps=3000")
+        run_training(
+            tmp_path,
+            *TINY,
+            "algo.learning_starts=150",
+            "algo.train_every=4",
+            "algo.gradient_steps=4",
+            "algo.optimizer.lr=1e30",
+            "algo.max_grad_norm=null",
+            "algo.loss=mse",
+            "train.total_steps=3000",
+        )
     step, update = re.search(r"at step (\d+) \(update (\d+)\)", str(error.value)).groups()
     return int(step), int(update)
 
@@ -157,8 +194,9 @@ def diverging_update(tmp_path, monkeypatch, on_device: bool) -> tuple[int, int]:
 def test_device_side_nan_check_names_the_same_first_bad_update(tmp_path, monkeypatch):
     # the host check raises inside the training phase, at the bad update; the device-side one
     # reads its flag after the phase, and must still name that update and that step
-    assert diverging_update(tmp_path / "host", monkeypatch, on_device=False) == \
-        diverging_update(tmp_path / "device", monkeypatch, on_device=True)
+    assert diverging_update(tmp_path / "host", monkeypatch, on_device=False) == diverging_update(
+        tmp_path / "device", monkeypatch, on_device=True
+    )
 
 
 @needs_cuda
@@ -182,13 +220,14 @@ def test_frame_stacks_live_on_the_gpu_and_give_the_host_buffers_batches_without_
     host, _ = pair(60, num_envs=2, n_step=n_step)
     gpu, _ = pair(60, num_envs=2, n_step=n_step, device="cuda")
     assert gpu.frames.frames.is_cuda and gpu.frames.stacks.is_cuda
-    fill([host, gpu], 300)   # the ring wraps many times: stacks leave the pool and their slots are taken again
+    fill([host, gpu], 300)  # the ring wraps many times: stacks leave the pool and their slots are taken again
     batch = gpu.sample(500)
     want = host.batch_at(batch.indices.cpu())
-    for field in batch._fields:   # the frames byte for byte; n-step sums may round differently on the GPU
+    for field in batch._fields:  # the frames byte for byte; n-step sums may round differently on the GPU
         got, expected = getattr(batch, field).cpu(), getattr(want, field)
-        torch.testing.assert_close(got, expected, rtol=1e-6, atol=0, msg=field) if got.is_floating_point() \
-            else torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=field)
+        torch.testing.assert_close(
+            got, expected, rtol=1e-6, atol=0, msg=field
+        ) if got.is_floating_point() else torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=field)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -199,14 +238,24 @@ def test_frame_stacks_live_on_the_gpu_and_give_the_host_buffers_batches_without_
 
 
 # --- the gradient step replayed from a CUDA graph (rl_hydra/speed/cuda_graph.py) -----------------
-GRAPHED = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "iqn": ["algo=iqn"],
-           "rainbow": ["algo=rainbow"]}   # rainbow: C51, dueling noisy layers, prioritized 3-step replay
+GRAPHED = {
+    "dqn": ["algo=dqn"],
+    "qr_dqn": ["algo=qr_dqn"],
+    "iqn": ["algo=iqn"],
+    "rainbow": ["algo=rainbow"],
+}  # rainbow: C51, dueling noisy layers, prioritized 3-step replay
 
 
 def graph_config(algo: str, *overrides: str):
-    return compose_config(*TINY_CUDA, "env=cartpole", "network.hidden_sizes=[32,32]", "algo.batch_size=32",
-                          "algo.learning_starts=100",
-                          *GRAPHED[algo], *overrides)
+    return compose_config(
+        *TINY_CUDA,
+        "env=cartpole",
+        "network.hidden_sizes=[32,32]",
+        "algo.batch_size=32",
+        "algo.learning_starts=100",
+        *GRAPHED[algo],
+        *overrides,
+    )
 
 
 def some_batches(cfg, count: int) -> list:
@@ -223,16 +272,16 @@ def some_batches(cfg, count: int) -> list:
 
 
 def fresh_agent(cfg):
-    seed_everything(cfg.seed)   # the same initial weights for every agent of this config
+    seed_everything(cfg.seed)  # the same initial weights for every agent of this config
     return build_components(cfg, torch.device("cuda"))[0]
 
 
 def train_on(agent, batches: list, graphs: bool, steps_between: int = 0) -> list[float]:
-    torch.manual_seed(1)   # the noisy layers' draws
+    torch.manual_seed(1)  # the noisy layers' draws
     losses = []
     with speed.enabled(graphs):
         for batch in batches:
-            agent.explore_steps += steps_between   # env steps acted between updates (the lr schedule's clock)
+            agent.explore_steps += steps_between  # env steps acted between updates (the lr schedule's clock)
             losses.append(agent.update(batch)["loss"].clone())
     return [float(loss) for loss in losses]
 
@@ -258,9 +307,9 @@ def test_a_replayed_gradient_step_trains_as_the_plain_one(algo):
     assert cuda_graph._steps[graphed].graph is not None and plain not in cuda_graph._steps
     assert graphed_losses == pytest.approx(plain_losses, rel=1e-5)
     assert_same_weights(plain, graphed)
-    if algo == "iqn":   # its fractions' generator advanced alike
+    if algo == "iqn":  # its fractions' generator advanced alike
         assert torch.equal(plain.tau_generator.get_state(), graphed.tau_generator.get_state())
-    if algo == "rainbow":   # the noise, drawn inside the step, advanced torch's generator alike
+    if algo == "rainbow":  # the noise, drawn inside the step, advanced torch's generator alike
         plain_rng = train_on_state(plain, batches, graphs=False)
         assert torch.equal(plain_rng, train_on_state(graphed, batches, graphs=True))
 

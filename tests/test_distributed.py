@@ -25,17 +25,17 @@ from tests.conftest import TINY, compose_config
 
 
 def test_actor_epsilons_follow_ape_x():
-    eps = actor_epsilons(8)                                # 0.4 ** (1 + 7 i / 7)
-    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    eps = actor_epsilons(8)  # 0.4 ** (1 + 7 i / 7)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
     assert all(a > b for a, b in zip(eps, eps[1:]))
-    assert actor_epsilons(2, base=0.5, alpha=2.0) == pytest.approx([0.5, 0.5 ** 3])
-    assert actor_epsilons(1) == [0.4]                     # one actor: the base (no i / (N - 1))
+    assert actor_epsilons(2, base=0.5, alpha=2.0) == pytest.approx([0.5, 0.5**3])
+    assert actor_epsilons(1) == [0.4]  # one actor: the base (no i / (N - 1))
 
 
 def test_sequence_priority_is_eta_max_plus_rest_mean_over_counted_steps():
-    td = torch.tensor([[1.0, -2.0], [3.0, 0.0], [5.0, 7.0]])          # (L=3, B=2)
-    counted = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])      # the third step is padding
+    td = torch.tensor([[1.0, -2.0], [3.0, 0.0], [5.0, 7.0]])  # (L=3, B=2)
+    counted = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])  # the third step is padding
     priorities = sequence_priorities(td, counted, eta=0.9)
     # sequence 0: max 3, mean 2; sequence 1: max 2, mean 1
     assert priorities.tolist() == pytest.approx([0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1])
@@ -56,28 +56,35 @@ def test_settings_read_and_auto_actors():
     assert read_settings(apex(address="ray://head:10001")).address == "ray://head:10001"
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("actors", 0, "distributed.actors=0 is out of range; expected an integer >= 1 and <= 4096 or auto"),
-    ("actors", "many", "distributed.actors='many' is not an integer"),
-    ("address", "nowhere", "distributed.address='nowhere' is not allowed; "
-                           "expected ray://host:port or host:port, auto or null"),
-    ("address", "ray://head", "distributed.address='ray://head' is not allowed"),
-    ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1.0 is out of range"),
-    ("min_replay_ratio", 0, "distributed.min_replay_ratio=0.0 is out of range"),
-    ("epsilon_base", 1.5, "distributed.epsilon_base=1.5 is out of range"),
-    ("cpus_per_actor", 0, "distributed.cpus_per_actor=0.0 is out of range"),
-    ("max_restarts", 1001, "distributed.max_restarts=1001 is out of range"),
-    ("prefetch", 65, "distributed.prefetch=65 is out of range"),
-    ("priority_beta", 1.5, "distributed.priority_beta=1.5 is out of range"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("actors", 0, "distributed.actors=0 is out of range; expected an integer >= 1 and <= 4096 or auto"),
+        ("actors", "many", "distributed.actors='many' is not an integer"),
+        (
+            "address",
+            "nowhere",
+            "distributed.address='nowhere' is not allowed; expected ray://host:port or host:port, auto or null",
+        ),
+        ("address", "ray://head", "distributed.address='ray://head' is not allowed"),
+        ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1.0 is out of range"),
+        ("min_replay_ratio", 0, "distributed.min_replay_ratio=0.0 is out of range"),
+        ("epsilon_base", 1.5, "distributed.epsilon_base=1.5 is out of range"),
+        ("cpus_per_actor", 0, "distributed.cpus_per_actor=0.0 is out of range"),
+        ("max_restarts", 1001, "distributed.max_restarts=1001 is out of range"),
+        ("prefetch", 65, "distributed.prefetch=65 is out of range"),
+        ("priority_beta", 1.5, "distributed.priority_beta=1.5 is out of range"),
+    ],
+)
 def test_bad_keys_are_one_line_errors_from_the_schema(key, value, says):
     with pytest.raises(ConfigError, match=re.escape(says)) as error:
         validate_config(compose_config("distributed=apex", f"distributed.{key}={value}"))
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("address", ["auto", "null", "ray://head:10001", "10.0.0.2:6379", "'[::1]:6379'",
-                                     "'ray://[fe80::1]:10001'"])
+@pytest.mark.parametrize(
+    "address", ["auto", "null", "ray://head:10001", "10.0.0.2:6379", "'[::1]:6379'", "'ray://[fe80::1]:10001'"]
+)
 def test_the_schema_takes_every_form_of_address(address):
     validate_config(compose_config("distributed=apex", f"distributed.address={address}"))
 
@@ -88,11 +95,19 @@ def test_the_schema_refuses_a_malformed_address(address):
         validate_config(compose_config("distributed=apex", f"distributed.address={address}"))
 
 
-@pytest.mark.parametrize("keys, says", [
-    ({"shards": 3}, "distributed.shards=3 is out of range; expected at most one shard per actor (distributed.actors=2)"),
-    ({"max_replay_ratio": 0.5, "min_replay_ratio": 1.0},
-     "distributed.min_replay_ratio=1.0 is out of range; expected at most distributed.max_replay_ratio=0.5"),
-])
+@pytest.mark.parametrize(
+    "keys, says",
+    [
+        (
+            {"shards": 3},
+            "distributed.shards=3 is out of range; expected at most one shard per actor (distributed.actors=2)",
+        ),
+        (
+            {"max_replay_ratio": 0.5, "min_replay_ratio": 1.0},
+            "distributed.min_replay_ratio=1.0 is out of range; expected at most distributed.max_replay_ratio=0.5",
+        ),
+    ],
+)
 def test_keys_that_disagree_are_one_line_errors(keys, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         read_settings(apex(actors=2, **keys))
@@ -113,14 +128,17 @@ def test_a_distributed_node_read_back_is_checked_by_its_name():
 def test_which_configs_are_distributed():
     assert not requested(compose_config())
     assert requested(compose_config("distributed=apex"))
-    assert not requested(OmegaConf.create({"seed": 0}))   # a run recorded before the group existed
+    assert not requested(OmegaConf.create({"seed": 0}))  # a run recorded before the group existed
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["distributed.actors=0"], "distributed.actors=0 is out of range"),
-    (["distributed.address=nowhere"], "distributed.address='nowhere' is not allowed"),
-    (["algo=sac", "env=pendulum"], "distributed=apex runs the Q family"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["distributed.actors=0"], "distributed.actors=0 is out of range"),
+        (["distributed.address=nowhere"], "distributed.address='nowhere' is not allowed"),
+        (["algo=sac", "env=pendulum"], "distributed=apex runs the Q family"),
+    ],
+)
 def test_refused_config_leaves_no_run_directory(tmp_path, overrides, says):
     from rl_hydra.launch import RunFailed, launch
 
@@ -136,7 +154,9 @@ def test_apex_without_ray_is_one_line(tmp_path, monkeypatch):
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
-    with pytest.raises(RunFailed, match=r'distributed=apex needs Ray, which is not installed; pip install -e "\.\[ray\]"'):
+    with pytest.raises(
+        RunFailed, match=r'distributed=apex needs Ray, which is not installed; pip install -e "\.\[ray\]"'
+    ):
         launch(compose_config("distributed=apex", *TINY), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -164,10 +184,17 @@ BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
 def transitions(n: int, start: float = 0.0, obs_dim: int = 3) -> Batch:
     obs = np.arange(start, start + obs_dim * n, dtype=np.float32).reshape(n, obs_dim)
-    return Batch(obs=obs, actions=np.arange(n) % 2, rewards=np.full(n, 2.0, np.float32), next_obs=obs + 1,
-                 terminated=np.zeros(n, np.float32), truncated=np.zeros(n, np.float32),
-                 discounts=np.linspace(0.5, 0.9, n).astype(np.float32), weights=np.ones(n, np.float32),
-                 indices=np.arange(n))
+    return Batch(
+        obs=obs,
+        actions=np.arange(n) % 2,
+        rewards=np.full(n, 2.0, np.float32),
+        next_obs=obs + 1,
+        terminated=np.zeros(n, np.float32),
+        truncated=np.zeros(n, np.float32),
+        discounts=np.linspace(0.5, 0.9, n).astype(np.float32),
+        weights=np.ones(n, np.float32),
+        indices=np.arange(n),
+    )
 
 
 @pytest.mark.parametrize("buffer", ["prioritized", "replay"])
@@ -176,16 +203,16 @@ def test_transition_shard_keeps_each_rows_discount_and_priority(buffer):
 
     node = shard_config(compose_config(f"buffer={buffer}", "buffer.capacity=64"))
     shard = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
-    assert shard.sample(8, 1) is None                                       # too few rows yet
+    assert shard.sample(8, 1) is None  # too few rows yet
     sent = transitions(16)
     priorities = np.zeros(16)
-    priorities[5] = 100.0                                                   # one row far above the rest
+    priorities[5] = 100.0  # one row far above the rest
     assert shard.add(sent, priorities) == 16
     (batch,) = shard.sample(8, 1)
     rows = batch.indices
     assert np.array_equal(batch.obs, sent.obs[rows]) and np.array_equal(batch.discounts, sent.discounts[rows])
     if buffer == "prioritized":
-        assert (rows == 5).sum() >= 6                                       # drawn by priority
+        assert (rows == 5).sum() >= 6  # drawn by priority
         shard.update_priorities(np.array([5]), np.array([0.0]))
     state = shard.state_dict()
     again = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
@@ -194,11 +221,17 @@ def test_transition_shard_keeps_each_rows_discount_and_priority(buffer):
 
 
 def sequences(n: int, length: int = 4) -> SequenceBatch:
-    return as_arrays(SequenceBatch(
-        obs=torch.arange(n, dtype=torch.float32).repeat(length + 1, 1)[..., None].expand(-1, -1, 3).contiguous(),
-        actions=torch.zeros(length, n, dtype=torch.int64), rewards=torch.ones(length, n),
-        terminated=torch.zeros(length, n), mask=torch.ones(length, n),
-        episode_start=torch.arange(n) % 2 == 0, state=(torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 5),)))
+    return as_arrays(
+        SequenceBatch(
+            obs=torch.arange(n, dtype=torch.float32).repeat(length + 1, 1)[..., None].expand(-1, -1, 3).contiguous(),
+            actions=torch.zeros(length, n, dtype=torch.int64),
+            rewards=torch.ones(length, n),
+            terminated=torch.zeros(length, n),
+            mask=torch.ones(length, n),
+            episode_start=torch.arange(n) % 2 == 0,
+            state=(torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 5),),
+        )
+    )
 
 
 def test_sequence_shard_draws_by_priority_and_keeps_the_stored_state():
@@ -206,17 +239,17 @@ def test_sequence_shard_draws_by_priority_and_keeps_the_stored_state():
     priorities = np.full(6, 1e-3)
     priorities[4] = 10.0
     shard.add(sequences(6), priorities)
-    assert shard.sample(8, 1) is None                                       # 6 stored < batch of 8
-    shard.add(sequences(6), np.full(6, 1e-3))                               # wraps: 12 into 10
+    assert shard.sample(8, 1) is None  # 6 stored < batch of 8
+    shard.add(sequences(6), np.full(6, 1e-3))  # wraps: 12 into 10
     assert len(shard) == 10
-    (batch, rows), = shard.sample(8, 1)
+    ((batch, rows),) = shard.sample(8, 1)
     assert batch.obs.shape == (5, 8, 3) and batch.state[0].shape == (8, 5)
-    assert np.array_equal(batch.state[0][:, 0], batch.obs[0, :, 0])         # each sequence's own stored state
+    assert np.array_equal(batch.state[0][:, 0], batch.obs[0, :, 0])  # each sequence's own stored state
     assert (rows == 4).sum() >= 6
     again = SequenceShard({"capacity": 10}, seed=0, alpha=1.0)
     again.load_state_dict(shard.state_dict())
-    (batch_again, rows_again), = again.sample(8, 1)
-    (batch, rows), = shard.sample(8, 1)
+    ((batch_again, rows_again),) = again.sample(8, 1)
+    ((batch, rows),) = shard.sample(8, 1)
     assert np.array_equal(rows, rows_again) and np.array_equal(batch.obs, batch_again.obs)
 
 
@@ -225,10 +258,10 @@ def test_sequence_shard_weights_each_drawn_sequence_by_its_priority(beta):
     shard = SequenceShard({"capacity": 8}, seed=0, alpha=1.0, beta=beta)
     priorities = np.array([1.0, 2.0, 4.0, 8.0, 1.0, 2.0, 4.0, 8.0])
     shard.add(sequences(8), priorities)
-    (batch, rows), = shard.sample(8, 1)
-    p = priorities[rows] + 1e-6                                             # the tree's p + epsilon, alpha 1
+    ((batch, rows),) = shard.sample(8, 1)
+    p = priorities[rows] + 1e-6  # the tree's p + epsilon, alpha 1
     np.testing.assert_allclose(batch.weights, (p.min() / p) ** beta, rtol=1e-5)
-    assert batch.weights.max() == pytest.approx(1.0) and len(set(priorities[rows])) > 1   # the rarest weighs 1
+    assert batch.weights.max() == pytest.approx(1.0) and len(set(priorities[rows])) > 1  # the rarest weighs 1
     assert settings_of(beta=beta).priority_beta == beta
 
 
@@ -240,10 +273,15 @@ def settings_of(**keys):
 def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
     from rl_hydra.launch import RunFailed, launch
 
-    with pytest.raises(RunFailed, match=r"distributed.min_replay_ratio=0.8 is out of range; expected a number "
-                                        r"<= 0.5, the cap on updates per env step") as failure:
-        launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.min_replay_ratio=0.8", *TINY),
-               tmp_path / "run")
+    with pytest.raises(
+        RunFailed,
+        match=r"distributed.min_replay_ratio=0.8 is out of range; expected a number "
+        r"<= 0.5, the cap on updates per env step",
+    ) as failure:
+        launch(
+            compose_config("distributed=apex", "distributed.actors=1", "distributed.min_replay_ratio=0.8", *TINY),
+            tmp_path / "run",
+        )
     assert failure.value.code == 2 and not (tmp_path / "run").exists()
 
 
@@ -254,8 +292,10 @@ def test_joining_a_cluster_that_is_not_there_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(RunFailed, match="distributed.address=auto: cannot join a Ray cluster there") as failure:
-        launch(compose_config("distributed=apex", "distributed.actors=1", "distributed.address=auto", *TINY),
-               tmp_path / "run")
+        launch(
+            compose_config("distributed=apex", "distributed.actors=1", "distributed.address=auto", *TINY),
+            tmp_path / "run",
+        )
     assert failure.value.code == 2 and "\n" not in str(failure.value) and not (tmp_path / "run").exists()
 
 
@@ -296,10 +336,18 @@ def learner_with_a_shard(tmp_path, monkeypatch, steps_reuse_outputs: bool):
     from rl_hydra.runs.run_dir import RunDirectory
 
     monkeypatch.setattr(learner_module, "require_ray", lambda: InProcessRay)
-    cfg = compose_config("algo=dqn", "env=cartpole", "buffer=prioritized", "buffer.capacity=64",
-                         "distributed=apex", "distributed.actors=1", "algo.batch_size=8")
-    learner = learner_module.Learner(cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"),
-                                     read_settings(cfg.distributed))
+    cfg = compose_config(
+        "algo=dqn",
+        "env=cartpole",
+        "buffer=prioritized",
+        "buffer.capacity=64",
+        "distributed=apex",
+        "distributed.actors=1",
+        "algo.batch_size=8",
+    )
+    learner = learner_module.Learner(
+        cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"), read_settings(cfg.distributed)
+    )
     learner.cluster.start_replay(learner.spaces, None)
     learner.cluster.shards[0].target.add(transitions(64, obs_dim=4), np.ones(64))
     computed, plain, reused = [], learner.agent.gradient_step, torch.zeros(8)
@@ -316,16 +364,17 @@ def learner_with_a_shard(tmp_path, monkeypatch, steps_reuse_outputs: bool):
 
 
 @pytest.mark.parametrize("steps_reuse_outputs", [False, True])
-def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(tmp_path, monkeypatch,
-                                                                             steps_reuse_outputs):
+def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(
+    tmp_path, monkeypatch, steps_reuse_outputs
+):
     from rl_hydra.distributed.cluster import SAMPLE_BATCHES
 
     learner, computed = learner_with_a_shard(tmp_path, monkeypatch, steps_reuse_outputs)
     shard = learner.cluster.shards[0]
-    for _ in range(SAMPLE_BATCHES):                     # one request's batches: no priorities sent yet
+    for _ in range(SAMPLE_BATCHES):  # one request's batches: no priorities sent yet
         assert learner.update()
     assert not [name for name, _ in shard.calls if name == "update_priorities"]
-    assert learner.update()                             # the next request carries all four, in one call
+    assert learner.update()  # the next request carries all four, in one call
     sent = [args for name, args in shard.calls if name == "update_priorities"]
     assert len(sent) == 1
     rows, priorities = sent[0]
@@ -334,7 +383,7 @@ def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(tm
     alpha, epsilon = learner.cluster.cfg.buffer.alpha, shard.target.buffer.epsilon
     last_of_each_row = {row: p for row, p in zip(rows.tolist(), priorities.tolist())}
     leaves = shard.target.buffer.tree.state_dict()["leaves"]
-    for row, p in last_of_each_row.items():             # the shard's tree holds (|delta| + eps)^alpha
+    for row, p in last_of_each_row.items():  # the shard's tree holds (|delta| + eps)^alpha
         assert leaves[row] == pytest.approx((abs(p) + epsilon) ** alpha, rel=1e-5)
 
 
@@ -345,24 +394,28 @@ def test_a_round_that_passes_the_budget_ends_the_run_at_train_total_steps(tmp_pa
     from rl_hydra.runs.run_dir import RunDirectory
 
     monkeypatch.setattr(learner_module, "require_ray", lambda: InProcessRay)
-    cfg = compose_config("algo=dqn", "env=cartpole", "distributed=apex", "distributed.actors=1", *TINY,
-                         "algo.learning_starts=100")
-    learner = learner_module.Learner(cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"),
-                                     read_settings(cfg.distributed))
+    cfg = compose_config(
+        "algo=dqn", "env=cartpole", "distributed=apex", "distributed.actors=1", *TINY, "algo.learning_starts=100"
+    )
+    learner = learner_module.Learner(
+        cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"), read_settings(cfg.distributed)
+    )
     dues = []
     monkeypatch.setattr(learner, "on_due", dues.append)
-    for _ in range(2):   # 400 steps in two rounds; the budget is 300
+    for _ in range(2):  # 400 steps in two rounds; the budget is 300
         learner.account({"version": 0, "returns": [9.0], "lengths": [9], "steps": 200})
     assert learner.global_step == cfg.train.total_steps == 300 and learner.done
     assert dues[-1].evaluate and learner.episodes == 2 and learner.agent.explore_steps == 300 - 100
 
 
-@pytest.mark.parametrize("address, where", [(None, "a local Ray instance with 2 CPUs"),
-                                            ("ray://head:10001", "the Ray cluster at ray://head:10001")])
+@pytest.mark.parametrize(
+    "address, where",
+    [(None, "a local Ray instance with 2 CPUs"), ("ray://head:10001", "the Ray cluster at ray://head:10001")],
+)
 def test_starting_ray_is_said_at_once_before_it_starts(monkeypatch, capsys, address, where):
     from rl_hydra.distributed.cluster import Cluster
 
-    said_before = []   # stderr when Ray was asked to start
+    said_before = []  # stderr when Ray was asked to start
 
     class StartingRay(InProcessRay):
         @staticmethod

@@ -26,12 +26,21 @@ def read_json(path):
 
 def test_apex_dqn_learns_cartpole(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(*APEX, "algo=dqn", "buffer=prioritized", "env=cartpole", "train.total_steps=20000",
-                     "train.eval_every=2000", "train.stop_at_return=200", f"hydra.run.dir={run_dir}", timeout=300)
+    result = run_cli(
+        *APEX,
+        "algo=dqn",
+        "buffer=prioritized",
+        "env=cartpole",
+        "train.total_steps=20000",
+        "train.eval_every=2000",
+        "train.stop_at_return=200",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "completed"
-    assert summary["best_eval_return_mean"] >= 150, summary     # a random policy scores about 20
+    assert summary["best_eval_return_mean"] >= 150, summary  # a random policy scores about 20
     session = read_json(run_dir / "provenance.json")["sessions"][-1]
     assert session["distributed"]["actors"] == 2 and session["distributed"]["nodes"]
     rows = metric_rows(run_dir)
@@ -41,12 +50,20 @@ def test_apex_dqn_learns_cartpole(tmp_path):
 
 def test_r2d2_learns_cartpole_without_velocities(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(*APEX, "algo=drqn", "env=cartpole_no_velocity", "train.total_steps=20000",
-                     "train.eval_every=2500", "train.stop_at_return=200", f"hydra.run.dir={run_dir}", timeout=300)
+    result = run_cli(
+        *APEX,
+        "algo=drqn",
+        "env=cartpole_no_velocity",
+        "train.total_steps=20000",
+        "train.eval_every=2500",
+        "train.stop_at_return=200",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "completed"
-    assert summary["best_eval_return_mean"] >= 120, summary     # without velocities, memory is needed
+    assert summary["best_eval_return_mean"] >= 120, summary  # without velocities, memory is needed
 
 
 def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch, caplog):
@@ -63,8 +80,14 @@ def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch
             killed.append(pid)
 
     monkeypatch.setattr(learner.Learner, "account", kill_an_actor_once)
-    summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "train.total_steps=6000",
-                           "train.eval_every=3000", "train.log_every=800")
+    summary = run_training(
+        tmp_path / "run",
+        *APEX,
+        "buffer=prioritized",
+        "train.total_steps=6000",
+        "train.eval_every=3000",
+        "train.log_every=800",
+    )
     assert killed and summary["status"] == "completed" and summary["global_step"] >= 6000
     assert int(metric_rows(tmp_path / "run")[-1]["distributed/actor_restarts"]) == 1
     died = [record.getMessage() for record in caplog.records if "died" in record.getMessage()]
@@ -73,8 +96,16 @@ def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch
 
 def test_a_killed_driver_resumes_to_the_end(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, str(ROOT / "train.py"), *APEX, "buffer=prioritized", "train.total_steps=8000",
-               "train.checkpoint_every=2000", "train.eval_every=4000", f"hydra.run.dir={run_dir}"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *APEX,
+        "buffer=prioritized",
+        "train.total_steps=8000",
+        "train.checkpoint_every=2000",
+        "train.eval_every=4000",
+        f"hydra.run.dir={run_dir}",
+    ]
     driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
@@ -107,10 +138,21 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
 
     monkeypatch.setattr(learner.Learner, "account", kill_the_shard)
     run_dir = tmp_path / "run"
-    with pytest.raises(RunFailed, match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
-                                        r"resume with: python train\.py resume=") as failure:
-        launch(compose_config(*APEX, "buffer=prioritized", "train.total_steps=8000", "train.checkpoint_every=2000",
-                              "train.eval_every=4000"), run_dir)
+    with pytest.raises(
+        RunFailed,
+        match=r"replay shard 0 was lost .*; the last checkpoint is .*last\.pt \(step 2\d00\); "
+        r"resume with: python train\.py resume=",
+    ) as failure:
+        launch(
+            compose_config(
+                *APEX,
+                "buffer=prioritized",
+                "train.total_steps=8000",
+                "train.checkpoint_every=2000",
+                "train.eval_every=4000",
+            ),
+            run_dir,
+        )
     assert failure.value.code == 1 and "\n" not in str(failure.value)
     assert read_json(run_dir / "summary.json")["status"] == "failed"
     assert read_json(run_dir / "provenance.json")["sessions"][-1]["status"] == "failed"
@@ -118,16 +160,31 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
 
 @pytest.mark.parametrize("algo", ["qr_dqn", "iqn", "c51", "rainbow"])
 def test_every_feed_forward_q_algo_runs_distributed(tmp_path, algo):
-    summary = run_training(tmp_path / "run", *APEX, f"algo={algo}", "buffer=prioritized", "algo.learning_starts=500",
-                           "train.total_steps=2400", "train.eval_every=2400", "train.eval_episodes=2",
-                           "distributed.weights_every=200")
+    summary = run_training(
+        tmp_path / "run",
+        *APEX,
+        f"algo={algo}",
+        "buffer=prioritized",
+        "algo.learning_starts=500",
+        "train.total_steps=2400",
+        "train.eval_every=2400",
+        "train.eval_episodes=2",
+        "distributed.weights_every=200",
+    )
     assert summary["status"] == "completed" and summary["updates"] > 0
 
 
 def test_min_replay_ratio_holds_the_actors_to_the_learner(tmp_path):
     # dqn_cartpole's preset: 0.5 updates per env step after 1000 steps; 2 actors, rounds of 400 steps
-    summary = run_training(tmp_path / "run", *APEX, "buffer=prioritized", "distributed.min_replay_ratio=0.5",
-                           "train.total_steps=6000", "train.eval_every=6000", "train.eval_episodes=2")
+    summary = run_training(
+        tmp_path / "run",
+        *APEX,
+        "buffer=prioritized",
+        "distributed.min_replay_ratio=0.5",
+        "train.total_steps=6000",
+        "train.eval_every=6000",
+        "train.eval_episodes=2",
+    )
     cap = 0.5 * (summary["global_step"] - 1000)
     assert cap - 0.5 * 2 * 400 <= summary["updates"] <= cap
 
@@ -138,10 +195,13 @@ def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
     from rl_hydra.launch import RunFailed, launch
     from tests.conftest import compose_config
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)   # a cluster of one CPU, joined as it is
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # a cluster of one CPU, joined as it is
     try:
-        with pytest.raises(RunFailed, match=r"distributed.actors=2 x distributed.cpus_per_actor=1 needs 2 CPUs but "
-                                            r"the Ray cluster has 1; lower distributed.actors") as failure:
+        with pytest.raises(
+            RunFailed,
+            match=r"distributed.actors=2 x distributed.cpus_per_actor=1 needs 2 CPUs but "
+            r"the Ray cluster has 1; lower distributed.actors",
+        ) as failure:
             launch(compose_config(*APEX), tmp_path / "run")
     finally:
         ray.shutdown()
@@ -149,7 +209,12 @@ def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
 
 
 def test_a_shard_too_large_for_its_node_is_refused_in_one_line(tmp_path):
-    result = run_cli(*APEX, "distributed.actors=1", "buffer=prioritized", "buffer.capacity=100000000000",
-                     f"hydra.run.dir={tmp_path / 'run'}")
+    result = run_cli(
+        *APEX,
+        "distributed.actors=1",
+        "buffer=prioritized",
+        "buffer.capacity=100000000000",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert result.returncode == 2 and not (tmp_path / "run").exists()
     assert result.stderr.strip().splitlines()[-1].startswith("error: buffer.capacity=100000000000 needs ")

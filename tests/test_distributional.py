@@ -10,19 +10,19 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import TINY, compose_config, run_cli, run_training
 from hydra.utils import instantiate
 from torch import nn
 
-from conftest import TINY, compose_config, run_cli, run_training
 from rl_hydra import speed
 from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN, midpoint_taus
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError
-from rl_hydra.training import agent_node
 from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.training import agent_node
 from tests.conftest import algo_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
@@ -32,6 +32,7 @@ LEARN_EARLY = ["algo.learning_starts=100", "algo.train_every=50", "algo.gradient
 
 
 # --- the loss, by hand ---------------------------------------------------------------
+
 
 def test_quantile_huber_loss_by_hand():
     # one quantile 0 at tau = 0.25 against targets 0.5 and -2 (kappa = 1):
@@ -47,8 +48,9 @@ def test_quantile_huber_loss_kappa_two_sums_over_quantiles():
     # i = 0: u = 3  -> 0.25 * 2 * (3 - 1) / 2 = 0.5;   u = -1 -> 0.75 * (0.5 * 1) / 2 = 0.1875;  mean 0.34375
     # i = 1: u = 2  -> 0.75 * (0.5 * 4) / 2 = 0.75;    u = -2 -> 0.25 * (0.5 * 4) / 2 = 0.25;    mean 0.5
     # sum over i: 0.84375
-    loss = quantile_huber_loss(torch.tensor([[0.0, 1.0]]), torch.tensor([[3.0, -1.0]]),
-                               torch.tensor([0.25, 0.75]), kappa=2.0)
+    loss = quantile_huber_loss(
+        torch.tensor([[0.0, 1.0]]), torch.tensor([[3.0, -1.0]]), torch.tensor([0.25, 0.75]), kappa=2.0
+    )
     torch.testing.assert_close(loss, torch.tensor(0.84375))
 
 
@@ -74,10 +76,10 @@ def test_quantile_huber_loss_gradient_flows_only_into_the_quantiles():
 
 def reference_quantile_huber_loss(quantiles, targets, taus, kappa):
     """The definition, term by term through autograd: each sample's sum_i mean_j (B,)."""
-    u = targets.detach()[:, None, :] - quantiles[:, :, None]                                  # (B, N, N')
-    huber = torch.where(u.abs() <= kappa, 0.5 * u**2, kappa * (u.abs() - 0.5 * kappa))      # (B, N, N')
-    weight = (taus.expand_as(quantiles)[:, :, None] - (u < 0).to(u.dtype)).abs()            # (B, N, N')
-    return (weight * huber / kappa).mean(dim=2).sum(dim=1)                                  # (B,)
+    u = targets.detach()[:, None, :] - quantiles[:, :, None]  # (B, N, N')
+    huber = torch.where(u.abs() <= kappa, 0.5 * u**2, kappa * (u.abs() - 0.5 * kappa))  # (B, N, N')
+    weight = (taus.expand_as(quantiles)[:, :, None] - (u < 0).to(u.dtype)).abs()  # (B, N, N')
+    return (weight * huber / kappa).mean(dim=2).sum(dim=1)  # (B,)
 
 
 def fixed_quantiles(batch, n, targets, dtype=torch.float64):
@@ -96,30 +98,33 @@ def loss_and_gradient(loss_fn, batch, n, targets, weights, dtype=torch.float64):
 
 
 CASES = [
-    (128, 25, 25, 1.0, False),    # QR-DQN's MountainCar and Acrobot presets
-    (32, 8, 8, 1.0, True),        # IQN: fractions sampled per row
-    (5, 3, 7, 2.0, True),         # N != N', kappa != 1
+    (128, 25, 25, 1.0, False),  # QR-DQN's MountainCar and Acrobot presets
+    (32, 8, 8, 1.0, True),  # IQN: fractions sampled per row
+    (5, 3, 7, 2.0, True),  # N != N', kappa != 1
     (4, 6, 2, 0.25, False),
 ]
 
 
 @pytest.mark.parametrize("fast_paths", [True, False])
 @pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", CASES)
-def test_quantile_huber_loss_and_its_gradient_equal_the_definition(batch, n, n_prime, kappa, per_sample_taus,
-                                                                   fast_paths):
+def test_quantile_huber_loss_and_its_gradient_equal_the_definition(
+    batch, n, n_prime, kappa, per_sample_taus, fast_paths
+):
     generator = torch.Generator().manual_seed(batch + n)
     targets = 3 * torch.randn(batch, n_prime, generator=generator, dtype=torch.float64)
     taus = torch.rand((batch, n) if per_sample_taus else (n,), generator=generator, dtype=torch.float64)
-    weights = torch.rand(batch, generator=generator, dtype=torch.float64)   # prioritized replay's weights
+    weights = torch.rand(batch, generator=generator, dtype=torch.float64)  # prioritized replay's weights
     with speed.enabled(fast_paths):
-        loss, grad = loss_and_gradient(lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
-                                       batch, n, targets, weights)
+        loss, grad = loss_and_gradient(
+            lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"), batch, n, targets, weights
+        )
         batch_mean = quantile_huber_loss(fixed_quantiles(batch, n, targets), targets, taus, kappa)
-    want_loss, want_grad = loss_and_gradient(lambda q: reference_quantile_huber_loss(q, targets, taus, kappa),
-                                             batch, n, targets, weights)
+    want_loss, want_grad = loss_and_gradient(
+        lambda q: reference_quantile_huber_loss(q, targets, taus, kappa), batch, n, targets, weights
+    )
     torch.testing.assert_close(loss, want_loss)
     torch.testing.assert_close(grad, want_grad)
-    torch.testing.assert_close(batch_mean, want_loss.mean())   # reduction="mean"
+    torch.testing.assert_close(batch_mean, want_loss.mean())  # reduction="mean"
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
@@ -135,8 +140,16 @@ def test_the_fast_closed_form_equals_the_formula(batch, n, n_prime, kappa, per_s
     results = []
     for fast_paths in (True, False):
         with speed.enabled(fast_paths):
-            results.append(loss_and_gradient(lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
-                                             batch, n, targets, weights, dtype))
+            results.append(
+                loss_and_gradient(
+                    lambda q: quantile_huber_loss(q, targets, taus, kappa, reduction="none"),
+                    batch,
+                    n,
+                    targets,
+                    weights,
+                    dtype,
+                )
+            )
     (fast_loss, fast_grad), (plain_loss, plain_grad) = results
     torch.testing.assert_close(fast_loss, plain_loss, rtol=tolerance, atol=tolerance)
     torch.testing.assert_close(fast_grad, plain_grad, rtol=tolerance, atol=tolerance)
@@ -147,14 +160,15 @@ def test_quantile_huber_loss_passes_gradcheck_and_computes_no_gradient_under_no_
     quantiles = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     targets = torch.randn(3, 5, dtype=torch.float64)
     with speed.enabled(fast_paths):
-        assert torch.autograd.gradcheck(lambda q: quantile_huber_loss(q, targets, midpoint_taus(4).double(), 0.5,
-                                                                      reduction="none"), (quantiles,))
+        assert torch.autograd.gradcheck(
+            lambda q: quantile_huber_loss(q, targets, midpoint_taus(4).double(), 0.5, reduction="none"), (quantiles,)
+        )
         with torch.no_grad():
             assert not quantile_huber_loss(quantiles, targets, midpoint_taus(4).double()).requires_grad
 
 
 def test_minimising_the_loss_finds_the_quantiles():
-    samples = torch.arange(1.0, 101.0)[None, :]                          # (1, 100): 1..100
+    samples = torch.arange(1.0, 101.0)[None, :]  # (1, 100): 1..100
     taus = torch.tensor([0.1, 0.5, 0.9])
     quantiles = torch.full((1, 3), 50.0, requires_grad=True)
     optimizer = torch.optim.SGD([quantiles], lr=5.0)
@@ -174,6 +188,7 @@ def test_quantile_huber_loss_rejects_non_positive_kappa():
 
 # --- networks ------------------------------------------------------------------------
 
+
 def test_midpoint_taus():
     torch.testing.assert_close(midpoint_taus(4), torch.tensor([0.125, 0.375, 0.625, 0.875]))
 
@@ -184,18 +199,25 @@ def test_quantile_network_shape():
 
 
 def test_cosine_embedding_shape_and_values():
-    taus = torch.tensor([[0.0, 0.5, 1.0 / 3.0]])                      # (1, 3)
+    taus = torch.tensor([[0.0, 0.5, 1.0 / 3.0]])  # (1, 3)
     embedding = cosine_embedding(taus, embedding_dim=4)
     assert embedding.shape == (1, 3, 4)
-    expected = torch.tensor([[[1.0, 1.0, 1.0, 1.0],                   # tau = 0: cos(0) everywhere
-                              [1.0, 0.0, -1.0, 0.0],                  # cos(0), cos(pi/2), cos(pi), cos(3pi/2)
-                              [1.0, 0.5, -0.5, -1.0]]])               # cos(0), cos(pi/3), cos(2pi/3), cos(pi)
+    expected = torch.tensor(
+        [
+            [
+                [1.0, 1.0, 1.0, 1.0],  # tau = 0: cos(0) everywhere
+                [1.0, 0.0, -1.0, 0.0],  # cos(0), cos(pi/2), cos(pi), cos(3pi/2)
+                [1.0, 0.5, -0.5, -1.0],
+            ]
+        ]
+    )  # cos(0), cos(pi/3), cos(2pi/3), cos(pi)
     torch.testing.assert_close(embedding, expected, atol=1e-6, rtol=0)
 
 
 def test_implicit_quantile_network_shape_and_tau_dependence():
-    net = ImplicitQuantileNetwork(observation=4, num_actions=3, embedding_dim=8, hidden_sizes=[16],
-                                  head_hidden_sizes=[16])
+    net = ImplicitQuantileNetwork(
+        observation=4, num_actions=3, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[16]
+    )
     obs = torch.randn(5, 4)
     out = net(obs, torch.rand(5, 6))
     assert out.shape == (5, 3, 6)
@@ -209,16 +231,17 @@ def test_implicit_quantile_network_shape_and_tau_dependence():
 
 # --- acting: the mean over quantiles, not the median ---------------------------------
 
+
 class FixedQuantiles(nn.Module):
     """Returns the same per-action quantiles for every observation (plus one unused parameter)."""
 
     def __init__(self, quantiles):
         super().__init__()
-        self.quantiles = torch.tensor(quantiles)                      # (A, N)
+        self.quantiles = torch.tensor(quantiles)  # (A, N)
         self.unused = nn.Parameter(torch.zeros(1))
 
     def forward(self, obs):
-        return self.quantiles.expand(obs.shape[0], -1, -1)           # (B, A, N)
+        return self.quantiles.expand(obs.shape[0], -1, -1)  # (B, A, N)
 
 
 class StepQuantileFunction(nn.Module):
@@ -229,15 +252,21 @@ class StepQuantileFunction(nn.Module):
         self.unused = nn.Parameter(torch.zeros(1))
 
     def forward(self, obs, taus):
-        action0 = torch.where(taus >= 0.25, 2.0, -100.0)             # (B, T)
+        action0 = torch.where(taus >= 0.25, 2.0, -100.0)  # (B, T)
         return torch.stack([action0, torch.ones_like(taus)], dim=1)  # (B, 2, T)
 
 
 def test_qr_dqn_acts_on_the_mean_where_mean_and_median_disagree():
     # action 0: median 2, mean -5/3;  action 1: median 1, mean 2/3  -> the mean picks action 1
     quantiles = [[-10.0, 2.0, 3.0], [0.0, 1.0, 1.0]]
-    agent = QRDQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions, n_quantiles: FixedQuantiles(quantiles),
-                  ADAM, total_steps=100, **algo_keys("qr_dqn", num_quantiles=3))
+    agent = QRDQN(
+        OBS_SPACE,
+        ACTION_SPACE,
+        lambda obs_dim, n_actions, n_quantiles: FixedQuantiles(quantiles),
+        ADAM,
+        total_steps=100,
+        **algo_keys("qr_dqn", num_quantiles=3),
+    )
     median_choice = torch.tensor(quantiles).median(dim=1).values.argmax()
     assert median_choice == 0
     actions, _ = agent.act(np.zeros((3, 4), dtype=np.float32), explore=False)
@@ -245,9 +274,15 @@ def test_qr_dqn_acts_on_the_mean_where_mean_and_median_disagree():
 
 
 def test_iqn_acts_on_the_mean_of_k_sampled_quantiles():
-    agent = IQN(OBS_SPACE, ACTION_SPACE, lambda obs_dim, n_actions: StepQuantileFunction(), ADAM,
-                total_steps=100, **algo_keys("iqn", num_quantile_samples=64))
-    values = agent.action_values(torch.zeros(2, 4))                   # (2, 2)
+    agent = IQN(
+        OBS_SPACE,
+        ACTION_SPACE,
+        lambda obs_dim, n_actions: StepQuantileFunction(),
+        ADAM,
+        total_steps=100,
+        **algo_keys("iqn", num_quantile_samples=64),
+    )
+    values = agent.action_values(torch.zeros(2, 4))  # (2, 2)
     assert values.shape == (2, 2) and bool((values[:, 0] < 0).all())
     actions, _ = agent.act(np.zeros((2, 4), dtype=np.float32), explore=False)
     np.testing.assert_array_equal(actions, [1, 1])
@@ -256,13 +291,22 @@ def test_iqn_acts_on_the_mean_of_k_sampled_quantiles():
 # --- updates and target syncs --------------------------------------------------------
 
 AGENTS = {  # small versions of each agent for unit tests
-    "qr_dqn": lambda **kw: QRDQN(OBS_SPACE, ACTION_SPACE, functools.partial(QuantileNetwork, hidden_sizes=[32]),
-                                 ADAM, total_steps=1000, **algo_keys("qr_dqn", num_quantiles=5, **kw)),
-    "iqn": lambda **kw: IQN(OBS_SPACE, ACTION_SPACE,
-                            functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32],
-                                              head_hidden_sizes=[]),
-                            ADAM, total_steps=1000, **algo_keys("iqn", num_tau_samples=6, num_tau_prime_samples=5,
-                                                                num_quantile_samples=4, **kw)),
+    "qr_dqn": lambda **kw: QRDQN(
+        OBS_SPACE,
+        ACTION_SPACE,
+        functools.partial(QuantileNetwork, hidden_sizes=[32]),
+        ADAM,
+        total_steps=1000,
+        **algo_keys("qr_dqn", num_quantiles=5, **kw),
+    ),
+    "iqn": lambda **kw: IQN(
+        OBS_SPACE,
+        ACTION_SPACE,
+        functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[]),
+        ADAM,
+        total_steps=1000,
+        **algo_keys("iqn", num_tau_samples=6, num_tau_prime_samples=5, num_quantile_samples=4, **kw),
+    ),
 }
 
 
@@ -274,8 +318,14 @@ def filled_buffer(n: int = 200) -> ReplayBuffer:
     rng = np.random.default_rng(0)
     buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE)
     for _ in range(n):
-        buffer.add(rng.normal(size=(1, 4)), rng.integers(2, size=1), rng.normal(size=1),
-                   rng.normal(size=(1, 4)), rng.random(1) < 0.1, np.zeros(1, dtype=bool))
+        buffer.add(
+            rng.normal(size=(1, 4)),
+            rng.integers(2, size=1),
+            rng.normal(size=1),
+            rng.normal(size=(1, 4)),
+            rng.random(1) < 0.1,
+            np.zeros(1, dtype=bool),
+        )
     return buffer
 
 
@@ -322,6 +372,7 @@ def test_iqn_state_dict_restores_the_tau_stream():
 
 # --- configs: presets, overrides, bad values -----------------------------------------
 
+
 def test_cartpole_presets_apply_and_stay_overridable():
     for algo in ("qr_dqn", "iqn"):
         cfg = compose_config(f"algo={algo}", "env=cartpole")
@@ -329,29 +380,36 @@ def test_cartpole_presets_apply_and_stay_overridable():
         assert cfg.network._target_.startswith("rl_hydra.networks.quantile.")
         assert cfg.buffer._target_ == "rl_hydra.buffers.replay.ReplayBuffer"
         assert cfg.train.total_steps <= 50000
-    assert compose_config("algo=qr_dqn").algo.num_quantiles != 200          # the CartPole preset
-    untuned = ("env=gym", "env.id=Acrobot-v1")                               # no preset: the algorithm's own
+    assert compose_config("algo=qr_dqn").algo.num_quantiles != 200  # the CartPole preset
+    untuned = ("env=gym", "env.id=Acrobot-v1")  # no preset: the algorithm's own
     assert compose_config("algo=qr_dqn", *untuned).algo.num_quantiles == 200  # the paper's default
     assert compose_config("algo=qr_dqn", "algo.num_quantiles=7").algo.num_quantiles == 7
     assert compose_config("algo=iqn", "algo.num_quantile_samples=3").algo.num_quantile_samples == 3
     acrobot_iqn = compose_config("algo=iqn", *untuned).algo
-    assert (acrobot_iqn.num_tau_samples, acrobot_iqn.num_tau_prime_samples, acrobot_iqn.num_quantile_samples) == (64, 64, 32)
+    assert (acrobot_iqn.num_tau_samples, acrobot_iqn.num_tau_prime_samples, acrobot_iqn.num_quantile_samples) == (
+        64,
+        64,
+        32,
+    )
     assert compose_config("algo=iqn", *untuned).network.embedding_dim == 64
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["algo=qr_dqn", "algo.num_quantiles=0"], "algo.num_quantiles"),
-    (["algo=qr_dqn", "algo.kappa=0"], "algo.kappa"),
-    (["algo=qr_dqn", "algo.kappa=-1.0"], "algo.kappa"),
-    (["algo=iqn", "algo.num_tau_samples=0"], "algo.num_tau_samples"),
-    (["algo=iqn", "algo.num_tau_prime_samples=0"], "algo.num_tau_prime_samples"),
-    (["algo=iqn", "algo.num_quantile_samples=-2"], "algo.num_quantile_samples"),
-    (["algo=iqn", "algo.kappa=0.0"], "algo.kappa"),
-    (["algo=iqn", "network.embedding_dim=0"], "network.embedding_dim"),
-    (["algo=iqn", "network.hidden_sizes=[]"], "network.hidden_sizes"),
-    (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
-    (["algo=qr_dqn", "env=pendulum"], "algo=qr_dqn needs a discrete action space"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["algo=qr_dqn", "algo.num_quantiles=0"], "algo.num_quantiles"),
+        (["algo=qr_dqn", "algo.kappa=0"], "algo.kappa"),
+        (["algo=qr_dqn", "algo.kappa=-1.0"], "algo.kappa"),
+        (["algo=iqn", "algo.num_tau_samples=0"], "algo.num_tau_samples"),
+        (["algo=iqn", "algo.num_tau_prime_samples=0"], "algo.num_tau_prime_samples"),
+        (["algo=iqn", "algo.num_quantile_samples=-2"], "algo.num_quantile_samples"),
+        (["algo=iqn", "algo.kappa=0.0"], "algo.kappa"),
+        (["algo=iqn", "network.embedding_dim=0"], "network.embedding_dim"),
+        (["algo=iqn", "network.hidden_sizes=[]"], "network.hidden_sizes"),
+        (["algo=iqn", "env=pendulum"], "algo=iqn needs a discrete action space"),
+        (["algo=qr_dqn", "env=pendulum"], "algo=qr_dqn needs a discrete action space"),
+    ],
+)
 def test_bad_values_fail_before_training_with_one_line(tmp_path, overrides, key):
     with pytest.raises(ConfigError) as error:
         run_training(tmp_path, *overrides, *TINY)
@@ -360,6 +418,7 @@ def test_bad_values_fail_before_training_with_one_line(tmp_path, overrides, key)
 
 
 # --- runs through train.py's code path ------------------------------------------------
+
 
 @pytest.mark.parametrize("algo", ["qr_dqn", "iqn"])
 def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
@@ -373,8 +432,13 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
     assert "buffer" in state and RunDirectory(tmp_path).load_checkpoint("best")["agent"]
     cfg = compose_config(f"algo={algo}", *TINY, *LEARN_EARLY)
     cartpole = gym.make("CartPole-v1")
-    fresh = instantiate(agent_node(cfg), observation_space=cartpole.observation_space, action_space=cartpole.action_space,
-                        network=instantiate(cfg.network), total_steps=cfg.train.total_steps)
+    fresh = instantiate(
+        agent_node(cfg),
+        observation_space=cartpole.observation_space,
+        action_space=cartpole.action_space,
+        network=instantiate(cfg.network),
+        total_steps=cfg.train.total_steps,
+    )
     fresh.load_state_dict(state["agent"])
     for name, tensor in state["agent"]["q_net"].items():
         torch.testing.assert_close(fresh.q_net.state_dict()[name], tensor)
@@ -382,7 +446,9 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
 
 
 def test_cli_sweep_over_both_algorithms(tmp_path):
-    result = run_cli("-m", "algo=qr_dqn,iqn", *TINY, f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
+    result = run_cli(
+        "-m", "algo=qr_dqn,iqn", *TINY, f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     for job, algo in enumerate(["qr_dqn", "iqn"]):
         summary = json.loads((tmp_path / str(job) / "summary.json").read_text())
@@ -398,15 +464,32 @@ def test_cli_iqn_on_pendulum_is_a_clear_error(tmp_path):
 
 # --- short learning tests (generous thresholds; the 5-seed table is in docs/distributional.md) ---
 
-QUICK_CARTPOLE = ["train.total_steps=5000", "train.eval_every=5000", "train.eval_episodes=5", "train.log_every=1000",
-                  "train.checkpoint_every=5000", "train.progress=false", "device=cpu", "seed=0",
-                  "checkpoint.save_buffer=false", "algo.learning_starts=500", "algo.train_every=50",
-                  "algo.gradient_steps=16", "algo.target_update_every=100", "algo.exploration.fraction=0.3",
-                  "network.hidden_sizes=[64,64]"]
+QUICK_CARTPOLE = [
+    "train.total_steps=5000",
+    "train.eval_every=5000",
+    "train.eval_episodes=5",
+    "train.log_every=1000",
+    "train.checkpoint_every=5000",
+    "train.progress=false",
+    "device=cpu",
+    "seed=0",
+    "checkpoint.save_buffer=false",
+    "algo.learning_starts=500",
+    "algo.train_every=50",
+    "algo.gradient_steps=16",
+    "algo.target_update_every=100",
+    "algo.exploration.fraction=0.3",
+    "network.hidden_sizes=[64,64]",
+]
 QUICK = {
     "qr_dqn": ["algo=qr_dqn", "algo.num_quantiles=10"],
-    "iqn": ["algo=iqn", "algo.num_tau_samples=8", "algo.num_tau_prime_samples=8", "algo.num_quantile_samples=8",
-            "network.head_hidden_sizes=[]"],
+    "iqn": [
+        "algo=iqn",
+        "algo.num_tau_samples=8",
+        "algo.num_tau_prime_samples=8",
+        "algo.num_quantile_samples=8",
+        "network.head_hidden_sizes=[]",
+    ],
 }
 
 
@@ -422,9 +505,14 @@ def test_iqn_greedy_actions_are_deterministic_for_the_same_input():
 
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
-    agent = IQN(env.observation_space, env.action_space, functools.partial(ImplicitQuantileNetwork, hidden_sizes=[8],
-                head_hidden_sizes=[8]), functools.partial(LeanAdam, lr=1e-3), total_steps=100,
-                **algo_keys("iqn", num_quantile_samples=4))
+    agent = IQN(
+        env.observation_space,
+        env.action_space,
+        functools.partial(ImplicitQuantileNetwork, hidden_sizes=[8], head_hidden_sizes=[8]),
+        functools.partial(LeanAdam, lr=1e-3),
+        total_steps=100,
+        **algo_keys("iqn", num_quantile_samples=4),
+    )
     obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
     first = agent.act(obs, explore=False)[0]
     assert all(np.array_equal(agent.act(obs, explore=False)[0], first) for _ in range(5))

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-README = " ".join((ROOT / "README.md").read_text().split())   # line breaks as spaces
+README = " ".join((ROOT / "README.md").read_text().split())  # line breaks as spaces
 
 
 def test_the_torch_version_the_readme_says_ci_tests_is_the_one_ci_installs():
@@ -25,7 +25,7 @@ def test_the_torch_range_the_readme_gives_is_pyprojects():
 
 
 def test_every_installed_command_the_readme_names_is_declared():
-    scripts = re.findall(r'^(rl-hydra-[a-z]+) = ', (ROOT / "pyproject.toml").read_text(), flags=re.M)
+    scripts = re.findall(r"^(rl-hydra-[a-z]+) = ", (ROOT / "pyproject.toml").read_text(), flags=re.M)
     named = set(re.findall(r"`(rl-hydra-[a-z]+)", README))
     assert named and named <= set(scripts)
 
@@ -33,7 +33,7 @@ def test_every_installed_command_the_readme_names_is_declared():
 # --- the README's Layout names what is in the tree --------------------------------------------
 
 README_LINES = (ROOT / "README.md").read_text().splitlines()
-NOT_IN_LAYOUT = {"README.md", ".gitignore"}   # tracked top-level files the Layout need not name
+NOT_IN_LAYOUT = {"README.md", ".gitignore"}  # tracked top-level files the Layout need not name
 
 
 def layout_names() -> set[str]:
@@ -45,7 +45,7 @@ def layout_names() -> set[str]:
     text = "\n".join(README_LINES) + "\n"
     block = re.search(r"^## Layout\n.*?^```\n(.*?)^```", text, flags=re.M | re.S)
     assert block, "README.md has no ``` block under ## Layout"
-    names, parents = set(), []   # parents: (indent, directory) of the lines above
+    names, parents = set(), []  # parents: (indent, directory) of the lines above
     for line in block.group(1).splitlines():
         if not line.strip():
             continue
@@ -80,8 +80,8 @@ def test_the_readme_layout_names_only_what_is_in_the_tree():
 def test_the_readme_layout_names_every_top_level_entry_conf_group_script_and_package_module():
     files, dirs = tracked_tree()
     wanted = {path.split("/")[0] + ("/" if "/" in path else "") for path in files} - NOT_IN_LAYOUT
-    wanted |= {d for d in dirs if d.startswith("conf/") and d.count("/") == 2}               # conf's groups
-    wanted |= {p for p in files | dirs if re.fullmatch(r"scripts/[^/]+(\.py|/)", p)}         # scripts, their folders
+    wanted |= {d for d in dirs if d.startswith("conf/") and d.count("/") == 2}  # conf's groups
+    wanted |= {p for p in files | dirs if re.fullmatch(r"scripts/[^/]+(\.py|/)", p)}  # scripts, their folders
     wanted |= {p for p in files if re.fullmatch(r"rl_hydra/[^/]+\.py", p)} - {"rl_hydra/__init__.py"}
     wanted |= {d for d in dirs if d.count("/") == 2 and d.startswith("rl_hydra/") and d + "__init__.py" in files}
     unnamed = sorted(wanted - layout_names())
@@ -101,13 +101,21 @@ def test_the_readme_is_at_most_150_lines():
 
 # --- the docs name what exists -----------------------------------------------------------------
 
-PAGES = {path.relative_to(ROOT).as_posix(): path.read_text()
-         for path in [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+PAGES = {
+    path.relative_to(ROOT).as_posix(): path.read_text()
+    for path in [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+}
 
 
 def test_every_script_a_page_names_exists():
-    missing = sorted({f"{page}: {path}" for page, text in PAGES.items()
-                      for path in re.findall(r"(?<![\w.-])scripts/[\w./-]*\w", text) if not (ROOT / path).exists()})
+    missing = sorted(
+        {
+            f"{page}: {path}"
+            for page, text in PAGES.items()
+            for path in re.findall(r"(?<![\w.-])scripts/[\w./-]*\w", text)
+            if not (ROOT / path).exists()
+        }
+    )
     assert not missing, f"pages name scripts that do not exist: {missing}"
 
 
@@ -123,8 +131,10 @@ def test_suite_md_s_env_table_lists_every_env_group_and_no_other():
     assert section, "docs/suite.md has no ## Env groups section"
     first_cells = re.findall(r"^\| ([^|]*)\|", section.group(1), flags=re.M)
     listed = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
-    assert listed == env_groups(), (f"docs/suite.md's env table lacks {sorted(env_groups() - listed)}, "
-                                     f"names no such group: {sorted(listed - env_groups())}")
+    assert listed == env_groups(), (
+        f"docs/suite.md's env table lacks {sorted(env_groups() - listed)}, "
+        f"names no such group: {sorted(listed - env_groups())}"
+    )
 
 
 def test_the_readme_s_env_list_names_every_env_group():
@@ -149,10 +159,10 @@ def test_every_docs_page_is_at_most_200_lines(page):
 
 
 def test_the_readme_s_python_snippet_trains_what_its_runnable_version_trains():
-    snippet = re.search(r'^run = train\((.*?)\)', PAGES["README.md"], flags=re.M).group(1)
+    snippet = re.search(r"^run = train\((.*?)\)", PAGES["README.md"], flags=re.M).group(1)
     example = (ROOT / "examples" / "train_and_predict.py").read_text()
-    called = re.search(r'^run = train\((.*?)\)', example, flags=re.M).group(1)
+    called = re.search(r"^run = train\((.*?)\)", example, flags=re.M).group(1)
     default_steps = re.search(r"else ([\d_]+)", example).group(1).replace("_", "")
     overrides = re.findall(r'"([^"]+)"', snippet)
-    assert overrides[:-1] == re.findall(r'"([^"{}]+)"', called)[:len(overrides) - 1], (snippet, called)
+    assert overrides[:-1] == re.findall(r'"([^"{}]+)"', called)[: len(overrides) - 1], (snippet, called)
     assert overrides[-1] == f"train.total_steps={default_steps}", (snippet, default_steps)

@@ -21,19 +21,31 @@ ACTIONS = gym.spaces.Discrete(2)
 
 
 def make_dqn(**overrides) -> DQN:
-    kwargs = dict(network=functools.partial(QNetwork, hidden_sizes=[16]),
-                  optimizer=functools.partial(torch.optim.Adam, lr=1e-2), total_steps=1000,
-                  learning_starts=0, target_update_every=3, seed=0)
+    kwargs = dict(
+        network=functools.partial(QNetwork, hidden_sizes=[16]),
+        optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
+        total_steps=1000,
+        learning_starts=0,
+        target_update_every=3,
+        seed=0,
+    )
     kwargs.update(overrides)
     return DQN(OBS, ACTIONS, **algo_keys("dqn", **kwargs))
 
 
 def random_batch(n=8) -> Batch:
     g = torch.Generator().manual_seed(0)
-    return Batch(obs=torch.randn(n, 3, generator=g), actions=torch.randint(2, (n,), generator=g),
-                 rewards=torch.ones(n), next_obs=torch.randn(n, 3, generator=g),
-                 terminated=torch.zeros(n), truncated=torch.zeros(n), discounts=torch.full((n,), 0.99),
-                 weights=torch.ones(n), indices=torch.arange(n))
+    return Batch(
+        obs=torch.randn(n, 3, generator=g),
+        actions=torch.randint(2, (n,), generator=g),
+        rewards=torch.ones(n),
+        next_obs=torch.randn(n, 3, generator=g),
+        terminated=torch.zeros(n),
+        truncated=torch.zeros(n),
+        discounts=torch.full((n,), 0.99),
+        weights=torch.ones(n),
+        indices=torch.arange(n),
+    )
 
 
 def test_update_returns_named_metrics_and_moves_online_params_only():
@@ -41,7 +53,7 @@ def test_update_returns_named_metrics_and_moves_online_params_only():
     before = [p.clone() for p in agent.q_net.parameters()]
     target_before = [p.clone() for p in agent.target_net.parameters()]
     metrics = agent.update(random_batch())
-    priorities = metrics.pop("priorities")   # per-sample |TD error|, for a prioritized buffer
+    priorities = metrics.pop("priorities")  # per-sample |TD error|, for a prioritized buffer
     assert set(metrics) == set(DQN.metric_names) and priorities.shape == (8,) and bool((priorities >= 0).all())
     assert all(math.isfinite(float(v)) for v in metrics.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.q_net.parameters()))
@@ -121,8 +133,9 @@ def test_state_dict_round_trip_restores_everything():
     restored = make_dqn(seed=7)
     restored.load_state_dict(through_disk(agent.state_dict()))
     for key in ("q_net", "target_net"):
-        for (k, v), (_, w) in zip(getattr(agent, key).state_dict().items(),
-                                  getattr(restored, key).state_dict().items()):
+        for (k, v), (_, w) in zip(
+            getattr(agent, key).state_dict().items(), getattr(restored, key).state_dict().items()
+        ):
             assert torch.equal(v, w), k
     assert (restored.updates, restored.explore_steps) == (agent.updates, agent.explore_steps)
     assert restored.rng.random() == agent.rng.random()
@@ -133,13 +146,18 @@ def test_state_dict_round_trip_restores_everything():
         assert torch.equal(v, w)
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("batch_size", 0, "algo.batch_size=0"),
-    ("tau", 0.0, "algo.tau=0.0"), ("loss", "l1", "algo.loss='l1'"),
-    ("learning_starts", -1, "algo.learning_starts=-1"), ("train_every", 0, "algo.train_every=0"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("batch_size", 0, "algo.batch_size=0"),
+        ("tau", 0.0, "algo.tau=0.0"),
+        ("loss", "l1", "algo.loss='l1'"),
+        ("learning_starts", -1, "algo.learning_starts=-1"),
+        ("train_every", 0, "algo.train_every=0"),
+    ],
+)
 def test_bad_hyperparameters_raise_one_line_config_errors(key, value, message):
-    cfg = compose_config(f"algo.{key}={value}")   # the schema's ranges (rl_hydra/schema/algos.py)
+    cfg = compose_config(f"algo.{key}={value}")  # the schema's ranges (rl_hydra/schema/algos.py)
     with pytest.raises(ConfigError) as error:
         validate_run_config(cfg)
     assert message in str(error.value) and "\n" not in str(error.value)
@@ -147,5 +165,11 @@ def test_bad_hyperparameters_raise_one_line_config_errors(key, value, message):
 
 def test_dqn_refuses_continuous_actions():
     with pytest.raises(ConfigError, match="algo=dqn needs a discrete action space"):
-        DQN(OBS, gym.spaces.Box(-1, 1, (1,)), network=functools.partial(QNetwork),
-            optimizer=functools.partial(torch.optim.Adam, lr=1e-3), total_steps=10, **algo_keys("dqn"))
+        DQN(
+            OBS,
+            gym.spaces.Box(-1, 1, (1,)),
+            network=functools.partial(QNetwork),
+            optimizer=functools.partial(torch.optim.Adam, lr=1e-3),
+            total_steps=10,
+            **algo_keys("dqn"),
+        )

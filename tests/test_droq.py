@@ -14,7 +14,12 @@ def test_droq_is_redq_with_two_critics_twenty_updates_and_dropout_layer_norm_cri
     assert droq.algo._target_ == "rl_hydra.algos.redq.REDQ"
     algo = droq.algo
     assert (algo.ensemble_size, algo.subset_size, algo.gradient_steps, algo.policy_delay, algo.actor_q) == (
-        2, 2, 20, 20, "mean")
+        2,
+        2,
+        20,
+        20,
+        "mean",
+    )
     shared = set(algo) - {"ensemble_size"}
     assert all(algo[key] == redq.algo[key] for key in shared), "DroQ's other keys are REDQ's"
     assert (droq.network.critic.dropout, droq.network.critic.layer_norm) == (0.01, True)
@@ -42,7 +47,7 @@ def plain_member(critic: CriticEnsemble, k: int) -> nn.Sequential:
 def test_each_critic_is_linear_dropout_layer_norm_relu_and_dropout_acts_only_in_training():
     torch.manual_seed(0)
     critic = CriticEnsemble(5, 2, hidden_sizes=(64, 64), dropout=0.2, layer_norm=True)
-    with torch.no_grad():   # gains and biases away from 1 and 0, different per member
+    with torch.no_grad():  # gains and biases away from 1 and 0, different per member
         for p in (*critic.norm_weights, *critic.norm_biases):
             p.add_(torch.randn_like(p))
     obs, actions = torch.randn(32, 3), torch.randn(32, 2)
@@ -59,11 +64,23 @@ def test_each_critic_is_linear_dropout_layer_norm_relu_and_dropout_acts_only_in_
 
 
 def test_plain_critics_keep_their_checkpoint_keys():
-    assert set(CriticEnsemble(5, 2, hidden_sizes=(8,)).state_dict()) == {"weights.0", "weights.1", "biases.0",
-                                                                         "biases.1"}
+    assert set(CriticEnsemble(5, 2, hidden_sizes=(8,)).state_dict()) == {
+        "weights.0",
+        "weights.1",
+        "biases.0",
+        "biases.1",
+    }
 
 
 def test_a_tiny_droq_run(tmp_path):
-    summary = run_training(tmp_path, "algo=droq", "env=pendulum", *TINY, "algo.learning_starts=100",
-                           "algo.batch_size=32", "algo.gradient_steps=2", "algo.policy_delay=2")
+    summary = run_training(
+        tmp_path,
+        "algo=droq",
+        "env=pendulum",
+        *TINY,
+        "algo.learning_starts=100",
+        "algo.batch_size=32",
+        "algo.gradient_steps=2",
+        "algo.policy_delay=2",
+    )
     assert summary["status"] == "completed" and summary["updates"] == 2 * 201

@@ -1,4 +1,5 @@
-"""DRQN: the recurrent Q-network (LSTM or GRU core), the sequence buffer, the masked loss, the velocity mask, the recurrent loop."""
+"""DRQN: the recurrent Q-network (LSTM or GRU core), the sequence buffer, the masked loss, the velocity
+mask, the recurrent loop."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ ACTION_SPACE = gym.spaces.Discrete(3)
 
 
 # --- the network ------------------------------------------------------------------------
+
 
 def test_network_shapes_and_initial_state():
     net = RecurrentQNetwork(4, 3, encoder_sizes=[8], lstm_size=5)
@@ -75,14 +77,21 @@ def test_reset_state_zeroes_only_the_rows_that_start_an_episode():
 
 # --- the sequence buffer ------------------------------------------------------------------
 
+
 def feed(buffer: SequenceBuffer, steps: list[tuple[float, bool]], env_rows: int = 1) -> None:
     """Add steps numbered by their first value: obs = (t, 0), next_obs = (t + 0.5, 0), reward = t,
     action = t % 3, actor state = t; `done` ends the episode there (terminated)."""
     for t, done in steps:
         ones = np.ones(env_rows, dtype=np.float32)
-        buffer.add(np.stack([t * ones, 0 * ones], 1), (t % 3 * ones).astype(np.int64), t * ones,
-                   np.stack([(t + 0.5) * ones, 0 * ones], 1), np.full(env_rows, done), np.zeros(env_rows, bool),
-                   (torch.full((env_rows, 2), float(t)), torch.full((env_rows, 2), -float(t))))
+        buffer.add(
+            np.stack([t * ones, 0 * ones], 1),
+            (t % 3 * ones).astype(np.int64),
+            t * ones,
+            np.stack([(t + 0.5) * ones, 0 * ones], 1),
+            np.full(env_rows, done),
+            np.zeros(env_rows, bool),
+            (torch.full((env_rows, 2), float(t)), torch.full((env_rows, 2), -float(t))),
+        )
 
 
 def stored(buffer: SequenceBuffer, i: int) -> dict:
@@ -118,13 +127,21 @@ def test_episode_start_flags_and_stored_states_are_the_actors():
 
 
 def test_envs_assemble_their_own_chunks():
-    buffer = SequenceBuffer(10, sequence_length=2, stride=2, observation_space=OBS_SPACE,
-                            action_space=ACTION_SPACE, num_envs=2)
+    buffer = SequenceBuffer(
+        10, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, num_envs=2
+    )
     for t in range(3):  # env 0 ends its episode at step 0, env 1 runs on
         done = np.array([t == 0, False])
         obs = np.array([[t, 0], [100 + t, 0]], np.float32)
-        buffer.add(obs, np.zeros(2, np.int64), obs[:, 0], obs + 0.5, done, np.zeros(2, bool),
-                   (torch.tensor([[t, t], [100 + t, 100 + t]], dtype=torch.float32), torch.zeros(2, 2)))
+        buffer.add(
+            obs,
+            np.zeros(2, np.int64),
+            obs[:, 0],
+            obs + 0.5,
+            done,
+            np.zeros(2, bool),
+            (torch.tensor([[t, t], [100 + t, 100 + t]], dtype=torch.float32), torch.zeros(2, 2)),
+        )
     rewards = sorted(buffer.steps["rewards"][:, i].tolist() for i in range(len(buffer)))
     assert rewards == [[0, 0], [1, 2], [100, 101]]  # env 0: [0 pad], [1 2]; env 1: [100 101]
 
@@ -148,8 +165,9 @@ def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
     feed(buffer, [(t, t % 5 == 4) for t in range(13)])
     path = tmp_path / "buffer.pt"
     torch.save(buffer.state_dict(), path)
-    restored = SequenceBuffer(4, sequence_length=3, stride=2, observation_space=OBS_SPACE,
-                              action_space=ACTION_SPACE, seed=99)
+    restored = SequenceBuffer(
+        4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, seed=99
+    )
     restored.load_state_dict(torch.load(path, weights_only=True))
     assert (len(restored), restored.pos) == (len(buffer), buffer.pos)
     for a, b in zip(buffer.sample(6), restored.sample(6)):
@@ -168,10 +186,11 @@ def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
 
 # --- the masked loss ------------------------------------------------------------------------
 
+
 def test_masked_td_loss_ignores_padded_steps_by_hand():
-    q = torch.tensor([[0.0, 1.0], [2.0, 0.0]], requires_grad=True)   # (T=2, B=2)
+    q = torch.tensor([[0.0, 1.0], [2.0, 0.0]], requires_grad=True)  # (T=2, B=2)
     targets = torch.tensor([[0.5, 1.0], [100.0, 3.0]])
-    mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])                    # step 1 of sequence 0 is padding
+    mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # step 1 of sequence 0 is padding
     # counted: Huber(0.5) = 0.125, Huber(0) = 0, Huber(3) = 2.5 -> mean over 3 steps
     loss = masked_td_loss(q, targets, mask, "huber")
     torch.testing.assert_close(loss, torch.tensor((0.125 + 0.0 + 2.5) / 3))
@@ -184,8 +203,8 @@ def test_masked_td_loss_ignores_padded_steps_by_hand():
 
 
 def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
-    rewards = torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 0.0]])   # (T=4, B=2)
-    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])         # sequence 1 ends after 3 steps
+    rewards = torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 0.0]])  # (T=4, B=2)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])  # sequence 1 ends after 3 steps
     returns, discounts, last = n_step_returns(rewards, mask, gamma=0.5, n=2)
     # t=0: 1 + 0.5 * 2 = 2, bootstrapped with 0.5^2 from step 1's next observation; t=3: only r_3 is left
     assert returns[:, 0].tolist() == [2.0, 3.5, 5.0, 4.0] and returns[:3, 1].tolist() == [20.0, 35.0, 30.0]
@@ -198,8 +217,13 @@ def test_n_step_returns_stop_at_the_chunk_end_and_at_padding():
 def one_episode_batch(agent, env):
     """A batch of the chunks of one 9-step CartPole episode (rewards 1, the last step terminal):
     [0..3] (it opens the episode), [2..5], [4..7], [6 7 8 pad]."""
-    buffer = SequenceBuffer(8, sequence_length=4, stride=2, observation_space=env.single_observation_space,
-                            action_space=env.single_action_space)
+    buffer = SequenceBuffer(
+        8,
+        sequence_length=4,
+        stride=2,
+        observation_space=env.single_observation_space,
+        action_space=env.single_action_space,
+    )
     state = agent.initial_state(1)
     for t in range(9):
         obs = np.full((1, 4), t / 10, np.float32)
@@ -228,8 +252,15 @@ def test_drqn_loss_ignores_padding_and_burn_in_except_in_episode_openers():
 
 
 def test_value_rescaling_learns_h_of_the_target_through_the_inverse_of_the_target_net():
-    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", "algo.burn_in=0", "algo.double_q=false",
-                         "algo.n_step=2", "algo.loss=mse", "device=cpu")
+    cfg = compose_config(
+        "algo=drqn",
+        "env=cartpole_no_velocity",
+        "algo.burn_in=0",
+        "algo.double_q=false",
+        "algo.n_step=2",
+        "algo.loss=mse",
+        "device=cpu",
+    )
     agent, env, _ = build_components(cfg, torch.device("cpu"))
     env.close()
     batch = one_episode_batch(agent, env)
@@ -238,10 +269,10 @@ def test_value_rescaling_learns_h_of_the_target_through_the_inverse_of_the_targe
     loss, errors, _ = agent.loss(batch)
     # by hand: y = h(R + gamma^k (1 - done) max_a h^-1(Q'(s_{t+k}, a))) against Q(s_t, a_t), both unrolled
     with torch.no_grad():
-        q = agent.q_net(batch.obs, batch.state)[0]                     # (L + 1, B, A)
+        q = agent.q_net(batch.obs, batch.state)[0]  # (L + 1, B, A)
         q_next = inverse_value_rescale(agent.target_net(batch.obs, batch.state)[0])
         returns, discounts, last = n_step_returns(batch.rewards, batch.mask, agent.gamma, 2)
-        best = q_next[1:].max(dim=2).values.gather(0, last)            # (L, B)
+        best = q_next[1:].max(dim=2).values.gather(0, last)  # (L, B)
         done = batch.terminated.gather(0, last)
         targets = value_rescale(returns + discounts * (1 - done) * best)
         taken = q[:-1].gather(2, batch.actions[..., None]).squeeze(2)
@@ -262,12 +293,15 @@ def test_importance_weights_scale_each_sequence_of_the_drqn_loss():
     only_first = torch.zeros(16)
     only_first[0] = 1.0
     rewards = batch.rewards.clone()
-    rewards[:, 1:] += 50.0   # every other sequence's targets move: with weight 0 the loss does not
-    torch.testing.assert_close(agent.loss(batch._replace(weights=only_first, rewards=rewards))[0],
-                               agent.loss(batch._replace(weights=only_first))[0])
+    rewards[:, 1:] += 50.0  # every other sequence's targets move: with weight 0 the loss does not
+    torch.testing.assert_close(
+        agent.loss(batch._replace(weights=only_first, rewards=rewards))[0],
+        agent.loss(batch._replace(weights=only_first))[0],
+    )
 
 
 # --- the velocity mask ----------------------------------------------------------------------------
+
 
 def test_mask_observation_zeroes_the_listed_components():
     env = MaskObservation(gym.make("CartPole-v1"), indices=[1, 3])
@@ -303,34 +337,43 @@ def test_cartpole_no_velocity_env_config_masks_velocities():
 @pytest.mark.parametrize("algo", ["drqn", "dqn"])
 def test_old_env_name_cartpole_novel_composes_like_cartpole_no_velocity(algo):
     old, new = (compose_config(f"algo={algo}", f"env={env}") for env in ("cartpole_novel", "cartpole_no_velocity"))
-    for part in ("env", "algo", "train", "buffer", "network"):   # train: the DRQN preset applies under both names
+    for part in ("env", "algo", "train", "buffer", "network"):  # train: the DRQN preset applies under both names
         assert old[part] == new[part], part
     assert old == new
 
 
 # --- configs that cannot work -------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides, message", [
-    (["buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=ReplayBuffer"),
-    (["buffer.sequence_length=0"], "buffer.sequence_length=0 is out of range"),
-    (["buffer.stride=20"], "buffer.stride=20 is out of range"),
-    (["algo.burn_in=-1"], "algo.burn_in=-1 is out of range"),
-    (["network.cell=rnn"], "network.cell='rnn' is not allowed; choose one of: lstm, gru"),
-    (["network=dqn"], "but algo=drqn builds on rl_hydra.networks.recurrent.RecurrentQNetwork; leave network= out"),
-])
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["buffer=replay"], "algo=drqn needs a sequence buffer (buffer=sequence); buffer=ReplayBuffer"),
+        (["buffer.sequence_length=0"], "buffer.sequence_length=0 is out of range"),
+        (["buffer.stride=20"], "buffer.stride=20 is out of range"),
+        (["algo.burn_in=-1"], "algo.burn_in=-1 is out of range"),
+        (["network.cell=rnn"], "network.cell='rnn' is not allowed; choose one of: lstm, gru"),
+        (["network=dqn"], "but algo=drqn builds on rl_hydra.networks.recurrent.RecurrentQNetwork; leave network= out"),
+    ],
+)
 def test_bad_configs_fail_while_building(overrides, message):
-    with pytest.raises(ConfigError) as error:   # the schema's ranges first, then what only the build sees
+    with pytest.raises(ConfigError) as error:  # the schema's ranges first, then what only the build sees
         cfg = compose_config("algo=drqn", *overrides)
         validate_run_config(cfg)
         build_components(cfg, torch.device("cpu"))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["algo.burn_in=16"], "algo.burn_in=16 must be < buffer.sequence_length=16"),
-    (["algo.burn_in=4", "buffer.sequence_length=8", "buffer.stride=8"],
-     "algo.burn_in=4 must be <= buffer.sequence_length - buffer.stride = 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.burn_in=16"], "algo.burn_in=16 must be < buffer.sequence_length=16"),
+        (
+            ["algo.burn_in=4", "buffer.sequence_length=8", "buffer.stride=8"],
+            "algo.burn_in=4 must be <= buffer.sequence_length - buffer.stride = 0",
+        ),
+    ],
+)
 def test_burn_in_that_leaves_nothing_to_learn_fails_before_any_step(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_training(tmp_path, "algo=drqn", *overrides, *TINY)
@@ -340,6 +383,7 @@ def test_burn_in_that_leaves_nothing_to_learn_fails_before_any_step(tmp_path, ov
 
 
 # --- the recurrent loop --------------------------------------------------------------------
+
 
 def test_the_loop_is_picked_from_the_agent_not_its_name(monkeypatch):
     cfg = compose_config("algo=drqn", "device=cpu")
@@ -352,8 +396,16 @@ def test_the_loop_is_picked_from_the_agent_not_its_name(monkeypatch):
 
 def test_collected_chunks_start_from_the_actor_state(tmp_path):
     # no updates (learning_starts > total_steps), so the network that acted is the one we replay
-    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "algo.learning_starts=100000",
-                         "buffer.sequence_length=6", "buffer.stride=3", "algo.burn_in=0", "train.total_steps=200")
+    cfg = compose_config(
+        "algo=drqn",
+        "env=cartpole_no_velocity",
+        *TINY,
+        "algo.learning_starts=100000",
+        "buffer.sequence_length=6",
+        "buffer.stride=3",
+        "algo.burn_in=0",
+        "train.total_steps=200",
+    )
     agent, env, buffer = build_components(cfg, torch.device("cpu"))
     runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     runner.start()
@@ -374,12 +426,22 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     assert checked > 10 and buffer.episode_start[: len(buffer)].sum() > 3
 
 
-@pytest.mark.parametrize("env, cell", [("cartpole_no_velocity", "lstm"), ("cartpole", "lstm"),
-                                       ("cartpole_no_velocity", "gru")])
+@pytest.mark.parametrize(
+    "env, cell", [("cartpole_no_velocity", "lstm"), ("cartpole", "lstm"), ("cartpole_no_velocity", "gru")]
+)
 def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env, cell):
-    summary = run_training(tmp_path, "algo=drqn", f"env={env}", f"network.cell={cell}", *TINY,
-                           "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2",
-                           "algo.burn_in=2", "algo.batch_size=4")
+    summary = run_training(
+        tmp_path,
+        "algo=drqn",
+        f"env={env}",
+        f"network.cell={cell}",
+        *TINY,
+        "algo.learning_starts=100",
+        "algo.train_every=50",
+        "algo.gradient_steps=2",
+        "algo.burn_in=2",
+        "algo.batch_size=4",
+    )
     assert summary["status"] == "completed" and summary["global_step"] == 300 and summary["updates"] == 10
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert rows[-1]["train/loss"] and rows[-1]["eval/return_mean"]
@@ -391,9 +453,20 @@ def test_smoke_run_writes_metrics_and_checkpoints(tmp_path, env, cell):
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, monkeypatch, cell):
     # stopped mid-episode at step 307: the actor's state and the open chunks must carry over
-    cfg = compose_config("algo=drqn", "env=cartpole_no_velocity", *TINY, "train.total_steps=500", "train.eval_every=250",
-                         "train.checkpoint_every=100", "algo.learning_starts=60", "algo.train_every=20",
-                         "algo.gradient_steps=2", "algo.batch_size=4", "algo.burn_in=2", f"network.cell={cell}")
+    cfg = compose_config(
+        "algo=drqn",
+        "env=cartpole_no_velocity",
+        *TINY,
+        "train.total_steps=500",
+        "train.eval_every=250",
+        "train.checkpoint_every=100",
+        "algo.learning_starts=60",
+        "algo.train_every=20",
+        "algo.gradient_steps=2",
+        "algo.batch_size=4",
+        "algo.burn_in=2",
+        f"network.cell={cell}",
+    )
     uninterrupted = run(cfg, tmp_path / "a")
     with monkeypatch.context() as patch:
         stop_at(patch, 307)
@@ -416,10 +489,19 @@ def test_stopped_and_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_pa
 def test_drqn_learns_cartpole_without_velocities(tmp_path, cell, rescaling):
     """A short run with a generous bar: a constant action scores about 9, random play about 20.
     With R2D2's value rescaling too."""
-    summary = run_training(tmp_path, "algo=drqn", "env=cartpole_no_velocity", f"network.cell={cell}",
-                           f"algo.value_rescaling={rescaling}", "train.total_steps=8000",
-                           "train.eval_every=2000", "train.stop_at_return=null", "train.progress=false",
-                           "device=cpu", "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path,
+        "algo=drqn",
+        "env=cartpole_no_velocity",
+        f"network.cell={cell}",
+        f"algo.value_rescaling={rescaling}",
+        "train.total_steps=8000",
+        "train.eval_every=2000",
+        "train.stop_at_return=null",
+        "train.progress=false",
+        "device=cpu",
+        "checkpoint.save_buffer=false",
+    )
     assert summary["best_eval_return_mean"] >= 50, summary
 
 
@@ -428,7 +510,14 @@ def test_drqn_remembers_the_shown_object_in_minigrid_memory(tmp_path):
     """MiniGrid-MemoryS7: without memory the best policy walks to the end and picks the same side
     every time, 0.49; DRQN (GRU) reached 1.0 by 30k steps (results/drqn_minigrid_memory.json)."""
     skip_without_env_extra("env=minigrid_memory")
-    summary = run_training(tmp_path, "algo=drqn", "env=minigrid_memory", "train.total_steps=40000",
-                           "train.stop_at_return=0.9", "train.progress=false", "device=cpu",
-                           "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path,
+        "algo=drqn",
+        "env=minigrid_memory",
+        "train.total_steps=40000",
+        "train.stop_at_return=0.9",
+        "train.progress=false",
+        "device=cpu",
+        "checkpoint.save_buffer=false",
+    )
     assert summary["best_eval_return_mean"] >= 0.8, summary

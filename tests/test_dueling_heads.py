@@ -26,16 +26,20 @@ from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
+from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, batch_of, compose_config
 
 DQN_FAMILY = ("dqn", "qr_dqn", "iqn", "c51", "rainbow", "dopamine_iqn")
 ENVS = {path.stem for path in (CONF_DIR / "env").glob("*.yaml")}
 # every preset conf/algo_env/<algo>_<env>.yaml of the family, found on disk: a new one is tested too
-PRESETS = sorted((algo, path.stem[len(algo) + 1:]) for algo in DQN_FAMILY
-                 for path in (CONF_DIR / "algo_env").glob(f"{algo}_*.yaml") if path.stem[len(algo) + 1:] in ENVS)
+PRESETS = sorted(
+    (algo, path.stem[len(algo) + 1 :])
+    for algo in DQN_FAMILY
+    for path in (CONF_DIR / "algo_env").glob(f"{algo}_*.yaml")
+    if path.stem[len(algo) + 1 :] in ENVS
+)
 ALL_PARTS = ("network.noisy=true", "algo.n_step=3", "buffer=prioritized")
 
 
@@ -48,7 +52,7 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def composed(*overrides: str):
     return compose_config(*overrides)
 
@@ -81,7 +85,7 @@ def fill(buffer, observation_space: gym.Space, num_actions: int, steps: int, see
     observation (as a frame-sharing buffer expects), with episode ends now and then."""
     rng, num_envs = np.random.default_rng(seed), buffer.num_envs
     observation_space.seed(seed)
-    sample = lambda: batch_of(observation_space, num_envs, seed=None)   # noqa: E731
+    sample = lambda: batch_of(observation_space, num_envs, seed=None)  # noqa: E731
 
     def restart(ended, fresh, going):
         return np.where(ended.reshape(-1, *[1] * (going.ndim - 1)), fresh, going)
@@ -94,8 +98,11 @@ def fill(buffer, observation_space: gym.Space, num_actions: int, steps: int, see
         actions, rewards = rng.integers(0, num_actions, num_envs), rng.normal(size=num_envs).astype(np.float32)
         buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
         fresh = sample()
-        obs = ({key: restart(terminated | truncated, fresh[key], part) for key, part in next_obs.items()}
-               if isinstance(next_obs, dict) else restart(terminated | truncated, fresh, next_obs))
+        obs = (
+            {key: restart(terminated | truncated, fresh[key], part) for key, part in next_obs.items()}
+            if isinstance(next_obs, dict)
+            else restart(terminated | truncated, fresh, next_obs)
+        )
 
 
 # --- every preset, with dueling streams -----------------------------------------------
@@ -111,8 +118,9 @@ def test_the_presets_with_an_empty_head_are_among_those_tested():
 
 
 # every part at once on every preset doubles the file's time: the slow suite runs it (pytest -m slow)
-@pytest.mark.parametrize("parts", [(), pytest.param(ALL_PARTS, marks=pytest.mark.slow)],
-                         ids=["dueling", "dueling+noisy+n3+prioritized"])
+@pytest.mark.parametrize(
+    "parts", [(), pytest.param(ALL_PARTS, marks=pytest.mark.slow)], ids=["dueling", "dueling+noisy+n3+prioritized"]
+)
 @pytest.mark.parametrize("algo, env", PRESETS, ids=[f"{a}_{e}" for a, e in PRESETS])
 def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
     if parts and preset_config(algo, env).network.get("bias") is False:
@@ -120,14 +128,14 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
         # naming network.bias; with it back on, every part composes with it too
         parts = (*parts, "network.bias=true")
     cfg = preset_config(algo, env, *parts)
-    cfg.buffer.capacity, cfg.algo.batch_size = 64, 8    # a tiny buffer and batch; the preset's network and algorithm
+    cfg.buffer.capacity, cfg.algo.batch_size = 64, 8  # a tiny buffer and batch; the preset's network and algorithm
     validate_run_config(cfg)
     agent, vector_env, buffer = build_components(cfg, torch.device("cpu"))
     observation_space, action_space = vector_env.single_observation_space, vector_env.single_action_space
     vector_env.close()
     heads = [m for m in agent.q_net.modules() if isinstance(m, DuelingHead)]
     assert len(heads) == 1
-    if (algo, env) in EMPTY_HEAD_PRESETS:   # each stream one linear map of the product features
+    if (algo, env) in EMPTY_HEAD_PRESETS:  # each stream one linear map of the product features
         one_linear(heads[0].value), one_linear(heads[0].advantage)
     if parts:
         assert agent.noisy and buffer.n_step == 3 and hasattr(buffer, "update_priorities")
@@ -148,6 +156,7 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
 
 # --- an empty head, by hand -------------------------------------------------------------
 
+
 def one_linear(stream: nn.Module) -> nn.Module:
     """The stream's only layer: an empty head gives each stream one Linear (or NoisyLinear) and nothing else."""
     layers = list(stream.children())
@@ -162,11 +171,11 @@ def test_an_empty_head_dueling_network_is_v_plus_a_minus_mean_a_from_one_linear_
     value, advantage = one_linear(head.value), one_linear(head.advantage)
     with torch.no_grad():
         value.weight.copy_(torch.tensor([[4.0, 3.0]]))
-        value.bias.fill_(0.5)                                                        # V = 4 + 6 + 0.5 = 10.5
+        value.bias.fill_(0.5)  # V = 4 + 6 + 0.5 = 10.5
         advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]))
-        advantage.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))                         # A = [1, 3, 5], mean 3
+        advantage.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))  # A = [1, 3, 5], mean 3
         q = net(torch.tensor([[1.0, 2.0]]))
-    torch.testing.assert_close(q, torch.tensor([[8.5, 10.5, 12.5]]))                 # 10.5 + A - 3
+    torch.testing.assert_close(q, torch.tensor([[8.5, 10.5, 12.5]]))  # 10.5 + A - 3
     np.testing.assert_allclose(numpy_forward(net, np.array([[1.0, 2.0]], np.float32)), q.numpy())  # the mirror
 
 
@@ -181,8 +190,9 @@ def linear_map(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         f_in, f_out = (e.sign() * e.abs().sqrt() for e in (layer.epsilon_in, layer.epsilon_out))
         if not layer.noise_enabled:
             return F.linear(x, layer.weight_mu, layer.bias_mu)
-        return F.linear(x, layer.weight_mu + layer.weight_sigma * torch.outer(f_out, f_in),
-                        layer.bias_mu + layer.bias_sigma * f_out)
+        return F.linear(
+            x, layer.weight_mu + layer.weight_sigma * torch.outer(f_out, f_in), layer.bias_mu + layer.bias_sigma * f_out
+        )
     return F.linear(x, layer.weight, layer.bias)
 
 
@@ -199,18 +209,18 @@ def streams_by_hand(name: str, net: nn.Module) -> tuple[torch.Tensor, torch.Tens
     if name == "iqn":
         head, features = net.head[0], net.psi(OBS)[:, None, :] * net.phi(cosine_embedding(TAUS, E))  # (B, T, D)
     else:
-        head, features = net.net[0], OBS                                                            # (B, F)
+        head, features = net.net[0], OBS  # (B, F)
     assert isinstance(head, DuelingHead)
     k = EMPTY_HEADS[name][1]
-    v = linear_map(one_linear(head.value), features).unflatten(-1, (1, k))          # (..., 1, K)
-    adv = linear_map(one_linear(head.advantage), features).unflatten(-1, (A, k))    # (..., A, K)
+    v = linear_map(one_linear(head.value), features).unflatten(-1, (1, k))  # (..., 1, K)
+    adv = linear_map(one_linear(head.advantage), features).unflatten(-1, (A, k))  # (..., A, K)
     return v, adv
 
 
 def as_output(name: str, q: torch.Tensor) -> torch.Tensor:
     """(..., A', K) -> the network's layout: (B, A') for DQN, (B, A', K) for QR-DQN and C51, (B, A', T) for IQN."""
     if name == "iqn":
-        return q[..., 0].transpose(1, 2)    # (B, T, A', 1) -> (B, A', T)
+        return q[..., 0].transpose(1, 2)  # (B, T, A', 1) -> (B, A', T)
     return q[..., 0] if name == "dqn" else q
 
 
@@ -227,7 +237,7 @@ def test_every_network_combines_one_linear_map_per_stream_on_an_empty_head(name,
         out = call()
         v, adv = streams_by_hand(name, net)
         torch.testing.assert_close(out, as_output(name, v + adv - adv.mean(dim=-2, keepdim=True)))
-        torch.testing.assert_close(out.mean(dim=1), as_output(name, v).squeeze(1))   # the mean over actions is V
+        torch.testing.assert_close(out.mean(dim=1), as_output(name, v).squeeze(1))  # the mean over actions is V
         return out
 
     with torch.no_grad():
@@ -237,11 +247,12 @@ def test_every_network_combines_one_linear_map_per_stream_on_an_empty_head(name,
         if noisy:
             with noise_disabled(net):
                 check()
-        if name != "iqn":   # the numpy mirror (vectors) answers as torch does
+        if name != "iqn":  # the numpy mirror (vectors) answers as torch does
             np.testing.assert_allclose(numpy_forward(net, OBS.numpy()), out.numpy(), atol=1e-5)
 
 
 # --- without dueling: bit for bit as before ----------------------------------------------
+
 
 def plain_by_hand(sizes: list[int]) -> nn.Sequential:
     """The MLP that dueling=false has always built: Linear -> ReLU per hidden size, then a Linear."""
@@ -262,17 +273,21 @@ def test_without_dueling_the_networks_are_the_plain_mlp_bit_for_bit(name, hidden
         psi = nn.Sequential(nn.Linear(OBS_DIM, 16), nn.ReLU())
         phi = nn.Sequential(nn.Linear(E, 16), nn.ReLU())
         head = plain_by_hand([16, *hidden, A])
-        reference = {**{f"psi.{k}": v for k, v in psi.state_dict().items()},
-                     **{f"phi.{k}": v for k, v in phi.state_dict().items()},
-                     **{f"head.{k}": v for k, v in head.state_dict().items()}}
+        reference = {
+            **{f"psi.{k}": v for k, v in psi.state_dict().items()},
+            **{f"phi.{k}": v for k, v in phi.state_dict().items()},
+            **{f"head.{k}": v for k, v in head.state_dict().items()},
+        }
         with torch.no_grad():
             out = net(OBS, TAUS)
             expected = head(psi(OBS)[:, None, :] * phi(cosine_embedding(TAUS, E))).transpose(1, 2)
     else:
         per_action = {"dqn": 1, "qr_dqn": K, "c51": K}[name]
-        make = {"dqn": lambda: QNetwork(OBS_DIM, A, hidden, dueling=False),
-                "qr_dqn": lambda: QuantileNetwork(OBS_DIM, A, K, hidden, dueling=False),
-                "c51": lambda: CategoricalNetwork(OBS_DIM, A, K, hidden, dueling=False)}[name]
+        make = {
+            "dqn": lambda: QNetwork(OBS_DIM, A, hidden, dueling=False),
+            "qr_dqn": lambda: QuantileNetwork(OBS_DIM, A, K, hidden, dueling=False),
+            "c51": lambda: CategoricalNetwork(OBS_DIM, A, K, hidden, dueling=False),
+        }[name]
         net = make()
         torch.manual_seed(3)
         mlp = plain_by_hand([OBS_DIM, *hidden, A * per_action])
@@ -363,7 +378,7 @@ def state_digest(net: nn.Module) -> str:
 @pytest.mark.parametrize("algo, env, dueling", list(RECORDED), ids=[f"{a}_{e}-dueling={d}" for a, e, d in RECORDED])
 def test_the_presets_networks_keep_their_recorded_parameters(algo, env, dueling):
     cfg = preset_config(algo, env)
-    cfg.network.dueling = dueling                     # as `network.dueling=...` on the command line: no key reads it
+    cfg.network.dueling = dueling  # as `network.dueling=...` on the command line: no key reads it
     observation_space, action_space = env_spaces(env, cfg.env)
     factory = instantiate(cfg.network)
     torch.manual_seed(cfg.seed)

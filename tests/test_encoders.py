@@ -31,12 +31,14 @@ ACTIONS = gym.spaces.Discrete(3)
 ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
 
 
-@pytest.mark.parametrize("space, kind, size", [(FRAMES, "nature_cnn", 3136), (GRIDS, "minatar_cnn", 1024),
-                                               (FRAMES, "flat", 4 * 84 * 84), (VECTORS, "flat", 5)])
+@pytest.mark.parametrize(
+    "space, kind, size",
+    [(FRAMES, "nature_cnn", 3136), (GRIDS, "minatar_cnn", 1024), (FRAMES, "flat", 4 * 84 * 84), (VECTORS, "flat", 5)],
+)
 def test_each_encoders_output_size(space, kind, size):
     encoder, features = make_encoder(space, kind)
     assert features == size
-    if encoder is None:   # a vector network reads the vector itself
+    if encoder is None:  # a vector network reads the vector itself
         assert kind == "flat"
         return
     out = encoder(torch.from_numpy(np.stack([space.sample() for _ in range(2)])))
@@ -49,12 +51,15 @@ def test_auto_picks_the_encoder_that_fits():
     assert make_encoder(VECTORS, "auto") == (None, 5) and make_encoder(7, "auto") == (None, 7)
 
 
-@pytest.mark.parametrize("space, kind, message", [
-    (VECTORS, "nature_cnn", "network.encoder=nature_cnn needs (C, 84, 84) inputs"),
-    (FRAMES, "minatar_cnn", "network.encoder=minatar_cnn needs (C, 10, 10) inputs"),
-    (gym.spaces.Box(0, 255, (3, 64, 64), np.uint8), "auto", "network.encoder=auto has no encoder"),
-    (FRAMES, "resnet", "network.encoder='resnet' is not allowed; choose one of: auto, flat"),
-])
+@pytest.mark.parametrize(
+    "space, kind, message",
+    [
+        (VECTORS, "nature_cnn", "network.encoder=nature_cnn needs (C, 84, 84) inputs"),
+        (FRAMES, "minatar_cnn", "network.encoder=minatar_cnn needs (C, 10, 10) inputs"),
+        (gym.spaces.Box(0, 255, (3, 64, 64), np.uint8), "auto", "network.encoder=auto has no encoder"),
+        (FRAMES, "resnet", "network.encoder='resnet' is not allowed; choose one of: auto, flat"),
+    ],
+)
 def test_a_mismatched_encoder_is_one_clear_error(space, kind, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_encoder(space, kind)
@@ -66,13 +71,18 @@ def test_pixels_are_scaled_inside_the_network():
     torch.testing.assert_close(encoder(frames), encoder[1](frames.float() / 255.0))
 
 
-@pytest.mark.parametrize("network", [
-    functools.partial(QNetwork, num_actions=3, hidden_sizes=[16]),
-    functools.partial(QNetwork, num_actions=3, hidden_sizes=[16], dueling=True, noisy=True),
-    functools.partial(QuantileNetwork, num_actions=3, num_quantiles=5, hidden_sizes=[16]),
-    functools.partial(ImplicitQuantileNetwork, num_actions=3, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]),
-    functools.partial(CategoricalNetwork, num_actions=3, num_atoms=7, hidden_sizes=[16], dueling=True),
-])
+@pytest.mark.parametrize(
+    "network",
+    [
+        functools.partial(QNetwork, num_actions=3, hidden_sizes=[16]),
+        functools.partial(QNetwork, num_actions=3, hidden_sizes=[16], dueling=True, noisy=True),
+        functools.partial(QuantileNetwork, num_actions=3, num_quantiles=5, hidden_sizes=[16]),
+        functools.partial(
+            ImplicitQuantileNetwork, num_actions=3, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]
+        ),
+        functools.partial(CategoricalNetwork, num_actions=3, num_atoms=7, hidden_sizes=[16], dueling=True),
+    ],
+)
 @pytest.mark.parametrize("space", [FRAMES, GRIDS])
 def test_every_q_head_sits_on_every_cnn(network, space):
     net = network(space)
@@ -83,7 +93,7 @@ def test_every_q_head_sits_on_every_cnn(network, space):
 
 def test_drqns_lstm_sits_on_a_cnn():
     net = RecurrentQNetwork(GRIDS, 3, encoder_sizes=[32], lstm_size=16)
-    obs = torch.from_numpy(np.stack([[GRIDS.sample() for _ in range(2)] for _ in range(5)]))   # (T, B, C, H, W)
+    obs = torch.from_numpy(np.stack([[GRIDS.sample() for _ in range(2)] for _ in range(5)]))  # (T, B, C, H, W)
     values, state = net(obs, net.initial_state(2))
     assert values.shape == (5, 2, 3) and state[0].shape == (2, 16)
     step_values, _ = net.act(obs[0], net.initial_state(2))
@@ -91,15 +101,33 @@ def test_drqns_lstm_sits_on_a_cnn():
 
 
 AGENTS = {
-    "dqn": lambda: DQN(GRIDS, ACTIONS, functools.partial(QNetwork, hidden_sizes=[32]), ADAM, total_steps=100,
-                       **algo_keys("dqn")),
-    "qr_dqn": lambda: QRDQN(GRIDS, ACTIONS, functools.partial(QuantileNetwork, hidden_sizes=[32]), ADAM,
-                            total_steps=100, **algo_keys("qr_dqn", num_quantiles=5)),
-    "iqn": lambda: IQN(GRIDS, ACTIONS, functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32],
-                                                         head_hidden_sizes=[]), ADAM, total_steps=100,
-                       **algo_keys("iqn", num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4)),
-    "c51": lambda: C51(GRIDS, ACTIONS, functools.partial(CategoricalNetwork, hidden_sizes=[32]), ADAM,
-                       total_steps=100, **algo_keys("c51", num_atoms=11)),
+    "dqn": lambda: DQN(
+        GRIDS, ACTIONS, functools.partial(QNetwork, hidden_sizes=[32]), ADAM, total_steps=100, **algo_keys("dqn")
+    ),
+    "qr_dqn": lambda: QRDQN(
+        GRIDS,
+        ACTIONS,
+        functools.partial(QuantileNetwork, hidden_sizes=[32]),
+        ADAM,
+        total_steps=100,
+        **algo_keys("qr_dqn", num_quantiles=5),
+    ),
+    "iqn": lambda: IQN(
+        GRIDS,
+        ACTIONS,
+        functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[]),
+        ADAM,
+        total_steps=100,
+        **algo_keys("iqn", num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4),
+    ),
+    "c51": lambda: C51(
+        GRIDS,
+        ACTIONS,
+        functools.partial(CategoricalNetwork, hidden_sizes=[32]),
+        ADAM,
+        total_steps=100,
+        **algo_keys("c51", num_atoms=11),
+    ),
 }
 
 
@@ -111,9 +139,10 @@ def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
     for _ in range(40):
         obs = rng.random((1, 6, 10, 10)) < 0.2
         actions, _ = agent.act(obs, explore=True)
-        buffer.add(obs, actions, rng.normal(size=1), rng.random((1, 6, 10, 10)) < 0.2,
-                   np.zeros(1, bool), np.zeros(1, bool))
-    assert buffer.storage["obs"].dtype == torch.bool   # 1 byte per cell, not 4
+        buffer.add(
+            obs, actions, rng.normal(size=1), rng.random((1, 6, 10, 10)) < 0.2, np.zeros(1, bool), np.zeros(1, bool)
+        )
+    assert buffer.storage["obs"].dtype == torch.bool  # 1 byte per cell, not 4
     batch = buffer.sample(8)
     metrics = agent.update(batch)
     assert np.isfinite(float(metrics["loss"]))
@@ -122,8 +151,14 @@ def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
 
 
 def test_drqn_learns_on_frames_from_its_sequence_buffer():
-    agent = DRQN(GRIDS, ACTIONS, functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8), ADAM,
-                 total_steps=100, **algo_keys("drqn", batch_size=2))
+    agent = DRQN(
+        GRIDS,
+        ACTIONS,
+        functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8),
+        ADAM,
+        total_steps=100,
+        **algo_keys("drqn", batch_size=2),
+    )
     buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS)
     rng = np.random.default_rng(0)
     state = None
@@ -131,8 +166,15 @@ def test_drqn_learns_on_frames_from_its_sequence_buffer():
         obs = rng.random((1, 6, 10, 10)) < 0.2
         before = agent.initial_state(1) if state is None else state
         actions, state = agent.act(obs, state, explore=True)
-        buffer.add(obs, actions, rng.normal(size=1), rng.random((1, 6, 10, 10)) < 0.2,
-                   np.array([t == 11]), np.zeros(1, bool), before)
+        buffer.add(
+            obs,
+            actions,
+            rng.normal(size=1),
+            rng.random((1, 6, 10, 10)) < 0.2,
+            np.array([t == 11]),
+            np.zeros(1, bool),
+            before,
+        )
     assert buffer.steps["obs"].dtype == torch.bool
     metrics = agent.update(buffer.sample(2))
     assert np.isfinite(float(metrics["loss"]))

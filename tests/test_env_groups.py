@@ -15,8 +15,16 @@ from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
 from rl_hydra.api import _compose
-from rl_hydra.config import (ConfigError, check_preset, compose_option, env_groups_for, env_label, group_env,
-                             group_env_id, run_env_name)
+from rl_hydra.config import (
+    ConfigError,
+    check_preset,
+    compose_option,
+    env_groups_for,
+    env_label,
+    group_env,
+    group_env_id,
+    run_env_name,
+)
 from rl_hydra.envs import make
 from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
@@ -29,7 +37,7 @@ ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 def split_preset(name: str) -> tuple[str, str]:
     """dqn_lunar_lander -> (dqn, lunar_lander): the longest algo option the name starts with."""
     algo = max((a for a in ALGOS if name.startswith(a + "_")), key=len)
-    return algo, name[len(algo) + 1:]
+    return algo, name[len(algo) + 1 :]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -45,21 +53,33 @@ def test_every_preset_names_itself_and_the_env_id_of_its_group(preset):
 
 def test_a_preset_is_refused_on_another_env_id_with_the_ways_out(tmp_path):
     cfg = compose_config("algo=dqn", "env=cartpole", "env.id=Acrobot-v1")
-    with pytest.raises(ConfigError, match=r"algo_env=dqn_cartpole is tuned for env.id=CartPole-v1, not Acrobot-v1; "
-                                          r"choose env=acrobot .*env=gym env.id=Acrobot-v1 .*~algo_env"):
+    with pytest.raises(
+        ConfigError,
+        match=r"algo_env=dqn_cartpole is tuned for env.id=CartPole-v1, not Acrobot-v1; "
+        r"choose env=acrobot .*env=gym env.id=Acrobot-v1 .*~algo_env",
+    ):
         check_preset(cfg)
     result = run_cli("algo=dqn", "env=cartpole", "env.id=Acrobot-v1", *TINY, f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: algo_env=dqn_cartpole is tuned for")
-    assert not (tmp_path / "run").exists()   # a refused run leaves no directory behind
+    assert not (tmp_path / "run").exists()  # a refused run leaves no directory behind
 
 
-@pytest.mark.parametrize("args, instead", [
-    (["algo=drqn", "env=minigrid_memory", "env.id=MiniGrid-DoorKey-5x5-v0"], "env=minigrid env.id=MiniGrid-DoorKey-5x5-v0"),
-    (["algo=dqn", "env=cartpole", "env.id=ALE/Breakout-v5"], "env=atari env.id=ALE/Breakout-v5"),
-    (["algo=dqn", "env=cartpole", "env.id=MiniGrid-MemoryS9-v0"], "env=minigrid_memory env.id=MiniGrid-MemoryS9-v0"),
-    (["algo=dqn", "env=cartpole", "env.id=Foo-v0"], r"env=gym env.id=Foo-v0 \(the algorithm's defaults\)"),
-])
+@pytest.mark.parametrize(
+    "args, instead",
+    [
+        (
+            ["algo=drqn", "env=minigrid_memory", "env.id=MiniGrid-DoorKey-5x5-v0"],
+            "env=minigrid env.id=MiniGrid-DoorKey-5x5-v0",
+        ),
+        (["algo=dqn", "env=cartpole", "env.id=ALE/Breakout-v5"], "env=atari env.id=ALE/Breakout-v5"),
+        (
+            ["algo=dqn", "env=cartpole", "env.id=MiniGrid-MemoryS9-v0"],
+            "env=minigrid_memory env.id=MiniGrid-MemoryS9-v0",
+        ),
+        (["algo=dqn", "env=cartpole", "env.id=Foo-v0"], r"env=gym env.id=Foo-v0 \(the algorithm's defaults\)"),
+    ],
+)
 def test_a_refused_preset_points_to_the_group_made_for_the_id_s_family(args, instead):
     """An id no group sets, in a family a group is made for (its `ids`: MiniGrid-*, ALE/*), points
     to that group, the narrowest family first; env=gym, which has none of its wrappers, only when none is."""
@@ -71,8 +91,11 @@ def test_a_refused_preset_points_to_the_group_made_for_the_id_s_family(args, ins
 def test_a_suite_preset_applies_to_every_game_of_its_suite_and_to_nothing_else():
     for game in ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders"):
         check_preset(compose_config("algo=dqn", "env=minatar", f"env.id=MinAtar/{game}-v1"))
-    with pytest.raises(ConfigError, match=r"algo_env=dqn_minatar is tuned for env.id=MinAtar/\*-v1, not "
-                                          r"MinAtar/Breakout-v0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"algo_env=dqn_minatar is tuned for env.id=MinAtar/\*-v1, not "
+        r"MinAtar/Breakout-v0",
+    ):
         check_preset(compose_config("algo=dqn", "env=minatar", "env.id=MinAtar/Breakout-v0"))
 
 
@@ -81,8 +104,15 @@ def test_minatar_presets_are_the_values_the_minatar_benchmark_measured(algo):
     sys.path.insert(0, str(CONF_DIR.parent / "scripts" / "benchmarks"))
     from minatar_sb3 import our_overrides
 
-    job = {"algo": algo, "game": "Breakout", "steps": 300_000, "warmup": 5000, "quantiles": 50,
-           "eval_episodes": 10, "seed": 0}
+    job = {
+        "algo": algo,
+        "game": "Breakout",
+        "steps": 300_000,
+        "warmup": 5000,
+        "quantiles": 50,
+        "eval_episodes": 10,
+        "seed": 0,
+    }
     measured = compose_config(*our_overrides(job), "~algo_env")  # the script's values over the algo's defaults
     preset = compose_config(f"algo={algo}", "env=minatar")
     assert preset.preset.name == f"{algo}_minatar"
@@ -109,7 +139,7 @@ def test_the_defaults_are_not_cartpole_s_tuning():
 
 def test_run_directories_are_named_after_the_env_actually_run():
     assert run_env_name("cartpole", "CartPole-v1") == "cartpole"
-    assert run_env_name("cartpole_novel", "CartPole-v1") == "cartpole_novel"   # via its defaults list
+    assert run_env_name("cartpole_novel", "CartPole-v1") == "cartpole_novel"  # via its defaults list
     assert run_env_name("cartpole", "Acrobot-v1") == "Acrobot-v1"
     assert run_env_name("gym", "MountainCar-v0") == "MountainCar-v0"
     assert env_label("ALE/Pong-v5") == "ALE-Pong-v5"
@@ -123,23 +153,32 @@ def test_run_directories_are_named_after_the_env_actually_run():
 def test_env_gym_without_an_id_is_one_line():
     result = run_cli("env=gym", *TINY)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: env.id is required here (it is ??? in the chosen groups); "
-                                     "e.g. env=gym env.id=MountainCar-v0")
+    assert result.stderr.strip() == (
+        "error: env.id is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"
+    )
 
 
 def test_a_plugin_env_in_module_colon_id_form_trains_from_the_command_line(tmp_path):
-    result = run_cli("env=gym", "env.id=tests.plugin_env:PluginCorridor-v0", *TINY, "algo.learning_starts=100",
-                     f"hydra.run.dir={tmp_path}")
+    result = run_cli(
+        "env=gym",
+        "env.id=tests.plugin_env:PluginCorridor-v0",
+        *TINY,
+        "algo.learning_starts=100",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_id"] == "tests.plugin_env:PluginCorridor-v0"
 
 
-@pytest.mark.parametrize("env_id, message", [
-    ("no_such_module:Corridor-v0", "cannot import its module 'no_such_module'"),
-    ("tests.plugin_env:Nowhere-v0", "is not a registered gymnasium environment by module 'tests.plugin_env'"),
-    ("Acrobot-v2", "did you mean: Acrobot-v1"),
-])
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        ("no_such_module:Corridor-v0", "cannot import its module 'no_such_module'"),
+        ("tests.plugin_env:Nowhere-v0", "is not a registered gymnasium environment by module 'tests.plugin_env'"),
+        ("Acrobot-v2", "did you mean: Acrobot-v1"),
+    ],
+)
 def test_bad_env_ids_are_one_line(env_id, message):
     with pytest.raises(ConfigError, match=message):
         make.check_env_id(env_id)
@@ -147,8 +186,11 @@ def test_bad_env_ids_are_one_line(env_id, message):
 
 def test_a_missing_extra_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(make.EXTRA_MODULES, "box2d", "no_such_box2d_module")
-    with pytest.raises(ConfigError, match=r'^env.id=LunarLander-v3 needs the box2d extra \(no_such_box2d_module is '
-                                          r'not installed\): pip install -e "\.\[box2d\]"$'):
+    with pytest.raises(
+        ConfigError,
+        match=r"^env.id=LunarLander-v3 needs the box2d extra \(no_such_box2d_module is "
+        r'not installed\): pip install -e "\.\[box2d\]"$',
+    ):
         make.env_factory(compose_config("env=lunar_lander").env)
     with pytest.raises(ConfigError, match="env.extra='nope' is not known"):
         make.check_extra(OmegaConf.create({"id": "CartPole-v1", "extra": "nope"}))
@@ -157,8 +199,9 @@ def test_a_missing_extra_names_the_pip_command(monkeypatch):
 def test_gymnasium_s_own_missing_dependency_error_is_turned_into_the_extra():
     error = make.gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install swig`")
     assert make.missing_dependency("LunarLander-v3", error) == (
-        'env.id=LunarLander-v3 needs the box2d extra (Box2D is not installed, run `pip install swig`): '
-        'pip install -e ".[box2d]"')
+        "env.id=LunarLander-v3 needs the box2d extra (Box2D is not installed, run `pip install swig`): "
+        'pip install -e ".[box2d]"'
+    )
 
 
 def test_a_required_key_left_out_is_refused_by_the_run_too(tmp_path):
@@ -170,8 +213,9 @@ def test_a_required_key_left_out_is_refused_by_the_run_too(tmp_path):
     result = run_cli("-m", "env=cartpole,gym", *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "env=gym" in errors[0] and errors[0].endswith("env.id is required here (it is ??? in the chosen groups); "
-                                                         "e.g. env=gym env.id=MountainCar-v0")
+    assert "env=gym" in errors[0] and errors[0].endswith(
+        "env.id is required here (it is ??? in the chosen groups); e.g. env=gym env.id=MountainCar-v0"
+    )
     assert errors[1].startswith("error: 1 of 2 jobs failed")
 
 
@@ -184,9 +228,9 @@ def hydra_state() -> tuple:
 def test_compose_option_composes_a_group_option_through_its_defaults_list():
     from rl_hydra.fit import algo_options
 
-    assert compose_option("algo", "c51").algo._target_ == "rl_hydra.algos.c51.C51"   # base/c51@_here_ followed
-    assert compose_option("env", "cartpole_novel").env.id == "CartPole-v1"            # - cartpole_no_velocity
-    assert group_env_id("gym") is None and group_env_id("no_such_env") is None        # id: ???
+    assert compose_option("algo", "c51").algo._target_ == "rl_hydra.algos.c51.C51"  # base/c51@_here_ followed
+    assert compose_option("env", "cartpole_novel").env.id == "CartPole-v1"  # - cartpole_no_velocity
+    assert group_env_id("gym") is None and group_env_id("no_such_env") is None  # id: ???
     assert algo_options()["rainbow"].__name__ == "C51" and algo_options()["dopamine_iqn"].__name__ == "IQN"
 
 
@@ -201,7 +245,7 @@ def test_compose_option_leaves_hydra_as_it_found_it_outside_and_inside_a_compose
         assert compose_option("env", "pendulum").env.id == "Pendulum-v1"
         assert hydra_state() == inside and GlobalHydra.instance().hydra is hydra
         assert JobRuntime.instance().get("name") == "mine"
-        assert compose(config_name="train", overrides=["env=acrobot"]).env.id == "Acrobot-v1"   # still usable
+        assert compose(config_name="train", overrides=["env=acrobot"]).env.id == "Acrobot-v1"  # still usable
     assert not GlobalHydra.instance().is_initialized()
 
 
@@ -210,5 +254,6 @@ def test_compose_option_runs_inside_a_running_hydra_app(monkeypatch, capsys):
     compose_option.cache_clear()
     group_env.cache_clear()
     code, out, err = cli(monkeypatch, capsys, "env=cartpole_novel", "--cfg", "all", "--resolve")
-    assert code == 0 and any(line.strip().startswith("dir: outputs/") and line.endswith("_dqn_cartpole_novel")
-                             for line in out), (out, err)
+    assert code == 0 and any(
+        line.strip().startswith("dir: outputs/") and line.endswith("_dqn_cartpole_novel") for line in out
+    ), (out, err)

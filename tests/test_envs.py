@@ -26,8 +26,8 @@ ENV_GROUPS = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
 def test_gymnasium_check_env_passes_and_the_spec_recreates_the_env(group):
     skip_without_env_extra(*env_overrides(group))
     env = env_factory(compose_config(*env_overrides(group)).env)()
-    check_env(env, skip_render_check=True)   # raises on anything gymnasium's API forbids
-    twin = gym.make(env.spec)                  # wrappers recorded their constructor arguments
+    check_env(env, skip_render_check=True)  # raises on anything gymnasium's API forbids
+    twin = gym.make(env.spec)  # wrappers recorded their constructor arguments
     assert [type(w) for w in _wrappers(twin)] == [type(w) for w in _wrappers(env)]
     assert twin.observation_space == env.observation_space
     first, _ = env.reset(seed=3)
@@ -55,6 +55,7 @@ def _wrappers(env: gym.Env) -> list[gym.Env]:
 
 # --- time limits: no episode lasts for ever (issue #53) --------------------------------------------
 
+
 class WalkUp:
     """A greedy policy that walks into CliffWalking's top wall for ever (action 0: up)."""
 
@@ -79,14 +80,18 @@ def test_an_env_with_no_time_limit_of_its_own_gets_env_gyms_fallback_said_in_the
 
     cfg = compose_config("algo=qr_dqn", "env=gym", "env.id=CliffWalking-v1", *TINY)
     with caplog.at_level(logging.INFO, logger="rl_hydra"):
-        summary = launch(cfg, tmp_path / "run")   # issue #53's command, shortened: it ends
-    said = ("env.id=CliffWalking-v1 has no time limit of its own: an episode ends after 1000 steps "
-            "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)")
-    assert summary["status"] == "completed" and caplog.text.count(said) == 1   # once: not again for the eval env
+        summary = launch(cfg, tmp_path / "run")  # issue #53's command, shortened: it ends
+    said = (
+        "env.id=CliffWalking-v1 has no time limit of its own: an episode ends after 1000 steps "
+        "(env.fallback_max_episode_steps; env.max_episode_steps=N sets another)"
+    )
+    assert summary["status"] == "completed" and caplog.text.count(said) == 1  # once: not again for the eval env
     assert said in (tmp_path / "run" / "train.log").read_text()
-    assert yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())["env"][
-        "fallback_max_episode_steps"] == 1000   # recorded in the config
-    assert summary["eval_return_mean"] >= -1000   # a greedy episode cut at 1,000 steps scores -1 a step at worst
+    assert (
+        yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())["env"]["fallback_max_episode_steps"]
+        == 1000
+    )  # recorded in the config
+    assert summary["eval_return_mean"] >= -1000  # a greedy episode cut at 1,000 steps scores -1 a step at worst
 
     env = make_env(cfg.env, seed=0)
     assert env.time_limit == 1000
@@ -95,22 +100,28 @@ def test_an_env_with_no_time_limit_of_its_own_gets_env_gyms_fallback_said_in_the
         assert not terminated[0] and truncated[0] == (step == 1000)
 
 
-@pytest.mark.parametrize("overrides, limit", [
-    (["env=cliff_walking"], 100),                       # the group's own max_episode_steps
-    (["env=cartpole"], 500),                            # gymnasium's registered limit
-    (["env=gym", "env.id=CliffWalking-v1", "env.max_episode_steps=30"], 30),
-    (["env=gym", "env.id=Taxi-v4"], 200),               # registered: the fallback is not needed
-])
+@pytest.mark.parametrize(
+    "overrides, limit",
+    [
+        (["env=cliff_walking"], 100),  # the group's own max_episode_steps
+        (["env=cartpole"], 500),  # gymnasium's registered limit
+        (["env=gym", "env.id=CliffWalking-v1", "env.max_episode_steps=30"], 30),
+        (["env=gym", "env.id=Taxi-v4"], 200),  # registered: the fallback is not needed
+    ],
+)
 def test_the_time_limit_make_env_reports_is_the_one_episodes_end_at(overrides, limit):
     assert time_limit(compose_config(*overrides).env) == limit
 
 
 def test_a_fallback_of_null_on_an_env_without_a_time_limit_is_refused_naming_max_episode_steps():
     env_cfg = compose_config("env=gym", "env.id=CliffWalking-v1", "env.fallback_max_episode_steps=null").env
-    with pytest.raises(ConfigError, match=r"^env.id=CliffWalking-v1 has no time limit of its own, .*: give "
-                                          r"env.max_episode_steps=N$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^env.id=CliffWalking-v1 has no time limit of its own, .*: give "
+        r"env.max_episode_steps=N$",
+    ):
         env_factory(env_cfg)
-    assert time_limit(without_fallback("env=gym", "env.id=CliffWalking-v1")) is None   # a run recorded before
+    assert time_limit(without_fallback("env=gym", "env.id=CliffWalking-v1")) is None  # a run recorded before
 
 
 def test_evaluation_cuts_an_episode_that_never_ends_with_a_warning(monkeypatch, caplog):
@@ -120,7 +131,7 @@ def test_evaluation_cuts_an_episode_that_never_ends_with_a_warning(monkeypatch, 
         returns, lengths = evaluate(WalkUp(), env, seed=0, max_steps=50)
     assert lengths.tolist() == [50, 50] and returns.tolist() == [-50.0, -50.0]
     assert "evaluation: 2 of 2 episodes had not ended after 50 steps (the env sets no time limit)" in caplog.text
-    monkeypatch.setattr(evaluation, "EVAL_STEP_CAP", 20)   # the default cap, where the env has no limit
+    monkeypatch.setattr(evaluation, "EVAL_STEP_CAP", 20)  # the default cap, where the env has no limit
     assert evaluate(WalkUp(), env, seed=0)[1].tolist() == [20, 20]
     capped = make_env(compose_config("env=gym", "env.id=CliffWalking-v1", "env.max_episode_steps=30").env, seed=0)
-    assert evaluate(WalkUp(), capped, seed=0)[1].tolist() == [30]   # an env's own longer limit is kept
+    assert evaluate(WalkUp(), capped, seed=0)[1].tolist() == [30]  # an env's own longer limit is kept

@@ -11,9 +11,16 @@ import pytest
 import yaml
 
 from rl_hydra import train
-from rl_hydra.runs.aggregate import (bootstrap_ci, configuration_of, distinguishing_labels, interquartile_mean,
-                                     legend_label, line_styles, run_dirs)
 from rl_hydra.report import main as evaluate_main
+from rl_hydra.runs.aggregate import (
+    bootstrap_ci,
+    configuration_of,
+    distinguishing_labels,
+    interquartile_mean,
+    legend_label,
+    line_styles,
+    run_dirs,
+)
 from tests.conftest import ROOT, TINY
 
 QUICK = [*TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]
@@ -92,7 +99,7 @@ def test_help_prints_the_keys_with_their_comments_and_exits_0(flag, capsys):
     assert out.startswith("usage: rl-hydra-eval run_dir=")
     for line in (ROOT / "conf" / "evaluate.yaml").read_text().splitlines():
         if line and not line.startswith("#"):
-            assert line in out   # every key, its default and its comment
+            assert line in out  # every key, its default and its comment
 
 
 def test_help_from_the_script_exits_0(monkeypatch, capsys):
@@ -104,7 +111,7 @@ def test_help_from_the_script_exits_0(monkeypatch, capsys):
 
 def test_a_folder_without_a_run_is_one_error_line_and_nothing_written(tmp_path, dqn_run, capsys):
     folder = tmp_path / "not_a_run"
-    (folder / ".hydra").mkdir(parents=True)   # what Hydra leaves of a job that never ran
+    (folder / ".hydra").mkdir(parents=True)  # what Hydra leaves of a job that never ran
     shutil.copy(dqn_run.path / ".hydra" / "config.yaml", folder / ".hydra" / "config.yaml")
     (folder / "notes.txt").write_text("mine")
     before = listing(folder)
@@ -146,8 +153,17 @@ def test_evaluate_script_aggregates_a_two_config_two_seed_sweep(sweep, capsys):
     out = capsys.readouterr().out
     assert "non-finite loss" in out
     rows = read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")
-    assert list(rows[0])[:9] == ["configuration", "runs", "seeds", "mean", "std", "iqm", "iqm_ci_low",
-                                 "iqm_ci_high", "failed"]
+    assert list(rows[0])[:9] == [
+        "configuration",
+        "runs",
+        "seeds",
+        "mean",
+        "std",
+        "iqm",
+        "iqm_ci_low",
+        "iqm_ci_high",
+        "failed",
+    ]
     # only what differs between the configurations labels them; the shared overrides are said once
     assert [row["configuration"] for row in rows] == ["algo.gamma=0.9", "algo.gamma=0.99"]
     assert {(row["checkpoint"], row["episodes"], row["eval_seed"]) for row in rows} == {("best", "2", "0")}
@@ -170,34 +186,49 @@ def test_evaluations_with_other_settings_sit_beside_each_other(sweep, capsys):
     assert "replacing" not in out
     assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first
     assert sorted(p.name for p in (sweep / "eval").iterdir()) == [
-        "learning_curves.png", "results_best_3ep_seed0.csv", "results_best_3ep_seed0.md",
-        "results_last_2ep_seed0.csv", "results_last_2ep_seed0.md"]
+        "learning_curves.png",
+        "results_best_3ep_seed0.csv",
+        "results_best_3ep_seed0.md",
+        "results_last_2ep_seed0.csv",
+        "results_last_2ep_seed0.md",
+    ]
     assert sorted(p.name for p in (sweep / "algo.gamma=0.9,seed=0" / "eval").iterdir()) == [
-        "best_3ep_seed0.json", "last_2ep_seed0.json"]
+        "best_3ep_seed0.json",
+        "last_2ep_seed0.json",
+    ]
     # the same settings again replace their files, and say so
     assert evaluate_main([f"run_dir={sweep}", "episodes=3"]) == 0
     out = capsys.readouterr().out
     assert "wrote eval/best_3ep_seed0.json in 4 run directories (4 replacing earlier results" in out
     assert "results_best_3ep_seed0.csv and results_best_3ep_seed0.md (replacing an earlier evaluation" in out
-    assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first   # the same seeds, the same figures
+    assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first  # the same seeds, the same figures
 
 
 def provenance(commit, dirty=False, version="0.1.0", torch="2.13.0") -> dict:
-    session = {"started": "2026-11-25T20:40:01+00:00", "status": "completed", "rl_hydra": version,
-               "git_commit": commit, "git_dirty": dirty if commit else None, "torch": torch}
-    return {"sessions": [{**session, "git_commit": "f" * 40, "torch": "2.4.0"}, session]}   # the last one counts
+    session = {
+        "started": "2026-11-25T20:40:01+00:00",
+        "status": "completed",
+        "rl_hydra": version,
+        "git_commit": commit,
+        "git_dirty": dirty if commit else None,
+        "torch": torch,
+    }
+    return {"sessions": [{**session, "git_commit": "f" * 40, "torch": "2.4.0"}, session]}  # the last one counts
 
 
 def test_provenance_columns_name_each_configurations_code_and_torch(sweep):
     (sweep / "algo.gamma=0.9,seed=0" / "provenance.json").write_text(json.dumps(provenance("0123abcd" * 5, True)))
     (sweep / "algo.gamma=0.9,seed=1" / "provenance.json").write_text(json.dumps(provenance("0123abcd" * 5, True)))
     (sweep / "algo.gamma=0.99,seed=0" / "provenance.json").write_text(json.dumps(provenance(None)))
-    (sweep / "algo.gamma=0.99,seed=1" / "provenance.json").write_text("{not json")   # tolerated as unknown
+    (sweep / "algo.gamma=0.99,seed=1" / "provenance.json").write_text("{not json")  # tolerated as unknown
     assert evaluate_main([f"run_dir={sweep}", "episodes=2"]) == 0
-    assert "code" not in read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")[0]   # off by default
+    assert "code" not in read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")[0]  # off by default
     assert evaluate_main([f"run_dir={sweep}", "episodes=2", "provenance=true"]) == 0
     rows = read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")
-    assert [(row["code"], row["torch"]) for row in rows] == [("0123abcd-dirty", "2.13.0"), ("0.1.0 unknown", "2.13.0 unknown")]
+    assert [(row["code"], row["torch"]) for row in rows] == [
+        ("0123abcd-dirty", "2.13.0"),
+        ("0.1.0 unknown", "2.13.0 unknown"),
+    ]
     markdown = (sweep / "eval" / "results_best_2ep_seed0.md").read_text()
     assert "| code | torch | failed |" in markdown and "| 0123abcd-dirty | 2.13.0 |" in markdown
 
@@ -210,16 +241,20 @@ def overrides_dir(tmp_path, name: str, overrides: list[str]):
 
 
 def test_a_resumed_runs_configuration_has_each_key_once_with_its_last_value(tmp_path):
-    resumed = overrides_dir(tmp_path, "resumed", ["algo=dqn", "seed=3", "train.total_steps=20000",
-                                                  "train.total_steps=25000"])
+    resumed = overrides_dir(
+        tmp_path, "resumed", ["algo=dqn", "seed=3", "train.total_steps=20000", "train.total_steps=25000"]
+    )
     assert configuration_of(resumed) == ("algo=dqn", "train.total_steps=25000")
 
 
 def test_labels_show_only_what_differs_between_configurations():
     shared = ("train.eval_episodes=3", "train.eval_every=500")
     labels, common = distinguishing_labels([("algo=dqn", *shared), ("algo=iqn", *shared), shared])
-    assert labels == {("algo=dqn", *shared): "algo=dqn", ("algo=iqn", *shared): "algo=iqn",
-                      shared: "(only the shared overrides)"}
+    assert labels == {
+        ("algo=dqn", *shared): "algo=dqn",
+        ("algo=iqn", *shared): "algo=iqn",
+        shared: "(only the shared overrides)",
+    }
     assert common == list(shared)
     alone, common = distinguishing_labels([("algo=dqn", *shared)])
     assert alone == {("algo=dqn", *shared): "algo=dqn train.eval_episodes=3 train.eval_every=500"} and common == []
@@ -229,7 +264,7 @@ def test_every_configuration_gets_its_own_line_style_and_long_labels_wrap():
     for n in (3, 12, 40, 45):
         styles = line_styles(n)
         assert len(styles) == n and len({(tuple(color), style) for color, style, _ in styles}) == n
-    assert line_styles(12)[0][1] == "-" and line_styles(12)[10][1] == "--"   # tab10's colors again, dashed
+    assert line_styles(12)[0][1] == "-" and line_styles(12)[10][1] == "--"  # tab10's colors again, dashed
     label = legend_label(" ".join(f"algo.key_{i}=value_{i}" for i in range(8)), runs=3)
     assert all(len(line) <= 60 for line in label.splitlines()) and label.endswith("(n=3)")
 
@@ -264,8 +299,18 @@ def test_interquartile_mean_and_bootstrap_by_hand():
     assert 0.0 <= low < high <= 100.0
 
 
-@pytest.mark.parametrize("value, shown", [(-0.4825, "-0.4825"), (0.21, "0.21"), (500.0, "500"), (212.53, "212.5"),
-                                          (12345.67, "12346"), (63.900000000000006, "63.9"), (0.0, "0")])
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (-0.4825, "-0.4825"),
+        (0.21, "0.21"),
+        (500.0, "500"),
+        (212.53, "212.5"),
+        (12345.67, "12346"),
+        (63.900000000000006, "63.9"),
+        (0.0, "0"),
+    ],
+)
 def test_returns_print_with_the_precision_they_have(value, shown):
     """POPGym's and MiniGrid's returns are fractions: one decimal printed -0.4825 as -0.5."""
     from rl_hydra.runs.aggregate import shown_return
@@ -277,8 +322,16 @@ def test_the_console_table_shows_a_fractional_return_as_it_is():
     from rl_hydra.report import report
 
     cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
-    row = {"run": "r", "seed": 0, "step": 10, "status": "ok", "return_mean": -0.4825, "return_std": 0.21,
-           "eval_file": "r/eval/x.json", "replaced": False}
+    row = {
+        "run": "r",
+        "seed": 0,
+        "step": 10,
+        "status": "ok",
+        "return_mean": -0.4825,
+        "return_std": 0.21,
+        "eval_file": "r/eval/x.json",
+        "replaced": False,
+    }
     assert "| r | 0 | 10 | -0.4825 +- 0.2100 |" in report([row], cfg)
 
 
@@ -286,13 +339,27 @@ def test_the_console_table_rounds_every_return_of_a_sweep_to_the_same_decimals(m
     from rl_hydra import report as report_module
     from rl_hydra.report import report
 
-    monkeypatch.setattr(report_module, "sweep_report", lambda results, cfg: "")   # the table alone, nothing written
+    monkeypatch.setattr(report_module, "sweep_report", lambda results, cfg: "")  # the table alone, nothing written
     cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
-    rows = [{"run": name, "seed": 0, "step": 10, "status": "ok", "return_mean": mean, "return_std": std,
-             "eval_file": f"{name}/eval/x.json", "replaced": False}
-            for name, mean, std in (("a", 9.4, 1.02), ("b", 11.8, 1.939), ("c", 500.0, 0.0))]
+    rows = [
+        {
+            "run": name,
+            "seed": 0,
+            "step": 10,
+            "status": "ok",
+            "return_mean": mean,
+            "return_std": std,
+            "eval_file": f"{name}/eval/x.json",
+            "replaced": False,
+        }
+        for name, mean, std in (("a", 9.4, 1.02), ("b", 11.8, 1.939), ("c", 500.0, 0.0))
+    ]
     table = report([*rows, {"run": "d", "seed": 0, "status": "failed", "reason": "no checkpoint"}], cfg)
-    for line in ("| a | 0 | 10 | 9.4 +- 1.0 |", "| b | 0 | 10 | 11.8 +- 1.9 |", "| c | 0 | 10 | 500.0 +- 0.0 |",
-                 "| d | 0 | - | failed: no checkpoint |"):
+    for line in (
+        "| a | 0 | 10 | 9.4 +- 1.0 |",
+        "| b | 0 | 10 | 11.8 +- 1.9 |",
+        "| c | 0 | 10 | 500.0 +- 0.0 |",
+        "| d | 0 | - | failed: no checkpoint |",
+    ):
         assert line in table, table
-    assert "| c | 0 | 10 | 500 +- 0 |" in report(rows[2:], cfg)   # alone, as it is
+    assert "| c | 0 | 10 | 500 +- 0 |" in report(rows[2:], cfg)  # alone, as it is

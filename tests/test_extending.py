@@ -25,7 +25,7 @@ class ScaledRewardDQN(DQN):
         return super().loss(batch._replace(rewards=batch.rewards * self.reward_scale))
 '''
 
-CONFIG = '''
+CONFIG = """
 defaults:
   - base/dqn@_here_                    # DQN's schedule, exploration and optimizer
   - /buffer@_global_.buffer: replay
@@ -34,7 +34,7 @@ defaults:
 
 _target_: my_algos.scaled.ScaledRewardDQN
 reward_scale: 0.1
-'''
+"""
 
 
 def test_a_new_algorithm_is_its_class_and_one_config_file(tmp_path, monkeypatch, capsys):

@@ -55,8 +55,10 @@ def fill(buffers, steps: int, num_envs: int = 2, seed: int = 0):
 
 def pair(capacity: int, num_envs: int = 2, n_step: int = 1, cls=ReplayBuffer, **kwargs):
     space = gym.spaces.Box(0, 255, (4, 6, 7), dtype=np.uint8)
-    return [cls(capacity, space, ACTIONS, num_envs=num_envs, seed=0, n_step=n_step, gamma=0.9,
-                share_frames=share, **kwargs) for share in (True, False)]
+    return [
+        cls(capacity, space, ACTIONS, num_envs=num_envs, seed=0, n_step=n_step, gamma=0.9, share_frames=share, **kwargs)
+        for share in (True, False)
+    ]
 
 
 def assert_same_batches(shared, naive, draws: int = 400):
@@ -74,7 +76,7 @@ def test_rebuilt_stacks_equal_the_stored_stacks_across_episode_ends(num_envs, n_
     shared, naive = pair(10_000, num_envs, n_step)
     assert shared.frames is not None and naive.frames is None
     ends = fill([shared, naive], 200, num_envs)
-    assert ends >= 10 * num_envs   # many episode ends inside the samples
+    assert ends >= 10 * num_envs  # many episode ends inside the samples
     batch = assert_same_batches(shared, naive)
     assert batch.obs.shape == (400, 4, 6, 7) and batch.obs.dtype == torch.uint8
     assert bool((batch.terminated + batch.truncated).sum() > 0)
@@ -83,7 +85,7 @@ def test_rebuilt_stacks_equal_the_stored_stacks_across_episode_ends(num_envs, n_
 def test_after_the_ring_wraps_only_rows_with_their_whole_stack_are_drawn():
     shared, naive = pair(60, num_envs=2, n_step=2)
     fill([shared, naive], 500, num_envs=2)
-    assert len(shared) == 60 - 2 * (2 + 3)   # minus lookahead (n-step future + next row) and the stack's history
+    assert len(shared) == 60 - 2 * (2 + 3)  # minus lookahead (n-step future + next row) and the stack's history
     assert_same_batches(shared, naive, draws=2000)
 
 
@@ -92,7 +94,7 @@ def test_prioritized_replay_shares_frames_too():
     fill([shared, naive], 400, num_envs=2)
     batch = assert_same_batches(shared, naive, draws=256)
     drawable = set(((shared.oldest + shared.behind * 2 + np.arange(len(shared))) % shared.capacity).tolist())
-    assert set(batch.indices.tolist()) <= drawable   # zero priority for rows without future or history
+    assert set(batch.indices.tolist()) <= drawable  # zero priority for rows without future or history
 
 
 def test_a_checkpoint_round_trip_continues_with_the_same_samples(tmp_path):
@@ -115,7 +117,7 @@ def test_a_checkpoint_holds_only_the_stored_rows_and_no_copy_of_them():
     state = shared.state_dict()
     frames = state["frames"]["frames"]
     assert frames.shape == (100, 6, 7) and frames.untyped_storage().nbytes() == 100 * 6 * 7
-    assert frames.data_ptr() == shared.frames.frames.data_ptr()   # a view of the buffer's memory
+    assert frames.data_ptr() == shared.frames.frames.data_ptr()  # a view of the buffer's memory
 
 
 def test_one_atari_transition_costs_about_one_frame():
@@ -123,15 +125,16 @@ def test_one_atari_transition_costs_about_one_frame():
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     shared = ReplayBuffer(1000, atari, ACTIONS)
     naive = ReplayBuffer(1000, atari, ACTIONS, share_frames=False)
-    assert shared.bytes_per_row <= 1.1 * frame                    # 7,093 bytes: frame, flag, two slots, action, reward, ends
-    assert naive.bytes_per_row >= 8 * frame                        # both stacks whole
+    assert shared.bytes_per_row <= 1.1 * frame  # 7,093 bytes: frame, flag, two slots, action, reward, ends
+    assert naive.bytes_per_row >= 8 * frame  # both stacks whole
 
 
 def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypatch):
     import rl_hydra.buffers.replay as replay
 
     monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
-    class AllocatedTooSoon(replay.SharedFrames):   # on a GPU the frames would take their memory at once
+
+    class AllocatedTooSoon(replay.SharedFrames):  # on a GPU the frames would take their memory at once
         def __init__(self, *args, **kwargs):
             raise AssertionError("the frames were allocated before the memory check")
 
@@ -146,8 +149,10 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
 
 def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3):
     space = gym.spaces.Box(0, 255, (4, 6, 7), dtype=np.uint8)
-    return [SequenceBuffer(capacity, length, stride, space, ACTIONS, num_envs=num_envs, seed=0, share_frames=share)
-            for share in (True, False)]
+    return [
+        SequenceBuffer(capacity, length, stride, space, ACTIONS, num_envs=num_envs, seed=0, share_frames=share)
+        for share in (True, False)
+    ]
 
 
 def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
@@ -173,8 +178,8 @@ def assert_same_sequences(shared, naive, draws: int = 300):
     idx = shared.sample_indices(draws)
     a, b = shared.batch_at(idx), naive.batch_at(idx)
     assert a.obs.shape == b.obs.shape and a.obs.dtype == b.obs.dtype == torch.uint8
-    real = torch.cat([torch.ones_like(a.mask[:1]), a.mask]).bool()     # (L + 1, B): obs of real steps and their next
-    assert torch.equal(a.obs[real], b.obs[real])                       # the padding after an episode's end differs
+    real = torch.cat([torch.ones_like(a.mask[:1]), a.mask]).bool()  # (L + 1, B): obs of real steps and their next
+    assert torch.equal(a.obs[real], b.obs[real])  # the padding after an episode's end differs
     assert torch.equal(a.mask, b.mask)
     for field in ("actions", "rewards", "terminated", "episode_start"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
@@ -189,23 +194,23 @@ def test_sequences_rebuild_the_stored_stacks_across_episode_ends(num_envs, strid
     assert shared.frames is not None and naive.frames is None
     fill_sequences([shared, naive], 300, num_envs)
     if shared.frames.drawable(shared.chunk_env[: shared.size], shared.chunk_first[: shared.size]).all():
-        assert torch.equal(shared.sample_indices(50), naive.sample_indices(50))   # the same draws as naive's
+        assert torch.equal(shared.sample_indices(50), naive.sample_indices(50))  # the same draws as naive's
     _, batch = assert_same_sequences(shared, naive)
-    assert bool((batch.mask == 0).any())   # chunks that end early among them
+    assert bool((batch.mask == 0).any())  # chunks that end early among them
 
 
 def test_each_frame_is_stored_once_whatever_the_overlap():
-    shared, _ = sequence_pair(1000, num_envs=2, length=16, stride=1)   # each step in 16 chunks
+    shared, _ = sequence_pair(1000, num_envs=2, length=16, stride=1)  # each step in 16 chunks
     episodes = fill_sequences([shared], 200, num_envs=2)
     # an episode writes its first stack (4 frames), then one frame per step
     assert shared.frames.written.tolist() == (200 + 4 * episodes).tolist()
 
 
 def test_chunks_whose_frames_were_overwritten_are_not_drawn():
-    shared, naive = sequence_pair(6, num_envs=2, length=5, stride=5)    # rings of 3 x 5 + 5 + 4 = 24 frames
+    shared, naive = sequence_pair(6, num_envs=2, length=5, stride=5)  # rings of 3 x 5 + 5 + 4 = 24 frames
     fill_sequences([shared, naive], 400, num_envs=2)
     drawable = shared.frames.drawable(shared.chunk_env, shared.chunk_first)
-    assert 0 < drawable.sum() < 6                                        # short episodes: chunks come faster
+    assert 0 < drawable.sum() < 6  # short episodes: chunks come faster
     idx, _ = assert_same_sequences(shared, naive, draws=500)
     assert set(idx.tolist()) == set(np.flatnonzero(drawable).tolist())
 
@@ -213,8 +218,8 @@ def test_chunks_whose_frames_were_overwritten_are_not_drawn():
 def test_an_atari_step_costs_about_one_frame_in_a_sequence_buffer(caplog):
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with caplog.at_level("INFO"):
-        SequenceBuffer(1000, 16, 8, atari, ACTIONS)               # chunks overlapping by half, as by default
-    assert "7.1 KB per step at buffer.stride=8" in caplog.text    # 84 x 84 = 7,056 bytes: one frame
+        SequenceBuffer(1000, 16, 8, atari, ACTIONS)  # chunks overlapping by half, as by default
+    assert "7.1 KB per step at buffer.stride=8" in caplog.text  # 84 x 84 = 7,056 bytes: one frame
 
 
 def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
@@ -222,13 +227,13 @@ def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
     fill_sequences([shared], 100, num_envs=2)
     state = shared.state_dict()
     frames = state["frames"]["frames"][1]
-    assert frames.data_ptr() == shared.frames.frames[1].ctypes.data               # a view, not a copy
+    assert frames.data_ptr() == shared.frames.frames[1].ctypes.data  # a view, not a copy
     assert frames.untyped_storage().nbytes() == min(shared.frames.written[1], shared.frames.frames_per_env) * 42
     torch.save(state, tmp_path / "buffer.pt")
     restored, _ = sequence_pair(50, num_envs=2)
     restored.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True, mmap=True))
     for buffer in (shared, restored):
-        buffer.start_episodes()   # as the recurrent loop does when the envs start fresh episodes
+        buffer.start_episodes()  # as the recurrent loop does when the envs start fresh episodes
         fill_sequences([buffer], 40, num_envs=2, seed=1)
     a, b = shared.sample(64), restored.sample(64)
     for field in ("obs", "actions", "rewards", "terminated", "mask", "episode_start"):

@@ -13,9 +13,20 @@ from tests.conftest import TINY, compose_config, metric_rows, run_cli
 from tests.test_run_record import RECORD, cli
 
 
-@pytest.mark.parametrize("args", [["train.total_steps=abc"], ["train.total_steps=-5"], ["train.total_steps=1.5"],
-                                  ["algo.optimizer.lr=-0.1"], ["seed=-1"], ["train.eval_every=0"],
-                                  ["env=gym", "env.id=NoSuchEnv-v0"], ["device=cuda:7"], ["algo=dqn", "env=pendulum"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train.total_steps=abc"],
+        ["train.total_steps=-5"],
+        ["train.total_steps=1.5"],
+        ["algo.optimizer.lr=-0.1"],
+        ["seed=-1"],
+        ["train.eval_every=0"],
+        ["env=gym", "env.id=NoSuchEnv-v0"],
+        ["device=cuda:7"],
+        ["algo=dqn", "env=pendulum"],
+    ],
+)
 def test_a_refused_config_prints_its_error_line_and_nothing_else(tmp_path, monkeypatch, capsys, args):
     code, out, err = cli(monkeypatch, capsys, *TINY, f"hydra.run.dir={tmp_path / 'run'}", *args)
     assert code == 2 and out == [] and len(err) == 1 and err[0].startswith("error: "), (out, err)
@@ -36,7 +47,7 @@ def test_ctrl_c_during_an_evaluation_abandons_it_and_the_resumed_run_repeats_it_
             self.stop_requested = True
         on_due(self, due)
 
-    def polled_run(self, agent, step, elapsed, should_stop=None):   # asked once per env step
+    def polled_run(self, agent, step, elapsed, should_stop=None):  # asked once per env step
         return run(self, agent, step, elapsed, lambda: polls.append(step) or should_stop())
 
     with monkeypatch.context() as patch:
@@ -45,17 +56,18 @@ def test_ctrl_c_during_an_evaluation_abandons_it_and_the_resumed_run_repeats_it_
         with pytest.raises(RunFailed) as stopped:
             launch(compose_config(*args), tmp_path / "b")
     assert stopped.value.code == 130 and f"resume with: python train.py resume={tmp_path / 'b'}" in str(stopped.value)
-    assert polls == [200]   # the evaluation stopped after its first env step
+    assert polls == [200]  # the evaluation stopped after its first env step
     saved = RunDirectory(tmp_path / "b").load_checkpoint("last")
     assert saved["runner"]["global_step"] == 200 and saved["runner"]["pending"] == [True, True, True]
-    assert "stopped; the last checkpoint is in" in (tmp_path / "b" / "train.log").read_text()   # the log has it too
+    assert "stopped; the last checkpoint is in" in (tmp_path / "b" / "train.log").read_text()  # the log has it too
     resumed = launch(compose_config(*args), tmp_path / "b", resume=True)
     assert resumed["eval_return_mean"] == uninterrupted["eval_return_mean"]
     assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
 
 
-@pytest.mark.parametrize("learning_starts,updates", [(401, "no update"), (400, "only 1 update"),
-                                                     (300, "only 26 updates")])
+@pytest.mark.parametrize(
+    "learning_starts,updates", [(401, "no update"), (400, "only 1 update"), (300, "only 26 updates")]
+)
 def test_a_budget_that_leaves_almost_no_updates_is_named(tmp_path, caplog, learning_starts, updates):
     with caplog.at_level("WARNING", logger="rl_hydra"):
         launch(compose_config(*RECORD, f"algo.learning_starts={learning_starts}"), tmp_path)
@@ -64,7 +76,7 @@ def test_a_budget_that_leaves_almost_no_updates_is_named(tmp_path, caplog, learn
     assert f"algo.learning_starts={learning_starts}" in warnings[0] and "train.total_steps=400" in warnings[0]
     caplog.clear()
     with caplog.at_level("WARNING", logger="rl_hydra"):
-        launch(compose_config(*RECORD, "algo.train_every=1"), tmp_path / "enough")   # 351 updates
+        launch(compose_config(*RECORD, "algo.train_every=1"), tmp_path / "enough")  # 351 updates
     assert not [r for r in caplog.records if "this run makes" in r.getMessage()]
 
 

@@ -25,7 +25,8 @@ CPU = torch.device("cpu")
 OBS, ACTIONS = gym.spaces.Box(-10, 10, (4,), dtype=np.float32), gym.spaces.Discrete(2)
 linux_huge_pages = pytest.mark.skipif(
     not (host_memory.can_use_huge_pages(CPU) and Path("/proc/self/smaps").is_file()),
-    reason="transparent huge pages are a Linux feature")
+    reason="transparent huge pages are a Linux feature",
+)
 
 
 def mapping_of(address: int) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -14,13 +14,24 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rl_hydra"
 
 # bottom to top; a module belongs to the first entry that is its name or a package above it
 LAYERS = [
-    ["schema", "config", "protocols", "losses", "speed"],         # contracts, pure functions, the speed layer
-    ["networks", "buffers", "envs", "runs"],                       # building blocks; runs/: the run directory's storage
+    ["schema", "config", "protocols", "losses", "speed"],  # contracts, pure functions, the speed layer
+    ["networks", "buffers", "envs", "runs"],  # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
     ["loops"],
-    ["fit", "training", "distributed"],                            # build a run and hand it to a loop (or to Ray)
-    ["launch"],                                                    # the one way a run starts
-    ["api", "run", "report", "video", "verify", "suite", "sweep_report", "resume", "cli", "__init__"],   # what users call
+    ["fit", "training", "distributed"],  # build a run and hand it to a loop (or to Ray)
+    ["launch"],  # the one way a run starts
+    [
+        "api",
+        "run",
+        "report",
+        "video",
+        "verify",
+        "suite",
+        "sweep_report",
+        "resume",
+        "cli",
+        "__init__",
+    ],  # what users call
 ]
 
 
@@ -37,8 +48,9 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rl_hydra"):
-            names = [f"{node.module}.{alias.name}" if node.module == "rl_hydra" else node.module
-                     for alias in node.names]
+            names = [
+                f"{node.module}.{alias.name}" if node.module == "rl_hydra" else node.module for alias in node.names
+            ]
             found += [(node.lineno, name) for name in names]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("rl_hydra")]
@@ -64,8 +76,8 @@ def test_no_module_imports_from_a_layer_above_its_own():
 # The scan covers the package and the project's own Optuna sweeper: the plugin needs none either.
 
 ROOT = PACKAGE.parent
-OWN_PLUGINS = {"rl_hydra_optuna_sweeper"}   # the hydra_plugins/ packages that are this project's
-HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}   # config keys, public
+OWN_PLUGINS = {"rl_hydra_optuna_sweeper"}  # the hydra_plugins/ packages that are this project's
+HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}  # config keys, public
 DOTTED = re.compile(r"hydra(_plugins)?(\.\w+)+")
 NAMED_ATTRIBUTE = {"getattr", "setattr", "hasattr", "delattr"}
 
@@ -88,7 +100,7 @@ def absolute(node: ast.ImportFrom, module: str) -> str:
     """The module a `from ... import` names, a relative one resolved from `module` (the file's dotted name)."""
     if not node.level:
         return node.module or ""
-    package = module.split(".")[:-node.level]
+    package = module.split(".")[: -node.level]
     return ".".join([*package, *([node.module] if node.module else [])])
 
 
@@ -131,8 +143,13 @@ def hydra_objects(tree: ast.AST, module: str) -> set[str]:
             names |= {alias.asname or alias.name for alias in node.names}
     while True:
         held = {target.id for target, value in bindings(tree) if isinstance(target, ast.Name) and root(value) in names}
-        held |= {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg) and node.annotation is not None
-                 and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.annotation))}
+        held |= {
+            node.arg
+            for node in ast.walk(tree)
+            if isinstance(node, ast.arg)
+            and node.annotation is not None
+            and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.annotation))
+        }
         if held <= names:
             return names
         names |= held
@@ -150,16 +167,25 @@ def private_hydra_uses(source: str, module: str) -> list[str]:
         if isinstance(node, ast.Import):
             found += [f"{node.lineno}: import {a.name}" for a in node.names if private_hydra_module(a.name)]
         elif isinstance(node, ast.ImportFrom) and hydras(imported := absolute(node, module)):
-            found += [f"{node.lineno}: from {imported} import {a.name}" for a in node.names
-                      if private_hydra_module(f"{imported}.{a.name}")]
+            found += [
+                f"{node.lineno}: from {imported} import {a.name}"
+                for a in node.names
+                if private_hydra_module(f"{imported}.{a.name}")
+            ]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
             found += [f"{node.lineno}: {node.value!r}"] if private_hydra_module(node.value) else []
         elif isinstance(node, ast.Attribute) and private(node.attr) and root(node.value) in hydra_names:
             found.append(f"{node.lineno}: {ast.unparse(node)}")
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAMED_ATTRIBUTE
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str) and private(node.args[1].value)
-              and root(node.args[0]) in hydra_names):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in NAMED_ATTRIBUTE
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and private(node.args[1].value)
+            and root(node.args[0]) in hydra_names
+        ):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ClassDef) and any(root(base) in hydra_names for base in node.bases):
             found += inherited_private(node)
@@ -170,11 +196,20 @@ def inherited_private(cls: ast.ClassDef) -> list[str]:
     """`self._name` in a subclass of a Hydra class where the class neither sets nor defines `_name`."""
     own = {node.name for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     own |= {target.id for target, _ in bindings(cls) if isinstance(target, ast.Name)}
-    own |= {target.attr for target, _ in bindings(cls) if isinstance(target, ast.Attribute)
-            and isinstance(target.value, ast.Name) and target.value.id == "self"}
-    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(cls) if isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name) and node.value.id == "self" and private(node.attr)
-            and node.attr not in own]
+    own |= {
+        target.attr
+        for target, _ in bindings(cls)
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+    }
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and private(node.attr)
+        and node.attr not in own
+    ]
 
 
 def test_no_module_uses_a_private_hydra_module_or_attribute():
@@ -186,31 +221,37 @@ def test_no_module_uses_a_private_hydra_module_or_attribute():
     assert not found, "private Hydra modules or attributes (use Hydra's public API):\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("source", [
-    "from hydra._internal.utils import get_args_parser",
-    "import hydra._internal.utils",
-    "from hydra._internal import utils",
-    "from hydra_plugins.hydra_joblib_launcher import _core",
-    "logging.getLogger('hydra_plugins.hydra_joblib_launcher._core')",
-    "from hydra.core.singleton import Singleton\nSingleton._instances.clear()",
-    "import hydra.core.singleton as s\ns.Singleton._instances",
-    "from hydra.core.singleton import Singleton\ngetattr(Singleton, '_instances')",
-    "from hydra.version import _UNSPECIFIED_",
-    "from hydra.core.global_hydra import GlobalHydra\nloader = GlobalHydra.instance().config_loader()\nloader._x",
-    "from hydra.core.global_hydra import GlobalHydra\na, b = GlobalHydra.instance(), 1\na._x",
-    "from hydra.core.override_parser.types import Override\ndef f(o: list[Override]):\n    return o[0]._x",
-    "from hydra.plugins.sweeper import Sweeper\nclass S(Sweeper):\n    def f(self):\n        return self._launcher",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from hydra._internal.utils import get_args_parser",
+        "import hydra._internal.utils",
+        "from hydra._internal import utils",
+        "from hydra_plugins.hydra_joblib_launcher import _core",
+        "logging.getLogger('hydra_plugins.hydra_joblib_launcher._core')",
+        "from hydra.core.singleton import Singleton\nSingleton._instances.clear()",
+        "import hydra.core.singleton as s\ns.Singleton._instances",
+        "from hydra.core.singleton import Singleton\ngetattr(Singleton, '_instances')",
+        "from hydra.version import _UNSPECIFIED_",
+        "from hydra.core.global_hydra import GlobalHydra\nloader = GlobalHydra.instance().config_loader()\nloader._x",
+        "from hydra.core.global_hydra import GlobalHydra\na, b = GlobalHydra.instance(), 1\na._x",
+        "from hydra.core.override_parser.types import Override\ndef f(o: list[Override]):\n    return o[0]._x",
+        "from hydra.plugins.sweeper import Sweeper\nclass S(Sweeper):\n    def f(self):\n        return self._launcher",
+    ],
+)
 def test_the_scan_finds_each_kind_of_private_hydra_use(source):
     assert private_hydra_uses(source, "rl_hydra.example"), source
 
 
-@pytest.mark.parametrize("source", [
-    "from ._study import StudySweep",   # the project's own plugin's module
-    "from hydra import compose\ncfg = compose(config_name='train')\ncfg.algo._target_",   # a config key
-    "from hydra.plugins.sweeper import Sweeper\nclass S(Sweeper):\n    def f(self):\n        self._n = 1\n"
-    "        return self._n",
-    "from hydra.core.global_hydra import GlobalHydra\nGlobalHydra.instance().hydra.__class__",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from ._study import StudySweep",  # the project's own plugin's module
+        "from hydra import compose\ncfg = compose(config_name='train')\ncfg.algo._target_",  # a config key
+        "from hydra.plugins.sweeper import Sweeper\nclass S(Sweeper):\n    def f(self):\n        self._n = 1\n"
+        "        return self._n",
+        "from hydra.core.global_hydra import GlobalHydra\nGlobalHydra.instance().hydra.__class__",
+    ],
+)
 def test_the_scan_leaves_public_and_own_names_alone(source):
     assert not private_hydra_uses(source, "hydra_plugins.rl_hydra_optuna_sweeper.optuna_sweeper"), source

@@ -18,8 +18,8 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
-from rl_hydra.speed.vector_env import LeanSyncVectorEnv
 from rl_hydra.speed.lean_adam import LeanAdam
+from rl_hydra.speed.vector_env import LeanSyncVectorEnv
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parent.parent

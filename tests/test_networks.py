@@ -20,9 +20,9 @@ from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.speed.lean_adam import LeanAdam
+from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
 from tests.conftest import algo_keys, compose_config
 
 B, OBS_DIM, A, N, T = 5, 4, 3, 7, 6
@@ -33,8 +33,11 @@ TAUS = torch.rand(B, T, generator=torch.Generator().manual_seed(2))
 NETWORKS = {
     "dqn": (lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw), (B, A), lambda net: net(OBS)),
     "qr_dqn": (lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw), (B, A, N), lambda net: net(OBS)),
-    "iqn": (lambda **kw: ImplicitQuantileNetwork(OBS_DIM, A, 8, [16], [16], **kw), (B, A, T),
-            lambda net: net(OBS, TAUS)),
+    "iqn": (
+        lambda **kw: ImplicitQuantileNetwork(OBS_DIM, A, 8, [16], [16], **kw),
+        (B, A, T),
+        lambda net: net(OBS, TAUS),
+    ),
     "c51": (lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16, 16], **kw), (B, A, N), lambda net: net(OBS)),
 }
 OPTIONS = [dict(dueling=d, noisy=n) for d in (False, True) for n in (False, True)]
@@ -45,6 +48,7 @@ def f(x: torch.Tensor) -> torch.Tensor:
 
 
 # --- shapes and structure ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"dueling={o['dueling']},noisy={o['noisy']}")
 @pytest.mark.parametrize("name", NETWORKS)
@@ -64,8 +68,16 @@ def test_output_shapes_and_layer_kinds(name, options):
 DEFAULT_KEYS = {  # the state_dict keys before the Rainbow options existed: old checkpoints load
     "dqn": ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias", "net.4.weight", "net.4.bias"],
     "qr_dqn": ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias", "net.4.weight", "net.4.bias"],
-    "iqn": ["psi.0.weight", "psi.0.bias", "phi.0.weight", "phi.0.bias", "head.0.weight", "head.0.bias",
-            "head.2.weight", "head.2.bias"],
+    "iqn": [
+        "psi.0.weight",
+        "psi.0.bias",
+        "phi.0.weight",
+        "phi.0.bias",
+        "head.0.weight",
+        "head.0.bias",
+        "head.2.weight",
+        "head.2.bias",
+    ],
     "c51": ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias", "net.4.weight", "net.4.bias"],
 }
 
@@ -83,13 +95,14 @@ def test_the_defaults_keep_the_plain_structure(name):
 
 # --- dueling ----------------------------------------------------------------------------
 
+
 def test_dueling_head_by_hand():
     value, advantage = nn.Linear(2, 1, bias=False), nn.Linear(2, 3, bias=False)
     with torch.no_grad():
-        value.weight.copy_(torch.tensor([[4.0, 3.0]]))                                # V = 4 + 6 = 10
+        value.weight.copy_(torch.tensor([[4.0, 3.0]]))  # V = 4 + 6 = 10
         advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]))  # A = [1, 2, 6], mean 3
     q = DuelingHead(value, advantage, num_actions=3)(torch.tensor([[1.0, 2.0]]))
-    torch.testing.assert_close(q, torch.tensor([[8.0, 9.0, 13.0]]))              # 10 + A - 3
+    torch.testing.assert_close(q, torch.tensor([[8.0, 9.0, 13.0]]))  # 10 + A - 3
 
 
 def test_dueling_head_combines_each_of_the_k_outputs_separately():
@@ -108,9 +121,9 @@ def state_values(name: str, net: nn.Module) -> torch.Tensor:
     """V from the value stream of a dueling network: (B, K) for K outputs per action."""
     if name == "iqn":
         mixed = net.psi(OBS)[:, None, :] * net.phi(torch.cos(torch.pi * torch.arange(8) * TAUS[..., None]))
-        return net.head[-1].value(net.head[:-1](mixed))[..., 0]                   # (B, T)
+        return net.head[-1].value(net.head[:-1](mixed))[..., 0]  # (B, T)
     head = net.net[-1]
-    return head.value(net.net[:-1](OBS))                                          # (B, K)
+    return head.value(net.net[:-1](OBS))  # (B, K)
 
 
 @pytest.mark.parametrize("name", NETWORKS)
@@ -118,8 +131,8 @@ def test_dueling_outputs_average_to_the_state_value_over_actions(name):
     make, _, call = NETWORKS[name]
     net = make(dueling=True)
     with torch.no_grad():
-        out = call(net)                                                           # (B, A) or (B, A, K)
-        mean_over_actions = out.mean(dim=1)                                       # (B,) or (B, K)
+        out = call(net)  # (B, A) or (B, A, K)
+        mean_over_actions = out.mean(dim=1)  # (B,) or (B, K)
         v = state_values(name, net)
     torch.testing.assert_close(mean_over_actions, v.view_as(mean_over_actions), atol=1e-5, rtol=0)
 
@@ -130,17 +143,18 @@ def test_dueling_streams_each_have_their_own_copy_of_the_last_hidden_layer():
     assert [type(m) for m in trunk] == [nn.Linear, nn.ReLU] and trunk[0].out_features == 16
     assert [(m.in_features, m.out_features) for m in head.value if type(m) is nn.Linear] == [(16, 8), (8, 1)]
     assert [(m.in_features, m.out_features) for m in head.advantage if type(m) is nn.Linear] == [(16, 8), (8, A)]
-    single = QNetwork(OBS_DIM, A, [8], dueling=True)   # one hidden layer: no trunk, the streams see the input
+    single = QNetwork(OBS_DIM, A, [8], dueling=True)  # one hidden layer: no trunk, the streams see the input
     assert isinstance(single.net[0], DuelingHead) and single.net[0].value[0].in_features == OBS_DIM
 
 
 # --- noisy layers -----------------------------------------------------------------------
 
+
 def test_noisy_linear_initialisation():
     layer = NoisyLinear(16, 5, sigma0=0.4)
-    bound = 1 / 16 ** 0.5
+    bound = 1 / 16**0.5
     assert layer.weight_mu.abs().max() <= bound and layer.bias_mu.abs().max() <= bound
-    assert layer.weight_mu.std() > bound / 4                                     # drawn, not constant
+    assert layer.weight_mu.std() > bound / 4  # drawn, not constant
     assert torch.equal(layer.weight_sigma, torch.full((5, 16), 0.4 * bound))
     assert torch.equal(layer.bias_sigma, torch.full((5,), 0.4 * bound))
 
@@ -163,14 +177,14 @@ def test_noise_changes_only_when_resampled_and_is_off_under_noise_disabled(name)
     net = make(noisy=True)
     with torch.no_grad():
         first = call(net)
-        assert torch.equal(call(net), first)             # forward does not redraw the noise
+        assert torch.equal(call(net), first)  # forward does not redraw the noise
         resample_noise(net)
         assert not torch.allclose(call(net), first)
         with noise_disabled(net):
             mean = call(net)
             resample_noise(net)
-            assert torch.equal(call(net), mean)          # deterministic across resamples
-        for layer in net.modules():                     # the same as zero noise scales
+            assert torch.equal(call(net), mean)  # deterministic across resamples
+        for layer in net.modules():  # the same as zero noise scales
             if isinstance(layer, NoisyLinear):
                 layer.weight_sigma.zero_()
                 layer.bias_sigma.zero_()
@@ -187,7 +201,7 @@ def test_noise_disabled_is_the_plain_linear_with_the_mean_weights():
 def test_noise_disabled_restores_the_previous_setting_also_on_an_error():
     net = QNetwork(OBS_DIM, A, [8], noisy=True)
     first, last = net.net[0], net.net[2]
-    last.noise_enabled = False                           # set before: must stay so
+    last.noise_enabled = False  # set before: must stay so
     with pytest.raises(RuntimeError, match="boom"):
         with noise_disabled(net):
             assert not first.noise_enabled and not last.noise_enabled
@@ -196,7 +210,7 @@ def test_noise_disabled_restores_the_previous_setting_also_on_an_error():
     with noise_disabled(net):
         with noise_disabled(net):
             pass
-        assert not first.noise_enabled                   # nested: the outer block still holds
+        assert not first.noise_enabled  # nested: the outer block still holds
     assert first.noise_enabled
 
 
@@ -212,10 +226,10 @@ def test_noise_comes_from_torchs_global_rng_and_lives_in_the_state_dict():
 
     copy = QNetwork(OBS_DIM, A, [8], noisy=True)
     assert not torch.equal(copy(OBS), net(OBS))
-    copy.load_state_dict(net.state_dict())               # weights and the current noise
+    copy.load_state_dict(net.state_dict())  # weights and the current noise
     assert torch.equal(copy(OBS), net(OBS))
     assert net.net[0].epsilon_in.dtype == torch.float32
-    assert net.double().net[0].epsilon_in.dtype == torch.float64   # buffers move with .to()
+    assert net.double().net[0].epsilon_in.dtype == torch.float64  # buffers move with .to()
 
 
 def test_has_noisy_layers():
@@ -227,9 +241,15 @@ def test_has_noisy_layers():
 
 # --- the numpy mirror -------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw),
-                                  lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw),
-                                  lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16], **kw)])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw),
+        lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw),
+        lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16], **kw),
+    ],
+)
 def test_the_mirror_equals_torch_for_dueling_and_noisy_networks(make):
     obs = OBS.numpy()
     net = make(dueling=True)
@@ -238,21 +258,21 @@ def test_the_mirror_equals_torch_for_dueling_and_noisy_networks(make):
     with torch.no_grad():
         np.testing.assert_allclose(mirrored, net(OBS).numpy(), atol=1e-5)
     handle = net.net[-1].advantage.register_forward_hook(lambda module, args, out: -out)
-    assert numpy_forward(net, obs) is None                # a hook inside a stream: torch runs
+    assert numpy_forward(net, obs) is None  # a hook inside a stream: torch runs
     handle.remove()
     for options in (dict(noisy=True), dict(noisy=True, dueling=True)):
         noisy = make(**options)
-        for rows in (obs[:1], obs[:3], obs):              # the few-rows path and the noisy-weight path
-            for draw in range(2):                         # the noise the layers hold, drawn again
+        for rows in (obs[:1], obs[:3], obs):  # the few-rows path and the noisy-weight path
+            for _draw in range(2):  # the noise the layers hold, drawn again
                 resample_noise(noisy)
                 with torch.no_grad():
-                    np.testing.assert_allclose(numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(),
-                                               atol=1e-5)
+                    np.testing.assert_allclose(
+                        numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(), atol=1e-5
+                    )
             with noise_disabled(noisy), torch.no_grad():
-                np.testing.assert_allclose(numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(),
-                                           atol=1e-5)
+                np.testing.assert_allclose(numpy_forward(noisy, rows), noisy(torch.from_numpy(rows)).numpy(), atol=1e-5)
         with torch.no_grad():
-            for param in noisy.parameters():              # an optimizer step writes in place
+            for param in noisy.parameters():  # an optimizer step writes in place
                 param.mul_(-1.5)
             np.testing.assert_allclose(numpy_forward(noisy, obs), noisy(OBS).numpy(), atol=1e-4)
 
@@ -260,9 +280,14 @@ def test_the_mirror_equals_torch_for_dueling_and_noisy_networks(make):
 def test_a_dueling_dqn_acts_through_the_mirror_as_torch_does():
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
-    agent = DQN(env.observation_space, env.action_space,
-                functools.partial(QNetwork, hidden_sizes=[32, 32], dueling=True),
-                functools.partial(LeanAdam, lr=1e-3), total_steps=100, **algo_keys("dqn"))
+    agent = DQN(
+        env.observation_space,
+        env.action_space,
+        functools.partial(QNetwork, hidden_sizes=[32, 32], dueling=True),
+        functools.partial(LeanAdam, lr=1e-3),
+        total_steps=100,
+        **algo_keys("dqn"),
+    )
     obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
     assert call_mirror(agent, "action_values", obs) is not None
     with torch.no_grad():
@@ -271,6 +296,7 @@ def test_a_dueling_dqn_acts_through_the_mirror_as_torch_does():
 
 
 # --- configs ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NETWORKS)
 def test_bad_values_are_one_line_config_errors(name):
@@ -285,8 +311,8 @@ def test_bad_values_are_one_line_config_errors(name):
 
 def test_linear_networks_build_and_the_atoms_are_checked():
     # dueling without a hidden layer (one linear map per stream): tests/test_dueling_heads.py
-    QNetwork(OBS_DIM, A, [], noisy=True)                 # a linear noisy network is fine
-    CategoricalNetwork(OBS_DIM, A, 2, [])                # (algo.num_atoms >= 2 is the schema's: tests/test_c51.py)
+    QNetwork(OBS_DIM, A, [], noisy=True)  # a linear noisy network is fine
+    CategoricalNetwork(OBS_DIM, A, 2, [])  # (algo.num_atoms >= 2 is the schema's: tests/test_c51.py)
 
 
 @pytest.mark.parametrize("name, sizes", [("dqn", (A,)), ("qr_dqn", (A, N)), ("iqn", (A,)), ("c51", (A, N))])
@@ -308,6 +334,6 @@ def test_noisy_layers_give_the_same_outputs_for_a_few_rows_and_for_a_batch():
     expected = rows @ (layer.weight_mu + layer.weight_sigma * eps_w).T + layer.bias_mu + layer.bias_sigma * eps_b
     torch.testing.assert_close(layer(rows), expected)
     torch.testing.assert_close(layer(rows[:3]), expected[:3])
-    resample_noise(layer)   # the cached f(eps) follows a new draw
+    resample_noise(layer)  # the cached f(eps) follows a new draw
     assert not torch.allclose(layer(rows[:3]), expected[:3])
     torch.testing.assert_close(layer(rows[:3]), layer(rows)[:3])

@@ -18,15 +18,21 @@ from tests.conftest import CONF_DIR, ROOT, TINY
 
 SLOW_ENV = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.01}]"
 # every override but the seed and the budget left out of the job's name: `seed=0,train.total_steps=300`
-NAMED_BY = ("hydra.job.config.override_dirname.exclude_keys=[train.progress,device,train.eval_every,"
-            "train.eval_episodes,train.checkpoint_every,train.log_every,env.wrappers]")
+NAMED_BY = (
+    "hydra.job.config.override_dirname.exclude_keys=[train.progress,device,train.eval_every,"
+    "train.eval_episodes,train.checkpoint_every,train.log_every,env.wrappers]"
+)
 
 
 def shell(line: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`line` run by bash in the repository, as a user pastes it (`python` is this interpreter) who
     trusts the test's slow env wrapper (rl_hydra/runs/trust.py)."""
-    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
-           "HYDRA_FULL_ERROR": "0", "RL_HYDRA_TRUST": "tests.helpers.SlowDown"}
+    env = {
+        **os.environ,
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+        "HYDRA_FULL_ERROR": "0",
+        "RL_HYDRA_TRUST": "tests.helpers.SlowDown",
+    }
     return subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -43,12 +49,26 @@ def test_a_sweep_jobs_printed_resume_line_resumes_it_when_pasted(tmp_path, capsy
     from rl_hydra.report import main as evaluate_main
 
     job = tmp_path / "seed=0,train.total_steps=300"
-    sweep = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "-m", "seed=0", *TINY, SLOW_ENV, NAMED_BY,
-                              f"hydra.sweep.dir={tmp_path}"], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "-m",
+            "seed=0",
+            *TINY,
+            SLOW_ENV,
+            NAMED_BY,
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
     try:
         deadline = time.monotonic() + 120
-        while not (job / "checkpoints" / "last.pt").is_file():   # the job has trained 150 steps
+        while not (job / "checkpoints" / "last.pt").is_file():  # the job has trained 150 steps
             assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
             time.sleep(0.1)
         sweep.send_signal(signal.SIGTERM)
@@ -69,7 +89,8 @@ def test_a_sweep_jobs_printed_resume_line_resumes_it_when_pasted(tmp_path, capsy
     refused = shell(f"{printed[0]} train.total_steps=200 train.progress=true")
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         f"error: {job} ended at step 300; train.total_steps=200 would not train it further (to extend it, give "
-        "a larger train.total_steps); nothing was changed"], refused.stderr
+        "a larger train.total_steps); nothing was changed"
+    ], refused.stderr
 
     extended = shell(f"{printed[0]} train.total_steps=450")
     assert extended.returncode == 0, extended.stderr[-3000:]
@@ -78,16 +99,25 @@ def test_a_sweep_jobs_printed_resume_line_resumes_it_when_pasted(tmp_path, capsy
     monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.SlowDown")
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=1", "checkpoint=last"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| seed=0,")]
-    assert rows and rows[0].startswith("| seed=0,train.total_steps=300 | 0 | 450 | "), rows   # the name is the launch's
+    assert rows and rows[0].startswith("| seed=0,train.total_steps=300 | 0 | 450 | "), rows  # the name is the launch's
 
 
-@pytest.mark.parametrize("installed, line", [
-    (True, "mlflow ui --backend-store-uri sqlite:////runs/mlflow.db"),
-    (False, "mlflow ui --backend-store-uri sqlite:////runs/mlflow.db (the UI needs the full package first: "
-            "pip install mlflow)"),
-    (False, "mlflow ui --backend-store-uri 'sqlite:////my runs/mlflow.db' (the UI needs the full package first: "
-            "pip install mlflow)"),
-])
+@pytest.mark.parametrize(
+    "installed, line",
+    [
+        (True, "mlflow ui --backend-store-uri sqlite:////runs/mlflow.db"),
+        (
+            False,
+            "mlflow ui --backend-store-uri sqlite:////runs/mlflow.db (the UI needs the full package first: "
+            "pip install mlflow)",
+        ),
+        (
+            False,
+            "mlflow ui --backend-store-uri 'sqlite:////my runs/mlflow.db' (the UI needs the full package first: "
+            "pip install mlflow)",
+        ),
+    ],
+)
 def test_the_mlflow_line_names_what_the_ui_needs(monkeypatch, installed, line):
     """The mlflow extra installs mlflow-skinny, whose `mlflow ui` fails for want of flask."""
     monkeypatch.setattr(mlflow_logger, "ui_installed", lambda: installed)
@@ -114,6 +144,8 @@ def test_ui_installed_tells_the_full_mlflow_package_from_the_skinny_one(monkeypa
 
 def test_the_tracking_page_says_what_the_mlflow_ui_needs():
     page = (CONF_DIR.parent / "docs" / "tracking.md").read_text()
-    assert "mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db`, which needs the full MLflow\n  package: " \
-           "`pip install mlflow`" in page
+    assert (
+        "mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db`, which needs the full MLflow\n  package: "
+        "`pip install mlflow`" in page
+    )
     assert "(the UI needs the full package first: pip install mlflow)" in page

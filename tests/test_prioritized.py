@@ -36,8 +36,14 @@ def add_steps(buffer, steps, num_envs=1):
     """One vector step per t in `steps`; env e's row holds obs [t, e] and reward t."""
     for t in steps:
         obs = np.stack([np.full(num_envs, t), np.arange(num_envs)], axis=1).astype(np.float32)
-        buffer.add(obs, np.zeros(num_envs, np.int64), np.full(num_envs, float(t), np.float32), obs,
-                   np.zeros(num_envs, bool), np.zeros(num_envs, bool))
+        buffer.add(
+            obs,
+            np.zeros(num_envs, np.int64),
+            np.full(num_envs, float(t), np.float32),
+            obs,
+            np.zeros(num_envs, bool),
+            np.zeros(num_envs, bool),
+        )
 
 
 def set_priorities(buffer, rows, priorities):
@@ -45,6 +51,7 @@ def set_priorities(buffer, rows, priorities):
 
 
 # --- the sum tree ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("tree_class", TREES)
 @pytest.mark.parametrize("capacity, branching, root_width", [(1000, 16, 512), (1000, 4, 8), (37, 3, 5), (5, 2, 100)])
@@ -87,30 +94,32 @@ def test_sum_tree_updates_with_repeated_indices_keep_the_last_value_and_exact_su
 
 
 @needs_numba
-@pytest.mark.parametrize("capacity, branching, root_width", [(100_000, 32, 128), (300_000, 32, 128), (1000, 4, 8),
-                                                            (37, 3, 5), (5, 2, 100)])
+@pytest.mark.parametrize(
+    "capacity, branching, root_width", [(100_000, 32, 128), (300_000, 32, 128), (1000, 4, 8), (37, 3, 5), (5, 2, 100)]
+)
 def test_compiled_sum_tree_gives_the_numpy_trees_rows_and_sums_bit_for_bit(capacity, branching, root_width):
     rng = np.random.default_rng(2)
     plain, compiled = SumTree(capacity, branching, root_width), CompiledSumTree(capacity, branching, root_width)
     for _ in range(60):
         indices = rng.integers(0, capacity, size=40)
-        indices[-1] = indices[0]                                                   # a repeat
-        values = rng.exponential(size=40) * (rng.random(40) < 0.8)                # zeros too
+        indices[-1] = indices[0]  # a repeat
+        values = rng.exponential(size=40) * (rng.random(40) < 0.8)  # zeros too
         for tree in (plain, compiled):
             tree.update(indices, values)
         assert np.array_equal(plain.flat_values, compiled.flat_values)
         assert np.array_equal(plain.flat_running, compiled.flat_running) and plain.total == compiled.total
         if plain.total > 0:
-            prefix = np.append(rng.random(64) * plain.total, plain.total)         # and the rounding edge
+            prefix = np.append(rng.random(64) * plain.total, plain.total)  # and the rounding edge
             assert np.array_equal(plain.find_prefix_sums(prefix), compiled.find_prefix_sums(prefix))
             u, beta = rng.random(32), rng.choice([0.4, 0.5, 0.77, 1.0])
-            (rows, weights), (compiled_rows, compiled_weights) = (tree.draw_stratified(u, beta)
-                                                                  for tree in (plain, compiled))
+            (rows, weights), (compiled_rows, compiled_weights) = (
+                tree.draw_stratified(u, beta) for tree in (plain, compiled)
+            )
             assert np.array_equal(rows, compiled_rows) and compiled_weights.dtype == np.float32
             # numpy's ** and numba's pow may round the last bit apart (numpy takes sqrt for 0.5)
             np.testing.assert_array_max_ulp(weights, compiled_weights, maxulp=1)
     rows = rng.integers(0, capacity, size=50)
-    errors = rng.normal(size=50).astype(np.float32)                               # what an update hands back
+    errors = rng.normal(size=50).astype(np.float32)  # what an update hands back
     largest = [tree.update_priorities(rows, errors, 1e-6, 0.6) for tree in (plain, compiled)]
     np.testing.assert_array_max_ulp(plain.leaves, compiled.leaves, maxulp=1)
     assert largest[0] == pytest.approx(largest[1], rel=1e-15) == pytest.approx(((np.abs(errors) + 1e-6) ** 0.6).max())
@@ -121,8 +130,10 @@ def test_compiled_sum_tree_gives_the_numpy_trees_rows_and_sums_bit_for_bit(capac
 @needs_numba
 def test_a_buffer_draws_the_same_batches_with_either_tree():
     # alpha = beta = 1: no pow that could round apart, so the two buffers go on identically
-    buffers = [make_buffer(capacity=64, alpha=1.0, beta=1.0, n_step=2, num_envs=2, sum_tree=tree)
-               for tree in ("numpy", "numba")]
+    buffers = [
+        make_buffer(capacity=64, alpha=1.0, beta=1.0, n_step=2, num_envs=2, sum_tree=tree)
+        for tree in ("numpy", "numba")
+    ]
     assert [type(b.tree) for b in buffers] == [SumTree, CompiledSumTree]
     for t in range(60):  # wraps the ring
         batches = []
@@ -140,7 +151,7 @@ def test_a_buffer_draws_the_same_batches_with_either_tree():
 
 def test_sum_tree_choice_errors_name_the_key_and_the_install(monkeypatch):
     with pytest.raises(ConfigError, match=r"buffer.sum_tree='fast' is not allowed; choose one of: auto, numba, numpy"):
-        validate_run_config(compose_config("algo=rainbow", "buffer.sum_tree=fast"))   # the schema's choices
+        validate_run_config(compose_config("algo=rainbow", "buffer.sum_tree=fast"))  # the schema's choices
     monkeypatch.setattr(compiled_sum_tree, "numba", None)
     with pytest.raises(ConfigError, match=r'buffer.sum_tree=numba needs numba: pip install -e "\.\[numba\]"'):
         make_buffer(sum_tree="numba")
@@ -148,6 +159,7 @@ def test_sum_tree_choice_errors_name_the_key_and_the_install(monkeypatch):
 
 
 # --- sampling and weights --------------------------------------------------------------------
+
 
 def test_draws_follow_the_priorities_chi_square():
     stats = pytest.importorskip("scipy.stats", reason="needs scipy (the dev extra brings it)")
@@ -170,11 +182,11 @@ def test_importance_weights_by_hand_and_beta_annealing():
     add_steps(buffer, range(4))
     set_priorities(buffer, [0, 1, 2, 3], [0.0, 1.0, 3.0, 8.0])
     p = (np.array([0.0, 1.0, 3.0, 8.0]) + 0.0001) ** 0.5
-    for call, beta in enumerate([0.4, 0.55, 0.7, 0.85, 1.0, 1.0]):
+    for beta in [0.4, 0.55, 0.7, 0.85, 1.0, 1.0]:
         assert buffer.current_beta == pytest.approx(beta)
         batch = buffer.sample(6)
         rows = batch.indices.numpy()
-        w = (4 * p[rows] / p.sum()) ** -beta      # (N P(i))^-beta, N = 4 rows drawable
+        w = (4 * p[rows] / p.sum()) ** -beta  # (N P(i))^-beta, N = 4 rows drawable
         np.testing.assert_allclose(batch.weights.numpy(), w / w.max(), rtol=1e-6)
         assert batch.weights.dtype == torch.float32 and batch.weights.max() == 1.0
     assert buffer.sample_calls == 6
@@ -254,8 +266,16 @@ def test_a_restored_buffer_draws_the_same_batches_bit_for_bit():
 
 # --- training runs ---------------------------------------------------------------------------
 
-FAST = [*TINY, "buffer=prioritized", "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
-        "train.total_steps=300", "train.eval_every=150", "train.checkpoint_every=100"]
+FAST = [
+    *TINY,
+    "buffer=prioritized",
+    "algo.learning_starts=60",
+    "algo.train_every=20",
+    "algo.gradient_steps=2",
+    "train.total_steps=300",
+    "train.eval_every=150",
+    "train.checkpoint_every=100",
+]
 
 
 def test_buffer_prioritized_builds_a_buffer_that_fulfils_its_protocol():

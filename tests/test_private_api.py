@@ -18,8 +18,14 @@ PACKAGE = Path(speed.__file__).resolve().parents[1]
 SPEED = PACKAGE / "speed"
 
 # names with a leading underscore that their library documents as public
-DOCUMENTED = {"_exit",                                                    # os._exit
-              "_fields", "_replace", "_asdict", "_make", "_field_defaults"}   # a namedtuple's own API
+DOCUMENTED = {
+    "_exit",  # os._exit
+    "_fields",
+    "_replace",
+    "_asdict",
+    "_make",
+    "_field_defaults",
+}  # a namedtuple's own API
 
 # private names read outside the speed layer, each with the reason it is not one of its fast paths
 ALLOWED = {
@@ -41,12 +47,17 @@ def private_accesses(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Attribute) and is_private(node.attr):
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 found.append((node.lineno, node.attr))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
-              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-              and is_private(node.args[1].value)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and is_private(node.args[1].value)
+        ):
             found.append((node.lineno, node.args[1].value))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:   # not our own package's relative imports
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:  # not our own package's relative imports
             names = [*node.module.split("."), *(alias.name for alias in node.names)]
             found += [(node.lineno, name) for name in names if is_private(name)]
         elif isinstance(node, ast.Import):
@@ -55,10 +66,17 @@ def private_accesses(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_scan_finds_private_attributes_getattr_names_and_private_modules():
-    source = ("import torch._dynamo\nfrom gymnasium.vector import _x\nnorms = torch._foreach_norm(grads)\n"
-              "v = tensor._version\nw = getattr(env, '_elapsed_steps', 0)\nself._mine = cfg.algo._target_\n")
-    assert private_accesses(source) == [(1, "_dynamo"), (2, "_x"), (3, "_foreach_norm"), (4, "_version"),
-                                        (5, "_elapsed_steps")]
+    source = (
+        "import torch._dynamo\nfrom gymnasium.vector import _x\nnorms = torch._foreach_norm(grads)\n"
+        "v = tensor._version\nw = getattr(env, '_elapsed_steps', 0)\nself._mine = cfg.algo._target_\n"
+    )
+    assert private_accesses(source) == [
+        (1, "_dynamo"),
+        (2, "_x"),
+        (3, "_foreach_norm"),
+        (4, "_version"),
+        (5, "_elapsed_steps"),
+    ]
 
 
 def test_no_private_api_is_used_outside_the_speed_layer():
@@ -67,14 +85,18 @@ def test_no_private_api_is_used_outside_the_speed_layer():
         if SPEED in path.parents:
             continue
         where = path.relative_to(PACKAGE).as_posix()
-        used += [f"rl_hydra/{where}:{line} uses {name}" for line, name in private_accesses(path.read_text())
-                 if (where, name) not in ALLOWED]
-    assert not used, "private API outside rl_hydra/speed (move it behind the seam, with a plain fallback):\n" + \
-        "\n".join(used)
+        used += [
+            f"rl_hydra/{where}:{line} uses {name}"
+            for line, name in private_accesses(path.read_text())
+            if (where, name) not in ALLOWED
+        ]
+    assert not used, (
+        "private API outside rl_hydra/speed (move it behind the seam, with a plain fallback):\n" + "\n".join(used)
+    )
 
 
 def test_every_allowed_exception_is_still_there():
-    for (where, name) in ALLOWED:
+    for where, name in ALLOWED:
         assert name in {n for _, n in private_accesses((PACKAGE / where).read_text())}, f"{where}: {name} is gone"
 
 
@@ -87,6 +109,7 @@ class PrivateApiCalled(BaseException):
 def forbid(name: str):
     def called(*args, **kwargs):
         raise PrivateApiCalled(name)
+
     return called
 
 
@@ -114,14 +137,28 @@ def private_api_forbidden():
     speed.forget_probes()
 
 
-ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum",
-           "crossq": "pendulum"}
+ENV_FOR = {
+    "redq": "pendulum",
+    "sac": "pendulum",
+    "tqc": "pendulum",
+    "td3": "pendulum",
+    "droq": "pendulum",
+    "crossq": "pendulum",
+}
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 
 
 def tiny_run(algo: str, *overrides: str) -> list[str]:
-    return [f"algo={algo}", f"env={ENV_FOR.get(algo, 'cartpole')}", *TINY, "algo.learning_starts=100",
-            "algo.train_every=10", "algo.gradient_steps=2", "algo.batch_size=16", *overrides]
+    return [
+        f"algo={algo}",
+        f"env={ENV_FOR.get(algo, 'cartpole')}",
+        *TINY,
+        "algo.learning_starts=100",
+        "algo.train_every=10",
+        "algo.gradient_steps=2",
+        "algo.batch_size=16",
+        *overrides,
+    ]
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -14,8 +14,14 @@ from rl_hydra.protocols import Agent, Buffer, RecurrentAgent, SequenceBuffer
 from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config
 
-ENV_FOR = {"redq": "pendulum", "sac": "pendulum", "tqc": "pendulum", "td3": "pendulum", "droq": "pendulum",
-           "crossq": "pendulum"}
+ENV_FOR = {
+    "redq": "pendulum",
+    "sac": "pendulum",
+    "tqc": "pendulum",
+    "td3": "pendulum",
+    "droq": "pendulum",
+    "crossq": "pendulum",
+}
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 
 
@@ -83,7 +89,7 @@ def test_every_protocol_member_has_a_docstring():
             elif isinstance(item, ast.AnnAssign):
                 following = node.body[i + 1] if i + 1 < len(node.body) else None
                 documented = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                shape_comment = "#" in lines[item.lineno - 1]   # a batch's fields: a shape comment each
+                shape_comment = "#" in lines[item.lineno - 1]  # a batch's fields: a shape comment each
                 assert documented or shape_comment, f"{node.name}.{item.target.id} has no docstring"
 
 

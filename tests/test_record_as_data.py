@@ -46,15 +46,19 @@ def refused_everywhere(run_dir, monkeypatch, capsys, why: str, verify_code: int 
     """Every entry point refuses in one line naming `why`, and the directory keeps every byte."""
     before = snapshot(run_dir)
     with pytest.raises(RunError, match=re.escape(why)):
-        load_run(run_dir).summary
-    for (code, lines), expected in ((evaluate(run_dir, capsys), 2), (verify(run_dir, capsys), verify_code),
-                                    (resume(run_dir, monkeypatch, capsys, "train.total_steps=900"), 2)):
+        _ = load_run(run_dir).summary
+    for (code, lines), expected in (
+        (evaluate(run_dir, capsys), 2),
+        (verify(run_dir, capsys), verify_code),
+        (resume(run_dir, monkeypatch, capsys, "train.total_steps=900"), 2),
+    ):
         assert code == expected and len(lines) == 1 and lines[0].startswith("error: ") and why in lines[0], lines
     assert snapshot(run_dir) == before
 
 
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]\n" for before, name in zip("abcdefgh", "bcdefghi"))
+    f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]\n" for before, name in zip("abcdefgh", "bcdefghi")
+)
 
 
 def test_an_alias_bomb_in_the_config_is_refused_at_once(run_dir, monkeypatch, capsys):
@@ -62,7 +66,7 @@ def test_an_alias_bomb_in_the_config_is_refused_at_once(run_dir, monkeypatch, ca
     path.write_text(ALIAS_BOMB + path.read_text())
     started = time.monotonic()
     refused_everywhere(run_dir, monkeypatch, capsys, "an anchor (&a)")
-    assert time.monotonic() - started < 60   # 9 ** 9 values, had it expanded
+    assert time.monotonic() - started < 60  # 9 ** 9 values, had it expanded
 
 
 def test_an_alias_bomb_in_hydras_record_is_refused_before_a_resume_trains(run_dir, monkeypatch, capsys):
@@ -93,11 +97,18 @@ def test_an_unknown_top_level_key_is_refused_by_the_schema(run_dir, monkeypatch,
     refused_everywhere(run_dir, monkeypatch, capsys, "extra_key")
 
 
-@pytest.mark.parametrize("key, value, why", [
-    ("env.max_episode_steps", 10**12, "env.max_episode_steps=1000000000000 is out of range"),
-    ("env.wrappers", [{"_target_": "gymnasium.wrappers.FrameStackObservation", "_partial_": True,
-                       "stack_size": 10**9}], "env.wrappers[0].stack_size=1000000000 is out of range"),
-    ("summary_global_step", "400", "global_step='400', not int or null")])
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("env.max_episode_steps", 10**12, "env.max_episode_steps=1000000000000 is out of range"),
+        (
+            "env.wrappers",
+            [{"_target_": "gymnasium.wrappers.FrameStackObservation", "_partial_": True, "stack_size": 10**9}],
+            "env.wrappers[0].stack_size=1000000000 is out of range",
+        ),
+        ("summary_global_step", "400", "global_step='400', not int or null"),
+    ],
+)
 def test_sizes_that_scale_memory_or_time_are_bounded(run_dir, monkeypatch, capsys, key, value, why):
     if key == "summary_global_step":
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -111,15 +122,20 @@ def test_a_stride_0_tensor_is_refused_before_it_is_copied(run_dir, monkeypatch, 
     for name in ("best", "last"):
         path = run_dir / "checkpoints" / f"{name}.pt"
         state = torch.load(path, weights_only=True)
-        state["agent"]["optimizer"]["state"][0]["exp_avg"] = torch.zeros(1).expand(10**9)   # 4 GB once copied
+        state["agent"]["optimizer"]["state"][0]["exp_avg"] = torch.zeros(1).expand(10**9)  # 4 GB once copied
         torch.save(state, path)
         assert path.stat().st_size < 5_000_000
     refused_everywhere(run_dir, monkeypatch, capsys, "(a view repeating its values)", verify_code=1)
 
 
-@pytest.mark.parametrize("state, why", [([1, 2], "holds no agent and runner state"),
-                                        ({"agent": {}}, "holds no agent and runner state"),
-                                        ({"agent": {}, "runner": {"global_step": 1e6}}, "global_step=1000000.0")])
+@pytest.mark.parametrize(
+    "state, why",
+    [
+        ([1, 2], "holds no agent and runner state"),
+        ({"agent": {}}, "holds no agent and runner state"),
+        ({"agent": {}, "runner": {"global_step": 1e6}}, "global_step=1000000.0"),
+    ],
+)
 def test_a_checkpoint_that_is_not_a_runs_is_one_line(run_dir, monkeypatch, capsys, state, why):
     for name in ("best", "last"):
         torch.save(state, run_dir / "checkpoints" / f"{name}.pt")
@@ -130,7 +146,7 @@ def test_a_checkpoint_that_is_not_a_runs_is_one_line(run_dir, monkeypatch, capsy
 def test_a_resume_with_a_damaged_metrics_csv_changes_nothing(run_dir, monkeypatch, capsys, damage):
     path = run_dir / "metrics.csv"
     lines = path.read_bytes().splitlines(keepends=True)
-    lines[1] = damage + lines[1][lines[1].index(b","):]
+    lines[1] = damage + lines[1][lines[1].index(b",") :]
     path.write_bytes(b"".join(lines))
     before = snapshot(run_dir)
     code, lines = resume(run_dir, monkeypatch, capsys, "train.total_steps=900")
@@ -139,11 +155,29 @@ def test_a_resume_with_a_damaged_metrics_csv_changes_nothing(run_dir, monkeypatc
 
 
 def test_a_resume_never_connects_where_the_record_says(run_dir, monkeypatch, capsys):
-    plant(run_dir, "distributed", {"name": "apex", "address": "ray://127.0.0.1:1", "actors": 1, "cpus_per_actor": 1.0,
-                                   "shards": 1, "epsilon_base": 0.4, "epsilon_alpha": 7.0, "weights_every": 400,
-                                   "publish_every": 10, "send_every": 50, "max_replay_ratio": None,
-                                   "min_replay_ratio": None, "priority_alpha": 0.6, "priority_eta": 0.9,
-                                   "priority_beta": 0.0, "max_restarts": 3, "prefetch": 2})
+    plant(
+        run_dir,
+        "distributed",
+        {
+            "name": "apex",
+            "address": "ray://127.0.0.1:1",
+            "actors": 1,
+            "cpus_per_actor": 1.0,
+            "shards": 1,
+            "epsilon_base": 0.4,
+            "epsilon_alpha": 7.0,
+            "weights_every": 400,
+            "publish_every": 10,
+            "send_every": 50,
+            "max_replay_ratio": None,
+            "min_replay_ratio": None,
+            "priority_alpha": 0.6,
+            "priority_eta": 0.9,
+            "priority_beta": 0.0,
+            "max_restarts": 3,
+            "prefetch": 2,
+        },
+    )
     before = snapshot(run_dir)
     code, lines = resume(run_dir, monkeypatch, capsys, "train.total_steps=900")
     assert code == 2 and len(lines) == 1, lines

@@ -30,30 +30,45 @@ def one_error_line(stderr: str) -> str:
 
 # --- every numeric key has a range -------------------------------------------------------------
 
-@pytest.mark.parametrize("override, named", [
-    ("train.total_steps=1e100", "train.total_steps=<an integer of 101 digits> is out of range; expected an integer >= 1"),
-    ("train.eval_episodes=1e12", "train.eval_episodes=1000000000000 is out of range; expected an integer >= 1 and <= 1000"),
-    ("env.num_envs=100000", "env.num_envs=100000 is out of range"),
-    ("seed=99999999999", "seed=99999999999 is out of range"),
-    ("algo.batch_size=" + "9" * 400, "algo.batch_size=<an integer of 400 digits> is out of range"),
-    ("algo.gamma=" + "9" * 400, "algo.gamma=<a number too large for a float> is not a finite number"),
-    ("train.total_steps=" + "9" * 5000, "train.total_steps=999999999999... (5018 characters) holds a number out of range")])
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        (
+            "train.total_steps=1e100",
+            "train.total_steps=<an integer of 101 digits> is out of range; expected an integer >= 1",
+        ),
+        (
+            "train.eval_episodes=1e12",
+            "train.eval_episodes=1000000000000 is out of range; expected an integer >= 1 and <= 1000",
+        ),
+        ("env.num_envs=100000", "env.num_envs=100000 is out of range"),
+        ("seed=99999999999", "seed=99999999999 is out of range"),
+        ("algo.batch_size=" + "9" * 400, "algo.batch_size=<an integer of 400 digits> is out of range"),
+        ("algo.gamma=" + "9" * 400, "algo.gamma=<a number too large for a float> is not a finite number"),
+        (
+            "train.total_steps=" + "9" * 5000,
+            "train.total_steps=999999999999... (5018 characters) holds a number out of range",
+        ),
+    ],
+)
 def test_a_launch_past_a_keys_range_is_one_line_and_leaves_no_folder(tmp_path, override, named):
     done = run_cli(override, cwd=tmp_path)
     assert done.returncode == 2
     assert named in one_error_line(done.stderr)
-    assert list(tmp_path.iterdir()) == []   # not even outputs/<date>/
+    assert list(tmp_path.iterdir()) == []  # not even outputs/<date>/
 
 
-@pytest.mark.parametrize("override", ["train.total_steps=1e100", "train.eval_episodes=1e12",
-                                      "train.total_steps=" + "9" * 5000])
+@pytest.mark.parametrize(
+    "override", ["train.total_steps=1e100", "train.eval_episodes=1e12", "train.total_steps=" + "9" * 5000]
+)
 def test_a_resume_past_a_keys_range_changes_nothing(run_dir, override):
     before = files(run_dir)
     done = run_cli(f"resume={run_dir}", override)
     assert done.returncode == 2
     assert len(one_error_line(done.stderr)) < 300
     assert files(run_dir) == before
-    assert run_cli(f"resume={run_dir}", "train.total_steps=400").returncode == 0   # the run still resumes
+    assert run_cli(f"resume={run_dir}", "train.total_steps=400").returncode == 0  # the run still resumes
 
 
 def test_evaluate_refuses_episodes_past_the_range(run_dir, capsys):
@@ -62,6 +77,7 @@ def test_evaluate_refuses_episodes_past_the_range(run_dir, capsys):
 
 
 # --- damaged record files ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("text, why", [("{", "cannot be read"), ('{"sessions": 3}', "no list of sessions")])
 def test_a_damaged_provenance_is_one_line_on_resume_and_changes_nothing(run_dir, text, why):
@@ -76,10 +92,24 @@ def test_a_damaged_provenance_is_one_line_on_resume_and_changes_nothing(run_dir,
 
 # --- interrupted runs --------------------------------------------------------------------------
 
+
 def start(tmp_path, *args):
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *TINY, "train.total_steps=100000",
-                                "train.checkpoint_every=200", SLOW, f"hydra.run.dir={tmp_path / 'run'}", *args],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            *TINY,
+            "train.total_steps=100000",
+            "train.checkpoint_every=200",
+            SLOW,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not (tmp_path / "run" / "checkpoints" / "last.pt").exists():
         time.sleep(0.1)
@@ -102,7 +132,7 @@ def test_a_second_ctrl_c_stops_at_once_and_still_writes_the_summary_and_the_resu
 
 
 def test_a_session_killed_with_kill_9_is_marked_killed_by_the_next(tmp_path, monkeypatch):
-    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")   # the run's slowed env, built again on resume
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")  # the run's slowed env, built again on resume
     process = start(tmp_path)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
@@ -116,7 +146,7 @@ def test_a_session_killed_with_kill_9_is_marked_killed_by_the_next(tmp_path, mon
 
 def test_a_half_written_metrics_row_is_announced_when_the_resume_drops_it(run_dir):
     with open(run_dir / "metrics.csv", "a") as metrics:
-        metrics.write("300,0.5,0.")   # what a process killed mid-write leaves
+        metrics.write("300,0.5,0.")  # what a process killed mid-write leaves
     done = run_cli(f"resume={run_dir}", "train.total_steps=400", "train.progress=false")
     assert done.returncode == 0, done.stderr
     assert "ended in a half-written row ('300,0.5,0.'" in done.stdout + done.stderr
@@ -124,6 +154,7 @@ def test_a_half_written_metrics_row_is_announced_when_the_resume_drops_it(run_di
 
 
 # --- a killed sweep can be re-run at once ------------------------------------------------------
+
 
 def lock_holders(sweep_dir) -> list[int]:
     """The pids recorded in the sweep's job locks."""
@@ -133,20 +164,30 @@ def lock_holders(sweep_dir) -> list[int]:
 def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"   # a zombie has ended
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
     except OSError:
         return False
 
 
-@pytest.mark.slow   # a real joblib sweep, killed and re-run (about 40 s)
-def test_a_sweep_killed_with_kill_9_leaves_no_worker_training_and_the_same_command_resumes_it(tmp_path,
-                                                                                           monkeypatch):
+@pytest.mark.slow  # a real joblib sweep, killed and re-run (about 40 s)
+def test_a_sweep_killed_with_kill_9_leaves_no_worker_training_and_the_same_command_resumes_it(tmp_path, monkeypatch):
     monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")
-    args = [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-            "seed=0,1", *TINY, "train.total_steps=4000", "train.checkpoint_every=200", SLOW,
-            f"hydra.sweep.dir={tmp_path}"]
-    sweep = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    args = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1",
+        *TINY,
+        "train.total_steps=4000",
+        "train.checkpoint_every=200",
+        SLOW,
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    sweep = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(list(tmp_path.glob("*/checkpoints/last.pt"))) < 2:
         time.sleep(0.2)
@@ -154,7 +195,7 @@ def test_a_sweep_killed_with_kill_9_leaves_no_worker_training_and_the_same_comma
     assert len(workers) == 2 and sweep.pid not in workers
     sweep.kill()
     sweep.wait()
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)   # at once
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)  # at once
     assert done.returncode == 0, done.stderr[-3000:]
     assert not any(running(pid) for pid in workers)
     jobs = [path.parent.parent for path in tmp_path.glob("*/.hydra/config.yaml")]

@@ -13,12 +13,12 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from tests.conftest import TINY, compose_config, run_training
 from rl_hydra.algos.redq import REDQ, ensemble_mse, redq_target, sample_subset
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
-from rl_hydra.training import agent_node
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor, squashed_gaussian_log_prob
+from rl_hydra.training import agent_node
+from tests.conftest import TINY, compose_config, run_training
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
 # asymmetric bounds, so a missed rescaling shows
@@ -29,20 +29,31 @@ SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=
 def make_agent(*overrides: str, action_space: gym.Space = ACTION_SPACE) -> REDQ:
     cfg = compose_config("algo=redq", "env=pendulum", *SMALL_NET, *overrides)
     torch.manual_seed(0)
-    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=action_space,
-                       network=instantiate(cfg.network), device=torch.device("cpu"),
-                       total_steps=1000, seed=0)
+    return instantiate(
+        agent_node(cfg),
+        observation_space=OBS_SPACE,
+        action_space=action_space,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
 
 
 def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
     g = torch.Generator().manual_seed(seed)
     low, high = torch.as_tensor(ACTION_SPACE.low), torch.as_tensor(ACTION_SPACE.high)
-    return Batch(obs=torch.randn(batch_size, 3, generator=g),
-                 actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
-                 rewards=torch.randn(batch_size, generator=g), next_obs=torch.randn(batch_size, 3, generator=g),
-                 terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
-                 truncated=torch.zeros(batch_size), discounts=torch.full((batch_size,), 0.99),
-                 weights=torch.ones(batch_size), indices=torch.arange(batch_size))
+    return Batch(
+        obs=torch.randn(batch_size, 3, generator=g),
+        actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
+        rewards=torch.randn(batch_size, generator=g),
+        next_obs=torch.randn(batch_size, 3, generator=g),
+        terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
+        truncated=torch.zeros(batch_size),
+        discounts=torch.full((batch_size,), 0.99),
+        weights=torch.ones(batch_size),
+        indices=torch.arange(batch_size),
+    )
 
 
 # --- pure functions -------------------------------------------------------------------
@@ -108,9 +119,9 @@ def test_ensemble_shape_members_and_independent_critics():
 def test_ensemble_member_is_a_plain_mlp():
     critic = CriticEnsemble(input_dim=3, ensemble_size=2, hidden_sizes=(4,))
     x = torch.randn(5, 3)
-    w0, w1 = critic.weights[0][1], critic.weights[1][1]   # member 1: (3, 4), (4, 1)
-    b0, b1 = critic.biases[0][1], critic.biases[1][1]      # (1, 4), (1, 1)
-    expected = torch.relu(x @ w0 + b0) @ w1 + b1           # (5, 1)
+    w0, w1 = critic.weights[0][1], critic.weights[1][1]  # member 1: (3, 4), (4, 1)
+    b0, b1 = critic.biases[0][1], critic.biases[1][1]  # (1, 4), (1, 1)
+    expected = torch.relu(x @ w0 + b0) @ w1 + b1  # (5, 1)
     torch.testing.assert_close(critic(x[:, :2], x[:, 2:])[:, 1], expected[:, 0])
 
 
@@ -131,8 +142,7 @@ def test_actor_actions_stay_inside_the_box_bounds():
         assert action.shape == (512, 2)
         assert bool(((action >= low) & (action <= high)).all())
     assert log_prob.shape == (512,)
-    torch.testing.assert_close(actor.from_env(actor.to_env(torch.tensor([[0.5, -0.5]]))),
-                               torch.tensor([[0.5, -0.5]]))
+    torch.testing.assert_close(actor.from_env(actor.to_env(torch.tensor([[0.5, -0.5]]))), torch.tensor([[0.5, -0.5]]))
 
 
 # --- the agent --------------------------------------------------------------------------
@@ -141,7 +151,9 @@ def test_act_explores_inside_bounds_and_evaluates_with_tanh_of_the_mean():
     obs = np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32)
     explored, _ = agent.act(obs, explore=True)
     assert explored.dtype == np.float32 and explored.shape == (256, 2)
-    assert ACTION_SPACE.contains(explored[0]) and np.all((explored >= ACTION_SPACE.low) & (explored <= ACTION_SPACE.high))
+    assert ACTION_SPACE.contains(explored[0]) and np.all(
+        (explored >= ACTION_SPACE.low) & (explored <= ACTION_SPACE.high)
+    )
     greedy, _ = agent.act(obs, explore=False)
     with torch.no_grad():
         mean, _ = agent.actor(torch.as_tensor(obs))
@@ -153,8 +165,9 @@ def test_act_explores_inside_bounds_and_evaluates_with_tanh_of_the_mean():
 
 def test_update_returns_named_metrics_and_moves_the_parameters():
     agent = make_agent("algo.policy_delay=1")
-    before = {name: copy.deepcopy(module.state_dict()) for name, module in
-              (("actor", agent.actor), ("critic", agent.critic))}
+    before = {
+        name: copy.deepcopy(module.state_dict()) for name, module in (("actor", agent.actor), ("critic", agent.critic))
+    }
     log_alpha = agent.log_alpha.detach().clone()
     metrics = agent.update(random_batch())
     assert tuple(metrics) == ("critic_loss", "q_mean", "actor_loss", "entropy", "alpha")
@@ -212,18 +225,23 @@ def test_state_dict_round_trips_through_a_weights_only_checkpoint():
 
 
 # --- bad input ------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, message", [
-    (["env=cartpole"], "algo=redq needs a continuous (Box) action space"),
-    (["algo.subset_size=11"], "algo.subset_size=11 is out of range"),
-    (["algo.subset_size=0"], "algo.subset_size=0 is out of range"),
-    (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
-    (["algo.ensemble_size=0"], "algo.ensemble_size=0 is out of range"),
-    (["algo.target_entropy=high"], "algo.target_entropy='high'"),
-    (["network.actor.gsde=true", "algo.gsde_resample_every=0"],
-     "algo.gsde_resample_every=0 is out of range; expected -1 (a new matrix after each training phase only) "
-     "or an integer >= 1"),
-    (["network.actor.gsde=maybe"], "network.actor.gsde='maybe'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["env=cartpole"], "algo=redq needs a continuous (Box) action space"),
+        (["algo.subset_size=11"], "algo.subset_size=11 is out of range"),
+        (["algo.subset_size=0"], "algo.subset_size=0 is out of range"),
+        (["algo.policy_delay=0"], "algo.policy_delay=0 is out of range"),
+        (["algo.ensemble_size=0"], "algo.ensemble_size=0 is out of range"),
+        (["algo.target_entropy=high"], "algo.target_entropy='high'"),
+        (
+            ["network.actor.gsde=true", "algo.gsde_resample_every=0"],
+            "algo.gsde_resample_every=0 is out of range; expected -1 (a new matrix after each training phase only) "
+            "or an integer >= 1",
+        ),
+        (["network.actor.gsde=maybe"], "network.actor.gsde='maybe'"),
+    ],
+)
 def test_bad_config_fails_before_training(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         run_training(tmp_path, "algo=redq", "env=pendulum", *TINY, *overrides)
@@ -233,8 +251,16 @@ def test_bad_config_fails_before_training(tmp_path, overrides, message):
 
 # --- runs ---------------------------------------------------------------------------------------
 def test_tiny_training_run(tmp_path):
-    summary = run_training(tmp_path, "algo=redq", "env=pendulum", *TINY, *SMALL_NET,
-                           "algo.learning_starts=100", "algo.gradient_steps=2", "algo.batch_size=32")
+    summary = run_training(
+        tmp_path,
+        "algo=redq",
+        "env=pendulum",
+        *TINY,
+        *SMALL_NET,
+        "algo.learning_starts=100",
+        "algo.gradient_steps=2",
+        "algo.batch_size=32",
+    )
     assert summary["status"] == "completed" and summary["global_step"] == 300
     assert summary["updates"] == 2 * 201  # steps 100..300 each train
     with open(tmp_path / "metrics.csv") as f:
@@ -248,10 +274,22 @@ def test_tiny_training_run(tmp_path):
 def test_learns_pendulum_quickly(tmp_path):
     """1,500 env steps at G = 5 with 5 critics, a fraction of the preset's work; an
     untrained policy scores about -1,200 to -1,500 here, this one about -150 to -200."""
-    summary = run_training(tmp_path, "algo=redq", "env=pendulum", "device=cpu", "train.progress=false",
-                           "train.total_steps=1500", "train.eval_every=1500", "train.eval_episodes=5",
-                           "train.log_every=500", "checkpoint.save_buffer=false", "algo.ensemble_size=5",
-                           "algo.batch_size=64", "algo.gradient_steps=5", "algo.policy_delay=5")
+    summary = run_training(
+        tmp_path,
+        "algo=redq",
+        "env=pendulum",
+        "device=cpu",
+        "train.progress=false",
+        "train.total_steps=1500",
+        "train.eval_every=1500",
+        "train.eval_episodes=5",
+        "train.log_every=500",
+        "checkpoint.save_buffer=false",
+        "algo.ensemble_size=5",
+        "algo.batch_size=64",
+        "algo.gradient_steps=5",
+        "algo.policy_delay=5",
+    )
     assert summary["eval_return_mean"] > -500
 
 
@@ -277,10 +315,10 @@ def test_gsde_noise_is_the_features_times_a_matrix_with_the_stated_gaussian():
         unit, log_prob = actor.sample(obs, noise=noise)
         mean, log_std, features = actor.gaussian(obs[:1])
         pre_tanh = torch.atanh(unit.double().clamp(-1 + 1e-12, 1 - 1e-12))
-    std = (features.pow(2) @ actor.gsde_log_std.exp().pow(2)).sqrt()                 # (1, A) by hand
+    std = (features.pow(2) @ actor.gsde_log_std.exp().pow(2)).sqrt()  # (1, A) by hand
     torch.testing.assert_close(log_std.exp(), std, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(pre_tanh.mean(0).float(), mean[0], rtol=0, atol=3e-2 * float(std.detach().max()))
-    torch.testing.assert_close(pre_tanh.std(0).float(), std[0], rtol=3e-2, atol=0)   # the marginal per state
+    torch.testing.assert_close(pre_tanh.std(0).float(), std[0], rtol=3e-2, atol=0)  # the marginal per state
     expected = squashed_gaussian_log_prob(pre_tanh[:5].float(), mean.expand(5, 2), log_std.expand(5, 2))
     torch.testing.assert_close(log_prob[:5], expected, rtol=1e-3, atol=1e-3)
 
@@ -294,23 +332,21 @@ def test_gsde_one_matrix_for_a_batch_equals_the_same_matrix_per_row_and_trains_s
     torch.testing.assert_close(shared, per_row)
     (shared.sum() + log_prob.sum()).backward()
     assert actor.gsde_log_std.grad is not None and actor.gsde_log_std.grad.abs().sum() > 0
-    assert actor(torch.full((4, 3), 1e3))[0].abs().max() <= 2.0                        # the clipped mean
+    assert actor(torch.full((4, 3), 1e3))[0].abs().max() <= 2.0  # the clipped mean
 
 
 @pytest.mark.parametrize("resample_every", [-1, 3])
 def test_gsde_acting_holds_its_matrix_until_an_update_or_resample_every_steps(resample_every):
-    agent = make_agent("network.actor.gsde=true", f"algo.gsde_resample_every={resample_every}",
-                       "algo.batch_size=8")
-    obs = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)             # two envs
+    agent = make_agent("network.actor.gsde=true", f"algo.gsde_resample_every={resample_every}", "algo.batch_size=8")
+    obs = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)  # two envs
     actions = [agent.act(obs, explore=True)[0] for _ in range(5)]
-    assert not np.array_equal(actions[0][0], actions[0][1])                          # a matrix per env
+    assert not np.array_equal(actions[0][0], actions[0][1])  # a matrix per env
     held = [np.array_equal(actions[0], a) for a in actions[1:]]
     assert held == ([True] * 4 if resample_every == -1 else [True, True, False, False])  # new at step 3
     before = agent.act(obs, explore=True)[0]
     agent.update(random_batch(8))
-    assert not np.array_equal(agent.act(obs, explore=True)[0], before)                # redrawn after an update
+    assert not np.array_equal(agent.act(obs, explore=True)[0], before)  # redrawn after an update
     greedy = agent.act(obs, explore=False)[0]
     with torch.no_grad():
         mean = agent.actor(torch.as_tensor(obs))[0]
     np.testing.assert_allclose(greedy, agent.actor.to_env(torch.tanh(mean)).numpy(), rtol=1e-6)
-

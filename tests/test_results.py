@@ -15,19 +15,24 @@ from rl_hydra.runs import results
 from tests.conftest import ROOT
 
 RESULTS = ROOT / "results"
-RECORDS = results.load_records(RESULTS)   # raises, naming the file, on a record not well formed or misplaced
+RECORDS = results.load_records(RESULTS)  # raises, naming the file, on a record not well formed or misplaced
 PAGES = results.read_pages(ROOT / "docs")
 
 
 def test_every_docs_table_is_what_its_record_renders():
     found = results.differences(RECORDS, PAGES)
-    assert not found, ("docs disagree with results/ (python scripts/render_results.py rewrites them): "
-                       + ", ".join(found))
+    assert not found, "docs disagree with results/ (python scripts/render_results.py rewrites them): " + ", ".join(
+        found
+    )
 
 
 def test_render_results_check_says_every_block_matches():
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_results.py"), "--check"],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_results.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert check.returncode == 0 and check.stdout == "every block matches its record\n", check.stdout + check.stderr
 
 
@@ -58,8 +63,11 @@ def test_a_row_label_that_counts_critics_quantiles_or_widths_says_what_its_confi
                 continue
             cfg = compose_config(*overrides)
             critic = cfg.network.get("critic")
-            has = {"critics": cfg.algo.get("ensemble_size"), "quantiles": cfg.algo.get("num_quantiles"),
-                   "widths": "-".join(map(str, critic.hidden_sizes)) if critic is not None else None}
+            has = {
+                "critics": cfg.algo.get("ensemble_size"),
+                "quantiles": cfg.algo.get("num_quantiles"),
+                "widths": "-".join(map(str, critic.hidden_sizes)) if critic is not None else None,
+            }
             for what, claim in claims.items():
                 if claim is None or has[what] is None:
                     continue
@@ -86,8 +94,12 @@ def test_every_block_names_a_record_or_topic_that_exists():
 def test_every_record_is_shown_or_listed_in_the_docs():
     shown = results.shown_records(PAGES)
     listed = {spec for text in PAGES.values() for spec, _ in results.blocks(text)}
-    unseen = [name for name, record in RECORDS.items() if name not in shown and
-              f"{'tried' if record['status'] == 'not adopted' else 'index'}:{record['topic']}" not in listed]
+    unseen = [
+        name
+        for name, record in RECORDS.items()
+        if name not in shown
+        and f"{'tried' if record['status'] == 'not adopted' else 'index'}:{record['topic']}" not in listed
+    ]
     assert not unseen, f"records that no docs page shows or lists: {unseen}"
 
 
@@ -99,17 +111,34 @@ def test_every_plot_block_has_its_image():
 
 
 # --- the renderer on a record made here ---------------------------------------------------------
-RECORD = {"name": "toy", "title": "A toy", "topic": "toys", "status": "adopted", "reason": None,
-          "command": "python train.py algo=dqn", "overrides": ["algo=dqn"], "seeds": [0, 1, 2], "commit": "abc1234",
-          "date": None, "machine": {"cpu": "x", "cores": 2, "load": "1"}, "peer": None,
-          "columns": [{"header": "row", "format": "{label}", "align": "left"},
-                      {"header": "median", "format": "{return:.1f}"},
-                      {"header": "per seed", "format": "{return*:.0f}"}],
-          "seed_columns": [{"header": "return", "format": "{return:.1f}"}],
-          "rows": [{"id": "a", "label": "first", "per_seed": {"return": [1.0, 2.0, 4.0]}, "summary": {"return": 2.0}},
-                   {"id": "b", "label": "second", "summary": {}}]}
-PAGE = "intro\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n<!-- results:toy/a -->\n<!-- /results:toy/a -->\n" \
-       "<!-- results:later -->\nto come\n<!-- /results:later -->\n"
+RECORD = {
+    "name": "toy",
+    "title": "A toy",
+    "topic": "toys",
+    "status": "adopted",
+    "reason": None,
+    "command": "python train.py algo=dqn",
+    "overrides": ["algo=dqn"],
+    "seeds": [0, 1, 2],
+    "commit": "abc1234",
+    "date": None,
+    "machine": {"cpu": "x", "cores": 2, "load": "1"},
+    "peer": None,
+    "columns": [
+        {"header": "row", "format": "{label}", "align": "left"},
+        {"header": "median", "format": "{return:.1f}"},
+        {"header": "per seed", "format": "{return*:.0f}"},
+    ],
+    "seed_columns": [{"header": "return", "format": "{return:.1f}"}],
+    "rows": [
+        {"id": "a", "label": "first", "per_seed": {"return": [1.0, 2.0, 4.0]}, "summary": {"return": 2.0}},
+        {"id": "b", "label": "second", "summary": {}},
+    ],
+}
+PAGE = (
+    "intro\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n<!-- results:toy/a -->\n<!-- /results:toy/a -->\n"
+    "<!-- results:later -->\nto come\n<!-- /results:later -->\n"
+)
 
 
 def test_a_long_title_wraps_inside_a_one_panel_figure(tmp_path, monkeypatch):
@@ -122,12 +151,16 @@ def test_a_long_title_wraps_inside_a_one_panel_figure(tmp_path, monkeypatch):
 
     def save_and_measure(figure, *args, **kwargs):
         save(figure, *args, **kwargs)
-        (title,) = figure.texts   # the suptitle, the figure's only text of its own
+        (title,) = figure.texts  # the suptitle, the figure's only text of its own
         saved.append((title.get_text(), title.get_window_extent(), figure.bbox))
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save_and_measure)
-    record = {**RECORD, "rows": RECORD["rows"][:1], "plot": {"keys": ["return"], "names": ["ours"], "ylabel": "return"},
-              "title": "A record title much longer than the sixty characters that fit across one panel"}
+    record = {
+        **RECORD,
+        "rows": RECORD["rows"][:1],
+        "plot": {"keys": ["return"], "names": ["ours"], "ylabel": "return"},
+        "title": "A record title much longer than the sixty characters that fit across one panel",
+    }
     render_results.draw(record, tmp_path / "toy.png")
     ((title, box, figure),) = saved
     assert "\n" in title and title.replace("\n", " ") == record["title"]
@@ -141,16 +174,19 @@ def test_a_page_links_a_record_where_its_status_puts_it(tmp_path):
     (tmp_path / "tried" / "dropped.json").write_text(json.dumps(dropped))
     records = results.load_records(tmp_path)
     page = tmp_path / "page.md"
-    text = "<!-- results:dropped -->\n<!-- /results:dropped -->\n" \
-           "<!-- results:tried:toys -->\n<!-- /results:tried:toys -->\n"
+    text = (
+        "<!-- results:dropped -->\n<!-- /results:dropped -->\n"
+        "<!-- results:tried:toys -->\n<!-- /results:tried:toys -->\n"
+    )
     rendered = results.render_pages(records, {page: text})[page]
-    assert "([record](../results/tried/dropped.json))" in rendered            # its table's footer
-    assert "| [A dropped toy](../results/tried/dropped.json) |" in rendered   # its line in the tried table
+    assert "([record](../results/tried/dropped.json))" in rendered  # its table's footer
+    assert "| [A dropped toy](../results/tried/dropped.json) |" in rendered  # its line in the tried table
     assert results.footer(records["toy"]).endswith("([record](../results/toy.json))")
 
 
-@pytest.mark.parametrize("folder, status, where", [("", "not adopted", "results/tried/toy.json"),
-                                                   ("tried", "adopted", "results/toy.json")])
+@pytest.mark.parametrize(
+    "folder, status, where", [("", "not adopted", "results/tried/toy.json"), ("tried", "adopted", "results/toy.json")]
+)
 def test_a_record_in_the_wrong_folder_for_its_status_is_refused(tmp_path, folder, status, where):
     (tmp_path / "tried").mkdir()
     reason = "it did worse" if status == "not adopted" else None
@@ -169,7 +205,8 @@ def test_blocks_are_filled_from_the_record_and_a_missing_record_leaves_its_block
     assert "<!-- results:later -->\nto come\n" in rendered
     assert results.differences(records, {page: rendered}) == []
     assert results.differences(records, {page: rendered.replace("| 2.0 |", "| 2.1 |", 1)}) == [
-        "page.md: <!-- results:toy -->"]
+        "page.md: <!-- results:toy -->"
+    ]
 
 
 def test_a_record_the_current_scripts_no_longer_make_is_linked_without_its_gone_command(tmp_path):
@@ -177,8 +214,10 @@ def test_a_record_the_current_scripts_no_longer_make_is_linked_without_its_gone_
     (tmp_path / "gone.json").write_text(json.dumps(gone))
     records = results.load_records(tmp_path)
     page = tmp_path / "page.md"
-    for text in ("<!-- results:gone -->\n<!-- /results:gone -->\n",
-                 "<!-- results:index:toys -->\n<!-- /results:index:toys -->\n"):
+    for text in (
+        "<!-- results:gone -->\n<!-- /results:gone -->\n",
+        "<!-- results:index:toys -->\n<!-- /results:index:toys -->\n",
+    ):
         rendered = results.render_pages(records, {page: text})[page]
         assert "gone.json" in rendered and "made by a script since changed or removed" in rendered.lower()
         assert "bench_gone" not in rendered
@@ -189,12 +228,15 @@ def test_a_summary_that_is_not_the_median_of_its_seeds_is_named():
     assert results.median_problems(wrong) == ["toy/a: the median of return is 2, the summary says 2.5"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"status": "not adopted"}, "one-line reason"),
-    ({"status": "dropped"}, "status 'dropped'"),
-    ({"machine": {"cpu": "x"}}, "machine needs cpu, cores and load"),
-    ({"rows": [{"id": "a", "per_seed": {"return": [1.0]}}]}, "per_seed return has not one value per seed (3)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"status": "not adopted"}, "one-line reason"),
+        ({"status": "dropped"}, "status 'dropped'"),
+        ({"machine": {"cpu": "x"}}, "machine needs cpu, cores and load"),
+        ({"rows": [{"id": "a", "per_seed": {"return": [1.0]}}]}, "per_seed return has not one value per seed (3)"),
+    ],
+)
 def test_a_record_that_is_not_well_formed_is_refused_naming_its_file(tmp_path, change, message):
     (tmp_path / "toy.json").write_text(json.dumps({**RECORD, **change}))
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -15,23 +15,34 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.training import build_components, run, run_settings
 from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli, stop_at
 
-FAST = [*TINY, "algo.learning_starts=60", "algo.train_every=20", "algo.gradient_steps=2",
-        "train.total_steps=600", "train.eval_every=200", "train.checkpoint_every=100"]
-ALGO_ARGS = {"dqn": ["algo=dqn"], "qr_dqn": ["algo=qr_dqn"], "redq": ["algo=redq", "env=pendulum"],
-             "sac": ["algo=sac", "env=pendulum"],
-             # n-step returns, prioritized replay, noisy dueling network: all restored exactly
-             "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"],
-             # prioritized replay alone: its tree, RNG and beta's step (annealed within the run)
-             "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"],
-             # gSDE: the exploration matrices held between env steps
-             "sac_gsde": ["algo=sac", "env=pendulum", "network.actor.gsde=true", "algo.gsde_resample_every=7"],
-             "tqc": ["algo=tqc", "env=pendulum", "network.critic.hidden_sizes=[32,32]"],
-             # the Ornstein-Uhlenbeck process of each env, carried across the checkpoint; delayed updates
-             "td3_ou": ["algo=td3", "env=pendulum", "env.num_envs=2", "algo.action_noise.kind=ornstein_uhlenbeck"],
-             # dropout in the critics draws from torch's global stream, which the checkpoint holds
-             "droq": ["algo=droq", "env=pendulum", "algo.policy_delay=2"],
-             # batch renormalization's running statistics and step counts; the actor every 3rd update
-             "crossq": ["algo=crossq", "env=pendulum", "network.critic.hidden_sizes=[32,32]", "algo.policy_delay=3"]}
+FAST = [
+    *TINY,
+    "algo.learning_starts=60",
+    "algo.train_every=20",
+    "algo.gradient_steps=2",
+    "train.total_steps=600",
+    "train.eval_every=200",
+    "train.checkpoint_every=100",
+]
+ALGO_ARGS = {
+    "dqn": ["algo=dqn"],
+    "qr_dqn": ["algo=qr_dqn"],
+    "redq": ["algo=redq", "env=pendulum"],
+    "sac": ["algo=sac", "env=pendulum"],
+    # n-step returns, prioritized replay, noisy dueling network: all restored exactly
+    "rainbow": ["algo=rainbow", "algo.v_min=0", "algo.v_max=100"],
+    # prioritized replay alone: its tree, RNG and beta's step (annealed within the run)
+    "prioritized": ["algo=dqn", "buffer=prioritized", "algo.n_step=2", "buffer.beta_steps=20"],
+    # gSDE: the exploration matrices held between env steps
+    "sac_gsde": ["algo=sac", "env=pendulum", "network.actor.gsde=true", "algo.gsde_resample_every=7"],
+    "tqc": ["algo=tqc", "env=pendulum", "network.critic.hidden_sizes=[32,32]"],
+    # the Ornstein-Uhlenbeck process of each env, carried across the checkpoint; delayed updates
+    "td3_ou": ["algo=td3", "env=pendulum", "env.num_envs=2", "algo.action_noise.kind=ornstein_uhlenbeck"],
+    # dropout in the critics draws from torch's global stream, which the checkpoint holds
+    "droq": ["algo=droq", "env=pendulum", "algo.policy_delay=2"],
+    # batch renormalization's running statistics and step counts; the actor every 3rd update
+    "crossq": ["algo=crossq", "env=pendulum", "network.critic.hidden_sizes=[32,32]", "algo.policy_delay=3"],
+}
 ALGOS = list(ALGO_ARGS)
 
 
@@ -133,7 +144,11 @@ def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     cases = [
         (tmp_path / "missing", [], "is not a run directory"),
-        (run_dir, ["network.hidden_sizes=[8]", "train.total_steps=900"], "network.hidden_sizes cannot change when resuming"),
+        (
+            run_dir,
+            ["network.hidden_sizes=[8]", "train.total_steps=900"],
+            "network.hidden_sizes cannot change when resuming",
+        ),
         (run_dir, ["algo=iqn"], "cannot be applied when resuming"),
         (run_dir, ["train.totl_steps=5"], "train.totl_steps is not a key"),
     ]
@@ -156,13 +171,25 @@ def test_relaunch_into_a_finished_run_does_not_train_again(tmp_path):
 
 
 def test_sigterm_checkpoints_then_resume_completes(tmp_path):
-    args = [*TINY, "train.total_steps=200000", "train.checkpoint_every=100000", "train.log_every=500",
-            f"hydra.run.dir={tmp_path}"]
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        *TINY,
+        "train.total_steps=200000",
+        "train.checkpoint_every=100000",
+        "train.log_every=500",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and len((tmp_path / "metrics.csv").read_text().splitlines()
-                                         if (tmp_path / "metrics.csv").exists() else []) < 3:
+    while (
+        time.time() < deadline
+        and len((tmp_path / "metrics.csv").read_text().splitlines() if (tmp_path / "metrics.csv").exists() else []) < 3
+    ):
         time.sleep(0.2)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
@@ -216,8 +243,10 @@ def test_a_resumed_runs_tensorboard_file_loads_after_one_written_in_the_same_sec
     assert [e.step for e in events.Scalars("loss")] == [50, 100, 150, 200]
 
 
-@pytest.mark.parametrize("algo, env_option, key, generator", [("iqn", "cartpole", "tau_generator", "tau_generator"),
-                                                               ("redq", "pendulum", "generator", "generator")])
+@pytest.mark.parametrize(
+    "algo, env_option, key, generator",
+    [("iqn", "cartpole", "tau_generator", "tau_generator"), ("redq", "pendulum", "generator", "generator")],
+)
 def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, generator):
     """A CUDA generator's state (seed and offset, 16 bytes) cannot set a CPU generator: the agent
     is seeded from it instead, the same way each time (predicting with a GPU run on a laptop)."""

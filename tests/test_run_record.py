@@ -29,9 +29,18 @@ from rl_hydra.runs.trust import TRUST_VARIABLE
 from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
 
 # a run with updates, evaluations, log rows and checkpoints, in about half a second
-RECORD = [*TINY, "train.total_steps=400", "train.eval_every=200", "train.log_every=50",
-          "train.checkpoint_every=100", "train.stop_at_return=null", "algo.learning_starts=50", "algo.train_every=4",
-          "algo.gradient_steps=1", "algo.batch_size=16"]
+RECORD = [
+    *TINY,
+    "train.total_steps=400",
+    "train.eval_every=200",
+    "train.log_every=50",
+    "train.checkpoint_every=100",
+    "train.stop_at_return=null",
+    "algo.learning_starts=50",
+    "algo.train_every=4",
+    "algo.gradient_steps=1",
+    "algo.batch_size=16",
+]
 
 
 def snapshot(path: Path) -> dict[str, tuple]:
@@ -61,7 +70,7 @@ def cli(monkeypatch, capsys, *argv: str) -> tuple[int, list[str], list[str]]:
         code = 0
     except SystemExit as exit_:
         code = exit_.code
-    finally:   # and Hydra's process-wide singletons (its version_base, config, ...), as hydra.main left them
+    finally:  # and Hydra's process-wide singletons (its version_base, config, ...), as hydra.main left them
         root.handlers[:] = handlers
         root.setLevel(level)
         Singleton.set_state(hydra_state)
@@ -79,17 +88,46 @@ def finished(tmp_path_factory) -> Path:
 
 
 # one key of each group and of the run itself, each given a wrong type, an out-of-range value and a typo
-FUZZ_KEYS = {"algo": ("algo.gamma", "2"), "env": ("env.num_envs", "0"), "network": ("network.hidden_sizes", "[-4]"),
-             "buffer": ("buffer.capacity", "-1"), "logger": ("logger.csv._target_", "nowhere.Logger"),
-             "train": ("train.eval_every", "0"), "run": ("seed", "-1")}
-FUZZ = [case for key, out_of_range in FUZZ_KEYS.values()
-        for case in ([f"{key}=abc"], [f"{key}={out_of_range}"], [f"{key[:-1]}={out_of_range}"])]
-REFUSED_LAUNCHES = [["seed=7"], ["train.total_steps=600"], ["algo=iqn"], ["env=acrobot"], ["device=cuda:9"],
-                    ["algo=nope"], ["+algo.extra=1"], *FUZZ]
-REFUSED_RESUMES = [["train.total_steps=100"], ["train.total_steps=3e2", "seed=3"], ["algo.gamma=0.5"],
-                   ["env.id=Acrobot-v1"], ["algo=iqn"], ["network.hidden_sizes=[8]"], ["train.total_stepz=500"],
-                   ["train.total_steps=abc"], ["train.total_steps=-5"], ["train.total_steps=1.5"], ["+foo=1"],
-                   ["train.total_steps=[1"], ["seed=0,1"], *FUZZ]
+FUZZ_KEYS = {
+    "algo": ("algo.gamma", "2"),
+    "env": ("env.num_envs", "0"),
+    "network": ("network.hidden_sizes", "[-4]"),
+    "buffer": ("buffer.capacity", "-1"),
+    "logger": ("logger.csv._target_", "nowhere.Logger"),
+    "train": ("train.eval_every", "0"),
+    "run": ("seed", "-1"),
+}
+FUZZ = [
+    case
+    for key, out_of_range in FUZZ_KEYS.values()
+    for case in ([f"{key}=abc"], [f"{key}={out_of_range}"], [f"{key[:-1]}={out_of_range}"])
+]
+REFUSED_LAUNCHES = [
+    ["seed=7"],
+    ["train.total_steps=600"],
+    ["algo=iqn"],
+    ["env=acrobot"],
+    ["device=cuda:9"],
+    ["algo=nope"],
+    ["+algo.extra=1"],
+    *FUZZ,
+]
+REFUSED_RESUMES = [
+    ["train.total_steps=100"],
+    ["train.total_steps=3e2", "seed=3"],
+    ["algo.gamma=0.5"],
+    ["env.id=Acrobot-v1"],
+    ["algo=iqn"],
+    ["network.hidden_sizes=[8]"],
+    ["train.total_stepz=500"],
+    ["train.total_steps=abc"],
+    ["train.total_steps=-5"],
+    ["train.total_steps=1.5"],
+    ["+foo=1"],
+    ["train.total_steps=[1"],
+    ["seed=0,1"],
+    *FUZZ,
+]
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["launch", "resume"])
@@ -104,21 +142,26 @@ def test_a_refused_command_changes_no_byte_of_the_run_and_says_why_in_one_line(f
 
 def test_a_launch_that_finds_its_run_finished_writes_nothing(finished, monkeypatch, capsys):
     before = snapshot(finished)
-    for argv in ([*RECORD, f"hydra.run.dir={finished}"], [f"resume={finished}"],
-                 [f"resume={finished}", "train.total_steps=400", "train.progress=false"]):
+    for argv in (
+        [*RECORD, f"hydra.run.dir={finished}"],
+        [f"resume={finished}"],
+        [f"resume={finished}", "train.total_steps=400", "train.progress=false"],
+    ):
         code, out, _ = cli(monkeypatch, capsys, *argv)
         assert code == 0 and "already holds a finished run (step 400); not training again" in out[-1]
     assert snapshot(finished) == before
 
 
-def test_a_resume_validates_its_overrides_as_a_fresh_run_and_records_them_once_it_runs(finished, tmp_path,
-                                                                                      monkeypatch, capsys):
+def test_a_resume_validates_its_overrides_as_a_fresh_run_and_records_them_once_it_runs(
+    finished, tmp_path, monkeypatch, capsys
+):
     run_dir = tmp_path / "run"
     os.system(f"cp -r {finished} {run_dir}")
-    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=600.5")   # as a new run: refused
-    assert code == 2 and err == ["error: train.total_steps=600.5 is not an integer; expected an integer "
-                                 ">= 1 and <= 1000000000000"], err
-    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")   # as a new run: 600
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=600.5")  # as a new run: refused
+    assert code == 2 and err == [
+        "error: train.total_steps=600.5 is not an integer; expected an integer >= 1 and <= 1000000000000"
+    ], err
+    code, _, err = cli(monkeypatch, capsys, f"resume={run_dir}", "train.total_steps=6e2")  # as a new run: 600
     assert code == 0, err
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     assert cfg.train.total_steps == 600 and isinstance(cfg.train.total_steps, int)
@@ -127,29 +170,36 @@ def test_a_resume_validates_its_overrides_as_a_fresh_run_and_records_them_once_i
     sessions = json.loads((run_dir / "provenance.json").read_text())["sessions"]
     assert [s["start_step"] for s in sessions] == [0, 400] and [s["end_step"] for s in sessions] == [400, 600]
     assert sessions[1]["config_changes"] == {"train.total_steps": [400, 600]}
-    assert cli(monkeypatch, capsys, f"resume={run_dir}")[0] == 0   # a plain resume after it still works
+    assert cli(monkeypatch, capsys, f"resume={run_dir}")[0] == 0  # a plain resume after it still works
 
 
 # --- one writer at a time -----------------------------------------------------------------
 def test_a_second_process_is_refused_while_one_holds_the_run(finished, monkeypatch, capsys):
-    with RunLock(RunDirectory(finished)):   # another process, as far as flock is concerned
+    with RunLock(RunDirectory(finished)):  # another process, as far as flock is concerned
         before = snapshot(finished)
         for argv in ([*RECORD, f"hydra.run.dir={finished}"], [f"resume={finished}", "train.total_steps=500"]):
             code, out, err = cli(monkeypatch, capsys, *argv)
             assert code == 2 and out == [] and len(err) == 1, err
             assert f"in use by another process (pid {os.getpid()} on host {socket.gethostname()}" in err[0]
         assert snapshot(finished) == before
-    assert cli(monkeypatch, capsys, f"resume={finished}")[0] == 0   # released: the lock died with its holder
+    assert cli(monkeypatch, capsys, f"resume={finished}")[0] == 0  # released: the lock died with its holder
 
 
 SLOW = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.001}]"
 
 
-@pytest.mark.slow   # real processes (the in-process lock test above runs by default)
+@pytest.mark.slow  # real processes (the in-process lock test above runs by default)
 def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")   # the resume would build the run's slowed env again
+    monkeypatch.setenv(TRUST_VARIABLE, "tests.helpers.")  # the resume would build the run's slowed env again
     # long enough (6000 steps of 1 ms at least) to outlast two more processes' start-up on a loaded machine
-    args = [sys.executable, str(ROOT / "train.py"), *RECORD, "train.total_steps=6000", SLOW, f"hydra.run.dir={tmp_path}"]
+    args = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *RECORD,
+        "train.total_steps=6000",
+        SLOW,
+        f"hydra.run.dir={tmp_path}",
+    ]
     first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (tmp_path / "metrics.csv").exists() and first.poll() is None:
         time.sleep(0.05)
@@ -162,14 +212,24 @@ def test_two_launches_into_one_directory_one_trains_and_the_other_is_refused(tmp
     assert steps == list(range(50, 6001, 50))
 
 
-@pytest.mark.slow   # real processes (the in-process lock test above runs by default)
+@pytest.mark.slow  # real processes (the in-process lock test above runs by default)
 def test_two_sweeps_into_one_sweep_directory_leave_every_job_whole(tmp_path):
     """Each job is trained by one sweep; the other sweep's launch of it is refused (a failed job
     of that sweep) or finds it finished."""
-    args = [sys.executable, str(ROOT / "train.py"), "-m", *RECORD, "train.total_steps=1000", SLOW, "seed=0,1",
-            f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=seed${seed}"]
-    sweeps = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for _ in range(2)]
+    args = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        *RECORD,
+        "train.total_steps=1000",
+        SLOW,
+        "seed=0,1",
+        f"hydra.sweep.dir={tmp_path}",
+        "hydra.sweep.subdir=seed${seed}",
+    ]
+    sweeps = [
+        subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outputs = [sweep.communicate(timeout=180) for sweep in sweeps]
     for (_, err), sweep in zip(outputs, sweeps):
         job_errors = [line for line in err.splitlines() if line.startswith("error: ") and "jobs failed" not in line]
@@ -201,7 +261,7 @@ def _train_in_child(run_dir: str, config: str, kill_at_replace: int | None) -> N
         os.replace = dying_replace
     directory = RunDirectory(run_dir)
     resume = directory.config_yaml.is_file()
-    cfg = OmegaConf.load(directory.config_yaml) if resume else OmegaConf.create(config)   # RECORD's, composed once
+    cfg = OmegaConf.load(directory.config_yaml) if resume else OmegaConf.create(config)  # RECORD's, composed once
     try:
         launch(cfg, run_dir, resume=resume, overrides=RECORD)
     except RunFailed as error:
@@ -216,13 +276,14 @@ def forkserver():
     return context
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def record_config() -> str:
     return OmegaConf.to_yaml(compose_config(*RECORD))
 
 
-def train_in_child(context, run_dir: Path, kill_after_s: float | None = None,
-                   kill_at_replace: int | None = None) -> int | None:
+def train_in_child(
+    context, run_dir: Path, kill_after_s: float | None = None, kill_at_replace: int | None = None
+) -> int | None:
     child = context.Process(target=_train_in_child, args=(str(run_dir), record_config(), kill_at_replace))
     child.start()
     if kill_after_s is not None:
@@ -255,7 +316,7 @@ def test_kill_9_at_any_moment_then_resume_completes_the_run_exactly(tmp_path, fo
         run_dir = tmp_path / f"trial{i}"
         code = train_in_child(forkserver, run_dir, **{"kill_after_s" if how == "time" else "kill_at_replace": when})
         assert code in (0, -signal.SIGKILL), (how, when, code)
-        assert train_in_child(forkserver, run_dir) == 0, (how, when)   # resume=, or launch again if it never began
+        assert train_in_child(forkserver, run_dir) == 0, (how, when)  # resume=, or launch again if it never began
         assert metric_rows(run_dir) == expected, (how, when)
         assert tensorboard_steps(run_dir) == [int(row["step"]) for row in expected], (how, when)
         assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
@@ -270,7 +331,9 @@ class DiskFull:
     def __init__(self, monkeypatch, name: str, after: int = 0):
         self.name, self.after, self.seen = name, after, 0
         opener, fdopen, write = open, os.fdopen, os.write
-        monkeypatch.setattr("builtins.open", lambda file, mode="r", *a, **k: self.wrap(opener(file, mode, *a, **k), mode))
+        monkeypatch.setattr(
+            "builtins.open", lambda file, mode="r", *a, **k: self.wrap(opener(file, mode, *a, **k), mode)
+        )
         monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: self.wrap(fdopen(fd, mode, *a, **k), mode))
         monkeypatch.setattr(os, "write", lambda fd, data: self.check(fd) or write(fd, data))
 
@@ -310,14 +373,24 @@ class FailingFile:
 
 
 # (file, which write of it fails, the checkpoint step the error names; None: no checkpoint yet)
-WRITE_SITES = [("config.yaml", 0, None), ("overrides.yaml", 0, None), ("provenance.json", 0, None),
-               (".lock", 0, None), ("metrics.csv", 0, None), ("last.pt", 0, None), ("last.pt", 2, 200),
-               ("best.pt", 0, 100), ("summary.json", 0, 400), ("provenance.json", 1, 400)]
+WRITE_SITES = [
+    ("config.yaml", 0, None),
+    ("overrides.yaml", 0, None),
+    ("provenance.json", 0, None),
+    (".lock", 0, None),
+    ("metrics.csv", 0, None),
+    ("last.pt", 0, None),
+    ("last.pt", 2, 200),
+    ("best.pt", 0, 100),
+    ("summary.json", 0, 400),
+    ("provenance.json", 1, 400),
+]
 
 
 @pytest.mark.parametrize("name,after,checkpoint", WRITE_SITES)
-def test_a_full_disk_at_any_write_says_what_and_where_to_resume_and_loses_nothing(tmp_path, monkeypatch, name,
-                                                                               after, checkpoint, finished):
+def test_a_full_disk_at_any_write_says_what_and_where_to_resume_and_loses_nothing(
+    tmp_path, monkeypatch, name, after, checkpoint, finished
+):
     run_dir = tmp_path / "run"
     cfg = compose_config(*RECORD)
     with monkeypatch.context() as patch:
@@ -328,7 +401,7 @@ def test_a_full_disk_at_any_write_says_what_and_where_to_resume_and_loses_nothin
         except RunFailed as error:
             failure = error
     assert not list(tmp_path.rglob("*.tmp"))
-    if name == "provenance.json" and after == 1:   # the session's end: the run itself is whole
+    if name == "provenance.json" and after == 1:  # the session's end: the run itself is whole
         assert failure is None
     else:
         message = str(failure)
@@ -336,21 +409,31 @@ def test_a_full_disk_at_any_write_says_what_and_where_to_resume_and_loses_nothin
         if checkpoint is None:
             assert "no checkpoint was written yet" in message and "launch the run again" in message
         else:
-            assert f"checkpoints/last.pt (step {checkpoint})" in message and f"resume with: python train.py resume={run_dir}" in message
-        launch(OmegaConf.load(run_dir / ".hydra" / "config.yaml") if (run_dir / ".hydra" / "config.yaml").is_file()
-               else compose_config(*RECORD), run_dir, resume=(run_dir / ".hydra" / "config.yaml").is_file())
+            assert (
+                f"checkpoints/last.pt (step {checkpoint})" in message
+                and f"resume with: python train.py resume={run_dir}" in message
+            )
+        launch(
+            OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+            if (run_dir / ".hydra" / "config.yaml").is_file()
+            else compose_config(*RECORD),
+            run_dir,
+            resume=(run_dir / ".hydra" / "config.yaml").is_file(),
+        )
     assert metric_rows(run_dir) == metric_rows(finished)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
-@pytest.mark.parametrize("name,what", [("train.log", "the log goes on in the console only"),
-                                       ("tensorboard", "logger=tensorboard failed")])
-def test_a_full_disk_under_the_log_or_tensorboard_is_one_warning_and_the_record_goes_on(tmp_path, monkeypatch,
-                                                                                       capsys, caplog, name, what):
+@pytest.mark.parametrize(
+    "name,what", [("train.log", "the log goes on in the console only"), ("tensorboard", "logger=tensorboard failed")]
+)
+def test_a_full_disk_under_the_log_or_tensorboard_is_one_warning_and_the_record_goes_on(
+    tmp_path, monkeypatch, capsys, caplog, name, what
+):
     """metrics.csv is the run's record; its log and TensorBoard's copy are not worth stopping for."""
     from torch.utils.tensorboard import SummaryWriter
 
-    def full(*args, **kwargs):   # TensorBoard writes its events from a thread of its own: fail where it is fed
+    def full(*args, **kwargs):  # TensorBoard writes its events from a thread of its own: fail where it is fed
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as patch:
@@ -366,7 +449,7 @@ def test_a_full_disk_under_the_log_or_tensorboard_is_one_warning_and_the_record_
     assert not list(tmp_path.rglob("*.tmp"))
 
 
-@pytest.mark.slow   # a real tmpfs filled up, then grown: mounting needs root
+@pytest.mark.slow  # a real tmpfs filled up, then grown: mounting needs root
 def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(tmp_path):
     """A small tmpfs fills up during the run (mounting one needs root: skipped elsewhere)."""
     mount = tmp_path / "small"
@@ -377,7 +460,10 @@ def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(t
         failed = run_cli(*RECORD, "train.total_steps=3000", f"hydra.run.dir={mount / 'run'}")
         errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
         assert failed.returncode == 1 and len(errors) == 1, failed.stderr
-        assert "failed: the disk is full" in errors[0] and f"resume with: python train.py resume={mount / 'run'}" in errors[0]
+        assert (
+            "failed: the disk is full" in errors[0]
+            and f"resume with: python train.py resume={mount / 'run'}" in errors[0]
+        )
         assert not list(mount.rglob("*.tmp"))
         subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
         resumed = run_cli(f"resume={mount / 'run'}")
@@ -390,16 +476,19 @@ def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(t
 
 # --- provenance (rl-hydra-verify: tests/test_verify.py) ---------------------------------------
 def test_every_run_records_its_provenance_and_load_run_shows_it(finished):
-    from rl_hydra import load_run
-
     import gymnasium
     import numpy
     import torch
 
+    from rl_hydra import load_run
+
     record = load_run(finished).provenance["sessions"][0]
     assert record["status"] == "completed" and (record["start_step"], record["end_step"]) == (0, 400)
-    assert (record["torch"], record["gymnasium"], record["numpy"]) == (torch.__version__, gymnasium.__version__,
-                                                                        numpy.__version__)
+    assert (record["torch"], record["gymnasium"], record["numpy"]) == (
+        torch.__version__,
+        gymnasium.__version__,
+        numpy.__version__,
+    )
     assert record["python"] and record["hydra"] and record["rl_hydra"] and record["device"] == "cpu"
     assert record["host"] == socket.gethostname() and record["started"] <= record["ended"]
     if (ROOT / ".git").exists():

@@ -70,8 +70,11 @@ def test_load_run_errors_are_one_clear_line(tmp_path, dqn_run):
     shutil.copytree(dqn_run.path, foreign)
     config = foreign / ".hydra" / "config.yaml"
     config.write_text(config.read_text().replace("- 256\n  - 256", "- 32"))
-    with pytest.raises(RunError, match=r"does not fit the run's config: agent.q_net holds 'net.4.weight', which "
-                                       r"the run's parts do not have") as error:   # what differs
+    with pytest.raises(
+        RunError,
+        match=r"does not fit the run's config: agent.q_net holds 'net.4.weight', which "
+        r"the run's parts do not have",
+    ) as error:  # what differs
         load_run(foreign)
     assert "\n" not in str(error.value)
 
@@ -87,20 +90,44 @@ def test_example_script_runs_from_another_directory(tmp_path, monkeypatch, capsy
 
 @pytest.mark.skipif(shutil.which("rl-hydra-train") is None, reason="package not installed")
 def test_console_script_works_outside_the_checkout(tmp_path):
-    result = subprocess.run(["rl-hydra-train", "--cfg", "job", "algo=dqn"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=120, env={**os.environ})
+    result = subprocess.run(
+        ["rl-hydra-train", "--cfg", "job", "algo=dqn"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
     assert result.returncode == 0 and "_target_: rl_hydra.algos.dqn.DQN" in result.stdout
 
 
 @pytest.mark.skipif(shutil.which("rl-hydra-eval") is None, reason="package not installed")
 def test_installed_train_and_eval_commands_work_from_an_empty_directory(tmp_path):
-    run = subprocess.run(["rl-hydra-train", *TINY, "hydra.run.dir=run"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env={**os.environ})
+    run = subprocess.run(
+        ["rl-hydra-train", *TINY, "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
     assert run.returncode == 0, run.stderr
-    result = subprocess.run(["rl-hydra-eval", "run_dir=run", "episodes=2"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=120, env={**os.environ})
+    result = subprocess.run(
+        ["rl-hydra-eval", "run_dir=run", "episodes=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "eval" / "best_2ep_seed0.json").is_file()
-    bad = subprocess.run(["rl-hydra-eval", "run_dir=run", "episode=2"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60, env={**os.environ})
+    bad = subprocess.run(
+        ["rl-hydra-eval", "run_dir=run", "episode=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error:")

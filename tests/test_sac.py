@@ -7,7 +7,6 @@ import torch
 from hydra.utils import instantiate
 
 from rl_hydra.algos.redq import REDQ, actor_q_value
-from rl_hydra.algos.sac import SAC
 from rl_hydra.config import ConfigError
 from rl_hydra.training import agent_node
 from tests.conftest import TINY, compose_config, run_training
@@ -17,20 +16,33 @@ from tests.test_redq import ACTION_SPACE, OBS_SPACE, SMALL_NET, random_batch
 def make(algo: str, *overrides: str):
     cfg = compose_config(f"algo={algo}", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
     torch.manual_seed(0)
-    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=ACTION_SPACE,
-                       network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    return instantiate(
+        agent_node(cfg),
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
 
 
 def test_sac_config_is_redq_with_two_critics_one_update_and_the_min_for_the_actor():
     sac, redq = compose_config("algo=sac").algo, compose_config("algo=redq").algo
-    assert (sac.ensemble_size, sac.subset_size, sac.gradient_steps, sac.policy_delay, sac.actor_q) == (2, 2, 1, 1, "min")
+    assert (sac.ensemble_size, sac.subset_size, sac.gradient_steps, sac.policy_delay, sac.actor_q) == (
+        2,
+        2,
+        1,
+        1,
+        "min",
+    )
     assert redq.actor_q == "mean"
     shared = set(sac) - {"_target_", "ensemble_size", "subset_size", "gradient_steps", "policy_delay", "actor_q"}
     assert all(sac[key] == redq[key] for key in shared), "SAC's other keys come from algo/redq.yaml"
 
 
 def test_actor_q_value_is_the_mean_or_the_min_over_critics():
-    q = torch.tensor([[1.0, 3.0], [-2.0, 0.0]])                                        # (B=2, N=2)
+    q = torch.tensor([[1.0, 3.0], [-2.0, 0.0]])  # (B=2, N=2)
     assert torch.equal(actor_q_value(q, "mean"), torch.tensor([2.0, -1.0]))
     assert torch.equal(actor_q_value(q, "min"), torch.tensor([1.0, -2.0]))
 
@@ -46,14 +58,22 @@ def test_sac_actor_loss_ascends_the_min_of_both_critics():
 
 def test_sac_updates_exactly_as_redq_configured_as_sac():
     sac = make("sac")
-    redq = make("redq", "algo.ensemble_size=2", "algo.subset_size=2", "algo.gradient_steps=1",
-                "algo.policy_delay=1", "algo.actor_q=min")
+    redq = make(
+        "redq",
+        "algo.ensemble_size=2",
+        "algo.subset_size=2",
+        "algo.gradient_steps=1",
+        "algo.policy_delay=1",
+        "algo.actor_q=min",
+    )
     assert isinstance(sac, REDQ) and sac.name == "sac"
     for seed in range(3):
         sac.update(random_batch(seed=seed))
         redq.update(random_batch(seed=seed))
-    for a, b in zip([*sac.actor.parameters(), *sac.critic.parameters(), sac.log_alpha],
-                    [*redq.actor.parameters(), *redq.critic.parameters(), redq.log_alpha]):
+    for a, b in zip(
+        [*sac.actor.parameters(), *sac.critic.parameters(), sac.log_alpha],
+        [*redq.actor.parameters(), *redq.critic.parameters(), redq.log_alpha],
+    ):
         assert torch.equal(a, b)
 
 
@@ -71,6 +91,14 @@ def test_sac_on_a_discrete_env_names_the_algo(tmp_path):
 def test_sac_learns_pendulum(tmp_path):
     """The Pendulum preset cut to 6,000 steps (about a minute): an untrained policy scores about
     -1,200 to -1,500, SAC about -150 by then (docs/suite.md)."""
-    summary = run_training(tmp_path, "algo=sac", "env=pendulum", "train.progress=false", "device=cpu",
-                           "train.total_steps=6000", "train.eval_every=6000", "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path,
+        "algo=sac",
+        "env=pendulum",
+        "train.progress=false",
+        "device=cpu",
+        "train.total_steps=6000",
+        "train.eval_every=6000",
+        "checkpoint.save_buffer=false",
+    )
     assert summary["eval_return_mean"] > -500

@@ -27,9 +27,22 @@ def test_finished_runs_become_a_record_with_their_medians(tmp_path):
         (run / "summary.json").write_text(json.dumps({"seed": seed, "eval_return_mean": final, "updates": 50}))
         runs.append(str(run))
     out = tmp_path / "toy_seeds.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "seeds_table.py"), "--runs", *runs,
-                           "--record", str(out), "--topic", "dqn", "algo=dqn"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "seeds_table.py"),
+            "--runs",
+            *runs,
+            "--record",
+            str(out),
+            "--topic",
+            "dqn",
+            "algo=dqn",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     record = json.loads(out.read_text())
     assert check_record(record, out.stem) == [] and median_problems(record) == []

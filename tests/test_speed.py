@@ -31,16 +31,21 @@ def probes_run_afresh():
 
 
 BREAKAGES = {
-    "adam": lambda monkeypatch: monkeypatch.setattr(lean_adam, "FUSED_ADAM", None),       # torch drops the kernel
-    "mirror": lambda monkeypatch: monkeypatch.setitem(numpy_mirror.NUMPY_ACTIVATIONS, nn.ReLU, np.tanh),  # answers differ
-    "host_memory": lambda monkeypatch: monkeypatch.delattr(mmap, "MADV_HUGEPAGE"),         # not Linux
-    "vector_env": lambda monkeypatch: monkeypatch.setattr(   # a gymnasium without a private buffer it writes
-        vector_env, "PRIVATE_BUFFERS", (*vector_env.PRIVATE_BUFFERS, "_renamed_in_a_later_gymnasium")),
-    "cuda_graph": lambda monkeypatch: monkeypatch.delattr(torch.cuda, "graph"),   # a torch without it
-    "foreach": lambda monkeypatch: monkeypatch.setitem(foreach.FOREACH, "_foreach_lerp_", None),   # renamed
-    "quantile_huber": lambda monkeypatch: monkeypatch.setattr(   # a derivation gone wrong: the gradient halved
-        quantile_huber.ClosedFormQuantileHuber, "backward",
-        staticmethod(lambda ctx, grad: (0.5 * grad[:, None] * ctx.saved_tensors[0], None, None, None))),
+    "adam": lambda monkeypatch: monkeypatch.setattr(lean_adam, "FUSED_ADAM", None),  # torch drops the kernel
+    "mirror": lambda monkeypatch: monkeypatch.setitem(
+        numpy_mirror.NUMPY_ACTIVATIONS, nn.ReLU, np.tanh
+    ),  # answers differ
+    "host_memory": lambda monkeypatch: monkeypatch.delattr(mmap, "MADV_HUGEPAGE"),  # not Linux
+    "vector_env": lambda monkeypatch: monkeypatch.setattr(  # a gymnasium without a private buffer it writes
+        vector_env, "PRIVATE_BUFFERS", (*vector_env.PRIVATE_BUFFERS, "_renamed_in_a_later_gymnasium")
+    ),
+    "cuda_graph": lambda monkeypatch: monkeypatch.delattr(torch.cuda, "graph"),  # a torch without it
+    "foreach": lambda monkeypatch: monkeypatch.setitem(foreach.FOREACH, "_foreach_lerp_", None),  # renamed
+    "quantile_huber": lambda monkeypatch: monkeypatch.setattr(  # a derivation gone wrong: the gradient halved
+        quantile_huber.ClosedFormQuantileHuber,
+        "backward",
+        staticmethod(lambda ctx, grad: (0.5 * grad[:, None] * ctx.saved_tensors[0], None, None, None)),
+    ),
 }
 
 
@@ -55,7 +60,11 @@ def test_the_twins_are_registered_where_the_networks_are_defined_and_nothing_in_
     from rl_hydra.networks.noisy import NoisyLinear
 
     assert {forward.__qualname__ for forward in numpy_mirror.TWINS} >= {
-        "QNetwork.forward", "PerActionNetwork.forward", "DuelingHead.forward", "NoisyLinear.forward"}
+        "QNetwork.forward",
+        "PerActionNetwork.forward",
+        "DuelingHead.forward",
+        "NoisyLinear.forward",
+    }
     for network in (QNetwork, PerActionNetwork, DuelingHead, NoisyLinear):
         assert numpy_mirror.twin_of(network.forward) is not None
     speed_sources = " ".join(path.read_text() for path in Path(speed.__file__).parent.glob("*.py"))
@@ -100,15 +109,25 @@ def test_enabled_restores_the_switch_also_on_error():
     assert speed.active("adam")
 
 
-@pytest.mark.parametrize("algo, options", [("dqn", []), ("qr_dqn", []),
-                                           ("c51", ["network.dueling=true", "network.noisy=true"])])
+@pytest.mark.parametrize(
+    "algo, options", [("dqn", []), ("qr_dqn", []), ("c51", ["network.dueling=true", "network.noisy=true"])]
+)
 def test_the_plain_path_trains_to_the_same_numbers(algo, options, tmp_path):
     """Adam's steps, the foreach loops, the replay storage and the env steps are exact; the numpy
     mirror agrees with torch to float rounding, which decides no greedy action here. QR-DQN's
     quantile Huber loss sums its terms in another order in closed form than the formula does, so its
     training metrics agree to float rounding (1e-6 relative), not bit for bit."""
-    overrides = [f"algo={algo}", "env=cartpole", "network.hidden_sizes=[32]", "algo.learning_starts=100",
-                 "algo.batch_size=16", "algo.train_every=1", "algo.gradient_steps=1", *options, *TINY]
+    overrides = [
+        f"algo={algo}",
+        "env=cartpole",
+        "network.hidden_sizes=[32]",
+        "algo.learning_starts=100",
+        "algo.batch_size=16",
+        "algo.train_every=1",
+        "algo.gradient_steps=1",
+        *options,
+        *TINY,
+    ]
     fast = run(compose_config(*overrides), tmp_path / "fast")
     plain = run(compose_config(*overrides, "fast_paths=false"), tmp_path / "plain")
     assert fast["updates"] == plain["updates"] > 100
@@ -132,16 +151,17 @@ def test_a_run_whose_fast_paths_all_fail_trains_on_the_plain_path(monkeypatch, t
     with caplog.at_level(logging.INFO, logger="rl_hydra.speed"):
         summary = run(compose_config(*overrides), tmp_path / "run")
     assert summary["updates"] > 0
-    assert sorted(line.split()[1] for line in (r.getMessage() for r in caplog.records if r.name == "rl_hydra.speed")) \
-        == sorted(BREAKAGES)
+    assert sorted(
+        line.split()[1] for line in (r.getMessage() for r in caplog.records if r.name == "rl_hydra.speed")
+    ) == sorted(BREAKAGES)
 
 
 def test_fast_paths_is_checked_and_may_change_on_resume():
-    from rl_hydra.resume import RESUMABLE
     from rl_hydra.config import ConfigError, validate_run_config
+    from rl_hydra.resume import RESUMABLE
 
     assert "fast_paths" in RESUMABLE
-    with pytest.raises(ConfigError, match="fast_paths='maybe' is not allowed"):   # (yes and no read as booleans)
+    with pytest.raises(ConfigError, match="fast_paths='maybe' is not allowed"):  # (yes and no read as booleans)
         validate_run_config(compose_config("fast_paths=maybe"))
 
 
@@ -150,8 +170,9 @@ def built_agent(*overrides: str):
     return plain_components(compose_config(*overrides, "env=cartpole", "network.hidden_sizes=[16]", *TINY))[0]
 
 
-@pytest.mark.parametrize("algo, base", [("dqn", "DQN"), ("qr_dqn", "QRDQN"), ("iqn", "IQN"), ("c51", "C51"),
-                                        ("rainbow", "C51")])
+@pytest.mark.parametrize(
+    "algo, base", [("dqn", "DQN"), ("qr_dqn", "QRDQN"), ("iqn", "IQN"), ("c51", "C51"), ("rainbow", "C51")]
+)
 def test_the_project_s_q_learning_steps_are_declared_tensor_only(algo, base):
     from rl_hydra.speed.cuda_graph import declared_base
 
@@ -168,7 +189,7 @@ def test_a_step_the_layer_does_not_know_runs_plainly():
         def loss(self, batch):
             return super().loss(batch)
 
-    class OwnNetworkBuilder(DQN):   # changes what is built, not what a step runs
+    class OwnNetworkBuilder(DQN):  # changes what is built, not what a step runs
         def make_network(self, network):
             return super().make_network(network)
 
@@ -187,7 +208,7 @@ def test_a_step_the_layer_does_not_know_runs_plainly():
     agent.__class__ = OwnLoss
     assert known_base(agent) is None
     agent.__class__ = DQN
-    agent.loss = torch.compile(agent.loss)   # what compile=true does
+    agent.loss = torch.compile(agent.loss)  # what compile=true does
     assert known_base(agent) is None
     del agent.loss
     agent.q_net = Scaled(agent.q_net)
@@ -209,9 +230,17 @@ def random_batch_for(agent):
     from rl_hydra.protocols import Batch
 
     n = agent.batch_size
-    return Batch(obs=torch.randn(n, 4), actions=torch.randint(2, (n,)), rewards=torch.ones(n),
-                 next_obs=torch.randn(n, 4), terminated=torch.zeros(n), truncated=torch.zeros(n),
-                 discounts=torch.full((n,), 0.99), weights=torch.ones(n), indices=torch.arange(n))
+    return Batch(
+        obs=torch.randn(n, 4),
+        actions=torch.randint(2, (n,)),
+        rewards=torch.ones(n),
+        next_obs=torch.randn(n, 4),
+        terminated=torch.zeros(n),
+        truncated=torch.zeros(n),
+        discounts=torch.full((n,), 0.99),
+        weights=torch.ones(n),
+        indices=torch.arange(n),
+    )
 
 
 def test_an_attached_step_is_not_an_override_and_runs_the_class_s_step_where_graphs_are_off():

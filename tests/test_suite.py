@@ -33,13 +33,27 @@ def test_a_bad_suite_is_one_line(tmp_path, monkeypatch):
 
 def test_statistics_by_hand():
     stats = suite.row_statistics([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert stats["median"] == 3.0 and stats["iqm"] == 3.0          # IQM of 5 drops one at each end
+    assert stats["median"] == 3.0 and stats["iqm"] == 3.0  # IQM of 5 drops one at each end
     assert stats["iqm_low"] <= stats["iqm"] <= stats["iqm_high"]
 
 
 def run_suite(out, *args):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "suite.py"), "smoke", "--rows", "dqn_acrobot",
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "suite.py"),
+            "smoke",
+            "--rows",
+            "dqn_acrobot",
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.slow  # three subprocess runs of the suite command: about 20 s on a quiet machine
@@ -50,7 +64,7 @@ def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_r
     assert "| dqn | acrobot | 300 | 1/2 |" in (tmp_path / "suite.md").read_text()
     seed_1 = next((tmp_path / "dqn_acrobot").glob("*/summary.json")).stat().st_mtime_ns
 
-    result = run_suite(tmp_path)   # seed 0 trains; seed 1 is finished
+    result = run_suite(tmp_path)  # seed 0 trains; seed 1 is finished
     assert result.returncode == 0, result.stderr[-2000:]
     assert (result.stdout + result.stderr).count("already holds a finished run") == 1
     summaries = sorted((tmp_path / "dqn_acrobot").glob("*/summary.json"))
@@ -59,7 +73,7 @@ def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_r
     table = (tmp_path / "suite.md").read_text()
     line = next(row for row in table.splitlines() if row.startswith("| dqn | acrobot |"))
     median = (returns[0] + returns[1]) / 2
-    assert f"| 300 | 2/2 | {median:,.1f} |" in line and line.count("-76.6") == 1   # the reference
+    assert f"| 300 | 2/2 | {median:,.1f} |" in line and line.count("-76.6") == 1  # the reference
     stamps = [p.stat().st_mtime_ns for p in summaries]
 
     again = run_suite(tmp_path)

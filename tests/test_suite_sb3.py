@@ -15,12 +15,12 @@ sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 import benchmark  # noqa: E402
 import zoo  # noqa: E402
 
-SB3_SUITES = ("discrete_zoo", "continuous")   # the suites the side-by-side runs (docs/suite.md)
+SB3_SUITES = ("discrete_zoo", "continuous")  # the suites the side-by-side runs (docs/suite.md)
 SB3_ROWS = {row.name: row for suite in SB3_SUITES for row in load_suite(suite).rows}
 
 
 def preset(name: str, *extra: str):
-    algo, env = next((a, name[len(a) + 1:]) for a in ("qr_dqn", "dqn", "sac") if name.startswith(a + "_"))
+    algo, env = next((a, name[len(a) + 1 :]) for a in ("qr_dqn", "dqn", "sac") if name.startswith(a + "_"))
     return compose_config(f"algo={algo}", f"env={env}", *extra)
 
 
@@ -35,36 +35,62 @@ def test_presets_beyond_the_zoo_are_named_and_turned_back_in_the_zoo_suite():
     assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "algo.final_lr_fraction"]
     assert "algo.n_step is 3 in our config; SB3's run means 1" in found
     assert {"algo.n_step=1", "algo.final_lr_fraction=1.0"} <= set(SB3_ROWS["dqn_mountain_car"].overrides)
-    for name in ("dqn_acrobot", "qr_dqn_acrobot"):   # both Acrobot presets add double Q and dueling
+    for name in ("dqn_acrobot", "qr_dqn_acrobot"):  # both Acrobot presets add double Q and dueling
         found = zoo.mismatches(preset(name), zoo.ZOO[name])
         assert [line.split(" ", 1)[0] for line in found] == ["algo.double_q", "network.dueling"], name
 
 
 def test_a_changed_key_is_named():
-    found = zoo.mismatches(preset("dqn_acrobot", *SB3_ROWS["dqn_acrobot"].overrides, "algo.gamma=0.98",
-                                  "network.hidden_sizes=[64,64]", "algo.target_update_every=100"), zoo.ZOO["dqn_acrobot"])
-    assert [line.split(" ", 1)[0] for line in found] == ["algo.gamma", "algo.target_update_every", "network.hidden_sizes"]
+    found = zoo.mismatches(
+        preset(
+            "dqn_acrobot",
+            *SB3_ROWS["dqn_acrobot"].overrides,
+            "algo.gamma=0.98",
+            "network.hidden_sizes=[64,64]",
+            "algo.target_update_every=100",
+        ),
+        zoo.ZOO["dqn_acrobot"],
+    )
+    assert [line.split(" ", 1)[0] for line in found] == [
+        "algo.gamma",
+        "algo.target_update_every",
+        "network.hidden_sizes",
+    ]
     assert "algo.gamma is 0.98 in our config; SB3's run means 0.99" in found[0]
-    found = zoo.mismatches(preset("qr_dqn_mountain_car", *SB3_ROWS["qr_dqn_mountain_car"].overrides,
-                                  "algo.num_quantiles=50"), zoo.ZOO["qr_dqn_mountain_car"])
+    found = zoo.mismatches(
+        preset("qr_dqn_mountain_car", *SB3_ROWS["qr_dqn_mountain_car"].overrides, "algo.num_quantiles=50"),
+        zoo.ZOO["qr_dqn_mountain_car"],
+    )
     assert found == ["algo.num_quantiles is 50 in our config; SB3's run means 25"]
     found = zoo.mismatches(preset("sac_hopper", "algo.learn_alpha=false"), zoo.ZOO["sac_hopper"])
     assert found == ["algo.learn_alpha is False in our config; SB3's run means True"]
-    found = zoo.mismatches(preset("dqn_mountain_car", "algo.final_lr_fraction=1.0", "buffer=prioritized",
-                                  "network.dueling=true", "network.noisy=true"), zoo.ZOO["dqn_mountain_car"])
-    assert [line.split(" ", 1)[0] for line in found] == ["algo.n_step", "buffer._target_", "network.dueling",
-                                                         "network.noisy"]
+    found = zoo.mismatches(
+        preset(
+            "dqn_mountain_car",
+            "algo.final_lr_fraction=1.0",
+            "buffer=prioritized",
+            "network.dueling=true",
+            "network.noisy=true",
+        ),
+        zoo.ZOO["dqn_mountain_car"],
+    )
+    assert [line.split(" ", 1)[0] for line in found] == [
+        "algo.n_step",
+        "buffer._target_",
+        "network.dueling",
+        "network.noisy",
+    ]
 
 
 def test_translation_of_the_zoos_own_forms():
     expected, _ = zoo.expected_config(zoo.ZOO["qr_dqn_lunar_lander"])
-    assert expected["algo.optimizer.lr"] == 1.5e-3 and expected["algo.final_lr_fraction"] == 0.0   # lin_1.5e-3
-    assert expected["algo.gradient_steps"] == 256 and expected["algo.target_update_every"] == 256   # -1; every step
+    assert expected["algo.optimizer.lr"] == 1.5e-3 and expected["algo.final_lr_fraction"] == 0.0  # lin_1.5e-3
+    assert expected["algo.gradient_steps"] == 256 and expected["algo.target_update_every"] == 256  # -1; every step
     expected, _ = zoo.expected_config(zoo.ZOO["sac_mountain_car_continuous"])
-    assert (expected["algo.learn_alpha"], expected["algo.initial_alpha"]) == (False, 0.1)         # ent_coef: 0.1
-    assert expected["network.actor.gsde"] and expected["network.actor.gsde_log_std_init"] == -3.67   # use_sde
-    assert expected["algo.gsde_resample_every"] == -1                                             # sde_sample_freq
-    expected, _ = zoo.expected_config(zoo.ZOO["sac_hopper"])                                      # SB3's defaults
+    assert (expected["algo.learn_alpha"], expected["algo.initial_alpha"]) == (False, 0.1)  # ent_coef: 0.1
+    assert expected["network.actor.gsde"] and expected["network.actor.gsde_log_std_init"] == -3.67  # use_sde
+    assert expected["algo.gsde_resample_every"] == -1  # sde_sample_freq
+    expected, _ = zoo.expected_config(zoo.ZOO["sac_hopper"])  # SB3's defaults
     assert (expected["algo.batch_size"], expected["algo.tau"], expected["algo.learn_alpha"]) == (256, 0.005, True)
 
 
@@ -76,7 +102,7 @@ def test_target_sync_on_average_when_train_freq_does_not_divide_it():
             zoo.target_update_every(hp)
     assert zoo.target_update_every(acrobot, exact=False) == 250
     assert zoo.target_update_every(mountain_car, exact=False) == 300
-    with pytest.raises(ValueError, match="not a multiple"):   # a mean of 250 / 3 updates: no whole number
+    with pytest.raises(ValueError, match="not a multiple"):  # a mean of 250 / 3 updates: no whole number
         zoo.target_update_every({**acrobot, "train_freq": 3, "gradient_steps": 1}, exact=False)
 
 
@@ -110,29 +136,54 @@ def test_tqc_and_td3_translate_sb3s_defaults_and_name_a_changed_key():
         assert {k: signature[k].default for k in zoo.SB3_DEFAULTS[algo]} == zoo.SB3_DEFAULTS[algo]
     tqc_policy = inspect.signature(TQCPolicy.__init__).parameters
     assert {k: tqc_policy[k].default for k in ("n_quantiles", "n_critics", "log_std_init")} == {
-        k: zoo.TQC_POLICY[k] for k in ("n_quantiles", "n_critics", "log_std_init")}
+        k: zoo.TQC_POLICY[k] for k in ("n_quantiles", "n_critics", "log_std_init")
+    }
     assert inspect.signature(TD3Policy.__init__).parameters["n_critics"].default == zoo.TD3_POLICY["n_critics"]
     expected, _ = zoo.expected_config(zoo.ZOO["tqc_hopper"])
-    assert (expected["algo.ensemble_size"], expected["algo.num_quantiles"],
-            expected["algo.top_quantiles_to_drop_per_critic"]) == (2, 25, 5)
+    assert (
+        expected["algo.ensemble_size"],
+        expected["algo.num_quantiles"],
+        expected["algo.top_quantiles_to_drop_per_critic"],
+    ) == (2, 25, 5)
     expected, notes = zoo.expected_config(zoo.ZOO["td3_pendulum"])
     assert (expected["algo.action_noise.kind"], expected["algo.action_noise.std"], expected["algo.gamma"]) == (
-        "gaussian", 0.1, 0.98)
-    assert zoo.sb3_spec(zoo.ZOO["td3_pendulum"], "Pendulum-v1", 20_000)["action_noise"] == {"kind": "normal",
-                                                                                           "std": 0.1}
-    found = zoo.mismatches(compose_config("algo=tqc", "env=pendulum", "algo.top_quantiles_to_drop_per_critic=3"),
-                           zoo.ZOO["tqc_pendulum"])
+        "gaussian",
+        0.1,
+        0.98,
+    )
+    assert zoo.sb3_spec(zoo.ZOO["td3_pendulum"], "Pendulum-v1", 20_000)["action_noise"] == {
+        "kind": "normal",
+        "std": 0.1,
+    }
+    found = zoo.mismatches(
+        compose_config("algo=tqc", "env=pendulum", "algo.top_quantiles_to_drop_per_critic=3"), zoo.ZOO["tqc_pendulum"]
+    )
     assert found == ["algo.top_quantiles_to_drop_per_critic is 3 in our config; SB3's run means 2"]
-    found = zoo.mismatches(compose_config("algo=td3", "env=pendulum", "algo.action_noise.kind=ornstein_uhlenbeck",
-                                          "algo.policy_delay=3"), zoo.ZOO["td3_pendulum"])
+    found = zoo.mismatches(
+        compose_config("algo=td3", "env=pendulum", "algo.action_noise.kind=ornstein_uhlenbeck", "algo.policy_delay=3"),
+        zoo.ZOO["td3_pendulum"],
+    )
     assert [line.split(" ", 1)[0] for line in found] == ["algo.policy_delay", "algo.action_noise.kind"]
 
 
 def test_a_suite_whose_presets_go_beyond_sb3_is_refused_before_anything_runs(tmp_path, capsys):
     # the discrete suite runs the tuned presets (dqn_acrobot: double Q and dueling); SB3 has neither
     with pytest.raises(SystemExit) as exit_info:
-        benchmark.main(["suite", "discrete", "--seeds", "1", "--steps", "300", "--rows", "dqn_acrobot", "iqn_acrobot",
-                        "--out", str(tmp_path)])
+        benchmark.main(
+            [
+                "suite",
+                "discrete",
+                "--seeds",
+                "1",
+                "--steps",
+                "300",
+                "--rows",
+                "dqn_acrobot",
+                "iqn_acrobot",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "no SB3 counterpart, skipped: iqn_acrobot" in err
@@ -143,15 +194,20 @@ def test_a_suite_whose_presets_go_beyond_sb3_is_refused_before_anything_runs(tmp
 def test_unknown_rows_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         benchmark.main(["suite", "discrete_zoo", "--rows", "dqn_pong", "--out", str(tmp_path)])
-    assert exit_info.value.code == 2 and "error: --rows dqn_pong: not rows of suite discrete_zoo" in capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2
+        and "error: --rows dqn_pong: not rows of suite discrete_zoo" in capsys.readouterr().err
+    )
 
 
 def test_algos_pick_a_suites_rows_and_an_algo_without_rows_is_refused(tmp_path, capsys):
-    args = benchmark.with_defaults(benchmark.build_parser().parse_args(
-        ["suite", "continuous", "--algos", "tqc", "td3", "--out", str(tmp_path)]))
+    args = benchmark.with_defaults(
+        benchmark.build_parser().parse_args(["suite", "continuous", "--algos", "tqc", "td3", "--out", str(tmp_path)])
+    )
     cases = benchmark.suite_cases(args)
-    assert {case.id for case in cases} == {f"{a}_{e}" for a in ("tqc", "td3") for e in ("pendulum", "hopper",
-                                                                                        "half_cheetah")}
+    assert {case.id for case in cases} == {
+        f"{a}_{e}" for a in ("tqc", "td3") for e in ("pendulum", "hopper", "half_cheetah")
+    }
     assert {case.peer["algo"] for case in cases} == {"tqc", "td3"} and benchmark.check(cases) == []
     with pytest.raises(SystemExit) as exit_info:
         benchmark.main(["suite", "continuous", "--algos", "ddpg", "--out", str(tmp_path)])

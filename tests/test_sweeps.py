@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rl_hydra.launch import RunFailed, launch
-from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.loops.runner import StopRequested
 from rl_hydra.runs.names import job_dir_name
 from rl_hydra.training import run
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli, stop_at
@@ -30,8 +30,17 @@ def installed(*modules: str) -> bool:
 
 def short_names(*constant_keys: str) -> str:
     """Leave the keys every job shares out of the job directory names: each is named by what differs (seed=0)."""
-    keys = ["train.progress", "device", "train.total_steps", "train.eval_every", "train.eval_episodes",
-            "train.checkpoint_every", "train.log_every", *(u.split("=")[0] for u in UPDATES), *constant_keys]
+    keys = [
+        "train.progress",
+        "device",
+        "train.total_steps",
+        "train.eval_every",
+        "train.eval_episodes",
+        "train.checkpoint_every",
+        "train.log_every",
+        *(u.split("=")[0] for u in UPDATES),
+        *constant_keys,
+    ]
     return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
 
 
@@ -52,10 +61,13 @@ def summaries(sweep_dir) -> dict[str, dict]:
 
 
 def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
-    probe = ("env.wrappers=[{_target_:tests.helpers.RecordTorchThreads,_partial_:true,"
-             "path:'${hydra:runtime.output_dir}/torch_threads.txt'}]")
-    output = sweep(tmp_path, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", probe,
-                   short_names("env.wrappers"))
+    probe = (
+        "env.wrappers=[{_target_:tests.helpers.RecordTorchThreads,_partial_:true,"
+        "path:'${hydra:runtime.output_dir}/torch_threads.txt'}]"
+    )
+    output = sweep(
+        tmp_path, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", probe, short_names("env.wrappers")
+    )
     assert "launching 2 jobs, 2 at a time" in output
     runs = summaries(tmp_path)
     assert sorted(runs) == ["seed=0", "seed=1"]
@@ -67,9 +79,16 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path, mon
     """One healthy job among three that fail: a diverging lr, an env that raises, and both."""
     from rl_hydra.report import main as evaluate_main
 
-    output = sweep(tmp_path, "algo.optimizer.lr=1e-3,1e9", f"env.wrappers=[],{CRASHING_ENV}",
-                   "algo.max_grad_norm=null", "algo.loss=mse", *UPDATES,
-                   short_names("algo.max_grad_norm", "algo.loss"), failed=3)
+    output = sweep(
+        tmp_path,
+        "algo.optimizer.lr=1e-3,1e9",
+        f"env.wrappers=[],{CRASHING_ENV}",
+        "algo.max_grad_norm=null",
+        "algo.loss=mse",
+        *UPDATES,
+        short_names("algo.max_grad_norm", "algo.loss"),
+        failed=3,
+    )
     runs = summaries(tmp_path)
     healthy = [name for name, s in runs.items() if s["status"] == "completed"]
     assert healthy == ["algo.optimizer.lr=0.001,env.wrappers=[]"], output[-3000:]
@@ -79,14 +98,14 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path, mon
     long_name = next(name for name in runs if name.startswith("algo.optimizer.lr=0.001-and-1-more-"))
     assert len(long_name) <= 80
     recorded = yaml.safe_load((tmp_path / long_name / ".hydra" / "overrides.yaml").read_text())
-    assert "env.wrappers=[{_target_:tests.helpers.RaiseAfter,_partial_:True,steps:120}]" in recorded   # all of them
+    assert "env.wrappers=[{_target_:tests.helpers.RaiseAfter,_partial_:True,steps:120}]" in recorded  # all of them
     crashed = runs[long_name]
     assert (crashed["status"], crashed["reason"]) == ("failed", "RuntimeError: env crashed on purpose after 120 steps")
     assert "training diverged: non-finite loss" in output
     assert "run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in" in output
     assert sum(line.startswith(f"error: {tmp_path}/") for line in output.splitlines()) == 3  # each job's own line
 
-    monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.RaiseAfter")   # evaluate reads every job's config
+    monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.RaiseAfter")  # evaluate reads every job's config
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
     with open(tmp_path / "eval" / "results_best_2ep_seed0.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -99,8 +118,9 @@ def test_an_unexpected_exception_becomes_a_recorded_one_line_failure(tmp_path):
     with pytest.raises(RunFailed) as error:
         launch(cfg, tmp_path)
     assert error.value.code == 1  # a single run exits 1 with this line; a multirun job logs it
-    assert str(error.value) == ("run failed: RuntimeError: env crashed on purpose after 120 steps "
-                                f"(traceback in {tmp_path}/traceback.txt)")
+    assert str(error.value) == (
+        f"run failed: RuntimeError: env crashed on purpose after 120 steps (traceback in {tmp_path}/traceback.txt)"
+    )
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
     assert "tests/helpers.py" in (tmp_path / "traceback.txt").read_text()
 
@@ -153,21 +173,23 @@ def test_a_long_job_name_is_shortened_the_same_way_each_time_so_a_relaunch_finds
 
 
 def test_job_dir_names_stay_short_and_readable_and_never_change_for_the_same_overrides(tmp_path):
-    trial = ("+hparams_search=dqn_cartpole,algo.batch_size=128,algo.exploration.fraction=0.21942968041716733,"
-             "algo.gamma=0.995,algo.optimizer.lr=0.00036119473318016823,network.hidden_sizes=[64,64]")
+    trial = (
+        "+hparams_search=dqn_cartpole,algo.batch_size=128,algo.exploration.fraction=0.21942968041716733,"
+        "algo.gamma=0.995,algo.optimizer.lr=0.00036119473318016823,network.hidden_sizes=[64,64]"
+    )
     name = job_dir_name(str(tmp_path), trial)
     assert len(trial) > 150 and len(name) <= 80
     # whole overrides only (a cut value would claim one the run does not have), then the count left out
     assert re.fullmatch(r"\+hparams_search=dqn_cartpole,algo\.batch_size=128-and-4-more-[0-9a-f]{8}", name), name
-    assert job_dir_name("elsewhere", trial) == name   # the same overrides, the same name
+    assert job_dir_name("elsewhere", trial) == name  # the same overrides, the same name
     assert job_dir_name(str(tmp_path), trial.replace("0.995", "0.99")) != name
     short = "algo=dqn,seed=0,train.total_steps=2000"
     assert job_dir_name(str(tmp_path), short) == short
     wrapper = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.01},{_target_:b.C}],seed=1"
-    assert re.fullmatch(r"seed=1-and-1-more-[0-9a-f]{8}", job_dir_name(str(tmp_path), wrapper))   # the long one left out
+    assert re.fullmatch(r"seed=1-and-1-more-[0-9a-f]{8}", job_dir_name(str(tmp_path), wrapper))  # the long one left out
     alone = wrapper.removesuffix(",seed=1")
     assert re.fullmatch(r"env\.wrappers=\.\.\.-[0-9a-f]{8}", job_dir_name(str(tmp_path), alone))
-    (tmp_path / trial).mkdir()   # made by a sweep before names were shortened: a re-launch keeps using it
+    (tmp_path / trial).mkdir()  # made by a sweep before names were shortened: a re-launch keeps using it
     assert job_dir_name(str(tmp_path), trial) == trial
 
 
@@ -179,12 +201,16 @@ def compose_with_hydra(*overrides: str):
 def test_an_unknown_preset_is_one_line_naming_the_presets(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, "-m", "+hparams_search=dqn_cartpol")
     assert code == 2 and len(err) == 1
-    assert err[0] == (f"error: hparams_search=dqn_cartpol is not a config option; choose one of: {', '.join(PRESETS)}"
-                      "; did you mean dqn_cartpole?")
+    assert err[0] == (
+        f"error: hparams_search=dqn_cartpol is not a config option; choose one of: {', '.join(PRESETS)}"
+        "; did you mean dqn_cartpole?"
+    )
 
 
-needs_optuna = pytest.mark.skipif(not installed("hydra_plugins.rl_hydra_optuna_sweeper", "optuna"),
-                                  reason='needs the optuna extra: pip install -e ".[optuna]"')
+needs_optuna = pytest.mark.skipif(
+    not installed("hydra_plugins.rl_hydra_optuna_sweeper", "optuna"),
+    reason='needs the optuna extra: pip install -e ".[optuna]"',
+)
 
 
 @needs_optuna
@@ -207,18 +233,39 @@ def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     # the grid sampler asks each lr once, in the order written
-    output = sweep(tmp_path / "sweep", "+hparams_search=dqn_cartpole", "hydra.sweeper.n_trials=2",
-                   "hydra/sweeper/sampler=grid", "algo.optimizer.lr=choice(1e-3,1e9)", "algo.gamma=0.99",
-                   "algo.batch_size=64", "algo.exploration.fraction=0.1", "algo.max_grad_norm=null", "algo.loss=mse",
-                   *UPDATES, f"hydra.sweeper.storage={storage}",
-                   short_names("hparams_search", "algo.gamma", "algo.batch_size", "algo.exploration.fraction",
-                               "algo.max_grad_norm", "algo.loss"), failed=1)
+    output = sweep(
+        tmp_path / "sweep",
+        "+hparams_search=dqn_cartpole",
+        "hydra.sweeper.n_trials=2",
+        "hydra/sweeper/sampler=grid",
+        "algo.optimizer.lr=choice(1e-3,1e9)",
+        "algo.gamma=0.99",
+        "algo.batch_size=64",
+        "algo.exploration.fraction=0.1",
+        "algo.max_grad_norm=null",
+        "algo.loss=mse",
+        *UPDATES,
+        f"hydra.sweeper.storage={storage}",
+        short_names(
+            "hparams_search",
+            "algo.gamma",
+            "algo.batch_size",
+            "algo.exploration.fraction",
+            "algo.max_grad_norm",
+            "algo.loss",
+        ),
+        failed=1,
+    )
     runs = summaries(tmp_path / "sweep")
     assert {name: s["status"] for name, s in runs.items()} == {
-        "algo.optimizer.lr=0.001": "completed", "algo.optimizer.lr=1000000000.0": "failed"}
+        "algo.optimizer.lr=0.001": "completed",
+        "algo.optimizer.lr=1000000000.0": "failed",
+    }
     trials = optuna.load_study(study_name="dqn_cartpole", storage=storage).trials
     assert [(t.params, t.state.name) for t in trials] == [
-        ({"algo.optimizer.lr": 0.001}, "COMPLETE"), ({"algo.optimizer.lr": 1e9}, "FAIL")]
+        ({"algo.optimizer.lr": 0.001}, "COMPLETE"),
+        ({"algo.optimizer.lr": 1e9}, "FAIL"),
+    ]
     results = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     assert results["best_params"] == {"algo.optimizer.lr": 0.001}
     assert results["best_value"] == runs["algo.optimizer.lr=0.001"]["eval_return_mean"]
@@ -226,21 +273,37 @@ def test_optuna_sweep_survives_a_diverging_trial_and_saves_the_best(tmp_path):
 
 
 @pytest.mark.slow  # three processes one after another (~15 s): over the default suite's budget
-@pytest.mark.skipif(not installed("hydra_plugins.hydra_submitit_launcher", "submitit"),
-                    reason='needs the submitit extra: pip install -e ".[submitit]"')
+@pytest.mark.skipif(
+    not installed("hydra_plugins.hydra_submitit_launcher", "submitit"),
+    reason='needs the submitit extra: pip install -e ".[submitit]"',
+)
 def test_submitit_local_runs_two_jobs_one_batch_at_a_time(tmp_path):
-    sweep(tmp_path, "seed=0,1", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1",
-          "hydra.launcher.timeout_min=10", short_names())
+    sweep(
+        tmp_path,
+        "seed=0,1",
+        "hydra/launcher=submitit_local",
+        "hydra.sweeper.max_batch_size=1",
+        "hydra.launcher.timeout_min=10",
+        short_names(),
+    )
     runs = summaries(tmp_path)
     assert sorted(runs) == ["seed=0", "seed=1"] and all(s["status"] == "completed" for s in runs.values())
 
 
 @pytest.mark.slow  # starting a local Ray instance alone takes ~15 s
-@pytest.mark.skipif(not installed("hydra_plugins.hydra_ray_launcher", "ray"),
-                    reason='needs the ray extra: pip install -e ".[ray]"')
+@pytest.mark.skipif(
+    not installed("hydra_plugins.hydra_ray_launcher", "ray"), reason='needs the ray extra: pip install -e ".[ray]"'
+)
 def test_ray_launcher_runs_two_jobs_on_a_local_ray_instance(tmp_path):
-    sweep(tmp_path, "seed=0,1", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-          "+hydra.launcher.ray.init.include_dashboard=false", short_names(), timeout=600)
+    sweep(
+        tmp_path,
+        "seed=0,1",
+        "hydra/launcher=ray",
+        "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        short_names(),
+        timeout=600,
+    )
     runs = summaries(tmp_path)
     assert sorted(runs) == ["seed=0", "seed=1"] and all(s["status"] == "completed" for s in runs.values())
 
@@ -262,12 +325,12 @@ def test_a_relaunch_after_an_upgrade_that_added_config_keys_finds_its_finished_r
     before = summaries(tmp_path)
     recorded = next(tmp_path.glob("*/.hydra/config.yaml"))
     old = yaml.safe_load(recorded.read_text())
-    del old["algo"]["n_step"]   # as written by a version before algo.n_step existed
+    del old["algo"]["n_step"]  # as written by a version before algo.n_step existed
     recorded.write_text(yaml.safe_dump(old))
     output = sweep(tmp_path, "seed=0", short_names())
     assert "keys added since this run began (not in its recorded config): algo.n_step" in output
     assert summaries(tmp_path) == before  # found finished, not trained again
     recorded.write_text(yaml.safe_dump(old))
     output = sweep(tmp_path, "seed=0", "algo.n_step=1", short_names("algo.n_step"), failed=1)
-    assert "already holds a run with another config (algo.n_step: None -> 1)" in output   # asked for, never had
-    assert summaries(tmp_path) == before   # and the finished run is left as it was
+    assert "already holds a run with another config (algo.n_step: None -> 1)" in output  # asked for, never had
+    assert summaries(tmp_path) == before  # and the finished run is left as it was

@@ -31,30 +31,53 @@ SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=
 
 
 def make_agent(*overrides: str) -> TQC:
-    cfg = compose_config("algo=tqc", "env=pendulum", "~algo_env", *SMALL_NET, "algo.ensemble_size=3",
-                         "algo.num_quantiles=5", "algo.top_quantiles_to_drop_per_critic=1", *overrides)
+    cfg = compose_config(
+        "algo=tqc",
+        "env=pendulum",
+        "~algo_env",
+        *SMALL_NET,
+        "algo.ensemble_size=3",
+        "algo.num_quantiles=5",
+        "algo.top_quantiles_to_drop_per_critic=1",
+        *overrides,
+    )
     torch.manual_seed(0)
-    return instantiate(agent_node(cfg), observation_space=OBS_SPACE, action_space=ACTION_SPACE,
-                       network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    return instantiate(
+        agent_node(cfg),
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
 
 
 # --- pure functions, by hand -------------------------------------------------------------
 def test_truncated_target_by_hand():
     # B = 2 rows, N = 2 critics, M = 3 quantiles, d = 1: keep the 2 * (3 - 1) = 4 smallest of 6 pooled atoms
-    next_quantiles = torch.tensor([[[5.0, 1.0, 3.0], [2.0, 6.0, 4.0]],
-                                   [[0.0, -1.0, 9.0], [8.0, 7.0, -2.0]]])
+    next_quantiles = torch.tensor([[[5.0, 1.0, 3.0], [2.0, 6.0, 4.0]], [[0.0, -1.0, 9.0], [8.0, 7.0, -2.0]]])
     rewards, terminated = torch.tensor([1.0, 0.5]), torch.tensor([0.0, 1.0])
     next_log_prob = torch.tensor([-1.0, 2.0])
-    targets = truncated_target(rewards, terminated, next_quantiles, next_log_prob, alpha=0.5,
-                               discounts=torch.tensor([0.9, 0.9]), drop_per_critic=1)
+    targets = truncated_target(
+        rewards,
+        terminated,
+        next_quantiles,
+        next_log_prob,
+        alpha=0.5,
+        discounts=torch.tensor([0.9, 0.9]),
+        drop_per_critic=1,
+    )
     # row 0: pooled sorted 1 2 3 4 | 5 6 dropped; each minus 0.5 * -1 = +0.5 -> 1.5 2.5 3.5 4.5; times 0.9, plus 1
     # row 1 is terminal: the reward alone, for every kept atom
     expected = torch.tensor([[1 + 0.9 * 1.5, 1 + 0.9 * 2.5, 1 + 0.9 * 3.5, 1 + 0.9 * 4.5], [0.5] * 4])
     torch.testing.assert_close(targets, expected)
     # d = 0 keeps every atom; d = M - 1 keeps the N smallest
     assert truncated_target(rewards, terminated, next_quantiles, next_log_prob, 0.0, 0.9, 0).shape == (2, 6)
-    torch.testing.assert_close(truncated_target(rewards, terminated * 0, next_quantiles, next_log_prob * 0, 0.0,
-                                                1.0, 2)[1], torch.tensor([-1.5, -0.5]))
+    torch.testing.assert_close(
+        truncated_target(rewards, terminated * 0, next_quantiles, next_log_prob * 0, 0.0, 1.0, 2)[1],
+        torch.tensor([-1.5, -0.5]),
+    )
 
 
 def reference_quantile_loss(quantiles: np.ndarray, targets: np.ndarray, kappa: float = 1.0) -> float:
@@ -80,8 +103,11 @@ def test_ensemble_quantile_loss_against_loops():
     loss = ensemble_quantile_loss(quantiles, targets, midpoint_taus(5), 1.0)
     assert loss.shape == ()
     np.testing.assert_allclose(float(loss), reference_quantile_loss(quantiles.numpy(), targets.numpy()), rtol=1e-5)
-    np.testing.assert_allclose(float(ensemble_quantile_loss(quantiles, targets, midpoint_taus(5), 2.0)),
-                               reference_quantile_loss(quantiles.numpy(), targets.numpy(), 2.0), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(ensemble_quantile_loss(quantiles, targets, midpoint_taus(5), 2.0)),
+        reference_quantile_loss(quantiles.numpy(), targets.numpy(), 2.0),
+        rtol=1e-5,
+    )
 
 
 # --- the quantile critics -------------------------------------------------------------
@@ -104,13 +130,14 @@ def test_critic_loss_is_the_truncated_target_regression_computed_independently()
     batch, noise = random_batch(16, seed=3), torch.randn(16, 2, generator=torch.Generator().manual_seed(4))
     alpha = torch.tensor(0.3)
     loss, quantiles = agent.critic_loss(batch, noise, None, alpha)
-    with torch.no_grad():   # the ingredients from the networks; the target and the loss in numpy
+    with torch.no_grad():  # the ingredients from the networks; the target and the loss in numpy
         next_actions, next_log_prob = agent.actor.sample(batch.next_obs, noise=noise)
-        next_z = agent.critic_target(batch.next_obs, next_actions).numpy().astype(np.float64)   # (B, 3, 5)
+        next_z = agent.critic_target(batch.next_obs, next_actions).numpy().astype(np.float64)  # (B, 3, 5)
         z = agent.critic(batch.obs, agent.actor.from_env(batch.actions)).numpy()
-    pooled = np.sort(next_z.reshape(16, 15), axis=1)[:, :3 * (5 - 1)]                          # top 1 per critic off
-    y = (batch.rewards.numpy()[:, None] + (0.99 * (1 - batch.terminated.numpy()))[:, None]
-         * (pooled - 0.3 * next_log_prob.numpy()[:, None]))
+    pooled = np.sort(next_z.reshape(16, 15), axis=1)[:, : 3 * (5 - 1)]  # top 1 per critic off
+    y = batch.rewards.numpy()[:, None] + (0.99 * (1 - batch.terminated.numpy()))[:, None] * (
+        pooled - 0.3 * next_log_prob.numpy()[:, None]
+    )
     np.testing.assert_allclose(quantiles.detach().numpy(), z)
     np.testing.assert_allclose(float(loss.detach()), reference_quantile_loss(z, y), rtol=1e-4)
 
@@ -120,7 +147,7 @@ def test_actor_ascends_the_mean_over_every_critics_atoms():
     obs, noise = torch.randn(8, 3), torch.randn(8, 2)
     loss, log_prob = agent.actor_loss(obs, noise, torch.tensor(0.2))
     actions, _ = agent.actor.sample(obs, noise=noise)
-    z = agent.critic(obs, actions)                                                             # (8, 3, 5)
+    z = agent.critic(obs, actions)  # (8, 3, 5)
     torch.testing.assert_close(loss, (0.2 * log_prob - z.mean(dim=(1, 2))).mean())
 
 
@@ -137,7 +164,7 @@ def test_update_moves_critics_actor_alpha_and_the_target_by_polyak():
     assert float(agent.log_alpha.detach()) != log_alpha and agent.updates == 1
 
 
-@pytest.mark.slow   # needs the bench extra (sb3-contrib); a few seconds
+@pytest.mark.slow  # needs the bench extra (sb3-contrib); a few seconds
 def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(monkeypatch):
     """Six updates of critics, actor, temperature and target from sb3-contrib's initial weights, on the same
     batches and the same standard normal draws: every weight and the temperature end equal to
@@ -150,13 +177,32 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
 
     sb3_contrib = pytest.importorskip("sb3_contrib")
     env = gym.make("MountainCarContinuous-v0")
-    peer = sb3_contrib.TQC("MlpPolicy", env, learning_rate=1e-3, batch_size=BATCH, top_quantiles_to_drop_per_net=2,
-                           policy_kwargs={"net_arch": [16, 16], "n_critics": 5, "n_quantiles": 25}, seed=0,
-                           device="cpu")
-    cfg = compose_config("algo=tqc", "env=mountain_car_continuous", "~algo_env", *SMALL_NET,
-                         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")))
-    agent = instantiate(agent_node(cfg), observation_space=env.observation_space, action_space=env.action_space,
-                        network=instantiate(cfg.network), device=torch.device("cpu"), total_steps=1000, seed=0)
+    peer = sb3_contrib.TQC(
+        "MlpPolicy",
+        env,
+        learning_rate=1e-3,
+        batch_size=BATCH,
+        top_quantiles_to_drop_per_net=2,
+        policy_kwargs={"net_arch": [16, 16], "n_critics": 5, "n_quantiles": 25},
+        seed=0,
+        device="cpu",
+    )
+    cfg = compose_config(
+        "algo=tqc",
+        "env=mountain_car_continuous",
+        "~algo_env",
+        *SMALL_NET,
+        *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")),
+    )
+    agent = instantiate(
+        agent_node(cfg),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        network=instantiate(cfg.network),
+        device=torch.device("cpu"),
+        total_steps=1000,
+        seed=0,
+    )
     copy_squashed_gaussian_actor(agent.actor, peer.actor)
     critics = [(agent.critic, peer.critic), (agent.critic_target, peer.critic_target)]
     copy_critics(critics)
@@ -166,7 +212,7 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
     serve(peer, batches)
     torch.manual_seed(7)
     draws = []
-    for _ in batches:   # sb3-contrib draws the current actions' noise, then the next ones'; we the other way round
+    for _ in batches:  # sb3-contrib draws the current actions' noise, then the next ones'; we the other way round
         current, following = torch.randn(BATCH, 1), torch.randn(BATCH, 1)
         draws += [following, current]
     torch.manual_seed(7)
@@ -186,20 +232,29 @@ def test_defaults_are_the_papers():
 
 
 # --- refusals ------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, message", [
-    (["algo=tqc", "env=cartpole"], "algo=tqc needs a continuous (Box) action space"),
-    (["algo=tqc", "env=pendulum", "network=redq"],
-     "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
-     "rl_hydra.networks.actor_critic.CriticEnsemble, but algo=tqc builds on actor: "
-     "rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
-     "rl_hydra.networks.actor_critic.QuantileCriticEnsemble"),
-    (["algo=sac", "env=pendulum", "network=tqc"],   # the quantile critics are no subclass of the scalar ones
-     "critic: rl_hydra.networks.actor_critic.QuantileCriticEnsemble, but algo=sac builds on"),
-    (["algo=tqc", "env=pendulum", "algo.top_quantiles_to_drop_per_critic=25"],
-     "algo.top_quantiles_to_drop_per_critic=25 is out of range"),
-    (["algo=tqc", "env=pendulum", "algo.num_quantiles=0"], "algo.num_quantiles=0 is out of range"),
-    (["algo=tqc", "env=pendulum", "algo.kappa=0"], "algo.kappa=0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo=tqc", "env=cartpole"], "algo=tqc needs a continuous (Box) action space"),
+        (
+            ["algo=tqc", "env=pendulum", "network=redq"],
+            "builds actor: rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
+            "rl_hydra.networks.actor_critic.CriticEnsemble, but algo=tqc builds on actor: "
+            "rl_hydra.networks.actor_critic.SquashedGaussianActor, critic: "
+            "rl_hydra.networks.actor_critic.QuantileCriticEnsemble",
+        ),
+        (
+            ["algo=sac", "env=pendulum", "network=tqc"],  # the quantile critics are no subclass of the scalar ones
+            "critic: rl_hydra.networks.actor_critic.QuantileCriticEnsemble, but algo=sac builds on",
+        ),
+        (
+            ["algo=tqc", "env=pendulum", "algo.top_quantiles_to_drop_per_critic=25"],
+            "algo.top_quantiles_to_drop_per_critic=25 is out of range",
+        ),
+        (["algo=tqc", "env=pendulum", "algo.num_quantiles=0"], "algo.num_quantiles=0 is out of range"),
+        (["algo=tqc", "env=pendulum", "algo.kappa=0"], "algo.kappa=0"),
+    ],
+)
 def test_what_does_not_fit_is_refused_in_one_line(tmp_path, overrides, message):
     with pytest.raises(ConfigError) as error:
         run_training(tmp_path, *TINY, *overrides)
@@ -209,8 +264,16 @@ def test_what_does_not_fit_is_refused_in_one_line(tmp_path, overrides, message):
 
 # --- runs ---------------------------------------------------------------------------------------
 def test_tiny_run_on_two_envs_then_load_run_predicts(tmp_path):
-    run = train("algo=tqc", "env=pendulum", *TINY, *SMALL_NET, "env.num_envs=2", "algo.learning_starts=100",
-                "algo.batch_size=32", run_dir=tmp_path / "run")
+    run = train(
+        "algo=tqc",
+        "env=pendulum",
+        *TINY,
+        *SMALL_NET,
+        "env.num_envs=2",
+        "algo.learning_starts=100",
+        "algo.batch_size=32",
+        run_dir=tmp_path / "run",
+    )
     # one update per env step: two per vector step, from step 100 to 300
     assert run.summary["status"] == "completed" and run.summary["updates"] == 201
     loaded = load_run(tmp_path / "run")
@@ -222,7 +285,8 @@ def test_tiny_run_on_two_envs_then_load_run_predicts(tmp_path):
 @pytest.mark.slow
 def test_pendulum_preset_reaches_minus_200(tmp_path):
     """The RL Zoo's preset as `python train.py algo=tqc env=pendulum` runs it (20k steps; a few minutes)."""
-    summary = run_training(tmp_path, "algo=tqc", "env=pendulum", "train.progress=false", "device=cpu",
-                           "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path, "algo=tqc", "env=pendulum", "train.progress=false", "device=cpu", "checkpoint.save_buffer=false"
+    )
     assert summary["global_step"] == 20000
     assert summary["eval_return_mean"] >= -200

@@ -21,8 +21,7 @@ def read_metrics(path):
 
 
 def test_in_process_run_leaves_a_complete_run_directory(tmp_path):
-    summary = run_training(tmp_path, *TINY, "algo.learning_starts=100", "algo.train_every=50",
-                           "algo.gradient_steps=2")
+    summary = run_training(tmp_path, *TINY, "algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2")
     assert list(summary) == list(SUMMARY_KEYS) and summary["status"] == "completed"
     assert summary == json.loads((tmp_path / "summary.json").read_text())
     assert summary["global_step"] == 300 and summary["updates"] == 5 * 2
@@ -40,15 +39,18 @@ def test_in_process_run_leaves_a_complete_run_directory(tmp_path):
 
 def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
     def metrics_without_wall_clock(run_dir):
-        run_training(run_dir, *TINY, "algo.learning_starts=50", "algo.train_every=10",
-                     "algo.gradient_steps=1", "seed=3")
-        return [{k: v for k, v in row.items() if not k.startswith("time/")}
-                for row in read_metrics(run_dir / "metrics.csv")]
+        run_training(
+            run_dir, *TINY, "algo.learning_starts=50", "algo.train_every=10", "algo.gradient_steps=1", "seed=3"
+        )
+        return [
+            {k: v for k, v in row.items() if not k.startswith("time/")} for row in read_metrics(run_dir / "metrics.csv")
+        ]
 
     first = metrics_without_wall_clock(tmp_path / "a")
     assert first == metrics_without_wall_clock(tmp_path / "b")
-    other_seed = run_training(tmp_path / "c", *TINY, "algo.learning_starts=50", "algo.train_every=10",
-                              "algo.gradient_steps=1", "seed=4")
+    other_seed = run_training(
+        tmp_path / "c", *TINY, "algo.learning_starts=50", "algo.train_every=10", "algo.gradient_steps=1", "seed=4"
+    )
     assert read_metrics(tmp_path / "c" / "metrics.csv")[-1]["train/loss"] != first[-1]["train/loss"]
     assert other_seed["status"] == "completed"
 
@@ -57,9 +59,17 @@ def test_diverging_run_stops_within_one_update_and_keeps_its_checkpoint(tmp_path
     from rl_hydra.loops.runner import TrainingDiverged
 
     with pytest.raises(TrainingDiverged, match="non-finite"):
-        run_training(tmp_path, *TINY, "train.checkpoint_every=100", "algo.learning_starts=150",
-                     "algo.train_every=1", "algo.optimizer.lr=1e30", "algo.max_grad_norm=null",
-                     "algo.loss=mse", "train.total_steps=3000")
+        run_training(
+            tmp_path,
+            *TINY,
+            "train.checkpoint_every=100",
+            "algo.learning_starts=150",
+            "algo.train_every=1",
+            "algo.optimizer.lr=1e30",
+            "algo.max_grad_norm=null",
+            "algo.loss=mse",
+            "train.total_steps=3000",
+        )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "non-finite" in summary["reason"]
     last = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
@@ -93,7 +103,10 @@ BAD_INPUTS = [
     (["algo.batch_size=0"], "algo.batch_size=0 is out of range"),
     (["env.num_envs=0"], "env.num_envs=0 is out of range"),
     (["+env.eval_epsilon=1.5"], "env.eval_epsilon=1.5 is out of range; expected a number >= 0.0 and <= 1.0"),
-    (["env=gym", "env.id=CartPol-v1"], "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1"),
+    (
+        ["env=gym", "env.id=CartPol-v1"],
+        "env.id='CartPol-v1' is not a registered gymnasium environment; did you mean: CartPole-v1",
+    ),
     (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
     (["algo.optimizer.lr=abc"], "algo.optimizer.lr='abc' is not a finite number"),
     (["flush_denormal=sometimes"], "flush_denormal='sometimes' is not allowed; choose one of: true, false"),
@@ -138,8 +151,13 @@ def process_state():
 
     from rl_hydra.training import flushes_denormals
 
-    return (torch.get_num_threads(), flushes_denormals(), random.getstate(), np.random.get_state()[1].tolist(),
-            torch.get_rng_state().tolist())
+    return (
+        torch.get_num_threads(),
+        flushes_denormals(),
+        random.getstate(),
+        np.random.get_state()[1].tolist(),
+        torch.get_rng_state().tolist(),
+    )
 
 
 @pytest.mark.parametrize("outcome", ["completed", "diverged"])
@@ -150,21 +168,31 @@ def test_a_run_leaves_the_callers_threads_denormals_and_rngs_as_they_were(tmp_pa
     seen = settings_seen_by_the_loop(monkeypatch)
     args = [*TINY, "torch_threads=1", "flush_denormal=true", "seed=3"]
     if outcome == "diverged":
-        args += ["algo.learning_starts=150", "algo.train_every=4", "algo.gradient_steps=4", "algo.optimizer.lr=1e30",
-                 "algo.max_grad_norm=null", "algo.loss=mse", "train.total_steps=3000"]
+        args += [
+            "algo.learning_starts=150",
+            "algo.train_every=4",
+            "algo.gradient_steps=4",
+            "algo.optimizer.lr=1e30",
+            "algo.max_grad_norm=null",
+            "algo.loss=mse",
+            "train.total_steps=3000",
+        ]
         with pytest.raises(TrainingDiverged):
             run_training(tmp_path, *args)
     else:
         run_training(tmp_path, *args)
-    assert process_state() == before                          # the caller's settings, back as they were
-    assert seen["threads"] == 1 and seen["flush"]            # the run's own while it ran
+    assert process_state() == before  # the caller's settings, back as they were
+    assert seen["threads"] == 1 and seen["flush"]  # the run's own while it ran
 
 
-@pytest.mark.parametrize("args, message", [
-    (["algo=foo"], "algo=foo is not a config option; choose one of: c51, "),
-    (["seed=xyz"], "seed='xyz' is not an integer"),
-    (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["algo=foo"], "algo=foo is not a config option; choose one of: c51, "),
+        (["seed=xyz"], "seed='xyz' is not an integer"),
+        (["algo=dqn", "env=pendulum"], "algo=dqn needs a discrete action space"),
+    ],
+)
 def test_cli_bad_input_prints_one_error_line_and_exits_nonzero(tmp_path, args, message):
     result = run_cli(*args, f"hydra.run.dir={tmp_path}", "train.progress=false")
     assert result.returncode == 2
@@ -176,8 +204,14 @@ def test_cli_bad_input_prints_one_error_line_and_exits_nonzero(tmp_path, args, m
 
 def test_dqn_learns_cartpole_quickly(tmp_path):
     """A short run with a generous bar: a random policy scores about 20."""
-    summary = run_training(tmp_path, "train.total_steps=6000", "train.eval_every=2000",
-                           "train.progress=false", "device=cpu", "checkpoint.save_buffer=false")
+    summary = run_training(
+        tmp_path,
+        "train.total_steps=6000",
+        "train.eval_every=2000",
+        "train.progress=false",
+        "device=cpu",
+        "checkpoint.save_buffer=false",
+    )
     assert summary["best_eval_return_mean"] >= 100, summary
 
 
@@ -200,12 +234,18 @@ def test_the_launching_process_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-@pytest.mark.parametrize("args, hint", [
-    (["algo.max_grad_norm=null"], "try a lower algo.optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
-    ([], "try a lower algo.optimizer.lr or lower algo.max_grad_norm (now 10.0)"),
-    (["algo=redq", "env=pendulum"], "try a lower algo.actor_optimizer.lr / algo.critic_optimizer.lr / "
-                                    "algo.alpha_optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
-])
+@pytest.mark.parametrize(
+    "args, hint",
+    [
+        (["algo.max_grad_norm=null"], "try a lower algo.optimizer.lr or enable algo.max_grad_norm (e.g. 10)"),
+        ([], "try a lower algo.optimizer.lr or lower algo.max_grad_norm (now 10.0)"),
+        (
+            ["algo=redq", "env=pendulum"],
+            "try a lower algo.actor_optimizer.lr / algo.critic_optimizer.lr / "
+            "algo.alpha_optimizer.lr or enable algo.max_grad_norm (e.g. 10)",
+        ),
+    ],
+)
 def test_the_divergence_hint_is_true_for_the_config_at_hand(args, hint):
     from rl_hydra.loops.settings import divergence_hint
 
@@ -214,7 +254,9 @@ def test_the_divergence_hint_is_true_for_the_config_at_hand(args, hint):
 
 def test_integer_keys_refuse_floats_while_composing_and_name_the_integer(tmp_path):
     # the schema types them int (rl_hydra/schema): OmegaConf refuses 3e2 and 1.5 alike, before anything runs
-    with pytest.raises(ConfigError, match=r"^train.total_steps=300.0 is not an integer \(give 300\); expected an integer"):
+    with pytest.raises(
+        ConfigError, match=r"^train.total_steps=300.0 is not an integer \(give 300\); expected an integer"
+    ):
         run_training(tmp_path / "a", *TINY, "train.total_steps=3e2")
     with pytest.raises(ConfigError, match=r"^train.total_steps=1.5 is not an integer; expected an integer >= 1"):
         run_training(tmp_path / "b", *TINY, "train.total_steps=1.5")
@@ -328,11 +370,14 @@ def test_console_logging_goes_through_the_progress_bar_while_it_is_shown(tmp_pat
     assert "_TqdmLoggingHandler" in [type(h).__name__ for h in seen["handlers"]]  # ... by tqdm's
 
 
-@pytest.mark.parametrize("args, message", [
-    (["algo.gama=0.9"], "error: algo.gama is not a key of the config; did you mean algo.gamma?"),
-    (["algo=iqn", "algo.num_tau_sample=8"], "did you mean algo.num_tau_samples?"),
-    (["-m", "algo=dqn,iqn", "train.total_step=10"], "did you mean train.total_steps?"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["algo.gama=0.9"], "error: algo.gama is not a key of the config; did you mean algo.gamma?"),
+        (["algo=iqn", "algo.num_tau_sample=8"], "did you mean algo.num_tau_samples?"),
+        (["-m", "algo=dqn,iqn", "train.total_step=10"], "did you mean train.total_steps?"),
+    ],
+)
 def test_a_misspelled_key_gets_one_line_with_the_closest_key_and_exit_2(tmp_path, args, message):
     result = run_cli(*args, f"hydra.run.dir={tmp_path}", f"hydra.sweep.dir={tmp_path}")
     errors = [line for line in result.stderr.splitlines() if line.strip()]

@@ -40,8 +40,11 @@ def payload(marker) -> dict:
 def torch_load_payload(marker) -> dict:
     """torch.load(BytesIO(b64decode(...)), weights_only=False): not on Hydra's own block list."""
     data = base64.b64encode(pickled_mark(str(marker))).decode()
-    return {"_target_": "torch.load", "weights_only": False,
-            "f": {"_target_": "io.BytesIO", "initial_bytes": {"_target_": "base64.b64decode", "s": data}}}
+    return {
+        "_target_": "torch.load",
+        "weights_only": False,
+        "f": {"_target_": "io.BytesIO", "initial_bytes": {"_target_": "base64.b64decode", "s": data}},
+    }
 
 
 # every group that holds a `_target_`, and a value nested under one
@@ -59,8 +62,12 @@ PLANTS = {
 
 def refused_in_one_line(text: str, key: str) -> bool:
     lines = [line for line in text.splitlines() if line.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and key.split(".")[0] in lines[0] \
+    return (
+        len(lines) == 1
+        and lines[0].startswith("error: ")
+        and key.split(".")[0] in lines[0]
         and "may not build" in lines[0]
+    )
 
 
 @pytest.mark.parametrize("key", PLANTS)
@@ -105,26 +112,41 @@ def test_a_sweep_folder_holding_one_planted_run_is_refused_whole(trained, tmp_pa
     assert evaluate_main([f"run_dir={sweep}", "episodes=1"]) == 2
     assert refused_in_one_line(capsys.readouterr().err, "algo.optimizer")
     assert not marker.exists()
-    assert not any(sweep.rglob("eval"))   # not even the good run was evaluated
+    assert not any(sweep.rglob("eval"))  # not even the good run was evaluated
 
 
-@pytest.mark.parametrize("command", [["train.py", "resume={run}", "train.total_steps=900"],
-                                     ["scripts/evaluate.py", "run_dir={run}", "episodes=1"]])
+@pytest.mark.parametrize(
+    "command",
+    [["train.py", "resume={run}", "train.total_steps=900"], ["scripts/evaluate.py", "run_dir={run}", "episodes=1"]],
+)
 def test_the_command_line_refuses_the_torch_load_payload_with_exit_2(run_dir, tmp_path, command):
     marker = tmp_path / "ran"
     plant(run_dir, "algo.optimizer", torch_load_payload(marker))
     script, *args = command
-    done = subprocess.run([sys.executable, str(ROOT / script), *(a.format(run=run_dir) for a in args)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), *(a.format(run=run_dir) for a in args)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert refused_in_one_line(done.stderr, "algo.optimizer"), done.stderr
     assert "algo.optimizer._target_=torch.load" in done.stderr
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("value", ["${oc.env:HOME}", "${rl_hydra.help_groups:[pkg://tests.payload]}",
-                                   "${rl_hydra.env_name:cartpole,CartPole-v1}", "${oc.create:{a: 1}}",
-                                   "x${env.${env.id}}", "${now:%Y}"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "${oc.env:HOME}",
+        "${rl_hydra.help_groups:[pkg://tests.payload]}",
+        "${rl_hydra.env_name:cartpole,CartPole-v1}",
+        "${oc.create:{a: 1}}",
+        "x${env.${env.id}}",
+        "${now:%Y}",
+    ],
+)
 def test_no_resolver_of_any_kind_is_evaluated_from_a_record(run_dir, value):
     plant(run_dir, "env.kwargs.note", value)
     with pytest.raises(RunError, match="an interpolation that is not a reference to another key"):
@@ -151,33 +173,56 @@ def test_the_user_can_trust_their_own_code_for_one_command(run_dir, tmp_path, mo
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("target, place, trusted", [
-    ("rl_hydra.algos.dqn.DQN", "algo", True), ("rl_hydra.speed.adam", "optimizer", True),
-    ("torch.optim.AdamW", "optimizer", True), ("rl_hydra.envs.wrappers.MaskObservation", "wrapper", True),
-    ("gymnasium.wrappers.FrameStackObservation", "wrapper", True),
-    ("rl_hydra.algos.dqn.DQN", "network", False),          # a component, but not of that place
-    ("rl_hydra.buffers.replay.ReplayBuffer", "algo", False),
-    ("rl_hydra.speed.adam", None, False),                   # no component is built outside its place
-    ("gymnasium.wrappers.TimeLimit", "wrapper", False),     # no schema declares its keys
-    ("torch.load", "optimizer", False), ("io.BytesIO", "wrapper", False),
-    ("gymnasium.wrappers.RecordVideo", "wrapper", False),
-    ("rl_hydra.runs.run_dir.atomic_write_text", "algo", False),
-    ("rl_hydra.envs.make.make_env", "wrapper", False), ("os.system", "algo", False),
-    ("rl_hydra.algos.no_such.Thing", "algo", False)])
+@pytest.mark.parametrize(
+    "target, place, trusted",
+    [
+        ("rl_hydra.algos.dqn.DQN", "algo", True),
+        ("rl_hydra.speed.adam", "optimizer", True),
+        ("torch.optim.AdamW", "optimizer", True),
+        ("rl_hydra.envs.wrappers.MaskObservation", "wrapper", True),
+        ("gymnasium.wrappers.FrameStackObservation", "wrapper", True),
+        ("rl_hydra.algos.dqn.DQN", "network", False),  # a component, but not of that place
+        ("rl_hydra.buffers.replay.ReplayBuffer", "algo", False),
+        ("rl_hydra.speed.adam", None, False),  # no component is built outside its place
+        ("gymnasium.wrappers.TimeLimit", "wrapper", False),  # no schema declares its keys
+        ("torch.load", "optimizer", False),
+        ("io.BytesIO", "wrapper", False),
+        ("gymnasium.wrappers.RecordVideo", "wrapper", False),
+        ("rl_hydra.runs.run_dir.atomic_write_text", "algo", False),
+        ("rl_hydra.envs.make.make_env", "wrapper", False),
+        ("os.system", "algo", False),
+        ("rl_hydra.algos.no_such.Thing", "algo", False),
+    ],
+)
 def test_a_record_builds_only_what_the_schema_of_each_place_declares(target, place, trusted):
     assert is_trusted(target, place) is trusted
 
 
-@pytest.mark.parametrize("trusted, target, expected", [
-    ("th", "this.x", False), ("mypkg.Net", "mypkg.NetX", False), ("mypkg.Net", "mypkg.Net", True),
-    ("mypkg", "mypkg.nets.Net", True), ("mypkg.", "mypkg.nets.Net", True), ("mypkg", "mypkgx.Net", False)])
+@pytest.mark.parametrize(
+    "trusted, target, expected",
+    [
+        ("th", "this.x", False),
+        ("mypkg.Net", "mypkg.NetX", False),
+        ("mypkg.Net", "mypkg.Net", True),
+        ("mypkg", "mypkg.nets.Net", True),
+        ("mypkg.", "mypkg.nets.Net", True),
+        ("mypkg", "mypkgx.Net", False),
+    ],
+)
 def test_the_trust_variable_matches_whole_names_only(monkeypatch, trusted, target, expected):
     monkeypatch.setenv(TRUST_VARIABLE, trusted)
     assert is_trusted(target, "algo") is expected
 
 
-@pytest.mark.parametrize("text, why", [("algo: [unclosed", "cannot be read as a config"), ("", "is empty"),
-                                       ("- a\n- b\n", "not a mapping"), ("seed: 0\n", "has no env section")])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("algo: [unclosed", "cannot be read as a config"),
+        ("", "is empty"),
+        ("- a\n- b\n", "not a mapping"),
+        ("seed: 0\n", "has no env section"),
+    ],
+)
 def test_a_damaged_config_is_one_line_on_every_entry_point(run_dir, text, why, monkeypatch, capsys):
     (run_dir / ".hydra" / "config.yaml").write_text(text)
     with pytest.raises(RunError, match=why):
@@ -205,14 +250,16 @@ def test_a_damaged_summary_is_one_line_on_resume_and_evaluate(run_dir, text, why
 
 # --- writes stay inside the run directory --------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", [".lock", "train.log", "metrics.csv", "checkpoints", "eval", ".hydra/config.yaml"])
-def test_a_link_out_of_the_run_directory_is_refused_and_its_target_untouched(run_dir, tmp_path, name, monkeypatch,
-                                                                             capsys):
+def test_a_link_out_of_the_run_directory_is_refused_and_its_target_untouched(
+    run_dir, tmp_path, name, monkeypatch, capsys
+):
     outside = tmp_path / "outside"
     outside.mkdir()
     target = outside / "victim"
     entry = run_dir / name
-    if entry.is_dir():   # a folder: move it out and link to it
+    if entry.is_dir():  # a folder: move it out and link to it
         shutil.move(entry, target)
     else:
         target.write_bytes(entry.read_bytes() if entry.exists() else b"precious\n")
@@ -231,7 +278,7 @@ def test_a_link_out_of_the_run_directory_is_refused_and_its_target_untouched(run
 
 
 def test_a_link_inside_the_run_directory_is_fine(run_dir):
-    (run_dir / "latest").symlink_to(run_dir / "checkpoints")   # as W&B's wandb/latest-run
+    (run_dir / "latest").symlink_to(run_dir / "checkpoints")  # as W&B's wandb/latest-run
     assert load_run(run_dir).evaluate(episodes=1)["episodes"] == 1
     RunDirectory(run_dir).check_links()
 
@@ -262,5 +309,5 @@ def test_an_env_id_naming_a_module_to_import_is_refused_unless_trusted(run_dir, 
     with pytest.raises(UntrustedConfig, match="whose module tests.plugin_env gymnasium would import"):
         load_run(run_dir)
     monkeypatch.setenv(TRUST_VARIABLE, "tests.plugin_env")
-    with pytest.raises(RunError, match="does not fit"):   # trusted: built, and this run's checkpoint is CartPole's
+    with pytest.raises(RunError, match="does not fit"):  # trusted: built, and this run's checkpoint is CartPole's
         load_run(run_dir)

@@ -15,8 +15,9 @@ from rl_hydra.envs.make import env_factory
 from rl_hydra.envs.vector import EnvPoolAtari, envpool_atari_options, vector_env
 from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra
 
-needs_envpool = pytest.mark.skipif(importlib.util.find_spec("envpool") is None,
-                                   reason='needs the envpool extra: pip install -e ".[envpool]"')
+needs_envpool = pytest.mark.skipif(
+    importlib.util.find_spec("envpool") is None, reason='needs the envpool extra: pip install -e ".[envpool]"'
+)
 
 
 def make(env_cfg, how: str, num_envs: int, seed: int = 0):
@@ -48,13 +49,15 @@ def test_async_gives_the_transitions_of_sync(env_option, steps):
     skip_without_env_extra(f"env={env_option}")
     cfg = compose_config("algo=dqn", f"env={env_option}").env
     sync, asynchronous = transitions(*make(cfg, "sync", 3), steps), transitions(*make(cfg, "async", 3), steps)
-    assert any(f is not None for step in sync[1:] for f in step[4])   # episodes ended on the way
+    assert any(f is not None for step in sync[1:] for f in step[4])  # episodes ended on the way
     assert same(sync, asynchronous)
 
 
 def test_an_unknown_vectorization_is_refused_in_one_line():
     cfg = compose_config("env=cartpole").env
-    with pytest.raises(ConfigError, match=r"env.vectorization='threads' is not allowed; choose one of: sync, async, envpool"):
+    with pytest.raises(
+        ConfigError, match=r"env.vectorization='threads' is not allowed; choose one of: sync, async, envpool"
+    ):
         make(cfg, "threads", 1)
 
 
@@ -65,10 +68,21 @@ def test_envpool_takes_atari_ids_only():
 
 def test_envpool_is_configured_as_the_atari_group():
     options = envpool_atari_options(compose_config("env=atari", "env.id=ALE/Breakout-v5").env)
-    assert options == {"task_id": "Breakout-v5", "repeat_action_probability": 0.25, "full_action_space": False,
-                       "noop_max": 30, "frame_skip": 4, "img_height": 84, "img_width": 84, "stack_num": 4,
-                       "gray_scale": True, "use_fire_reset": False, "episodic_life": False, "reward_clip": False,
-                       "max_episode_steps": 27_000}
+    assert options == {
+        "task_id": "Breakout-v5",
+        "repeat_action_probability": 0.25,
+        "full_action_space": False,
+        "noop_max": 30,
+        "frame_skip": 4,
+        "img_height": 84,
+        "img_width": 84,
+        "stack_num": 4,
+        "gray_scale": True,
+        "use_fire_reset": False,
+        "episodic_life": False,
+        "reward_clip": False,
+        "max_episode_steps": 27_000,
+    }
 
 
 @needs_envpool
@@ -109,14 +123,21 @@ def test_envpool_resets_an_ended_env_in_the_same_step():
             break
     i = int(np.flatnonzero(done)[0])
     assert info["_final_obs"][i] and not np.array_equal(info["final_obs"][i], obs[i])
-    assert info["elapsed_step"][i] == 0 and info["lives"][i] == 5   # the new episode's first step
+    assert info["elapsed_step"][i] == 0 and info["lives"][i] == 5  # the new episode's first step
     env.close()
 
 
 @pytest.mark.parametrize("algo, env_option", [("dqn", "cartpole"), ("drqn", "cartpole"), ("sac", "pendulum")])
 def test_every_loop_trains_with_async_envs(algo, env_option, tmp_path):
-    summary = run_training(tmp_path / "run", f"algo={algo}", f"env={env_option}", "env.num_envs=2",
-                           "env.vectorization=async", "algo.learning_starts=100", *TINY)
+    summary = run_training(
+        tmp_path / "run",
+        f"algo={algo}",
+        f"env={env_option}",
+        "env.num_envs=2",
+        "env.vectorization=async",
+        "algo.learning_starts=100",
+        *TINY,
+    )
     assert summary["global_step"] >= 300 and summary["updates"] > 0
 
 
@@ -138,8 +159,15 @@ def test_the_replay_ratio_does_not_depend_on_the_number_of_envs(num_envs):
 
 
 def test_a_run_of_eight_envs_makes_the_updates_of_one(tmp_path):
-    common = ("algo=dqn", "env=cartpole", *TINY, "algo.learning_starts=100", "algo.train_every=4",
-              "algo.gradient_steps=1", "train.total_steps=304")   # 38 vector steps of 8
+    common = (
+        "algo=dqn",
+        "env=cartpole",
+        *TINY,
+        "algo.learning_starts=100",
+        "algo.train_every=4",
+        "algo.gradient_steps=1",
+        "train.total_steps=304",
+    )  # 38 vector steps of 8
     one = run_training(tmp_path / "one", *common)
     eight = run_training(tmp_path / "eight", *common, "env.num_envs=8")
     assert one["global_step"] == eight["global_step"] and one["updates"] == eight["updates"] > 0

@@ -23,9 +23,18 @@ from rl_hydra.verify.scratch import SCRATCH_PREFIX
 from tests.conftest import CONF_DIR, ROOT, TINY
 
 # a run with updates, evaluations, log rows and checkpoints, in about half a second
-RECORD = [*TINY, "train.total_steps=400", "train.eval_every=200", "train.log_every=50",
-          "train.checkpoint_every=100", "train.stop_at_return=null", "algo.learning_starts=50", "algo.train_every=4",
-          "algo.gradient_steps=1", "algo.batch_size=16"]
+RECORD = [
+    *TINY,
+    "train.total_steps=400",
+    "train.eval_every=200",
+    "train.log_every=50",
+    "train.checkpoint_every=100",
+    "train.stop_at_return=null",
+    "algo.learning_starts=50",
+    "algo.train_every=4",
+    "algo.gradient_steps=1",
+    "algo.batch_size=16",
+]
 
 
 def make_run(run_dir: Path, *overrides: str) -> Path:
@@ -93,7 +102,7 @@ def test_an_untouched_run_verifies_in_its_default_window_and_whole(finished, cap
 
 
 # --- the config is data, and only a resume's changes are replayed -----------------------------
-MARKER_WRAPPER = "tests.helpers.RecordTorchThreads"   # writes a file when built: it must never be
+MARKER_WRAPPER = "tests.helpers.RecordTorchThreads"  # writes a file when built: it must never be
 
 
 def test_a_config_that_names_code_is_refused_and_nothing_runs(altered, tmp_path, capsys):
@@ -110,12 +119,20 @@ def test_a_config_that_names_code_is_refused_and_nothing_runs(altered, tmp_path,
 def test_code_smuggled_through_provenance_config_changes_is_refused(altered, tmp_path, capsys):
     marker = tmp_path / "ran"
     wrapper = [{"_target_": MARKER_WRAPPER, "_partial_": True, "path": str(marker)}]
-    edit_provenance(altered, lambda sessions: sessions.append(
-        {**sessions[0], "start_step": 200, "config_changes": {"env.wrappers": [wrapper, []]}}))
+    edit_provenance(
+        altered,
+        lambda sessions: sessions.append(
+            {**sessions[0], "start_step": 200, "config_changes": {"env.wrappers": [wrapper, []]}}
+        ),
+    )
     code, line = verify(capsys, altered, "--steps", "all")
     assert code == 2 and "provenance.json names config_changes.env.wrappers[0][0]._target_=" in line, line
-    edit_provenance(altered, lambda sessions: sessions[1].update(
-        config_changes={"train.eval_every": [{"_target_": "torch.load", "f": "payload"}, 200]}))
+    edit_provenance(
+        altered,
+        lambda sessions: sessions[1].update(
+            config_changes={"train.eval_every": [{"_target_": "torch.load", "f": "payload"}, 200]}
+        ),
+    )
     code, line = verify(capsys, altered)
     assert code == 2 and "_target_=torch.load" in line, line
     assert not marker.exists()
@@ -123,19 +140,27 @@ def test_code_smuggled_through_provenance_config_changes_is_refused(altered, tmp
 
 def test_a_faked_resume_session_does_not_hide_a_changed_key(altered, capsys):
     edit_config(altered, "algo.gamma", 0.9)
-    edit_provenance(altered, lambda sessions: sessions.append(
-        {**sessions[0], "start_step": 400, "config_changes": {"algo.gamma": [0.99, 0.9]}}))
+    edit_provenance(
+        altered,
+        lambda sessions: sessions.append(
+            {**sessions[0], "start_step": 400, "config_changes": {"algo.gamma": [0.99, 0.9]}}
+        ),
+    )
     for steps in ([], ["--steps", "all"]):
         code, line = verify(capsys, altered, *steps)
         assert code == 1 and "session 2 records a change of algo.gamma, which no resume makes" in line, line
-    edit_provenance(altered, lambda sessions: sessions.pop())   # without the session, the edit itself shows
+    edit_provenance(altered, lambda sessions: sessions.pop())  # without the session, the edit itself shows
     code, line = verify(capsys, altered)
     assert code == 1 and "column train/loss: recorded" in line, line
 
 
 def test_a_config_change_that_does_not_lead_to_the_config_is_a_difference(altered, capsys):
-    edit_provenance(altered, lambda sessions: sessions.append(
-        {**sessions[0], "start_step": 200, "config_changes": {"train.total_steps": [300, 500]}}))
+    edit_provenance(
+        altered,
+        lambda sessions: sessions.append(
+            {**sessions[0], "start_step": 200, "config_changes": {"train.total_steps": [300, 500]}}
+        ),
+    )
     code, line = verify(capsys, altered)
     assert code == 1 and "session 2 says train.total_steps became 500, but the config it leads to holds 400" in line
 
@@ -158,9 +183,10 @@ def test_a_resumed_run_is_re_made_with_its_config_changes_at_the_step_it_made_th
 
     def change_loss_after_the_resume(lines):
         header = lines[0].split(",")
-        row = lines[-2].split(",")   # step 550: trained with the resume's config
+        row = lines[-2].split(",")  # step 550: trained with the resume's config
         row[header.index("train/loss")] = "0.25"
         lines[-2] = ",".join(row)
+
     edit_metrics(altered, change_loss_after_the_resume)
     code, line = verify(capsys, altered, "--steps", "all")
     assert code == 1 and "at step 550, column train/loss: recorded 0.25, re-run" in line, line
@@ -242,7 +268,7 @@ def test_every_change_to_metrics_csv_is_named(altered, capsys, change, named):
 
 
 def test_a_dropped_last_row_is_named_against_summary_and_last_checkpoint(altered, capsys):
-    edit_metrics(altered, lambda lines: lines.pop())   # the last row, at step 400
+    edit_metrics(altered, lambda lines: lines.pop())  # the last row, at step 400
     code, line = verify(capsys, altered, "--steps", "all")
     assert code == 1 and "summary.json 400, last.pt 400, metrics.csv's last row 350" in line, line
 
@@ -254,7 +280,7 @@ def test_a_deleted_metrics_csv_or_an_edited_summary_is_a_difference(altered, cap
     assert code == 1 and "summary.json has eval_return_mean=500.0, where metrics.csv gives " in line, line
     (altered / "summary.json").write_text(json.dumps({**summary, "global_step": "400"}))
     code, line = verify(capsys, altered, "--steps", "all")
-    assert code == 2 and "summary.json has global_step='400', not int or null" in line, line   # damaged: unread
+    assert code == 2 and "summary.json has global_step='400', not int or null" in line, line  # damaged: unread
     (altered / "metrics.csv").unlink()
     code, line = verify(capsys, altered)
     assert code == 1 and "metrics.csv is missing or holds no rows, though the run has checkpoints" in line, line
@@ -273,7 +299,7 @@ def test_a_completed_run_without_its_last_checkpoint_is_a_difference(altered, ca
     (altered / "checkpoints" / "last.pt").unlink()
     code, line = verify(capsys, altered)
     assert code == 1 and "checkpoints/last.pt is missing, though summary.json says the run completed" in line, line
-    shutil.copy(altered / "checkpoints" / "best.pt", altered / "checkpoints" / "last.pt")   # an older state
+    shutil.copy(altered / "checkpoints" / "best.pt", altered / "checkpoints" / "last.pt")  # an older state
     code, line = verify(capsys, altered)
     assert code == 1 and "the completed run ends at different steps: summary.json 400, last.pt " in line, line
 
@@ -284,8 +310,11 @@ def test_a_missing_checkpoint_is_found_missing_from_every_part_of_the_record(alt
     (altered / "checkpoints" / f"{name}.pt").unlink()
     (altered / "summary.json").unlink()
     code, line = verify(capsys, altered)
-    because = "provenance.json says a session completed" if name == "last" else \
-        "metrics.csv records an evaluation at step 200"
+    because = (
+        "provenance.json says a session completed"
+        if name == "last"
+        else "metrics.csv records an evaluation at step 200"
+    )
     assert code == 1 and f"{name}.pt is missing, though {because}" in line, line
     (altered / "provenance.json").unlink()
     code, line = verify(capsys, altered)
@@ -301,9 +330,11 @@ def test_an_edited_checkpoint_is_named_down_to_the_tensor_or_value(finished, alt
     best["agent"]["q_net"][first].view(-1)[0] += 1e-4
     torch.save(best, altered / "checkpoints" / "best.pt")
     code, line = verify(capsys, altered, "--steps", "all")
-    assert code == 1 and f"checkpoint best.pt (step {best['runner']['global_step']}) differs at agent.q_net.{first}" \
-        in line, line
-    last = torch.load(altered / "checkpoints" / "last.pt", weights_only=True)   # not only the weights
+    assert (
+        code == 1
+        and f"checkpoint best.pt (step {best['runner']['global_step']}) differs at agent.q_net.{first}" in line
+    ), line
+    last = torch.load(altered / "checkpoints" / "last.pt", weights_only=True)  # not only the weights
     last["runner"]["best_eval_return"] += 1.0
     torch.save(last, altered / "checkpoints" / "last.pt")
     shutil.copy(finished / "checkpoints" / "best.pt", altered / "checkpoints")
@@ -317,15 +348,16 @@ def test_an_edited_provenance_is_reported_not_passed_as_a_match(altered, capsys)
 
     def fake(sessions):
         sessions[0].update(torch="2.12.0", host="elsewhere", pid=1, numpy="0.1")
+
     edit_provenance(altered, fake)
     code, line = verify(capsys, altered)
-    assert code == 0 and line.startswith(f"verified {altered} (provenance differs: "), line   # named, not silent
+    assert code == 0 and line.startswith(f"verified {altered} (provenance differs: "), line  # named, not silent
     assert f"torch 2.12.0 -> {torch.__version__}" in line and "numpy 0.1 -> " in line, line
     assert "host elsewhere -> " in line and "pid" not in line.split("provenance differs")[1], line
     edit_provenance(altered, lambda sessions: sessions[0].update(git_commit="0123456789abcdef0123"))
     code, line = verify(capsys, altered)
     assert code == 0 and "git_commit 0123456789ab -> " in line, line
-    edit_metrics(altered, change_value)   # a difference is explained with the provenance that differs
+    edit_metrics(altered, change_value)  # a difference is explained with the provenance that differs
     code, line = verify(capsys, altered)
     assert code == 1 and "column train/loss" in line and f"torch 2.12.0 -> {torch.__version__}" in line, line
 
@@ -347,12 +379,12 @@ def late_updates(tmp_path_factory) -> Path:
 
 
 def test_the_default_window_reaches_past_the_first_update(late_updates, tmp_path, capsys):
-    code, line = verify(capsys, late_updates)   # the first update at 252: to 300, or to best.pt at 400
+    code, line = verify(capsys, late_updates)  # the first update at 252: to 300, or to best.pt at 400
     assert code == 0 and ("the first 300 steps" in line or "the first 400 steps" in line), line
     gamma = Path(shutil.copytree(late_updates, tmp_path / "gamma"))
     edit_config(gamma, "algo.gamma", 0.5)
     code, line = verify(capsys, gamma)
-    assert code == 1 and "at step 300, column " in line, line   # the first row after the first update
+    assert code == 1 and "at step 300, column " in line, line  # the first row after the first update
     import torch
 
     best_edit = Path(shutil.copytree(late_updates, tmp_path / "best"))
@@ -371,7 +403,7 @@ SLOW = "env.wrappers=[{_target_:tests.helpers.SlowDown,_partial_:true,seconds:0.
 def slow_run(tmp_path_factory) -> Path:
     """A run whose re-run takes seconds (every env step sleeps), so that a signal finds it training."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RL_HYDRA_TRUST", "tests.helpers.SlowDown")   # train() loads the run back
+        patch.setenv("RL_HYDRA_TRUST", "tests.helpers.SlowDown")  # train() loads the run back
         return make_run(tmp_path_factory.mktemp("slow") / "run", SLOW, "train.total_steps=300", "train.eval_episodes=1")
 
 
@@ -387,12 +419,19 @@ def start_verify(run_dir: Path, scratch: Path, until_training: bool = True) -> s
     returns once it trains (its re-run's metrics.csv has a row), or else once its main has begun."""
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(scratch), "RL_HYDRA_TRUST": "tests.helpers.SlowDown", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([str(Path(sys.executable).with_name("rl-hydra-verify")), str(run_dir), "--steps", "all"],
-                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("rl-hydra-verify")), str(run_dir), "--steps", "all"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
-        if until_training and any(len(csv.read_text().splitlines()) > 1
-                                  for csv in scratch.glob(f"{SCRATCH_PREFIX}*/metrics.csv")):
+        if until_training and any(
+            len(csv.read_text().splitlines()) > 1 for csv in scratch.glob(f"{SCRATCH_PREFIX}*/metrics.csv")
+        ):
             return process
         if not until_training and catches_sigterm(process.pid):
             return process
@@ -407,7 +446,7 @@ def test_a_signal_stops_verify_with_exit_130_and_removes_its_directory(slow_run,
     scratch = tmp_path / "tmp"
     process = start_verify(slow_run, scratch, until_training=training)
     if training:
-        assert [path.name.split("-")[3] for path in scratch.iterdir()] == [str(process.pid)]   # named by its pid
+        assert [path.name.split("-")[3] for path in scratch.iterdir()] == [str(process.pid)]  # named by its pid
     process.send_signal(sig)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130 and out == "", (out, err)
@@ -425,7 +464,7 @@ def test_the_next_verify_removes_what_a_killed_one_left(slow_run, tmp_path, caps
     process.communicate(timeout=60)
     left = list(scratch.iterdir())
     assert len(left) == 1 and left[0].name.startswith(f"{SCRATCH_PREFIX}{process.pid}-")
-    alive = scratch / f"{SCRATCH_PREFIX}{os.getpid()}-x"   # a live verify's (this process): kept
+    alive = scratch / f"{SCRATCH_PREFIX}{os.getpid()}-x"  # a live verify's (this process): kept
     alive.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.SlowDown")
@@ -435,9 +474,15 @@ def test_the_next_verify_removes_what_a_killed_one_left(slow_run, tmp_path, caps
 
 
 # --- every algorithm ---------------------------------------------------------------------------------
-ALGO_OVERRIDES = {"drqn": ["env=cartpole_no_velocity", "algo.burn_in=2"], "sac": ["env=pendulum"],
-                  "redq": ["env=pendulum"], "tqc": ["env=pendulum"], "td3": ["env=pendulum"],
-                  "droq": ["env=pendulum", "algo.policy_delay=1"], "crossq": ["env=pendulum"]}
+ALGO_OVERRIDES = {
+    "drqn": ["env=cartpole_no_velocity", "algo.burn_in=2"],
+    "sac": ["env=pendulum"],
+    "redq": ["env=pendulum"],
+    "tqc": ["env=pendulum"],
+    "td3": ["env=pendulum"],
+    "droq": ["env=pendulum", "algo.policy_delay=1"],
+    "crossq": ["env=pendulum"],
+}
 ALGOS = sorted(path.stem for path in (CONF_DIR / "algo").glob("*.yaml"))
 
 
@@ -449,13 +494,26 @@ def test_every_algo_option_is_verified():
 def test_an_untouched_run_of_every_algorithm_verifies(tmp_path, algo):
     from rl_hydra import train, verify_run
 
-    run = train(*TINY, "train.total_steps=200", "train.eval_every=100", "train.checkpoint_every=100",
-                "train.log_every=50", f"algo={algo}", "algo.learning_starts=50", "algo.train_every=4",
-                "algo.gradient_steps=1", "algo.batch_size=8", *ALGO_OVERRIDES.get(algo, []), run_dir=tmp_path)
-    assert run.summary["updates"] > 0   # the comparison covers gradient updates
+    run = train(
+        *TINY,
+        "train.total_steps=200",
+        "train.eval_every=100",
+        "train.checkpoint_every=100",
+        "train.log_every=50",
+        f"algo={algo}",
+        "algo.learning_starts=50",
+        "algo.train_every=4",
+        "algo.gradient_steps=1",
+        "algo.batch_size=8",
+        *ALGO_OVERRIDES.get(algo, []),
+        run_dir=tmp_path,
+    )
+    assert run.summary["updates"] > 0  # the comparison covers gradient updates
     verdict = verify_run(tmp_path, "all")
-    assert verdict.ok and "match the record exactly (4 logged rows; best.pt, last.pt, summary.json equal too)" \
-        in verdict.message, verdict.message
+    assert (
+        verdict.ok
+        and "match the record exactly (4 logged rows; best.pt, last.pt, summary.json equal too)" in verdict.message
+    ), verdict.message
     verdict = verify_run(tmp_path)
     assert verdict.ok, verdict.message
 
@@ -463,5 +521,6 @@ def test_an_untouched_run_of_every_algorithm_verifies(tmp_path, algo):
 def test_verify_is_an_installed_command_whose_help_gives_its_exit_codes():
     result = subprocess.run(["rl-hydra-verify", "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "--steps" in result.stdout
-    assert "1 the record differs, 2 it cannot be verified, 130 stopped by Ctrl-C or SIGTERM" in \
-        " ".join(result.stdout.split())
+    assert "1 the record differs, 2 it cannot be verified, 130 stopped by Ctrl-C or SIGTERM" in " ".join(
+        result.stdout.split()
+    )

@@ -8,10 +8,11 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -8,7 +8,7 @@ installed (optuna >= 4).
 import importlib.util
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -20,8 +20,8 @@ class SamplerConf:
     line picks (hydra/sweeper/sampler=random); one that the sampler does not take is left out, in a log line."""
 
     _target_: str = MISSING
-    seed: Optional[int] = None
-    n_startup_trials: Optional[int] = None  # trials drawn at random before the model (TPE: 10)
+    seed: int | None = None
+    n_startup_trials: int | None = None  # trials drawn at random before the model (TPE: 10)
 
 
 @dataclass
@@ -29,10 +29,10 @@ class TPESamplerConf(SamplerConf):
     """optuna.samplers.TPESampler (the default)."""
 
     _target_: str = "optuna.samplers.TPESampler"
-    n_ei_candidates: Optional[int] = None
-    multivariate: Optional[bool] = None
-    group: Optional[bool] = None
-    constant_liar: Optional[bool] = None  # count the trials still running as bad (batches of n_jobs)
+    n_ei_candidates: int | None = None
+    multivariate: bool | None = None
+    group: bool | None = None
+    constant_liar: bool | None = None  # count the trials still running as bad (batches of n_jobs)
 
 
 @dataclass
@@ -53,12 +53,12 @@ class CmaEsSamplerConf(SamplerConf):
     """optuna.samplers.CmaEsSampler (needs `pip install cmaes`)."""
 
     _target_: str = "optuna.samplers.CmaEsSampler"
-    sigma0: Optional[float] = None
-    x0: Optional[Dict[str, Any]] = None
-    popsize: Optional[int] = None
-    use_separable_cma: Optional[bool] = None
-    with_margin: Optional[bool] = None
-    lr_adapt: Optional[bool] = None
+    sigma0: float | None = None
+    x0: dict[str, Any] | None = None
+    popsize: int | None = None
+    use_separable_cma: bool | None = None
+    with_margin: bool | None = None
+    lr_adapt: bool | None = None
 
 
 @dataclass
@@ -66,17 +66,17 @@ class NSGAIISamplerConf(SamplerConf):
     """optuna.samplers.NSGAIISampler (several objectives)."""
 
     _target_: str = "optuna.samplers.NSGAIISampler"
-    population_size: Optional[int] = None
-    mutation_prob: Optional[float] = None
-    crossover_prob: Optional[float] = None
-    swapping_prob: Optional[float] = None
+    population_size: int | None = None
+    mutation_prob: float | None = None
+    crossover_prob: float | None = None
+    swapping_prob: float | None = None
 
 
 @dataclass
 class QMCSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.QMCSampler"
-    qmc_type: Optional[str] = None
-    scramble: Optional[bool] = None
+    qmc_type: str | None = None
+    scramble: bool | None = None
 
 
 @dataclass
@@ -84,28 +84,28 @@ class GPSamplerConf(SamplerConf):
     """optuna.samplers.GPSampler (needs scipy and torch)."""
 
     _target_: str = "optuna.samplers.GPSampler"
-    deterministic_objective: Optional[bool] = None
+    deterministic_objective: bool | None = None
 
 
 @dataclass
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.rl_hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    defaults: list[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
     _recursive_: bool = False  # the sweeper builds the sampler itself (from its keys that are set)
 
     sampler: Any = MISSING
     # minimize | maximize, or a list of them for a task that returns one value per objective
     direction: Any = "minimize"
-    study_name: Optional[str] = None
+    study_name: str | None = None
     # null: the study lives in memory. sqlite:///optuna.db (relative to the working directory) keeps
     # it: the same command again continues the study up to n_trials finished trials in all
-    storage: Optional[str] = None
+    storage: str | None = None
     n_trials: int = 20  # finished trials the study should hold (failed ones count)
     n_jobs: int = 2  # trials asked for at a time: one batch for the launcher
     max_failure_rate: float = 0.0  # stop once more than this fraction of this command's trials failed
     # key: value in Hydra's override syntax; choice(...) / a,b,c, range(...), interval(...),
     # tag(log, ...) and int(...) are searched, a plain value is passed to every trial as it is
-    params: Optional[Dict[str, str]] = None
+    params: dict[str, str] | None = None
 
 
 SAMPLERS = {

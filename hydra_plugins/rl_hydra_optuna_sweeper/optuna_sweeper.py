@@ -1,7 +1,7 @@
 """The Hydra sweeper class. Hydra's plugin scan imports this module on every start: the search itself
 (and Optuna) is imported only when a sweep begins."""
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -17,12 +17,12 @@ class OptunaSweeper(Sweeper):
         self,
         sampler: Any,
         direction: Any,
-        study_name: Optional[str],
-        storage: Optional[str],
+        study_name: str | None,
+        storage: str | None,
         n_trials: int,
         n_jobs: int,
         max_failure_rate: float,
-        params: Optional[Dict[str, str]] = None,
+        params: dict[str, str] | None = None,
     ) -> None:
         from ._study import StudySweep
 
@@ -48,5 +48,5 @@ class OptunaSweeper(Sweeper):
         )
         self.launcher = self.search.launcher
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         return self.search.sweep(arguments)

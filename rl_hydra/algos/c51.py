@@ -10,8 +10,9 @@ optimiser step and checkpoints are DQN's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn

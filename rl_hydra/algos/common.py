@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterable, overload
+from collections.abc import Callable, Iterable
+from typing import overload
 
 import gymnasium as gym
 import numpy as np
@@ -79,7 +80,7 @@ def num_rows(obs) -> int:
 
 
 def make_optimizer(
-    factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor], key: str, device: torch.device
+    factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor], device: torch.device
 ) -> torch.optim.Optimizer:
     """Call a `_partial_` optimizer (fused only on the CPU and CUDA, where torch has a fused step)."""
     if isinstance(factory, functools.partial):

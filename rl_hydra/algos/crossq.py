@@ -18,7 +18,8 @@ the running statistics (inference mode, where the networks rest).
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Mapping, cast
+from collections.abc import Callable, Mapping
+from typing import ClassVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -130,11 +131,9 @@ class CrossQ(REDQ):
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
-        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
-        self.critic_optimizer = make_optimizer(
-            critic_optimizer, self.critic_params, "algo.critic_optimizer", self.device
-        )
-        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
+        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, self.device)
+        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, self.device)
+        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.exploration_noise: torch.Tensor | None = None  # gSDE's (n, F, A) matrices; None: draw anew

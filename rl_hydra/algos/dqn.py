@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -91,7 +92,7 @@ class DQN:
             self.epsilon_schedule = LinearSchedule(0.0, 0.0, 1.0)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.params = list(self.q_net.parameters())
-        self.optimizer = make_optimizer(optimizer, self.params, "algo.optimizer", self.device)
+        self.optimizer = make_optimizer(optimizer, self.params, self.device)
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.rng = np.random.default_rng(seed)
         self.explore_steps = 0  # env steps acted with exploration (after warm-up)
@@ -153,7 +154,7 @@ class DQN:
             resample_noise(self.q_net)  # fresh noise for every acting step, as Fortunato et al. act
         return self.randomize(self.greedy_actions(obs, explore=True), random_rows), state
 
-    def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:
+    def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:  # noqa: ARG002
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
         return argmax_actions(self.action_values, observation_tensor(obs, self.device))
 

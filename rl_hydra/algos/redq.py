@@ -10,7 +10,8 @@ N = M = 2, G = 1 with the actor on the min of both critics (algos/sac.py).
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, ClassVar, Mapping, cast
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -136,11 +137,9 @@ class REDQ:
         self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
-        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
-        self.critic_optimizer = make_optimizer(
-            critic_optimizer, self.critic_params, "algo.critic_optimizer", self.device
-        )
-        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], "algo.alpha_optimizer", self.device)
+        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, self.device)
+        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, self.device)
+        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         # gSDE (network.actor.gsde): each env's exploration matrix, held between resamples

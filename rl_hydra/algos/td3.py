@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -112,10 +113,8 @@ class TD3:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
-        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, "algo.actor_optimizer", self.device)
-        self.critic_optimizer = make_optimizer(
-            critic_optimizer, self.critic_params, "algo.critic_optimizer", self.device
-        )
+        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, self.device)
+        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, self.device)
         self.first_critic = torch.zeros(1, dtype=torch.int64, device=self.device)  # the actor ascends Q_1
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)

@@ -11,8 +11,9 @@ squashed-Gaussian actor, gSDE and everything else are SAC's (algos/redq.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn

@@ -9,7 +9,8 @@ pinned memory and sent with a non-blocking copy, which overlaps with the GPU wor
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

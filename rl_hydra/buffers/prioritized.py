@@ -28,7 +28,7 @@ where it is installed (compiled_sum_tree.py), else in numpy (sum_tree.py); both 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np

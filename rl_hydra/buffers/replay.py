@@ -11,7 +11,7 @@ from and the discount gamma^k for the k rewards actually summed.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import gymnasium as gym
 import numpy as np

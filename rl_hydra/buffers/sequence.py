@@ -17,7 +17,7 @@ frames were overwritten is no longer drawn.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np

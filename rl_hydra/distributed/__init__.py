@@ -3,7 +3,8 @@ with algo=drqn, R2D2. docs/distributed.md. Ray is imported only when a run asks 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rl_hydra.distributed.settings import requested
 

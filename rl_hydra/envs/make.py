@@ -6,7 +6,8 @@ import difflib
 import importlib
 import importlib.util
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

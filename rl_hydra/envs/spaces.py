@@ -14,7 +14,8 @@ indices into one-hot vectors or embeddings themselves (networks/encoders.py).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -14,7 +14,8 @@ already returns the first observation of the next one, and the real last observa
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -100,7 +101,7 @@ class EnvPoolAtari(VectorEnv):
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
         self.all_envs = np.arange(num_envs, dtype=np.int32)
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):  # noqa: ARG002
         expected = [self.seed_given + i for i in range(self.num_envs)]
         if seed is not None and list(np.atleast_1d(seed)) not in (expected, [self.seed_given]):
             raise ValueError(f"EnvPool takes its seeds when it is made ({expected}), not {seed}")
@@ -130,5 +131,5 @@ class EnvPoolAtari(VectorEnv):
         """EnvPool's info without the per-step RAM dump and its bookkeeping keys."""
         return {key: value for key, value in info.items() if key in ("lives", "elapsed_step")}
 
-    def close_extras(self, **kwargs) -> None:
+    def close_extras(self, **kwargs) -> None:  # noqa: ARG002
         self.pool.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections import OrderedDict
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np

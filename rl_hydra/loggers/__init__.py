@@ -3,7 +3,8 @@ getting the same rows as metrics.csv (rl_hydra.loops.reporting.Reporter hands th
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate

@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from rl_hydra.config import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, atomic_write_bytes

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rl_hydra.runs.metrics import MetricsCSV
 from rl_hydra.runs.run_dir import RunDirectory
@@ -14,7 +15,7 @@ class CSVLogger:
     def __init__(self) -> None:
         self.file: MetricsCSV | None = None
 
-    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         # rows after `step` are stale, also from a first attempt killed before its first checkpoint
         self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step)
 
@@ -22,6 +23,6 @@ class CSVLogger:
         assert self.file is not None, "log() before start()"
         self.file.log(step, metrics)
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str) -> None:  # noqa: ARG002
         if self.file is not None:
             self.file.close()

@@ -11,8 +11,9 @@ import logging
 import os
 import shlex
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -92,7 +93,7 @@ class MLflowLogger:
         assert self.client is not None and self.run_id is not None, "logged before start()"
         return self.client, self.run_id
 
-    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         self.run_dir = run_dir
         sweep = sweep_of(run_dir.path)
         parent = recall(sweep, "mlflow") if sweep is not None else {}
@@ -199,7 +200,7 @@ class MLflowSweep(Callback):
     <sweep dir>/tracking.json, where every job finds it, in whatever process its launcher runs it;
     at the end the parent gets FAILED if a job failed, KILLED if one was interrupted, else FINISHED."""
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ARG002
         logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
         if logger is None:
             return
@@ -210,7 +211,7 @@ class MLflowSweep(Callback):
         except Exception as error:  # noqa: BLE001 - the jobs still train and log, without a parent
             log.warning("MLflow: no parent run for sweep %s (%s: %s)", sweep_dir, type(error).__name__, error)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ARG002
         logger, sweep_dir = _sweep_logger(config), Path(config.hydra.sweep.dir)
         if logger is None:  # the jobs did not log to MLflow: no parent run to end
             return

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rl_hydra.loggers.base import numbers
 from rl_hydra.runs.run_dir import RunDirectory
@@ -17,7 +18,7 @@ class TensorBoardLogger:
     def __init__(self) -> None:
         self.writer: SummaryWriter | None = None
 
-    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
 
         # TensorBoard drops the events at steps >= purge_step: those after the checkpoint, not its own
@@ -32,7 +33,7 @@ class TensorBoardLogger:
         for key, value in numbers(metrics).items():
             self.writer.add_scalar(key, value, step)
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str) -> None:  # noqa: ARG002
         if self.writer is not None:
             self.writer.close()
 

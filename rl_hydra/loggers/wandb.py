@@ -9,8 +9,9 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
@@ -43,7 +44,7 @@ class WandbLogger:
         self.run_dir: RunDirectory | None = None
         self._saved: tuple[dict[str, str], Any] | None = None
 
-    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:
+    def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         import wandb
 
         from rl_hydra.runs import provenance

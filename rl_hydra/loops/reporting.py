@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tqdm import tqdm
 

@@ -8,8 +8,9 @@ not theirs. `RunSettings.from_config` is the one place that reads the config for
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 

@@ -8,7 +8,7 @@ on their results, so the actions are those of the agent's own method.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

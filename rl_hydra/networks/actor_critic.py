@@ -17,7 +17,7 @@ is the same as without gSDE.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -19,7 +19,7 @@ is scale * x_hat + bias, per feature.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F

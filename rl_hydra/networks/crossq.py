@@ -11,7 +11,7 @@ makes without new statistics use them as they are; the agent asks for batch stat
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -44,7 +45,7 @@ def mlp(
     `linear(in, out)` builds each Linear layer (e.g. a NoisyLinear)."""
     act = activation_class(activation)
     layers: list[nn.Module] = []
-    for i, size in enumerate(hidden_sizes):
+    for size in hidden_sizes:
         layers.append(linear(in_dim, size))
         if dropout > 0:
             layers.append(nn.Dropout(dropout))
@@ -91,10 +92,9 @@ def action_value_mlp(
     noisy: bool = False,
     noisy_sigma0: float = 0.5,
     bias: bool = True,
-    hidden_key: str = "network.hidden_sizes",
 ) -> nn.Sequential:
     """An MLP (..., in_dim) -> (..., num_actions * K) for K = `outputs_per_action` values per
-    action (1, quantiles, atoms), action-major; `hidden_key` names `hidden_sizes` in messages.
+    action (1, quantiles, atoms), action-major.
 
     dueling (Wang et al. 2016): the last hidden layer is duplicated into two streams, as the
     paper's streams each have their own fully connected layer: a shared trunk of

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -106,7 +106,7 @@ class NoisyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
-def scale_loaded_noise(layer: NoisyLinear, incompatible_keys) -> None:
+def scale_loaded_noise(layer: NoisyLinear, incompatible_keys) -> None:  # noqa: ARG001
     """After a load: the scaled noise of the noise loaded."""
     layer.scale_drawn_noise()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import gymnasium as gym
 import torch
@@ -85,7 +85,6 @@ class ImplicitQuantileNetwork(nn.Module):
             dueling=dueling,
             noisy=noisy,
             noisy_sigma0=noisy_sigma0,
-            hidden_key="network.head_hidden_sizes",
         )  # (.., D) -> (.., A)
 
     def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -101,7 +102,7 @@ class RecurrentQNetwork(nn.Module):
         return self.head(state[0]), state  # (B, A)
 
 
-def rename_lstm(module, state_dict, prefix, *_) -> None:
+def rename_lstm(module, state_dict, prefix, *_) -> None:  # noqa: ARG001
     """Checkpoints written before `network.cell` named the core `lstm`: their keys load into `core`."""
     for key in [k for k in state_dict if k.startswith(prefix + "lstm.")]:
         state_dict[prefix + "core." + key[len(prefix) + 5 :]] = state_dict.pop(key)

@@ -4,7 +4,7 @@ where it is on (rl_hydra/speed/foreach.py); the numbers are the same."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -8,8 +8,9 @@ import math
 import os
 import textwrap
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

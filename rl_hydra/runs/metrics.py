@@ -9,9 +9,10 @@ import io
 import logging
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rl_hydra.runs.run_dir import RunDirectory, WriteFailed, atomic_write_text, no_follow
 

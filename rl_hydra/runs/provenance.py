@@ -35,7 +35,10 @@ def package_version(distribution: str) -> str | None:
         return None
 
 
-def git_state(source: Path = Path(__file__).resolve().parents[2]) -> tuple[str | None, bool | None]:
+SOURCE = Path(__file__).resolve().parents[2]  # the checkout holding the package, if any
+
+
+def git_state(source: Path = SOURCE) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout the package runs from; (None, None) for an installed copy."""
     if not (source / ".git").exists():
         return None, None

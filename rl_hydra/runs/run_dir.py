@@ -424,7 +424,7 @@ class RunLock:
         self.directory = directory
         self.fd: int | None = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         path = self.directory.lock_file
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 SWEEP_PID = "RL_HYDRA_SWEEP_PID"
 POLL_S = 0.2

@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -54,7 +55,7 @@ def trusted_by_user(name: str, extra: Iterable[str] = ()) -> bool:
     return any(name == trusted or name.startswith(f"{trusted}.") for trusted in user_trusted(extra))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def declared_targets() -> dict[str, frozenset[str]]:
     """{place: the targets its schemas declare}: the only callables a record may name there."""
     from rl_hydra import schema

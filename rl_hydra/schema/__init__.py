@@ -76,7 +76,7 @@ def declare(schema: type, *targets: str) -> None:
     by_target().update(dict.fromkeys(targets, schema))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def by_target() -> dict[str, type]:
     return {target: schema for schema in ALL_SCHEMAS for target in getattr(schema, "targets", ())}
 

@@ -2,7 +2,7 @@
 family's shared keys in a base. `targets` names the classes a schema declares the keys of."""
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -44,7 +44,7 @@ class ScheduleKeys:
     gradient_steps: int = key(help="updates per training phase", integer=True, minimum=1)
     gamma: float = key(help="discount; the buffer builds the discounted returns", minimum=0.0, maximum=1.0)
     n_step: int = key(help="rewards summed before bootstrapping", integer=True, minimum=1)
-    max_grad_norm: Optional[float] = key(
+    max_grad_norm: float | None = key(
         help="clip each gradient to this norm (null: never)", minimum=0.0, above=True, nullable=True
     )
 

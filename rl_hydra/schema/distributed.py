@@ -1,7 +1,7 @@
 """The keys of the `distributed` group (conf/distributed/): none, one process; apex, Ray actors."""
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -18,7 +18,7 @@ class OneProcessKeys:
 class ApexKeys(OneProcessKeys):
     """Ape-X (and R2D2 with algo=drqn) on Ray: docs/distributed.md."""
 
-    address: Optional[str] = key(
+    address: str | None = key(
         help="null: a local Ray instance; auto | ray://host:port | host:port joins a cluster",
         nullable=True,
         also=("auto",),
@@ -45,10 +45,10 @@ class ApexKeys(OneProcessKeys):
     send_every: int = key(
         help="transitions (sequences for algo=drqn) per batch an actor sends", integer=True, minimum=1
     )
-    max_replay_ratio: Optional[float] = key(
+    max_replay_ratio: float | None = key(
         help="updates per env step at most (null: the algo's own)", minimum=0.0, above=True, nullable=True
     )
-    min_replay_ratio: Optional[float] = key(
+    min_replay_ratio: float | None = key(
         help="actors wait while the learner is below this (null: never), at most max_replay_ratio",
         minimum=0.0,
         above=True,

@@ -1,7 +1,7 @@
 """The keys of an env node (conf/env/*.yaml): the base every group has, and each family's own."""
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -19,7 +19,7 @@ class EnvKeys:
     targets: ClassVar[tuple[str, ...]] = ()
     id: str = key(help="a gymnasium id, e.g. CartPole-v1")
     num_envs: int = key(help="envs stepped side by side", integer=True, minimum=1, maximum=LARGEST_ENVS)
-    max_episode_steps: Optional[int] = key(
+    max_episode_steps: int | None = key(
         None,
         "a time limit (null keeps the env's own)",
         integer=True,
@@ -29,13 +29,13 @@ class EnvKeys:
     )
     kwargs: Any = key(help="passed to gymnasium.make")
     wrappers: Any = key(help="a list of _partial_ wrappers, each called with the env")
-    extra: Optional[str] = key(help="the install extra it needs (rl_hydra/envs/make.py lists them)")
+    extra: str | None = key(help="the install extra it needs (rl_hydra/envs/make.py lists them)")
     vectorization: str = key("sync", "how the envs step (docs/pixels.md)", choices=VECTORIZATIONS)
 
 
 @dataclass
 class GymEnvKeys(EnvKeys):
-    fallback_max_episode_steps: Optional[int] = key(
+    fallback_max_episode_steps: int | None = key(
         help="the time limit of an env that has none",
         integer=True,
         minimum=1,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 

@@ -1,7 +1,7 @@
 """The keys of each logger (conf/logger/*.yaml, each one entry of the run's `logger` node)."""
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -20,7 +20,7 @@ class LoggerKeys:
 @dataclass
 class MLflowKeys(LoggerKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.loggers.mlflow.MLflowLogger",)
-    tracking_uri: Optional[str] = key(help="null: $MLFLOW_TRACKING_URI, else sqlite:///outputs/mlflow.db")
+    tracking_uri: str | None = key(help="null: $MLFLOW_TRACKING_URI, else sqlite:///outputs/mlflow.db")
     experiment: str = key(help="the MLflow experiment")
 
 
@@ -29,5 +29,5 @@ class WandbKeys(LoggerKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.loggers.wandb.WandbLogger",)
     mode: str = key(help="offline (upload later with wandb sync) | online | disabled", choices=WANDB_MODES)
     project: str = key(help="the W&B project")
-    entity: Optional[str] = key(help="null: your W&B default entity")
+    entity: str | None = key(help="null: your W&B default entity")
     tags: Any = key(help="a list of tags")

@@ -2,7 +2,7 @@
 the observation and action spaces, so no size that the env decides is here."""
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import key
 
@@ -23,7 +23,7 @@ class NetworkKeys:
     _partial_: bool = key(help="built by the agent, which passes the spaces", choices=BOOL)
     activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
     encoder: str = key(help="what reads the observation (docs/pixels.md)", choices=ENCODERS)
-    discrete_embedding: Optional[int] = key(
+    discrete_embedding: int | None = key(
         help="null: Discrete parts one-hot; d: a learned embedding of d each", integer=True, minimum=1, nullable=True
     )
 

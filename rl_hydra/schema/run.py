@@ -1,7 +1,7 @@
 """The run-level keys of conf/train.yaml: the seed, the device, process settings and the budget."""
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from rl_hydra.schema.keys import key
 
@@ -21,7 +21,7 @@ class TrainKeys:
     checkpoint_every: int = key(help="env steps between checkpoints/last.pt", integer=True, minimum=1)
     log_every: int = key(help="env steps between rows of metrics.csv", integer=True, minimum=1)
     progress: bool = key(help="a tqdm progress bar on stderr", choices=(True, False))
-    stop_at_return: Optional[float] = key(
+    stop_at_return: float | None = key(
         help="stop once an evaluation's mean return reaches this (null: never)", number=True, nullable=True
     )
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -146,7 +147,7 @@ class GraphedStep:
         return self.outputs
 
 
-_steps: "weakref.WeakKeyDictionary[Any, GraphedStep]" = weakref.WeakKeyDictionary()
+_steps: weakref.WeakKeyDictionary[Any, GraphedStep] = weakref.WeakKeyDictionary()
 
 
 class Step:

@@ -17,7 +17,7 @@ Each tensor has a storage of its own size, so torch.save writes only its bytes.
 from __future__ import annotations
 
 import mmap
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,12 +53,12 @@ class Acting:
     can (`on`); `answered` says afterwards whether one did. Nested blocks restore the outer one's
     settings."""
 
-    current: "Acting | None" = None
+    current: Acting | None = None
 
     def __init__(self, on: bool = True):
         self.on, self.answered = on, False
 
-    def __enter__(self) -> "Acting":
+    def __enter__(self) -> Acting:
         self.outer, Acting.current = Acting.current, (self if self.on else None)
         self.grad = torch.is_grad_enabled()
         torch.set_grad_enabled(False)

@@ -9,7 +9,8 @@ It rests on SyncVectorEnv's private step buffers, which `probe` checks at start-
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

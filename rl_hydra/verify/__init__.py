@@ -17,10 +17,10 @@ import contextlib
 import logging
 import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
 
 import yaml
 from omegaconf import DictConfig

@@ -62,7 +62,7 @@ def config_segments(directory: RunDirectory, sessions: list[dict[str, Any]]) -> 
     one that does not lead to what config.yaml holds, is `Differs`."""
     cfg = read_config(directory)
     changed = [(number, s) for number, s in enumerate(sessions, start=1) if s.get("config_changes")]
-    for number, session in changed:  # code first: refused (exit 2) whatever else is wrong
+    for _number, session in changed:  # code first: refused (exit 2) whatever else is wrong
         for key, (old, new) in session["config_changes"].items():
             read_value([old, new], directory.provenance_json, f"config_changes.{key}")
     for number, session in changed:

@@ -12,8 +12,8 @@ import stat
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from rl_hydra.launch import EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory
@@ -70,7 +70,7 @@ def stop_on_signal(run_dir: str) -> Iterator[None]:
         yield
         return
 
-    def stop_now(signum, frame):
+    def stop_now(signum, frame):  # noqa: ARG001
         for path in list(LIVE_SCRATCH):
             shutil.rmtree(path, ignore_errors=True)
         print(stopped_line(run_dir), file=sys.stderr, flush=True)

@@ -70,18 +70,22 @@ TOPIC = {"cartpole": "benchmark", "suite": "suite", "minatar": "pixels", "atari"
 class Case:
     id: str
     label: str
-    ours: list[str]            # train.py overrides, without the seed
-    peer: dict | None          # scripts/benchmarks/sb3_peer.py's spec; None: ours only
+    ours: list[str]  # train.py overrides, without the seed
+    peer: dict | None  # scripts/benchmarks/sb3_peer.py's spec; None: ours only
     steps: int
-    zoo: object = None         # zoo.Zoo: what the composed config is checked against
+    zoo: object = None  # zoo.Zoo: what the composed config is checked against
     window: list[int] | None = None
     reference: float | None = None
 
 
 # --- the sets of cases ---------------------------------------------------------------------------
 def budget(steps: int) -> list[str]:
-    return [f"train.total_steps={steps}", f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
-            "train.stop_at_return=null"]
+    return [
+        f"train.total_steps={steps}",
+        f"train.eval_every={steps}",
+        f"train.checkpoint_every={steps}",
+        "train.stop_at_return=null",
+    ]
 
 
 def cartpole_cases(args) -> list[Case]:
@@ -89,14 +93,27 @@ def cartpole_cases(args) -> list[Case]:
     for algo in args.algos:
         for regime, zoo in (("zoo", ZOO[f"{algo}_cartpole"]), ("per_step", per_step(ZOO[f"{algo}_cartpole"]))):
             steps = args.steps or zoo.steps
-            cases.append(Case(f"{algo}_{regime}", f"{algo}, {zoo.source}, {steps:,} steps",
-                              [f"algo={algo}", "env=cartpole", "~algo_env", *overrides(zoo), *budget(steps)],
-                              sb3_spec(zoo, "CartPole-v1", steps), steps, zoo))
-    if "dqn" in args.algos:   # our preset stops at the first evaluation averaging 500; SB3 runs its zoo budget
+            cases.append(
+                Case(
+                    f"{algo}_{regime}",
+                    f"{algo}, {zoo.source}, {steps:,} steps",
+                    [f"algo={algo}", "env=cartpole", "~algo_env", *overrides(zoo), *budget(steps)],
+                    sb3_spec(zoo, "CartPole-v1", steps),
+                    steps,
+                    zoo,
+                )
+            )
+    if "dqn" in args.algos:  # our preset stops at the first evaluation averaging 500; SB3 runs its zoo budget
         steps = args.steps or ZOO["dqn_cartpole"].steps
-        cases.append(Case("dqn_solve", "time to solve: our DQN preset against SB3's zoo run",
-                          ["algo=dqn", "env=cartpole", f"train.total_steps={steps}"],
-                          sb3_spec(ZOO["dqn_cartpole"], "CartPole-v1", steps), steps))
+        cases.append(
+            Case(
+                "dqn_solve",
+                "time to solve: our DQN preset against SB3's zoo run",
+                ["algo=dqn", "env=cartpole", f"train.total_steps={steps}"],
+                sb3_spec(ZOO["dqn_cartpole"], "CartPole-v1", steps),
+                steps,
+            )
+        )
     return cases
 
 
@@ -108,16 +125,21 @@ def suite_cases(args) -> list[Case]:
     suite = load_suite(args.name)
     unknown = sorted(set(args.rows or []) - {r.name for r in suite.rows})
     if unknown:
-        raise ConfigError(f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
-                          f"choose among: {', '.join(r.name for r in suite.rows)}")
+        raise ConfigError(
+            f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
+            f"choose among: {', '.join(r.name for r in suite.rows)}"
+        )
     algos = sorted({r.algo for r in suite.rows})
     if set(args.algos) - set(algos):
-        raise ConfigError(f"--algos {' '.join(sorted(set(args.algos) - set(algos)))}: no rows of suite {suite.name}; "
-                          f"choose among: {', '.join(algos)}")
-    rows = [r for r in suite.rows
-            if (not args.rows or r.name in args.rows) and (not args.algos or r.algo in args.algos)]
+        raise ConfigError(
+            f"--algos {' '.join(sorted(set(args.algos) - set(algos)))}: no rows of suite {suite.name}; "
+            f"choose among: {', '.join(algos)}"
+        )
+    rows = [
+        r for r in suite.rows if (not args.rows or r.name in args.rows) and (not args.algos or r.algo in args.algos)
+    ]
     skipped = [r.name for r in rows if r.name not in ZOO]
-    if skipped:   # said once nothing refuses the command
+    if skipped:  # said once nothing refuses the command
         args.notices.append(f"no SB3 counterpart, skipped: {', '.join(skipped)}")
     args.seeds = args.seeds or suite.seeds
     cases = []
@@ -126,16 +148,19 @@ def suite_cases(args) -> list[Case]:
         cfg = compose_train_config(*row.train_overrides())
         steps = cfg.train.total_steps
         ours, peer = row.train_overrides(), sb3_spec(ZOO[row.name], cfg.env.id, steps)
-        if args.window:   # steps/s between two env steps: our log rows must fall on both
+        if args.window:  # steps/s between two env steps: our log rows must fall on both
             start, end = args.window
             if not cfg.algo.learning_starts <= start < end < steps:
-                raise ConfigError(f"--window {start} {end}: must lie after {row.name}'s learning_starts "
-                                  f"({cfg.algo.learning_starts}) and before its last step ({steps})")
+                raise ConfigError(
+                    f"--window {start} {end}: must lie after {row.name}'s learning_starts "
+                    f"({cfg.algo.learning_starts}) and before its last step ({steps})"
+                )
             ours, peer = [*ours, f"train.log_every={math.gcd(start, end)}"], {**peer, "window": args.window}
-        if cfg.train.eval_every < steps:   # learning curves: the peer evaluates when our run does
+        if cfg.train.eval_every < steps:  # learning curves: the peer evaluates when our run does
             peer = {**peer, "curve": {"every": cfg.train.eval_every, "episodes": cfg.train.eval_episodes}}
-        cases.append(Case(row.name, row.name, ours, peer, steps, ZOO[row.name], window=args.window,
-                          reference=row.reference))
+        cases.append(
+            Case(row.name, row.name, ours, peer, steps, ZOO[row.name], window=args.window, reference=row.reference)
+        )
     return cases
 
 
@@ -143,8 +168,15 @@ def minatar_cases(args) -> list[Case]:
     cases = []
     for game in args.games:
         for algo in args.algos:
-            job = {"algo": algo, "game": game, "steps": args.steps or 300_000, "warmup": args.learning_starts,
-                   "quantiles": args.quantiles, "eval_episodes": EVAL_EPISODES, "seed": 0}
+            job = {
+                "algo": algo,
+                "game": game,
+                "steps": args.steps or 300_000,
+                "warmup": args.learning_starts,
+                "quantiles": args.quantiles,
+                "eval_episodes": EVAL_EPISODES,
+                "seed": 0,
+            }
             name = f"{algo}{args.quantiles}" if algo == "qr_dqn" and args.quantiles != HP["quantiles"] else algo
             ours = [o for o in minatar_overrides(job) if not o.startswith("seed=")]
             cases.append(Case(f"{name}_{game}", f"{name}, {game}", ours, minatar_peer(job), job["steps"]))
@@ -162,34 +194,89 @@ def atari_cases(args) -> list[Case]:
 
     warmup, steps, n = args.learning_starts, args.steps or 20_000, args.num_envs
     if warmup % n or steps % n or (n % 4 and 4 % n):
-        raise ConfigError(f"--num-envs {n}: --learning-starts and --steps must be multiples of it, and it of 4 "
-                          "(or it a divisor of 4), so that the window's ends are vector steps at one update a 4 steps")
-    total = warmup + steps + 1   # the final evaluation falls after the window
-    budget_keys = [f"algo.learning_starts={warmup}", f"buffer.capacity={args.capacity}", f"env.num_envs={n}",
-                   f"env.vectorization={args.vectorization}", f"train.total_steps={total}",
-                   f"train.eval_every={total}", "train.eval_episodes=1", f"train.checkpoint_every={total}",
-                   f"train.log_every={math.gcd(warmup, steps)}", "logger=[csv]", "checkpoint.save_buffer=false"]
-    dqn = ["algo=dqn", "env=atari", f"env.id={args.game}", "~algo_env", "network.encoder=nature_cnn",
-           "network.hidden_sizes=[512]", "algo.batch_size=32", "algo.train_every=4", "algo.gradient_steps=1",
-           "algo.optimizer.lr=1e-4", "algo.gamma=0.99", "algo.target_update_every=250", "algo.exploration.start=1.0",
-           "algo.exploration.end=0.01", "algo.exploration.fraction=0.1", *budget_keys]
+        raise ConfigError(
+            f"--num-envs {n}: --learning-starts and --steps must be multiples of it, and it of 4 "
+            "(or it a divisor of 4), so that the window's ends are vector steps at one update a 4 steps"
+        )
+    total = warmup + steps + 1  # the final evaluation falls after the window
+    budget_keys = [
+        f"algo.learning_starts={warmup}",
+        f"buffer.capacity={args.capacity}",
+        f"env.num_envs={n}",
+        f"env.vectorization={args.vectorization}",
+        f"train.total_steps={total}",
+        f"train.eval_every={total}",
+        "train.eval_episodes=1",
+        f"train.checkpoint_every={total}",
+        f"train.log_every={math.gcd(warmup, steps)}",
+        "logger=[csv]",
+        "checkpoint.save_buffer=false",
+    ]
+    dqn = [
+        "algo=dqn",
+        "env=atari",
+        f"env.id={args.game}",
+        "~algo_env",
+        "network.encoder=nature_cnn",
+        "network.hidden_sizes=[512]",
+        "algo.batch_size=32",
+        "algo.train_every=4",
+        "algo.gradient_steps=1",
+        "algo.optimizer.lr=1e-4",
+        "algo.gamma=0.99",
+        "algo.target_update_every=250",
+        "algo.exploration.start=1.0",
+        "algo.exploration.end=0.01",
+        "algo.exploration.fraction=0.1",
+        *budget_keys,
+    ]
     # SB3 counts train_freq in vector steps and runs gradient_steps per phase: one update per 4 env steps
     train_freq, gradient_steps = (4 // n, 1) if n <= 4 else (1, n // 4)
-    kwargs = dict(learning_rate=1e-4, buffer_size=args.capacity, learning_starts=warmup, batch_size=32, tau=1.0,
-                  gamma=0.99, train_freq=train_freq, gradient_steps=gradient_steps, target_update_interval=1000,
-                  exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
-                  optimize_memory_usage=True, replay_buffer_kwargs={"handle_timeout_termination": False})
+    kwargs = dict(
+        learning_rate=1e-4,
+        buffer_size=args.capacity,
+        learning_starts=warmup,
+        batch_size=32,
+        tau=1.0,
+        gamma=0.99,
+        train_freq=train_freq,
+        gradient_steps=gradient_steps,
+        target_update_interval=1000,
+        exploration_fraction=0.1,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.01,
+        max_grad_norm=10,
+        optimize_memory_usage=True,
+        replay_buffer_kwargs={"handle_timeout_termination": False},
+    )
     window = [warmup, warmup + steps]
-    peer = {"algo": "dqn", "policy": "CnnPolicy", "kwargs": kwargs, "steps": total, "window": window,
-            "env": {"atari": args.game, "num_envs": n, "subprocesses": args.vectorization != "sync"}}
+    peer = {
+        "algo": "dqn",
+        "policy": "CnnPolicy",
+        "kwargs": kwargs,
+        "steps": total,
+        "window": window,
+        "env": {"atari": args.game, "num_envs": n, "subprocesses": args.vectorization != "sync"},
+    }
     game, envs = args.game.split("/")[-1], "" if n == 1 else f", {n} envs ({args.vectorization})"
     cases = []
     for algo in args.algos:
-        ours = dqn if algo == "dqn" else [f"algo={algo}", "env=atari", f"env.id={args.game}",
-                                          f"algo_env={algo}_atari", *budget_keys]
+        ours = (
+            dqn
+            if algo == "dqn"
+            else [f"algo={algo}", "env=atari", f"env.id={args.game}", f"algo_env={algo}_atari", *budget_keys]
+        )
         suffix = "" if n == 1 else f"_{n}envs_{args.vectorization}"
-        cases.append(Case(f"{algo}_{game}{suffix}", f"{algo}, {args.game}, {steps:,} timed steps{envs}", ours,
-                          peer if algo == "dqn" else None, total, window=window))
+        cases.append(
+            Case(
+                f"{algo}_{game}{suffix}",
+                f"{algo}, {args.game}, {steps:,} timed steps{envs}",
+                ours,
+                peer if algo == "dqn" else None,
+                total,
+                window=window,
+            )
+        )
     return cases
 
 
@@ -200,8 +287,12 @@ def check(cases: list[Case]) -> list[str]:
     """'case: key ...' for each key where a case's composed config is not its SB3 hyperparameters."""
     from rl_hydra.api import compose_train_config
 
-    return [f"{case.id}: {line}" for case in cases if case.zoo is not None and case.peer is not None
-            for line in mismatches(compose_train_config(*case.ours), case.zoo)]
+    return [
+        f"{case.id}: {line}"
+        for case in cases
+        if case.zoo is not None and case.peer is not None
+        for line in mismatches(compose_train_config(*case.ours), case.zoo)
+    ]
 
 
 # --- running -------------------------------------------------------------------------------------
@@ -212,11 +303,19 @@ def digest(value) -> str:
 def job_for(case: Case, side: str, seed: int, args) -> tuple[dict, Path]:
     """The worker's job and where its result is kept (named by what it runs, so a changed case runs anew)."""
     if side == "ours":
-        job = {"overrides": [*case.ours, f"seed={seed}", "torch_threads=1", "train.progress=false",
-                             f"device={args.device}"], "window": case.window}
+        job = {
+            "overrides": [
+                *case.ours,
+                f"seed={seed}",
+                "torch_threads=1",
+                "train.progress=false",
+                f"device={args.device}",
+            ],
+            "window": case.window,
+        }
         key = f"{case.id}_{digest(job)}_seed{seed}"
         job["run_dir"] = str(args.out / "runs" / key)
-    else:   # the same peer run serves every case that asks for it (cartpole's solve and zoo cases)
+    else:  # the same peer run serves every case that asks for it (cartpole's solve and zoo cases)
         job = {"spec": case.peer, "seed": seed, "eval_episodes": EVAL_EPISODES, "device": args.device}
         key = f"{case.peer['algo']}_{digest(job)}_seed{seed}"
     return job, args.out / side / f"{key}.json"
@@ -229,17 +328,23 @@ def run_side(case: Case, side: str, seed: int, args) -> dict | None:
     if path.is_file():
         return {**json.loads(path.read_text()), "reused": True}
     if side == "ours":
-        shutil.rmtree(job["run_dir"], ignore_errors=True)   # an unfinished run of an earlier call
+        shutil.rmtree(job["run_dir"], ignore_errors=True)  # an unfinished run of an earlier call
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run([sys.executable, __file__, "--worker", side, json.dumps(job)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", side, json.dumps(job)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
     if proc.returncode or not lines:
-        print(f"seed {seed}: {side} {case.id} failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}",
-              file=sys.stderr)
+        print(
+            f"seed {seed}: {side} {case.id} failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}",
+            file=sys.stderr,
+        )
         return None
-    result = {**json.loads(lines[-1][len(RESULT):]), "load": os.getloadavg()[0],
-              "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+    result = {
+        **json.loads(lines[-1][len(RESULT) :]),
+        "load": os.getloadavg()[0],
+        "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -284,8 +389,10 @@ def missing_peer(cases: list[Case], args) -> str | None:
             missing.append(package)
     if not missing:
         return None
-    return (f"the SB3 side needs {' and '.join(missing)}, which cannot be imported: pip install -e \".[bench]\" "
-            f"(or --sides ours to run ours alone)")
+    return (
+        f'the SB3 side needs {" and ".join(missing)}, which cannot be imported: pip install -e ".[bench]" '
+        f"(or --sides ours to run ours alone)"
+    )
 
 
 def worker(side: str, job: dict) -> dict:
@@ -305,8 +412,13 @@ def worker(side: str, job: dict) -> dict:
     wall = time.perf_counter() - start
     run_dir = Path(job["run_dir"])
     summary = json.loads((run_dir / "summary.json").read_text())
-    result = {"wall_s": wall, "steps": summary["global_step"], "updates": summary.get("updates"),
-              "eval_return": summary["eval_return_mean"], "solved_at_step": summary.get("solved_at_step")}
+    result = {
+        "wall_s": wall,
+        "steps": summary["global_step"],
+        "updates": summary.get("updates"),
+        "eval_return": summary["eval_return_mean"],
+        "solved_at_step": summary.get("solved_at_step"),
+    }
     if job.get("window"):
         with open(run_dir / "metrics.csv", newline="") as f:
             elapsed = {int(r["step"]): float(r["time/elapsed_s"]) for r in csv.DictReader(f) if r.get("time/elapsed_s")}
@@ -329,7 +441,7 @@ def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
         values[f"{side}_sps"] = [r and r.get("window_sps", r["steps"] / r["wall_s"]) for r in results]
     values["ratio"] = [o / p if o and p else None for o, p in zip(values["ours_wall"], values["peer_wall"])]
     values["solved_at"] = [r and r.get("solved_at_step") for r in found["ours"]]
-    if case.peer and case.peer.get("curve"):   # each seed's evaluation returns at curve_steps(case)
+    if case.peer and case.peer.get("curve"):  # each seed's evaluation returns at curve_steps(case)
         steps = curve_steps(case)
         runs = [Path(job_for(case, "ours", seed, args)[0]["run_dir"]) for seed in seeds]
         curves = {"ours": [eval_curve(run) for run in runs], "peer": [r and r.get("curve") for r in found["peer"]]}
@@ -359,7 +471,7 @@ def summary_of(per_seed: dict) -> dict:
     summary = {}
     for key, column in per_seed.items():
         values = [v for v in column if v is not None]
-        if values and all(isinstance(v, (int, float)) for v in values):   # not a curve
+        if values and all(isinstance(v, (int, float)) for v in values):  # not a curve
             summary[key] = statistics.median(values)
     ratios = [v for v in per_seed.get("ratio", []) if v is not None]
     if ratios:
@@ -373,15 +485,25 @@ def summary_of(per_seed: dict) -> dict:
     return summary
 
 
-COLUMNS = [("ours return", "{ours_return:,.1f}"), ("SB3 return", "{peer_return:,.1f}"),
-           ("ours wall (s)", "{ours_wall:,.1f}"), ("SB3 wall (s)", "{peer_wall:,.1f}"),
-           ("wall ours / SB3", "{ratio:.2f}"), ("ours steps/s", "{ours_sps:,.1f}"), ("SB3 steps/s", "{peer_sps:,.1f}")]
+COLUMNS = [
+    ("ours return", "{ours_return:,.1f}"),
+    ("SB3 return", "{peer_return:,.1f}"),
+    ("ours wall (s)", "{ours_wall:,.1f}"),
+    ("SB3 wall (s)", "{peer_wall:,.1f}"),
+    ("wall ours / SB3", "{ratio:.2f}"),
+    ("ours steps/s", "{ours_sps:,.1f}"),
+    ("SB3 steps/s", "{peer_sps:,.1f}"),
+]
 # the rows' table: each median return with its 95% bootstrap interval over the seeds (one seed: none)
 ROW_COLUMNS = [
-    ("ours return (95% interval)",
-     ["{ours_return:,.1f} ({ours_return_low:,.1f} to {ours_return_high:,.1f})", "{ours_return:,.1f}"]),
-    ("SB3 return (95% interval)",
-     ["{peer_return:,.1f} ({peer_return_low:,.1f} to {peer_return_high:,.1f})", "{peer_return:,.1f}"]),
+    (
+        "ours return (95% interval)",
+        ["{ours_return:,.1f} ({ours_return_low:,.1f} to {ours_return_high:,.1f})", "{ours_return:,.1f}"],
+    ),
+    (
+        "SB3 return (95% interval)",
+        ["{peer_return:,.1f} ({peer_return_low:,.1f} to {peer_return_high:,.1f})", "{peer_return:,.1f}"],
+    ),
     *COLUMNS[2:],
 ]
 
@@ -397,43 +519,70 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
     for case in cases:
         per_seed = per_seed_values(case, seeds, args)
         done = sum(v is not None for v in per_seed.get("ours_return", []))
-        rows.append({"id": case.id, "label": case.label, "steps": case.steps, "seeds_done": f"{done}/{len(seeds)}",
-                     "reference": case.reference, "overrides": case.ours, "per_seed": per_seed,
-                     "summary": summary_of(per_seed)})
+        rows.append(
+            {
+                "id": case.id,
+                "label": case.label,
+                "steps": case.steps,
+                "seeds_done": f"{done}/{len(seeds)}",
+                "reference": case.reference,
+                "overrides": case.ours,
+                "per_seed": per_seed,
+                "summary": summary_of(per_seed),
+            }
+        )
         if "ours_curve" in per_seed or "peer_curve" in per_seed:
             rows[-1]["curve_steps"] = curve_steps(case)
         if "solved_at" in per_seed:
-            rows[-1]["seed_columns"] = [*({"header": h, "format": f} for h, f in COLUMNS),
-                                        {"header": "solved at step", "format": "{solved_at:,}"}]
+            rows[-1]["seed_columns"] = [
+                *({"header": h, "format": f} for h, f in COLUMNS),
+                {"header": "solved at step", "format": "{solved_at:,}"},
+            ]
         if case.zoo is not None:
             notes += [f"{case.id}: {note}" for note in expected_config(case.zoo)[1]]
     name = args.record.stem if args.record else f"{args.set}_{args.out.name}"
     # without --table-only the command makes the same record (finished runs are skipped) and makes it anew
     remade = [arg for arg in argv if arg != "--table-only"]
-    return {"name": name, "title": args.title or f"benchmark.py {args.set}: ours against SB3",
-            "topic": args.topic or TOPIC[args.set],
-            "status": "adopted", "reason": None,
-            "command": "python scripts/benchmarks/benchmark.py " + shlex.join(remade),
-            "overrides": [], "seeds": seeds, "commit": commit(), "date": datetime.date.today().isoformat(),
-            "machine": machine(load_before, args.device), "peer": peer if "peer" in args.sides else None,
-            "source": "scripts/benchmarks/benchmark.py", "notes": notes,
-            "columns": [{"header": "case", "format": "{label}", "align": "left"},
-                        {"header": "seeds", "format": "{seeds_done}"},
-                        *({"header": h, "format": f} for h, f in ROW_COLUMNS)],
-            "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS], "rows": rows,
-            **({"plot": CURVES} if any("curve_steps" in row for row in rows) else {})}
+    return {
+        "name": name,
+        "title": args.title or f"benchmark.py {args.set}: ours against SB3",
+        "topic": args.topic or TOPIC[args.set],
+        "status": "adopted",
+        "reason": None,
+        "command": "python scripts/benchmarks/benchmark.py " + shlex.join(remade),
+        "overrides": [],
+        "seeds": seeds,
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(load_before, args.device),
+        "peer": peer if "peer" in args.sides else None,
+        "source": "scripts/benchmarks/benchmark.py",
+        "notes": notes,
+        "columns": [
+            {"header": "case", "format": "{label}", "align": "left"},
+            {"header": "seeds", "format": "{seeds_done}"},
+            *({"header": h, "format": f} for h, f in ROW_COLUMNS),
+        ],
+        "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS],
+        "rows": rows,
+        **({"plot": CURVES} if any("curve_steps" in row for row in rows) else {}),
+    }
 
 
-CURVES = {"curves": [["ours_curve", "ours"], ["peer_curve", "SB3"]], "xlabel": "env steps",
-          "ylabel": "evaluation return",
-          "caption": "Greedy evaluation return during training, both sides at the same steps: a thin line per "
-                     "seed, a thick one through the seeds' medians."}
+CURVES = {
+    "curves": [["ours_curve", "ours"], ["peer_curve", "SB3"]],
+    "xlabel": "env steps",
+    "ylabel": "evaluation return",
+    "caption": "Greedy evaluation return during training, both sides at the same steps: a thin line per "
+    "seed, a thick one through the seeds' medians.",
+}
 
 
 # --- the command ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("set", choices=tuple(CASES))
     parser.add_argument("name", nargs="?", help="suite: a conf/suite/ name")
     parser.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: 3; suite: the suite's own)")
@@ -441,18 +590,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sides", nargs="+", default=["ours", "peer"], choices=("ours", "peer"))
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
-    parser.add_argument("--window", type=int, nargs=2, metavar=("START", "END"),
-                        help="suite: also time the env steps from START to END (steps/s; ours logs there)")
-    parser.add_argument("--algos", nargs="+", help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow; "
-                                                   "atari: dqn iqn rainbow; suite: only these algos' rows")
+    parser.add_argument(
+        "--window",
+        type=int,
+        nargs=2,
+        metavar=("START", "END"),
+        help="suite: also time the env steps from START to END (steps/s; ours logs there)",
+    )
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        help="cartpole: dqn qr_dqn; minatar: dqn qr_dqn iqn rainbow; "
+        "atari: dqn iqn rainbow; suite: only these algos' rows",
+    )
     parser.add_argument("--games", nargs="+", default=["Breakout", "SpaceInvaders"], help="minatar games")
     parser.add_argument("--quantiles", type=int, default=HP["quantiles"], help="minatar: QR-DQN's, both sides")
     parser.add_argument("--learning-starts", type=int, help="minatar (5000) and atari (1000): random warm-up steps")
     parser.add_argument("--game", default="ALE/Pong-v5", help="atari")
     parser.add_argument("--capacity", type=int, default=50_000, help="atari: replay capacity, both sides")
     parser.add_argument("--num-envs", type=int, default=1, help="atari: envs stepped together, both sides")
-    parser.add_argument("--vectorization", default="sync", choices=("sync", "async", "envpool"),
-                        help="atari: ours as env.vectorization; SB3 steps its envs in subprocesses unless sync")
+    parser.add_argument(
+        "--vectorization",
+        default="sync",
+        choices=("sync", "async", "envpool"),
+        help="atari: ours as env.vectorization; SB3 steps its envs in subprocesses unless sync",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, help="where runs and results go (default: outputs/benchmarks/<set>)")
     parser.add_argument("--record", type=Path, help="also write the record here (results/<name>.json)")
@@ -468,7 +630,7 @@ def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.algos = args.algos or {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"], "atari": ["dqn"]}.get(args.set, [])
     args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
     args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
-    args.notices = []   # lines for stderr once the command is not refused
+    args.notices = []  # lines for stderr once the command is not refused
     return args
 
 
@@ -491,14 +653,15 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(args.seeds or 3))
     outside = sorted(set(args.only_seeds or []) - set(seeds))
     if outside:
-        parser.error(f"--only-seeds {' '.join(map(str, outside))}: --seeds {len(seeds)} runs seeds 0 to "
-                     f"{len(seeds) - 1}")
+        parser.error(
+            f"--only-seeds {' '.join(map(str, outside))}: --seeds {len(seeds)} runs seeds 0 to {len(seeds) - 1}"
+        )
     sideless = [case.id for case in cases if case.peer is None]
     if args.sides == ["peer"] and sideless:
         parser.error(f"{', '.join(sideless)}: no SB3 side to run; add --sides ours")
-    found = check(cases) if "peer" in args.sides else []   # our configs against SB3's values: no SB3 needed
+    found = check(cases) if "peer" in args.sides else []  # our configs against SB3's values: no SB3 needed
     missing = None if found else missing_peer(cases, args)
-    if missing:   # one line
+    if missing:  # one line
         print(f"error: {missing}", file=sys.stderr)
         sys.exit(2)
     for notice in args.notices:

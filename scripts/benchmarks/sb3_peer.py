@@ -52,6 +52,7 @@ def env_maker(env: dict, seed: int):
             for wrapper in cfg.get("wrappers") or []:
                 made = instantiate(wrapper)(made)
             return made
+
         return make
     import ale_py
     from stable_baselines3.common.env_util import make_atari_env
@@ -59,14 +60,27 @@ def env_maker(env: dict, seed: int):
 
     gym.register_envs(ale_py)
     # ALE emits every frame (the wrapper skips 4); sticky actions and the episode limit as ours
-    atari = make_atari_env(env["atari"], n_envs=env.get("num_envs", 1), seed=seed,
-                           vec_env_cls=SubprocVecEnv if env.get("subprocesses") else DummyVecEnv,
-                           # forked before CUDA starts, so the workers know ALE's ids
-                           vec_env_kwargs={"start_method": "fork"} if env.get("subprocesses") else None,
-                           env_kwargs={"frameskip": 1, "repeat_action_probability": 0.25, "full_action_space": False,
-                                       "max_num_frames_per_episode": 108000},
-                           wrapper_kwargs={"noop_max": 30, "frame_skip": 4, "screen_size": 84,
-                                           "terminal_on_life_loss": False, "clip_reward": True})
+    atari = make_atari_env(
+        env["atari"],
+        n_envs=env.get("num_envs", 1),
+        seed=seed,
+        vec_env_cls=SubprocVecEnv if env.get("subprocesses") else DummyVecEnv,
+        # forked before CUDA starts, so the workers know ALE's ids
+        vec_env_kwargs={"start_method": "fork"} if env.get("subprocesses") else None,
+        env_kwargs={
+            "frameskip": 1,
+            "repeat_action_probability": 0.25,
+            "full_action_space": False,
+            "max_num_frames_per_episode": 108000,
+        },
+        wrapper_kwargs={
+            "noop_max": 30,
+            "frame_skip": 4,
+            "screen_size": 84,
+            "terminal_on_life_loss": False,
+            "clip_reward": True,
+        },
+    )
     return VecTransposeImage(VecFrameStack(atari, n_stack=4))
 
 
@@ -112,9 +126,10 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     curve_returns: list[float] = []
 
     def evaluate(env, env_seed: int) -> list[float]:
-        env.seed(env_seed)   # env i starts from env_seed + i
-        returns, _ = evaluate_policy(model, env, n_eval_episodes=env.num_envs, deterministic=True,
-                                     return_episode_rewards=True)
+        env.seed(env_seed)  # env i starts from env_seed + i
+        returns, _ = evaluate_policy(
+            model, env, n_eval_episodes=env.num_envs, deterministic=True, return_episode_rewards=True
+        )
         return [float(r) for r in returns]
 
     class Marks(BaseCallback):
@@ -143,8 +158,9 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     if spec.get("action_noise"):
         kwargs["action_noise"] = action_noise(spec["action_noise"], env.action_space.shape[0])
     model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ, "tqc": TQC, "td3": TD3}[spec["algo"]](
-        spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
-    model.set_logger(Logger(folder=None, output_formats=[]))   # SB3's own leaves an empty /tmp/SB3-<time> a run
+        spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own leaves an empty /tmp/SB3-<time> a run
     learn_start = time.perf_counter()
     model.learn(total_timesteps=spec["steps"], callback=Marks())
     learn_s = time.perf_counter() - learn_start
@@ -152,13 +168,15 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     if window:
         result["window_sps"] = (window[1] - window[0]) / (marks[window[1]] - marks[window[0]])
     if "atari" not in spec["env"]:
-        if curve:   # the final evaluation is the next round, as in our loop
+        if curve:  # the final evaluation is the next round, as in our loop
             returns = evaluate(curve_env, seed + EVAL_SEED_OFFSET + len(curve_steps) * curve["episodes"])
         else:
             returns = evaluate(DummyVecEnv([lambda: Monitor(make())] * eval_episodes), seed + EVAL_SEED_OFFSET)
         result.update(eval_return=statistics.mean(returns), eval_returns=returns)
         if curve:
-            result["curve"] = {"steps": [*curve_steps, model.num_timesteps],
-                               "returns": [*curve_returns, result["eval_return"]]}
+            result["curve"] = {
+                "steps": [*curve_steps, model.num_timesteps],
+                "returns": [*curve_returns, result["eval_return"]],
+            }
     result["wall_s"] = time.perf_counter() - start
     return result

@@ -62,7 +62,7 @@ def measure(overrides: list[str], updates: int, rounds: int) -> dict:
             next_obs, rewards, terminated, truncated, _ = env.step(actions)
             state.update(transition=(state["obs"], actions, rewards, next_obs, terminated, truncated), obs=next_obs)
 
-        while len(buffer) < max(4 * agent.batch_size, 2_000):   # random play, as the warm-up
+        while len(buffer) < max(4 * agent.batch_size, 2_000):  # random play, as the warm-up
             env_step()
             buffer.add(*state["transition"])
         step_s = timed(env_step, 20, rounds, sync)
@@ -80,18 +80,24 @@ def measure(overrides: list[str], updates: int, rounds: int) -> dict:
             if hasattr(buffer, "update_priorities"):
                 buffer.update_priorities(batch.indices, metrics["priorities"])
 
-        for _ in range(20):   # lazy optimizer state, cuBLAS handles, compilation
+        for _ in range(20):  # lazy optimizer state, cuBLAS handles, compilation
             update()
         update_s = timed(update, updates, rounds, sync)
         env.close()
     per_vector_step = agent.gradient_steps * n / agent.train_every
     total = step_s + act_s + add_s + per_vector_step * update_s
-    return {"overrides": overrides, "num_envs": n, "device": str(device),
-            "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None, "torch": torch.__version__,
-            "ms": {"env step": step_s * 1e3, "act": act_s * 1e3, "buffer.add": add_s * 1e3,
-                   "update": update_s * 1e3},
-            "updates_per_vector_step": per_vector_step, "predicted_env_steps_per_s": n / total,
-            "update_share": per_vector_step * update_s / total, "numpy": np.__version__}
+    return {
+        "overrides": overrides,
+        "num_envs": n,
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "ms": {"env step": step_s * 1e3, "act": act_s * 1e3, "buffer.add": add_s * 1e3, "update": update_s * 1e3},
+        "updates_per_vector_step": per_vector_step,
+        "predicted_env_steps_per_s": n / total,
+        "update_share": per_vector_step * update_s / total,
+        "numpy": np.__version__,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -100,14 +106,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates", type=int, default=100, help="updates per timed block")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, help="append the result as one JSON line to this file")
-    args = parser.parse_intermixed_args(argv)   # overrides on either side of the options
+    args = parser.parse_intermixed_args(argv)  # overrides on either side of the options
     result = measure(args.overrides, args.updates, args.rounds)
     print(" ".join(args.overrides))
     for part, ms in result["ms"].items():
         print(f"  {part:<11} {ms:8.3f} ms")
-    print(f"  {result['updates_per_vector_step']:g} updates per vector step of {result['num_envs']} envs: "
-          f"{result['predicted_env_steps_per_s']:,.0f} env steps/s predicted, "
-          f"{result['update_share']:.0%} of it in updates")
+    print(
+        f"  {result['updates_per_vector_step']:g} updates per vector step of {result['num_envs']} envs: "
+        f"{result['predicted_env_steps_per_s']:,.0f} env steps/s predicted, "
+        f"{result['update_share']:.0%} of it in updates"
+    )
     if args.json:
         with args.json.open("a") as f:
             f.write(json.dumps(result) + "\n")

@@ -57,27 +57,46 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()[0]
     rounds: dict[str, list[float]] = {mode: [] for mode in args.modes}
     for r in range(args.rounds):
-        order = args.modes[r % len(args.modes):] + args.modes[:r % len(args.modes)]
+        order = args.modes[r % len(args.modes) :] + args.modes[: r % len(args.modes)]
         for mode in order:
             rounds[mode].append(steps_per_second(overrides, mode, args.steps, seed=r))
             print(f"round {r + 1}: {mode} {rounds[mode][-1]:,.0f} env steps/s", flush=True)
     base = rounds.get("sync")
-    rows = [{"id": mode, "mode": mode,
-             "per_seed": {"steps_per_s": values, **({"ratio": [v / b for v, b in zip(values, base)]} if base else {})},
-             "summary": {"steps_per_s": statistics.median(values),
-                         **({"ratio": statistics.median(v / b for v, b in zip(values, base))} if base else {})}}
-            for mode, values in rounds.items()]
-    record = {"name": args.record.stem if args.record else f"vector_envs_{args.env}", "topic": "pixels",
-              "title": f"env steps/s of env.vectorization on env={args.env}, {args.envs} envs, random actions",
-              "status": "adopted", "reason": None,
-              "command": "python scripts/benchmarks/vector_envs.py " + shlex.join(argv or sys.argv[1:]),
-              "overrides": overrides, "seeds": list(range(args.rounds)), "per": "rounds", "commit": commit(),
-              "date": datetime.date.today().isoformat(), "machine": machine(load_before, "cpu"), "peer": None,
-              "source": "scripts/benchmarks/vector_envs.py", "notes": [],
-              "columns": [{"header": "env.vectorization", "format": "{mode}", "align": "left"},
-                          {"header": "env steps/s (median)", "format": "{steps_per_s:,.0f}"},
-                          {"header": "/ sync (median of rounds)", "format": "{ratio:.2f}"}],
-              "rows": rows}
+    rows = [
+        {
+            "id": mode,
+            "mode": mode,
+            "per_seed": {"steps_per_s": values, **({"ratio": [v / b for v, b in zip(values, base)]} if base else {})},
+            "summary": {
+                "steps_per_s": statistics.median(values),
+                **({"ratio": statistics.median(v / b for v, b in zip(values, base))} if base else {}),
+            },
+        }
+        for mode, values in rounds.items()
+    ]
+    record = {
+        "name": args.record.stem if args.record else f"vector_envs_{args.env}",
+        "topic": "pixels",
+        "title": f"env steps/s of env.vectorization on env={args.env}, {args.envs} envs, random actions",
+        "status": "adopted",
+        "reason": None,
+        "command": "python scripts/benchmarks/vector_envs.py " + shlex.join(argv or sys.argv[1:]),
+        "overrides": overrides,
+        "seeds": list(range(args.rounds)),
+        "per": "rounds",
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(load_before, "cpu"),
+        "peer": None,
+        "source": "scripts/benchmarks/vector_envs.py",
+        "notes": [],
+        "columns": [
+            {"header": "env.vectorization", "format": "{mode}", "align": "left"},
+            {"header": "env steps/s (median)", "format": "{steps_per_s:,.0f}"},
+            {"header": "/ sync (median of rounds)", "format": "{ratio:.2f}"},
+        ],
+        "rows": rows,
+    }
     print(rows_table(record))
     if args.record:
         args.record.write_text(dump(record))

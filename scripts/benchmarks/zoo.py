@@ -12,7 +12,7 @@ import inspect
 import math
 from dataclasses import dataclass, field
 
-EVAL_EPISODES = 10   # the final evaluation of both sides
+EVAL_EPISODES = 10  # the final evaluation of both sides
 DQN_FAMILY = ("dqn", "qr_dqn")
 
 
@@ -20,6 +20,7 @@ DQN_FAMILY = ("dqn", "qr_dqn")
 class Zoo:
     """One SB3 run: `hp` are the keyword arguments SB3 gets (net_arch, n_quantiles and log_std_init go
     into policy_kwargs), `steps` the Zoo's budget (n_timesteps)."""
+
     algo: str
     hp: dict
     steps: int
@@ -28,18 +29,49 @@ class Zoo:
 
 
 # rl-baselines3-zoo hyperparams/dqn.yml, qrdqn.yml and sac.yml (LunarLander: its -v2 entry)
-_CARTPOLE = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
-                 target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-                 exploration_final_eps=0.04, net_arch=[256, 256])
-PER_STEP = dict(train_freq=1, gradient_steps=1, batch_size=128)   # one update of batch 128 per env step
-_ONE_UPDATE_PER_STEP = dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
-                            target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
-                            exploration_final_eps=0.1, net_arch=[256, 256])
-_MOUNTAIN_CAR = dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
-                     target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
-                     exploration_final_eps=0.07, net_arch=[256, 256])
-_TD3_MUJOCO = dict(learning_starts=10_000, noise_type="normal", noise_std=0.1, learning_rate=1e-3, batch_size=256,
-                   net_arch=[400, 300])
+_CARTPOLE = dict(
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    net_arch=[256, 256],
+)
+PER_STEP = dict(train_freq=1, gradient_steps=1, batch_size=128)  # one update of batch 128 per env step
+_ONE_UPDATE_PER_STEP = dict(
+    learning_rate=6.3e-4,
+    batch_size=128,
+    buffer_size=50_000,
+    learning_starts=0,
+    gamma=0.99,
+    target_update_interval=250,
+    train_freq=4,
+    gradient_steps=-1,
+    exploration_fraction=0.12,
+    exploration_final_eps=0.1,
+    net_arch=[256, 256],
+)
+_MOUNTAIN_CAR = dict(
+    learning_rate=4e-3,
+    batch_size=128,
+    buffer_size=10_000,
+    learning_starts=1000,
+    gamma=0.98,
+    target_update_interval=600,
+    train_freq=16,
+    gradient_steps=8,
+    exploration_fraction=0.2,
+    exploration_final_eps=0.07,
+    net_arch=[256, 256],
+)
+_TD3_MUJOCO = dict(
+    learning_starts=10_000, noise_type="normal", noise_std=0.1, learning_rate=1e-3, batch_size=256, net_arch=[400, 300]
+)
 ZOO = {
     "dqn_cartpole": Zoo("dqn", dict(_CARTPOLE), 50_000, "dqn.yml CartPole-v1"),
     "qr_dqn_cartpole": Zoo("qr_dqn", dict(_CARTPOLE, n_quantiles=10), 50_000, "qrdqn.yml CartPole-v1"),
@@ -48,32 +80,84 @@ ZOO = {
     "dqn_lunar_lander": Zoo("dqn", dict(_ONE_UPDATE_PER_STEP), 100_000, "dqn.yml LunarLander-v2"),
     "qr_dqn_acrobot": Zoo("qr_dqn", dict(_ONE_UPDATE_PER_STEP, n_quantiles=25), 100_000, "qrdqn.yml Acrobot-v1"),
     "qr_dqn_mountain_car": Zoo("qr_dqn", dict(_MOUNTAIN_CAR, n_quantiles=25), 120_000, "qrdqn.yml MountainCar-v0"),
-    "qr_dqn_lunar_lander": Zoo("qr_dqn", dict(
-        learning_rate="lin_1.5e-3", batch_size=128, buffer_size=100_000, learning_starts=10_000, gamma=0.995,
-        target_update_interval=1, train_freq=256, gradient_steps=-1, exploration_fraction=0.24,
-        exploration_final_eps=0.18, net_arch=[256, 256], n_quantiles=25), 100_000, "qrdqn.yml LunarLander-v2",
-        ["25 quantiles on both sides, not the Zoo's 170: our preset's choice for a CPU, given to SB3 too"]),
-    "sac_mountain_car_continuous": Zoo("sac", dict(
-        learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
-        gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True, log_std_init=-3.67, net_arch=[64, 64]), 50_000,
-        "sac.yml MountainCarContinuous-v0"),
+    "qr_dqn_lunar_lander": Zoo(
+        "qr_dqn",
+        dict(
+            learning_rate="lin_1.5e-3",
+            batch_size=128,
+            buffer_size=100_000,
+            learning_starts=10_000,
+            gamma=0.995,
+            target_update_interval=1,
+            train_freq=256,
+            gradient_steps=-1,
+            exploration_fraction=0.24,
+            exploration_final_eps=0.18,
+            net_arch=[256, 256],
+            n_quantiles=25,
+        ),
+        100_000,
+        "qrdqn.yml LunarLander-v2",
+        ["25 quantiles on both sides, not the Zoo's 170: our preset's choice for a CPU, given to SB3 too"],
+    ),
+    "sac_mountain_car_continuous": Zoo(
+        "sac",
+        dict(
+            learning_rate=3e-4,
+            buffer_size=50_000,
+            batch_size=512,
+            ent_coef=0.1,
+            train_freq=32,
+            gradient_steps=32,
+            gamma=0.9999,
+            tau=0.01,
+            learning_starts=0,
+            use_sde=True,
+            log_std_init=-3.67,
+            net_arch=[64, 64],
+        ),
+        50_000,
+        "sac.yml MountainCarContinuous-v0",
+    ),
     # the Zoo's MuJoCo entry: SB3's defaults with 10,000 random steps first
     "sac_hopper": Zoo("sac", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "sac.yml Hopper"),
     # sb3-contrib's CrossQ, rl-baselines3-zoo hyperparams/crossq.yml (MuJoCo: its -v4 entries, the paper's values)
     "crossq_pendulum": Zoo("crossq", dict(policy_delay=2, net_arch=[256, 256]), 20_000, "crossq.yml Pendulum-v1"),
-    "crossq_hopper": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
-                                        net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000, "crossq.yml Hopper"),
-    "crossq_half_cheetah": Zoo("crossq", dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3,
-                                              net_arch=dict(pi=[256, 256], qf=[2048, 2048])), 5_000_000,
-                               "crossq.yml HalfCheetah"),
+    "crossq_hopper": Zoo(
+        "crossq",
+        dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3, net_arch=dict(pi=[256, 256], qf=[2048, 2048])),
+        5_000_000,
+        "crossq.yml Hopper",
+    ),
+    "crossq_half_cheetah": Zoo(
+        "crossq",
+        dict(learning_rate=1e-3, learning_starts=5000, policy_delay=3, net_arch=dict(pi=[256, 256], qf=[2048, 2048])),
+        5_000_000,
+        "crossq.yml HalfCheetah",
+    ),
     # sb3-contrib's TQC and SB3's TD3, rl-baselines3-zoo hyperparams/tqc.yml and td3.yml (MuJoCo: their -v4 entries)
     "tqc_pendulum": Zoo("tqc", dict(learning_rate=1e-3, net_arch=[256, 256]), 20_000, "tqc.yml Pendulum-v1"),
-    "tqc_hopper": Zoo("tqc", dict(learning_starts=10_000, top_quantiles_to_drop_per_net=5, net_arch=[256, 256]),
-                      1_000_000, "tqc.yml Hopper"),
+    "tqc_hopper": Zoo(
+        "tqc",
+        dict(learning_starts=10_000, top_quantiles_to_drop_per_net=5, net_arch=[256, 256]),
+        1_000_000,
+        "tqc.yml Hopper",
+    ),
     "tqc_half_cheetah": Zoo("tqc", dict(learning_starts=10_000, net_arch=[256, 256]), 1_000_000, "tqc.yml HalfCheetah"),
-    "td3_pendulum": Zoo("td3", dict(gamma=0.98, buffer_size=200_000, learning_starts=10_000, noise_type="normal",
-                                    noise_std=0.1, learning_rate=1e-3, net_arch=[400, 300]), 20_000,
-                        "td3.yml Pendulum-v1"),
+    "td3_pendulum": Zoo(
+        "td3",
+        dict(
+            gamma=0.98,
+            buffer_size=200_000,
+            learning_starts=10_000,
+            noise_type="normal",
+            noise_std=0.1,
+            learning_rate=1e-3,
+            net_arch=[400, 300],
+        ),
+        20_000,
+        "td3.yml Pendulum-v1",
+    ),
     "td3_hopper": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml Hopper"),
     "td3_half_cheetah": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml HalfCheetah"),
 }
@@ -83,19 +167,66 @@ ZOO = {
 SB3_DEFAULTS = {
     "dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=10),
     "qr_dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=None),
-    "sac": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
-                gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
-                target_entropy="auto", use_sde=False, sde_sample_freq=-1),
+    "sac": dict(
+        learning_rate=3e-4,
+        buffer_size=1_000_000,
+        learning_starts=100,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto",
+        target_update_interval=1,
+        target_entropy="auto",
+        use_sde=False,
+        sde_sample_freq=-1,
+    ),
     # tau: sb3-contrib's CrossQ hands 1.0 to its base class (no target networks; no key of ours)
-    "crossq": dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=1.0,
-                   gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_entropy="auto", policy_delay=3,
-                   use_sde=False, sde_sample_freq=-1),
-    "tqc": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
-                gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
-                target_entropy="auto", top_quantiles_to_drop_per_net=2, use_sde=False, sde_sample_freq=-1),
-    "td3": dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
-                gamma=0.99, train_freq=1, gradient_steps=1, policy_delay=2, target_policy_noise=0.2,
-                target_noise_clip=0.5),
+    "crossq": dict(
+        learning_rate=1e-3,
+        buffer_size=1_000_000,
+        learning_starts=100,
+        batch_size=256,
+        tau=1.0,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto",
+        target_entropy="auto",
+        policy_delay=3,
+        use_sde=False,
+        sde_sample_freq=-1,
+    ),
+    "tqc": dict(
+        learning_rate=3e-4,
+        buffer_size=1_000_000,
+        learning_starts=100,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto",
+        target_update_interval=1,
+        target_entropy="auto",
+        top_quantiles_to_drop_per_net=2,
+        use_sde=False,
+        sde_sample_freq=-1,
+    ),
+    "td3": dict(
+        learning_rate=1e-3,
+        buffer_size=1_000_000,
+        learning_starts=100,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        policy_delay=2,
+        target_policy_noise=0.2,
+        target_noise_clip=0.5,
+    ),
 }
 # their policies' defaults (TQCPolicy, TD3Policy keywords; tests/test_suite_sb3.py checks them against the installed)
 TQC_POLICY = dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=-3)
@@ -105,13 +236,20 @@ NOISE_KINDS = {"normal": "gaussian", "ornstein-uhlenbeck": "ornstein_uhlenbeck"}
 OU_THETA, OU_DT = 0.15, 0.01
 # sb3-contrib 2.9.2's CrossQ policy defaults (keywords of CrossQPolicy; Adam's betas are its optimizer_kwargs,
 # r_max 3 and d_max 5 are fixed in its BatchRenorm); tests/test_crossq.py checks them against the installed ones
-CROSSQ_POLICY = dict(net_arch={"pi": [256, 256], "qf": [1024, 1024]}, batch_norm_momentum=0.01, batch_norm_eps=0.001,
-                     renorm_warmup_steps=100_000, log_std_init=-3, use_expln=False, n_critics=2)
+CROSSQ_POLICY = dict(
+    net_arch={"pi": [256, 256], "qf": [1024, 1024]},
+    batch_norm_momentum=0.01,
+    batch_norm_eps=0.001,
+    renorm_warmup_steps=100_000,
+    log_std_init=-3,
+    use_expln=False,
+    n_critics=2,
+)
 CROSSQ_BETAS, CROSSQ_R_MAX, CROSSQ_D_MAX = (0.5, 0.999), 3.0, 5.0
-ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)   # torch.optim.Adam's defaults
-SB3_LOG_STD_INIT = -3.0   # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
+ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # torch.optim.Adam's defaults
+SB3_LOG_STD_INIT = -3.0  # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
 POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init", "n_critics")
-NOISE_KEYS = ("noise_type", "noise_std")   # the Zoo's; SB3 takes an action_noise object (sb3_peer.py builds it)
+NOISE_KEYS = ("noise_type", "noise_std")  # the Zoo's; SB3 takes an action_noise object (sb3_peer.py builds it)
 
 
 def per_step(zoo: Zoo, steps: int = 20_000) -> Zoo:
@@ -153,44 +291,70 @@ def learning_rate(value) -> tuple[float, float]:
 
 def adam(prefix: str, lr, eps: float) -> tuple[dict, float]:
     our_lr, final = learning_rate(lr)
-    return {f"{prefix}.lr": our_lr, f"{prefix}.eps": eps, f"{prefix}.betas": list(ADAM["betas"]),
-            f"{prefix}.weight_decay": ADAM["weight_decay"]}, final
+    return {
+        f"{prefix}.lr": our_lr,
+        f"{prefix}.eps": eps,
+        f"{prefix}.betas": list(ADAM["betas"]),
+        f"{prefix}.weight_decay": ADAM["weight_decay"],
+    }, final
 
 
 def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     """Our config keys and the values that give SB3's run, and notes on what is not exact."""
     hp = {**SB3_DEFAULTS[zoo.algo], **zoo.hp}
     notes = list(zoo.notes)
-    gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]   # -1: one per step
-    common = {"env.num_envs": 1, "algo.n_step": 1, "buffer._target_": "rl_hydra.buffers.replay.ReplayBuffer",
-              "algo.batch_size": hp["batch_size"], "buffer.capacity": hp["buffer_size"],
-              "algo.learning_starts": hp["learning_starts"], "algo.gamma": hp["gamma"], "algo.tau": hp["tau"],
-              "algo.train_every": hp["train_freq"], "algo.gradient_steps": gradient_steps,
-              "train.eval_episodes": EVAL_EPISODES}
+    gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: one per step
+    common = {
+        "env.num_envs": 1,
+        "algo.n_step": 1,
+        "buffer._target_": "rl_hydra.buffers.replay.ReplayBuffer",
+        "algo.batch_size": hp["batch_size"],
+        "buffer.capacity": hp["buffer_size"],
+        "algo.learning_starts": hp["learning_starts"],
+        "algo.gamma": hp["gamma"],
+        "algo.tau": hp["tau"],
+        "algo.train_every": hp["train_freq"],
+        "algo.gradient_steps": gradient_steps,
+        "train.eval_episodes": EVAL_EPISODES,
+    }
     if zoo.algo in DQN_FAMILY:
         sync = {**hp, "gradient_steps": gradient_steps}
         interval, train_freq = hp["target_update_interval"], hp["train_freq"]
         if train_freq < interval and interval % train_freq:
-            notes.append(f"target sync: SB3 syncs every {interval} env steps, after alternately "
-                         f"{interval // train_freq} and {interval // train_freq + 1} phases of {gradient_steps} "
-                         f"updates; ours every {target_update_every(sync, exact=False)} updates, SB3's mean")
-        optimizer, final = adam("algo.optimizer", hp["learning_rate"],
-                                0.01 / hp["batch_size"] if zoo.algo == "qr_dqn" else ADAM["eps"])
-        expected = {**common, **optimizer, "algo.final_lr_fraction": final,
-                    "algo.target_update_every": target_update_every(sync, exact=False), "algo.double_q": False,
-                    "algo.exploration.start": hp["exploration_initial_eps"],
-                    "algo.exploration.end": hp["exploration_final_eps"],
-                    "algo.exploration.fraction": hp["exploration_fraction"], "algo.max_grad_norm": hp["max_grad_norm"],
-                    "network.hidden_sizes": hp["net_arch"], "network.activation": "relu",
-                    "network.layer_norm": False, "network.dropout": 0.0, "network.dueling": False,
-                    "network.noisy": False}
+            notes.append(
+                f"target sync: SB3 syncs every {interval} env steps, after alternately "
+                f"{interval // train_freq} and {interval // train_freq + 1} phases of {gradient_steps} "
+                f"updates; ours every {target_update_every(sync, exact=False)} updates, SB3's mean"
+            )
+        optimizer, final = adam(
+            "algo.optimizer", hp["learning_rate"], 0.01 / hp["batch_size"] if zoo.algo == "qr_dqn" else ADAM["eps"]
+        )
+        expected = {
+            **common,
+            **optimizer,
+            "algo.final_lr_fraction": final,
+            "algo.target_update_every": target_update_every(sync, exact=False),
+            "algo.double_q": False,
+            "algo.exploration.start": hp["exploration_initial_eps"],
+            "algo.exploration.end": hp["exploration_final_eps"],
+            "algo.exploration.fraction": hp["exploration_fraction"],
+            "algo.max_grad_norm": hp["max_grad_norm"],
+            "network.hidden_sizes": hp["net_arch"],
+            "network.activation": "relu",
+            "network.layer_norm": False,
+            "network.dropout": 0.0,
+            "network.dueling": False,
+            "network.noisy": False,
+        }
         if zoo.algo == "qr_dqn":
             expected.update({"algo.num_quantiles": hp["n_quantiles"], "algo.kappa": 1.0})
         else:
             expected["algo.loss"] = "huber"
         if final != 1.0:
-            notes.append(f"learning rate {hp['learning_rate']}: SB3 sets it from its progress at each training "
-                         "phase, ours from the env step at each update")
+            notes.append(
+                f"learning rate {hp['learning_rate']}: SB3 sets it from its progress at each training "
+                "phase, ours from the env step at each update"
+            )
         return expected, notes
     if zoo.algo == "crossq":
         return crossq_expected({key: v for key, v in common.items() if key != "algo.tau"}, hp), notes
@@ -198,7 +362,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         return tqc_expected(common, hp), notes + [
             "critic loss: sb3-contrib averages the critics' quantile losses, ours sums them (the paper's one "
             "loss per critic); Adam's step is the same up to its eps",
-            "sb3-contrib updates the temperature before the critics, ours after the actor (as our SAC)"]
+            "sb3-contrib updates the temperature before the critics, ours after the actor (as our SAC)",
+        ]
     if zoo.algo == "td3":
         if hp.get("noise_type") == "ornstein-uhlenbeck":
             notes.append("SB3 restarts the Ornstein-Uhlenbeck noise at each episode's end; ours runs on")
@@ -208,9 +373,17 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     ent = hp["ent_coef"]
     learned = isinstance(ent, str)
     alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
-    expected = {**common, "algo.ensemble_size": 2, "algo.subset_size": 2, "algo.actor_q": "min",
-                "algo.policy_delay": 1, "algo.learn_alpha": learned, "algo.initial_alpha": alpha,
-                "algo.target_entropy": hp["target_entropy"], "algo.max_grad_norm": None}
+    expected = {
+        **common,
+        "algo.ensemble_size": 2,
+        "algo.subset_size": 2,
+        "algo.actor_q": "min",
+        "algo.policy_delay": 1,
+        "algo.learn_alpha": learned,
+        "algo.initial_alpha": alpha,
+        "algo.target_entropy": hp["target_entropy"],
+        "algo.max_grad_norm": None,
+    }
     for name in ("actor", "critic", "alpha"):
         optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
         if final != 1.0:
@@ -219,9 +392,14 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     for net in ("actor", "critic"):
         expected.update({f"network.{net}.hidden_sizes": hp["net_arch"], f"network.{net}.activation": "relu"})
     expected["network.actor.gsde"] = hp["use_sde"]
-    if hp["use_sde"]:   # SB3's gSDE: full_std, use_expln=False, clip_mean=2.0, learn_features: ours throughout
-        expected.update({"network.actor.gsde_log_std_init": hp.get("log_std_init", SB3_LOG_STD_INIT),
-                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+    if hp["use_sde"]:  # SB3's gSDE: full_std, use_expln=False, clip_mean=2.0, learn_features: ours throughout
+        expected.update(
+            {
+                "network.actor.gsde_log_std_init": hp.get("log_std_init", SB3_LOG_STD_INIT),
+                "network.actor.gsde_clip_mean": 2.0,
+                "algo.gsde_resample_every": hp["sde_sample_freq"],
+            }
+        )
     return expected, notes
 
 
@@ -236,25 +414,42 @@ def crossq_expected(common: dict, hp: dict) -> dict:
     ent = hp["ent_coef"]
     learned = isinstance(ent, str)
     alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
-    expected = {**common, "algo.ensemble_size": policy["n_critics"], "algo.policy_delay": hp["policy_delay"],
-                "algo.learn_alpha": learned, "algo.initial_alpha": alpha, "algo.target_entropy": hp["target_entropy"],
-                "algo.max_grad_norm": None}
+    expected = {
+        **common,
+        "algo.ensemble_size": policy["n_critics"],
+        "algo.policy_delay": hp["policy_delay"],
+        "algo.learn_alpha": learned,
+        "algo.initial_alpha": alpha,
+        "algo.target_entropy": hp["target_entropy"],
+        "algo.max_grad_norm": None,
+    }
     for name in ("actor", "critic", "alpha"):
         optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
         if final != 1.0:
             raise ValueError("CrossQ: a decaying learning rate has no counterpart here")
         expected.update(optimizer)
     for net in ("actor", "critic"):
-        expected.update({f"algo.{net}_optimizer.betas": list(CROSSQ_BETAS),
-                         f"network.{net}.hidden_sizes": widths[net], f"network.{net}.activation": "relu",
-                         f"network.{net}.momentum": policy["batch_norm_momentum"],
-                         f"network.{net}.eps": policy["batch_norm_eps"],
-                         f"network.{net}.warmup_steps": policy["renorm_warmup_steps"],
-                         f"network.{net}.r_max": CROSSQ_R_MAX, f"network.{net}.d_max": CROSSQ_D_MAX})
+        expected.update(
+            {
+                f"algo.{net}_optimizer.betas": list(CROSSQ_BETAS),
+                f"network.{net}.hidden_sizes": widths[net],
+                f"network.{net}.activation": "relu",
+                f"network.{net}.momentum": policy["batch_norm_momentum"],
+                f"network.{net}.eps": policy["batch_norm_eps"],
+                f"network.{net}.warmup_steps": policy["renorm_warmup_steps"],
+                f"network.{net}.r_max": CROSSQ_R_MAX,
+                f"network.{net}.d_max": CROSSQ_D_MAX,
+            }
+        )
     expected["network.actor.gsde"] = hp["use_sde"]
     if hp["use_sde"]:
-        expected.update({"network.actor.gsde_log_std_init": policy["log_std_init"],
-                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+        expected.update(
+            {
+                "network.actor.gsde_log_std_init": policy["log_std_init"],
+                "network.actor.gsde_clip_mean": 2.0,
+                "algo.gsde_resample_every": hp["sde_sample_freq"],
+            }
+        )
     return expected
 
 
@@ -266,12 +461,21 @@ def tqc_expected(common: dict, hp: dict) -> dict:
     ent = hp["ent_coef"]
     learned = isinstance(ent, str)
     alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
-    expected = {**common, "algo.ensemble_size": policy["n_critics"], "algo.num_quantiles": policy["n_quantiles"],
-                "algo.top_quantiles_to_drop_per_critic": hp["top_quantiles_to_drop_per_net"], "algo.kappa": 1.0,
-                "algo.policy_delay": 1, "algo.learn_alpha": learned, "algo.initial_alpha": alpha,
-                "algo.target_entropy": hp["target_entropy"], "algo.max_grad_norm": None,
-                "network.critic._target_": "rl_hydra.networks.actor_critic.QuantileCriticEnsemble",
-                "network.critic.dropout": 0.0, "network.critic.layer_norm": False}
+    expected = {
+        **common,
+        "algo.ensemble_size": policy["n_critics"],
+        "algo.num_quantiles": policy["n_quantiles"],
+        "algo.top_quantiles_to_drop_per_critic": hp["top_quantiles_to_drop_per_net"],
+        "algo.kappa": 1.0,
+        "algo.policy_delay": 1,
+        "algo.learn_alpha": learned,
+        "algo.initial_alpha": alpha,
+        "algo.target_entropy": hp["target_entropy"],
+        "algo.max_grad_norm": None,
+        "network.critic._target_": "rl_hydra.networks.actor_critic.QuantileCriticEnsemble",
+        "network.critic.dropout": 0.0,
+        "network.critic.layer_norm": False,
+    }
     for name in ("actor", "critic", "alpha"):
         optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
         if final != 1.0:
@@ -281,8 +485,13 @@ def tqc_expected(common: dict, hp: dict) -> dict:
         expected.update({f"network.{net}.hidden_sizes": policy["net_arch"], f"network.{net}.activation": "relu"})
     expected["network.actor.gsde"] = hp["use_sde"]
     if hp["use_sde"]:
-        expected.update({"network.actor.gsde_log_std_init": policy["log_std_init"],
-                         "network.actor.gsde_clip_mean": 2.0, "algo.gsde_resample_every": hp["sde_sample_freq"]})
+        expected.update(
+            {
+                "network.actor.gsde_log_std_init": policy["log_std_init"],
+                "network.actor.gsde_clip_mean": 2.0,
+                "algo.gsde_resample_every": hp["sde_sample_freq"],
+            }
+        )
     return expected
 
 
@@ -292,25 +501,33 @@ def td3_expected(common: dict, hp: dict) -> dict:
     if policy["n_critics"] != 2:
         raise ValueError("TD3: only n_critics=2 (clipped double Q) has a counterpart here")
     kind = NOISE_KINDS[hp.get("noise_type", "normal")]
-    expected = {**common, "algo.policy_delay": hp["policy_delay"],
-                "algo.target_policy_noise": hp["target_policy_noise"],
-                "algo.target_noise_clip": hp["target_noise_clip"], "algo.max_grad_norm": None,
-                "algo.action_noise.kind": kind, "algo.action_noise.std": hp.get("noise_std", 0.1),
-                "network.actor._target_": "rl_hydra.networks.actor_critic.DeterministicActor",
-                "network.critic.dropout": 0.0, "network.critic.layer_norm": False}
+    expected = {
+        **common,
+        "algo.policy_delay": hp["policy_delay"],
+        "algo.target_policy_noise": hp["target_policy_noise"],
+        "algo.target_noise_clip": hp["target_noise_clip"],
+        "algo.max_grad_norm": None,
+        "algo.action_noise.kind": kind,
+        "algo.action_noise.std": hp.get("noise_std", 0.1),
+        "network.actor._target_": "rl_hydra.networks.actor_critic.DeterministicActor",
+        "network.critic.dropout": 0.0,
+        "network.critic.layer_norm": False,
+    }
     if kind == "ornstein_uhlenbeck":
         expected.update({"algo.action_noise.theta": OU_THETA, "algo.action_noise.dt": OU_DT})
     for name in ("actor", "critic"):
         optimizer, final = adam(f"algo.{name}_optimizer", hp["learning_rate"], ADAM["eps"])
         if final != 1.0:
             raise ValueError("TD3: a decaying learning rate has no counterpart here")
-        expected.update({**optimizer, f"network.{name}.hidden_sizes": policy["net_arch"],
-                         f"network.{name}.activation": "relu"})
+        expected.update(
+            {**optimizer, f"network.{name}.hidden_sizes": policy["net_arch"], f"network.{name}.activation": "relu"}
+        )
     return expected
 
 
 def overrides(zoo: Zoo) -> list[str]:
     """train.py overrides that set every expected key (`++`: added where the config lacks it)."""
+
     def value(v) -> str:
         if isinstance(v, bool) or v is None:
             return {True: "true", False: "false", None: "null"}[v]
@@ -351,11 +568,20 @@ def mismatches(cfg, zoo: Zoo) -> list[str]:
     import torch
 
     expected, _ = expected_config(zoo)
-    found = [f"{key} is {our_value(cfg, key)!r} in our config; SB3's run means {value!r}"
-             for key, value in expected.items() if not same(our_value(cfg, key), value)]
-    names = ("optimizer",) if zoo.algo in DQN_FAMILY else (
-        ("actor_optimizer", "critic_optimizer") if zoo.algo == "td3" else ("actor_optimizer", "critic_optimizer",
-                                                                            "alpha_optimizer"))
+    found = [
+        f"{key} is {our_value(cfg, key)!r} in our config; SB3's run means {value!r}"
+        for key, value in expected.items()
+        if not same(our_value(cfg, key), value)
+    ]
+    names = (
+        ("optimizer",)
+        if zoo.algo in DQN_FAMILY
+        else (
+            ("actor_optimizer", "critic_optimizer")
+            if zoo.algo == "td3"
+            else ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
+        )
+    )
     for name in names:
         node = cfg.algo[name]
         if not isinstance(hydra.utils.instantiate(node)([torch.nn.Parameter(torch.zeros(1))]), torch.optim.Adam):
@@ -370,8 +596,14 @@ def sb3_spec(zoo: Zoo, env_id: str, steps: int) -> dict:
     if zoo.algo in DQN_FAMILY:
         hp.update(tau=1.0, exploration_initial_eps=1.0)
     noise = {key: hp.pop(key) for key in NOISE_KEYS if key in hp}
-    spec = {"algo": zoo.algo, "policy": "MlpPolicy", "env": {"gym": env_id}, "kwargs": hp,
-            "policy_kwargs": policy_kwargs, "steps": steps}
-    if noise:   # the Zoo's action noise, which sb3_peer.py builds for the env's action size
+    spec = {
+        "algo": zoo.algo,
+        "policy": "MlpPolicy",
+        "env": {"gym": env_id},
+        "kwargs": hp,
+        "policy_kwargs": policy_kwargs,
+        "steps": steps,
+    }
+    if noise:  # the Zoo's action noise, which sb3_peer.py builds for the env's action size
         spec["action_noise"] = {"kind": noise.get("noise_type", "normal"), "std": noise.get("noise_std", 0.1)}
     return spec
