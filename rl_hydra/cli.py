@@ -113,7 +113,7 @@ def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
 
 class HydraFlags(argparse.ArgumentParser):
     """Hydra 1.3's command-line flags, read here before Hydra runs (hydra.main reads them again):
-    the names, choices and defaults of Hydra's own parser, which tests/test_command_line.py
+    the names, choices and defaults of Hydra's own parser, which tests/cli/test_command_line.py
     compares flag by flag. A flag it refuses is one ConfigError line, not argparse's usage."""
 
     def __init__(self) -> None:

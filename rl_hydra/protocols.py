@@ -3,7 +3,7 @@
 The loops (rl_hydra/loops/) own the env, the buffer, when to update, evaluation, logging and
 checkpoints; an agent owns its networks, optimizers and math. This page is everything the
 loops, the Runner and the run tools read from either side, so an algorithm's author reads
-it instead of the loop code. `tests/test_protocols.py` checks every shipped agent and buffer
+it instead of the loop code. `tests/config/test_protocols.py` checks every shipped agent and buffer
 against it. How to add one: docs/extending.md.
 """
 

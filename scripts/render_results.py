@@ -7,7 +7,7 @@ A record is results/<name>.json, or results/tried/<name>.json for one that was n
 fields: results/README.md). A docs page marks where one goes, between `<!-- results:SPEC -->` and
 `<!-- /results:SPEC -->` (the kinds of SPEC: rl_hydra/runs/results.py). A block whose record does
 not exist yet is left as it is. The tables come only from the records: a doc that disagrees with
-its data fails tests/test_results.py.
+its data fails tests/runs/test_results.py.
 """
 
 from __future__ import annotations

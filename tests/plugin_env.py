@@ -1,5 +1,5 @@
 """A third-party env package in miniature: importing it registers `PluginCorridor-v0`, the way a
-plugin's env is reached with gymnasium's `module:EnvId` form (tests/test_env_groups.py)."""
+plugin's env is reached with gymnasium's `module:EnvId` form (tests/envs/test_env_groups.py)."""
 
 import gymnasium as gym
 import numpy as np

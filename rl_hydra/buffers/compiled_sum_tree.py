@@ -5,7 +5,7 @@ overhead, about 45 calls of a microsecond for a draw and a priority update. Here
 compiled call over the same arrays, doing the same arithmetic in the same order: built with the
 same layout, both trees hold the same sums and draw the same rows bit for bit; the weights and
 priorities, powers, may differ in the last bit (numpy takes x ** 0.5 as a square root).
-tests/test_prioritized.py checks both. By default the compiled tree is narrower at the top (a root
+tests/buffers/test_prioritized.py checks both. By default the compiled tree is narrower at the top (a root
 of at most 128 children, then groups of 32; the numpy tree's root has up to 4096): a compiled
 loop pays per node visited, not per call, and the root's cumulative sum is redone after every
 update. Above 4096 leaves the two defaults therefore add the same leaves in a different order,

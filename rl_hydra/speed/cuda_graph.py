@@ -173,7 +173,7 @@ def graphed_step(agent: Any) -> GraphedStep:
 
 def probe() -> None:
     """Raises unless the CUDA graph API the replay uses is here; what only a CUDA build has is
-    checked where CUDA is (tests/test_cuda.py compares the replay with the plain step there)."""
+    checked where CUDA is (tests/speed/test_cuda.py compares the replay with the plain step there)."""
     for name in ("capture_begin", "capture_end", "replay"):
         getattr(torch.cuda.CUDAGraph, name)
     torch.cuda.graph  # noqa: B018 (its presence is what is checked)

@@ -35,7 +35,7 @@ class LeanAdam(torch.optim.Adam):
     In the common case, one param group of same-device, same-dtype dense tensors that all have
     gradients, plain Adam options and no step hooks, this step creates the state as torch does
     and makes the very calls torch's fused path makes, so parameters and state come out identical
-    (tests/test_lean_paths.py). The state_dict is torch's (checkpoints load into either class);
+    (tests/speed/test_lean_paths.py). The state_dict is torch's (checkpoints load into either class);
     every other case goes through torch's own step. `allocate_moments(tensors)` gives zeros like
     each tensor (rl_hydra.speed passes its huge-page allocator); by default, torch.zeros_like.
     """
@@ -156,7 +156,7 @@ def probe() -> None:
 
     The reference is Adam's update written out in float64 (Kingma & Ba 2015, with L2 weight decay
     as torch adds it), not torch's own step, whose first call would import torch._dynamo
-    (seconds); tests/test_lean_paths.py checks the step against torch's bit for bit."""
+    (seconds); tests/speed/test_lean_paths.py checks the step against torch's bit for bit."""
     if FUSED_ADAM is None:
         raise AttributeError(f"torch {torch.__version__} has no torch._fused_adam_")
     for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"):

@@ -10,7 +10,7 @@ u's sign:
     and  d loss_b / d quantile_i = -sum_j g_ij / (kappa N').
 
 It uses public torch API only; it is a fast path because it is a second derivation of the same
-numbers, equal to losses.py's formula up to float rounding (tests/test_distributional.py checks
+numbers, equal to losses.py's formula up to float rounding (tests/algos/test_distributional.py checks
 values and gradients), and `fast_paths=false` runs the formula.
 """
 

@@ -3,7 +3,7 @@
 gymnasium's SyncVectorEnv.step iterates, concatenates and deep-copies through its space
 utilities, which cost more than a CartPole step itself. For Box observations this step writes
 each env's results straight into the vector env's own buffers and returns what
-SyncVectorEnv.step returns (SAME_STEP autoreset): tests/test_lean_paths.py checks every field.
+SyncVectorEnv.step returns (SAME_STEP autoreset): tests/speed/test_lean_paths.py checks every field.
 It rests on SyncVectorEnv's private step buffers, which `probe` checks at start-up.
 """
 

@@ -4,7 +4,7 @@ epsilon 1 -> 0.1 over the first 100k steps, 5k random warm-up steps, lr 1e-4, ga
 loss, on MinAtar's network (16 3x3 filters, 128 units). Gradient norm clipped at 10 for DQN (SB3's
 default), not for QR-DQN, IQN and Rainbow; Adam eps 1e-8 for DQN, 0.01 / batch for the others (the
 papers' and sb3-contrib's). The presets `conf/algo_env/<algo>_minatar.yaml` hold the same values
-(tests/test_env_groups.py). IQN and Rainbow have no SB3 counterpart.
+(tests/envs/test_env_groups.py). IQN and Rainbow have no SB3 counterpart.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ ZOO = {
     "td3_half_cheetah": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml HalfCheetah"),
 }
 
-# SB3 2.9.2's defaults for what the Zoo leaves out (tests/test_suite_sb3.py checks them against the
+# SB3 2.9.2's defaults for what the Zoo leaves out (tests/cli/test_suite_sb3.py checks them against the
 # installed classes); SB3's Adam has torch's defaults, sb3-contrib's QR-DQN eps 0.01 / batch
 SB3_DEFAULTS = {
     "dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=10),
@@ -228,14 +228,14 @@ SB3_DEFAULTS = {
         target_noise_clip=0.5,
     ),
 }
-# their policies' defaults (TQCPolicy, TD3Policy keywords; tests/test_suite_sb3.py checks them against the installed)
+# their policies' defaults (TQCPolicy, TD3Policy keywords; tests/cli/test_suite_sb3.py checks them against the installed)
 TQC_POLICY = dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=-3)
 TD3_POLICY = dict(net_arch=[400, 300], n_critics=2)
 # the Zoo's noise_type in our algo.action_noise.kind; SB3's Ornstein-Uhlenbeck noise's theta and dt
 NOISE_KINDS = {"normal": "gaussian", "ornstein-uhlenbeck": "ornstein_uhlenbeck"}
 OU_THETA, OU_DT = 0.15, 0.01
 # sb3-contrib 2.9.2's CrossQ policy defaults (keywords of CrossQPolicy; Adam's betas are its optimizer_kwargs,
-# r_max 3 and d_max 5 are fixed in its BatchRenorm); tests/test_crossq.py checks them against the installed ones
+# r_max 3 and d_max 5 are fixed in its BatchRenorm); tests/algos/test_crossq.py checks them against the installed ones
 CROSSQ_POLICY = dict(
     net_arch={"pi": [256, 256], "qf": [1024, 1024]},
     batch_norm_momentum=0.01,

@@ -1,8 +1,8 @@
 """The speed layer's seam (rl_hydra/speed): each fast path is probed at start-up, falls back to the
 plain torch/gymnasium path with one log line when the private API it rests on is gone or
 different, and a run on the plain path (`fast_paths=false`) trains to the same numbers.
-The fast paths' own equality with their plain counterparts: tests/test_lean_paths.py,
-tests/test_acting.py, tests/test_host_memory.py, tests/test_distributional.py (the quantile Huber loss)."""
+The fast paths' own equality with their plain counterparts: tests/speed/test_lean_paths.py,
+tests/algos/test_acting.py, tests/buffers/test_host_memory.py, tests/algos/test_distributional.py (the quantile Huber loss)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_fast_paths_is_checked_and_may_change_on_resume():
         validate_run_config(compose_config("fast_paths=maybe"))
 
 
-# --- cuda_graph: which gradient steps may be replayed (the replay itself: tests/test_cuda.py) ----------
+# --- cuda_graph: which gradient steps may be replayed (the replay itself: tests/speed/test_cuda.py) ----------
 def built_agent(*overrides: str):
     return plain_components(compose_config(*overrides, "env=cartpole", "network.hidden_sizes=[16]", *TINY))[0]
 

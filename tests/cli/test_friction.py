@@ -10,7 +10,7 @@ from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs.run_dir import RunDirectory
 from tests.conftest import TINY, compose_config, metric_rows, run_cli
-from tests.test_run_record import RECORD, cli
+from tests.runs.test_run_record import RECORD, cli
 
 
 @pytest.mark.parametrize(

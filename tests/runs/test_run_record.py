@@ -1,6 +1,6 @@
 """A run directory is a record: a refused command changes no byte of it, one process writes to it
 at a time, faults (kill -9, a full disk) lose nothing and say what happened, and every run records its
-provenance (rl-hydra-verify, which re-makes a run from its record: tests/test_verify.py)."""
+provenance (rl-hydra-verify, which re-makes a run from its record: tests/runs/test_verify.py)."""
 
 from __future__ import annotations
 
@@ -474,7 +474,7 @@ def test_a_really_full_disk_stops_the_run_in_one_line_and_a_resume_finishes_it(t
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
-# --- provenance (rl-hydra-verify: tests/test_verify.py) ---------------------------------------
+# --- provenance (rl-hydra-verify: tests/runs/test_verify.py) ---------------------------------------
 def test_every_run_records_its_provenance_and_load_run_shows_it(finished):
     import gymnasium
     import numpy

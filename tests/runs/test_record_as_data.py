@@ -18,7 +18,7 @@ from rl_hydra.cli import main as cli_main
 from rl_hydra.report import main as evaluate_main
 from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock
 from rl_hydra.verify import main as verify_main
-from tests.test_trust import plant
+from tests.runs.test_trust import plant
 
 
 def snapshot(run_dir) -> dict:

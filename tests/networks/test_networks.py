@@ -310,9 +310,9 @@ def test_bad_values_are_one_line_config_errors(name):
 
 
 def test_linear_networks_build_and_the_atoms_are_checked():
-    # dueling without a hidden layer (one linear map per stream): tests/test_dueling_heads.py
+    # dueling without a hidden layer (one linear map per stream): tests/networks/test_dueling_heads.py
     QNetwork(OBS_DIM, A, [], noisy=True)  # a linear noisy network is fine
-    CategoricalNetwork(OBS_DIM, A, 2, [])  # (algo.num_atoms >= 2 is the schema's: tests/test_c51.py)
+    CategoricalNetwork(OBS_DIM, A, 2, [])  # (algo.num_atoms >= 2 is the schema's: tests/algos/test_c51.py)
 
 
 @pytest.mark.parametrize("name, sizes", [("dqn", (A,)), ("qr_dqn", (A, N)), ("iqn", (A,)), ("c51", (A, N))])

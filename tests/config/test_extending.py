@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import TINY
-from tests.test_run_record import cli
+from tests.runs.test_run_record import cli
 
 ALGORITHM = '''
 from rl_hydra.algos.dqn import DQN

@@ -385,7 +385,7 @@ def test_a_stopped_and_resumed_toy_text_run_continues_its_very_episodes(tmp_path
     from rl_hydra.runs.run_dir import RunDirectory
     from rl_hydra.training import run
     from tests.conftest import metric_rows, stop_at
-    from tests.test_resume import FAST, assert_same
+    from tests.runs.test_resume import FAST, assert_same
 
     cfg = compose_config(*FAST, *args, "train.total_steps=400")
     uninterrupted = run(cfg, tmp_path / "a")

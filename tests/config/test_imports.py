@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "rl_hydra"
+PACKAGE = Path(__file__).resolve().parents[2] / "rl_hydra"
 
 # bottom to top; a module belongs to the first entry that is its name or a package above it
 LAYERS = [
@@ -40,7 +40,7 @@ def layer_of(module: str) -> int:
     for level, names in enumerate(LAYERS):
         if first in names:
             return level
-    raise AssertionError(f"rl_hydra.{first} is in no layer of tests/test_imports.py: add it where it belongs")
+    raise AssertionError(f"rl_hydra.{first} is in no layer of tests/config/test_imports.py: add it where it belongs")
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

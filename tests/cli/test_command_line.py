@@ -15,7 +15,7 @@ from rl_hydra import cli as cli_module
 from rl_hydra.cli import HydraFlags, check_config, command_line
 from rl_hydra.config import ConfigError
 from tests.conftest import CONF_DIR, TINY
-from tests.test_run_record import cli
+from tests.runs.test_run_record import cli
 
 OPTIONS = {
     "algo": ", ".join(sorted(path.stem for path in (CONF_DIR / "algo").glob("*.yaml"))),

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from rl_hydra import cli as cli_module
 from rl_hydra.config import ConfigError
 from tests.conftest import TINY
-from tests.test_run_record import cli
+from tests.runs.test_run_record import cli
 
 
 def test_an_integral_number_in_scientific_notation_is_that_integer_on_the_command_line(tmp_path, monkeypatch, capsys):

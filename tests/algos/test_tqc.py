@@ -25,7 +25,7 @@ from tests.peer_updates import (
     made_up_batches,
     serve,
 )
-from tests.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
+from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
 

@@ -1,6 +1,6 @@
 """distributed=apex's pure parts, without Ray: Ape-X's per-actor epsilon, R2D2's sequence priority,
 the replay shards as plain objects, the config's one-line refusals (nothing left behind), and
-rl-hydra-verify's refusal. Runs on Ray: tests/test_distributed_runs.py (slow)."""
+rl-hydra-verify's refusal. Runs on Ray: tests/distributed/test_distributed_runs.py (slow)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from rl_hydra.loops.runner import StopRequested
 from rl_hydra.runs.names import job_dir_name
 from rl_hydra.training import run
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli, stop_at
-from tests.test_run_record import cli
+from tests.runs.test_run_record import cli
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=10", "algo.gradient_steps=2"]
 CRASHING_ENV = "[{_target_:tests.helpers.RaiseAfter,_partial_:true,steps:120}]"

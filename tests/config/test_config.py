@@ -177,7 +177,7 @@ def test_groups_that_do_not_fit_are_refused_in_one_line_before_anything_is_built
     ],
 )
 def test_groups_that_do_not_fit_are_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
-    from tests.test_run_record import cli
+    from tests.runs.test_run_record import cli
 
     code, out, err = cli(monkeypatch, capsys, *TINY, *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert code == 2 and out == [] and len(err) == 1 and message in err[0], err

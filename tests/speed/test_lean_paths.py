@@ -1,6 +1,6 @@
 """The hot-path shortcuts give the numbers of the plain code they replace: LeanAdam against
 torch.optim.Adam, SameStepVectorEnv against gymnasium's SyncVectorEnv (the numpy acting
-mirror: tests/test_acting.py)."""
+mirror: tests/algos/test_acting.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from rl_hydra.speed.lean_adam import LeanAdam
 from rl_hydra.speed.vector_env import LeanSyncVectorEnv
 from tests.conftest import TINY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_net(seed: int = 0) -> nn.Module:

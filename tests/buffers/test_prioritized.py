@@ -18,8 +18,8 @@ from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, run
 from tests.conftest import TINY, compose_config
-from tests.test_protocols import check_members
-from tests.test_resume import assert_same
+from tests.config.test_protocols import check_members
+from tests.runs.test_resume import assert_same
 
 needs_numba = pytest.mark.skipif(compiled_sum_tree.numba is None, reason='numba is not installed (".[numba]")')
 # the numpy tree, and the compiled one where numba is installed: every tree test runs on both

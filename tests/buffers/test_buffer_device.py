@@ -1,6 +1,6 @@
 """buffer.device=auto|cpu|cuda: where replay lives on a GPU run, refused in one line where it cannot
 live, and batches from host memory handed to the run's device (rl_hydra/buffers/device.py). The
-CUDA runs themselves: tests/test_cuda.py."""
+CUDA runs themselves: tests/speed/test_cuda.py."""
 
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ def test_a_cuda_run_trains_with_its_buffer_on_either_side(tmp_path, where):
 @needs_cuda
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_frame_stacks_live_on_the_gpu_and_give_the_host_buffers_batches_without_a_sync(n_step):
-    from tests.test_frames import fill, pair
+    from tests.buffers.test_frames import fill, pair
 
     host, _ = pair(60, num_envs=2, n_step=n_step)
     gpu, _ = pair(60, num_envs=2, n_step=n_step, device="cuda")

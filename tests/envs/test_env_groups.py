@@ -28,7 +28,7 @@ from rl_hydra.config import (
 from rl_hydra.envs import make
 from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
-from tests.test_run_record import cli
+from tests.runs.test_run_record import cli
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "algo_env").glob("*.yaml"))
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))

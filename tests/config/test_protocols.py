@@ -98,5 +98,5 @@ class RenamedDQN(DQN):
 
 
 def test_summary_names_the_algorithm_by_the_config_choice_not_the_class_label(tmp_path):
-    run = train("algo=dqn", "algo._target_=tests.test_protocols.RenamedDQN", *TINY, run_dir=tmp_path / "run")
+    run = train("algo=dqn", "algo._target_=tests.config.test_protocols.RenamedDQN", *TINY, run_dir=tmp_path / "run")
     assert json.loads((run.path / "summary.json").read_text())["algo"] == "dqn"

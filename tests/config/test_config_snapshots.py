@@ -18,7 +18,7 @@ options) must leave these equal; the failure names each key that moved, vanished
 After a deliberate config change, regenerate the fixtures (stale ones are removed) and review
 their diff:
 
-    python -m tests.test_config_snapshots --regenerate
+    python -m tests.config.test_config_snapshots --regenerate
 
 Fixtures are compared parsed, so key order does not matter. env=cartpole_novel (the old name of
 cartpole_no_velocity) is covered through its presets; test_drqn.py checks it composes the same.
@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF_DIR, compose_config, run_cli
 
-FIXTURES = Path(__file__).resolve().parent / "data" / "composed"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "composed"
 FIXED_ENV = "gym"  # no preset is ever tuned for it: each algorithm's own values
 FIXED_ALGO = "dqn"  # the default algorithm: what `python train.py env=<env>` composes
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
@@ -114,7 +114,7 @@ def regenerate() -> None:
         header = (
             f"# python train.py --cfg job algo={algo} env={env}\n"
             f"# selected for: {why(algo, env)}\n"
-            f"# written by: python -m tests.test_config_snapshots --regenerate (do not edit by hand)\n"
+            f"# written by: python -m tests.config.test_config_snapshots --regenerate (do not edit by hand)\n"
         )
         fixture_path(algo, env).write_text(header + OmegaConf.to_yaml(_composed(algo, env)))
 
@@ -156,7 +156,7 @@ def test_every_selected_pair_has_a_fixture_and_every_fixture_a_pair():
     want = {fixture_path(algo, env).name for algo, env in PAIRS}
     assert have == want, (
         f"missing fixtures: {sorted(want - have)}, stale fixtures: {sorted(have - want)}; "
-        f"run: python -m tests.test_config_snapshots --regenerate"
+        f"run: python -m tests.config.test_config_snapshots --regenerate"
     )
 
 
@@ -164,12 +164,12 @@ def test_every_selected_pair_has_a_fixture_and_every_fixture_a_pair():
 def test_composed_config_equals_the_fixture(algo, env):
     path = fixture_path(algo, env)
     if not path.is_file():
-        pytest.fail(f"no fixture {path}; run: python -m tests.test_config_snapshots --regenerate")
+        pytest.fail(f"no fixture {path}; run: python -m tests.config.test_config_snapshots --regenerate")
     differences = differing_keys(yaml.safe_load(path.read_text()), composed(algo, env))
     assert not differences, (
         f"algo={algo} env={env} composes differently from {path.name}:\n  "
         + "\n  ".join(differences)
-        + "\n(a deliberate change? python -m tests.test_config_snapshots --regenerate)"
+        + "\n(a deliberate change? python -m tests.config.test_config_snapshots --regenerate)"
     )
 
 
@@ -185,6 +185,6 @@ def test_train_py_cfg_job_prints_the_fixture():
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--regenerate"]:
-        sys.exit(f"usage: python -m tests.test_config_snapshots --regenerate\n\n{__doc__}")
+        sys.exit(f"usage: python -m tests.config.test_config_snapshots --regenerate\n\n{__doc__}")
     regenerate()
     print(f"wrote {len(PAIRS)} fixtures to {FIXTURES}")

@@ -102,9 +102,9 @@ class FailingLogger:
 
 
 def test_a_logger_failing_mid_run_warns_once_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("RL_HYDRA_TRUST", "tests.test_loggers.FailingLogger")  # train() loads the run back
+    monkeypatch.setenv("RL_HYDRA_TRUST", "tests.cli.test_loggers.FailingLogger")  # train() loads the run back
     with caplog.at_level(logging.WARNING, logger="rl_hydra"):
-        train(*TINY, "+logger.flaky._target_=tests.test_loggers.FailingLogger", run_dir=tmp_path / "run")
+        train(*TINY, "+logger.flaky._target_=tests.cli.test_loggers.FailingLogger", run_dir=tmp_path / "run")
     warnings = [r.getMessage() for r in caplog.records if "logger=flaky failed" in r.getMessage()]
     assert warnings == [
         "logger=flaky failed (OSError: [Errno 28] No space left on device); the run goes on "
