@@ -27,7 +27,14 @@ from rl_hydra.config import ConfigError
 from rl_hydra.distributed.actor import network_weights
 from rl_hydra.distributed.cluster import Cluster, ClusterFault
 from rl_hydra.distributed.replay import as_tensors
-from rl_hydra.distributed.settings import Settings, actor_epsilons, read_settings, require_ray, sequence_priorities
+from rl_hydra.distributed.settings import (
+    Settings,
+    actor_epsilons,
+    read_settings,
+    replay_ratios,
+    require_ray,
+    sequence_priorities,
+)
 from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
 from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonitor
@@ -104,13 +111,7 @@ class Learner:
         buffer_class = import_class(cfg.buffer._target_, "buffer._target_")
         self.prioritized = self.recurrent or callable(getattr(buffer_class, "update_priorities", None))
         agent = self.agent
-        self.replay_ratio = settings.max_replay_ratio or agent.gradient_steps / agent.train_every
-        if settings.min_replay_ratio is not None and settings.min_replay_ratio > self.replay_ratio:
-            raise ConfigError(
-                f"distributed.min_replay_ratio={settings.min_replay_ratio} is out of range; expected a "
-                f"number <= {self.replay_ratio:g}, the cap on updates per env step "
-                f"(distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)"
-            )
+        self.replay_ratio, self.min_replay_ratio = replay_ratios(settings, agent.train_every, agent.gradient_steps)
         loop = self.loop_settings = run_settings(cfg, agent)  # what the loop's parts are told
         self.schedule = Schedule(loop.total_steps, loop.eval_every, loop.log_every, loop.checkpoint_every)
         self.evaluator = Evaluator(
@@ -169,7 +170,7 @@ class Learner:
         self.record_provenance()
         log.info(
             "distributed=apex: %d actors (epsilon %s), %d replay shard%s, the learner on %s; at most %.3g "
-            "updates per env step",
+            "updates per env step, %s",
             self.settings.actors,
             ", ".join(
                 f"{e:.3g}"
@@ -179,6 +180,7 @@ class Learner:
             "" if self.settings.shards == 1 else "s",
             self.device,
             self.replay_ratio,
+            waiting(self.min_replay_ratio, self.settings.min_replay_ratio),
         )
         if checkpoint is not None:
             log.info("resuming %s at step %d with fresh actors", self.run_dir.path, self.global_step)
@@ -237,7 +239,8 @@ class Learner:
         while not self.done:
             if self.stop_requested:
                 raise StopRequested
-            for report in cluster.finished_rounds(hold=self.behind()):  # min_replay_ratio: actors wait
+            # with a floor, a finished round's actor waits until its steps are counted and the learner is not behind
+            for report in cluster.finished_rounds(hold=self.min_replay_ratio is not None):
                 self.account(report)
                 if self.done:
                     return
@@ -266,7 +269,7 @@ class Learner:
 
     def behind(self) -> bool:
         """Whether the learner has made fewer than `min_replay_ratio` updates per env step (after warm-up)."""
-        floor = self.settings.min_replay_ratio
+        floor = self.min_replay_ratio
         learned_from = self.global_step - self.agent.learning_starts
         return floor is not None and learned_from > 0 and self.agent.updates < floor * learned_from
 
@@ -407,3 +410,10 @@ class Learner:
             return
         record["sessions"][-1]["distributed"] = self.cluster.describe()
         atomic_write_text(self.run_dir.provenance_json, json.dumps(record, indent=2) + "\n")
+
+
+def waiting(floor: float | None, given: float | str | None) -> str:
+    """What the start line says of the actors' waiting for the learner."""
+    if floor is None:
+        return "actors never wait for the learner (distributed.min_replay_ratio=null)"
+    return f"actors wait while the learner is below {floor:.3g} (distributed.min_replay_ratio={given})"

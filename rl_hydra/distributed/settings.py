@@ -34,7 +34,7 @@ class Settings:
     publish_every: int
     send_every: int
     max_replay_ratio: float | None
-    min_replay_ratio: float | None
+    min_replay_ratio: float | str | None  # "auto": the cap, max_replay_ratio or the algo's own (Learner)
     priority_eta: float
     priority_alpha: float
     priority_beta: float
@@ -52,7 +52,7 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
             f"(distributed.actors={actors})"
         )
     ratio, floor = node.max_replay_ratio, node.min_replay_ratio
-    if ratio is not None and floor is not None and floor > ratio:  # the algo's own cap: the learner checks
+    if ratio is not None and floor not in (None, "auto") and floor > ratio:  # the algo's own cap: the learner checks
         raise ConfigError(
             f"distributed.min_replay_ratio={shown(floor)} is out of range; expected at most "
             f"distributed.max_replay_ratio={shown(ratio)}"
@@ -75,6 +75,20 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
         max_restarts=node.max_restarts,
         prefetch=node.prefetch,
     )
+
+
+def replay_ratios(settings: Settings, train_every: int, gradient_steps: int) -> tuple[float, float | None]:
+    """(the cap, the floor) on the learner's updates per env step: the cap is `max_replay_ratio`, else the
+    algo's own gradient_steps / train_every; the floor `min_replay_ratio`, `auto` being the cap itself, so
+    that actors outrunning the learner wait for it and a run learns from each step as one process does."""
+    cap = settings.max_replay_ratio or gradient_steps / train_every
+    floor = cap if settings.min_replay_ratio == "auto" else settings.min_replay_ratio
+    if floor is not None and float(floor) > cap:
+        raise ConfigError(
+            f"distributed.min_replay_ratio={shown(floor)} is out of range; expected a number <= {cap:g}, the cap "
+            f"on updates per env step (distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)"
+        )
+    return cap, None if floor is None else float(floor)
 
 
 def auto_actors(cpus_per_actor: float, cpu_count: int | None = None) -> int:

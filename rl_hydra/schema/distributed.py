@@ -48,11 +48,13 @@ class ApexKeys(OneProcessKeys):
     max_replay_ratio: float | None = key(
         help="updates per env step at most (null: the algo's own)", minimum=0.0, above=True, nullable=True
     )
-    min_replay_ratio: float | None = key(
-        help="actors wait while the learner is below this (null: never), at most max_replay_ratio",
+    min_replay_ratio: Any = key(
+        help="actors wait while the learner is below this; auto: the cap (max_replay_ratio, else the algo's own); "
+        "null: never",
         minimum=0.0,
         above=True,
         nullable=True,
+        also=("auto",),
     )
     priority_alpha: float = key(help="sequences are drawn with probability priority^alpha", minimum=0.0)
     priority_eta: float = key(

@@ -68,7 +68,7 @@ def test_settings_read_and_auto_actors():
         ),
         ("address", "ray://head", "distributed.address='ray://head' is not allowed"),
         ("max_replay_ratio", -1, "distributed.max_replay_ratio=-1.0 is out of range"),
-        ("min_replay_ratio", 0, "distributed.min_replay_ratio=0.0 is out of range"),
+        ("min_replay_ratio", 0, "distributed.min_replay_ratio=0 is out of range"),
         ("epsilon_base", 1.5, "distributed.epsilon_base=1.5 is out of range"),
         ("cpus_per_actor", 0, "distributed.cpus_per_actor=0.0 is out of range"),
         ("max_restarts", 1001, "distributed.max_restarts=1001 is out of range"),
@@ -434,3 +434,24 @@ def test_starting_ray_is_said_at_once_before_it_starts(monkeypatch, capsys, addr
     settings = dataclasses.replace(read_settings(cfg.distributed), address=address)
     Cluster(StartingRay, settings, cfg, recurrent=False, prioritized=False).connect()
     assert said_before == [f"distributed=apex: starting {where} (minutes, the first time on a small machine)\n"]
+
+
+def test_by_default_actors_wait_for_a_learner_below_the_algos_own_ratio(tmp_path, monkeypatch):
+    """A small machine's actors outrun its learner: by default they wait for it (min_replay_ratio=auto,
+    the cap: DQN's preset 128 / 256), so the run learns from each env step as one process does."""
+    from rl_hydra.distributed import learner as learner_module
+    from rl_hydra.runs.run_dir import RunDirectory
+
+    monkeypatch.setattr(learner_module, "require_ray", lambda: InProcessRay)
+    cfg = compose_config("algo=dqn", "env=cartpole", "distributed=apex", "distributed.actors=1", *TINY)
+    learner = learner_module.Learner(
+        cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"), read_settings(cfg.distributed)
+    )
+    assert learner.replay_ratio == learner.min_replay_ratio == 0.5
+    learner.schedule.step = learner.agent.learning_starts + 100
+    assert learner.behind()  # no update yet for 100 steps past warm-up: its actors wait
+    assert learner_module.waiting(0.5, "auto") == (
+        "actors wait while the learner is below 0.5 (distributed.min_replay_ratio=auto)"
+    )
+    unbound = compose_config("distributed=apex", "distributed.min_replay_ratio=null").distributed
+    assert read_settings(unbound, cpu_count=2).min_replay_ratio is None
