@@ -153,8 +153,8 @@ def check_record(directory: RunDirectory) -> None:
     provenance.json, summary.json, .hydra's overrides and choices, metrics.csv, the checkpoints
     (one RunError line otherwise, and nothing is written)."""
     from rl_hydra.runs.metrics import Differs, read_metrics
+    from rl_hydra.runs.provenance import read_sessions
     from rl_hydra.runs.trust import read_choices, read_overrides
-    from rl_hydra.verify.record import read_sessions
 
     read_sessions(directory)
     summary = directory.read_summary() or {}

@@ -166,3 +166,23 @@ def short_tags(directory: RunDirectory) -> list[str]:
     code = f"commit:{code_version(record)}" if record.get("git_commit") else None
     versions = [f"{key}:{record[key]}" for key in ("rl_hydra", "torch", "gymnasium") if record.get(key)]
     return [tag for tag in (code, *versions) if tag]
+
+
+def read_sessions(directory: RunDirectory) -> list[dict[str, Any]]:
+    """provenance.json's sessions ([] for a run made before it existed)."""
+    path = directory.provenance_json
+    if not path.is_file():
+        return []
+    sessions = read_json_object(path).get("sessions")
+    if not isinstance(sessions, list) or not sessions or not all(isinstance(s, dict) for s in sessions):
+        raise RunError(f"{path} has no list of sessions: not the provenance a run writes")
+    for number, session in enumerate(sessions, start=1):
+        start, changes = session.get("start_step"), session.get("config_changes") or {}
+        if type(start) is not int or start < 0:
+            raise RunError(f"{path}: session {number} has start_step={start!r}, not a number of env steps")
+        plain = [key for key in CODE_KEYS if not isinstance(session.get(key), (str, bool, int, type(None)))]
+        if plain:
+            raise RunError(f"{path}: session {number} has {plain[0]}={session[plain[0]]!r}, not a name or version")
+        if not isinstance(changes, dict) or not all(isinstance(c, list) and len(c) == 2 for c in changes.values()):
+            raise RunError(f"{path}: session {number} has config_changes that are not {{key: [old, new]}}")
+    return sessions

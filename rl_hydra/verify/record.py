@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.resume import RESUMABLE
 from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
-from rl_hydra.runs.provenance import CODE_KEYS
+from rl_hydra.runs.provenance import read_sessions  # noqa: F401 - verify's names
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
@@ -28,26 +28,6 @@ class Segment:
 
     start: int
     cfg: DictConfig
-
-
-def read_sessions(directory: RunDirectory) -> list[dict[str, Any]]:
-    """provenance.json's sessions ([] for a run made before it existed)."""
-    path = directory.provenance_json
-    if not path.is_file():
-        return []
-    sessions = read_json_object(path).get("sessions")
-    if not isinstance(sessions, list) or not sessions or not all(isinstance(s, dict) for s in sessions):
-        raise RunError(f"{path} has no list of sessions: not the provenance a run writes")
-    for number, session in enumerate(sessions, start=1):
-        start, changes = session.get("start_step"), session.get("config_changes") or {}
-        if type(start) is not int or start < 0:
-            raise RunError(f"{path}: session {number} has start_step={start!r}, not a number of env steps")
-        plain = [key for key in CODE_KEYS if not isinstance(session.get(key), (str, bool, int, type(None)))]
-        if plain:
-            raise RunError(f"{path}: session {number} has {plain[0]}={session[plain[0]]!r}, not a name or version")
-        if not isinstance(changes, dict) or not all(isinstance(c, list) and len(c) == 2 for c in changes.values()):
-            raise RunError(f"{path}: session {number} has config_changes that are not {{key: [old, new]}}")
-    return sessions
 
 
 def resumable(key: str) -> bool:
