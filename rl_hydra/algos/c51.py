@@ -19,7 +19,6 @@ from torch import nn
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import gather_actions
-from rl_hydra.config import ConfigError
 from rl_hydra.losses import weighted_mean
 from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
 
@@ -60,12 +59,7 @@ class C51(DQN):
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
     def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):
-        self.num_atoms = num_atoms
-        if v_max <= v_min:
-            raise ConfigError(
-                f"algo.v_max={v_max} must be greater than algo.v_min={v_min} "
-                "(the atoms span [v_min, v_max]; set them to the env's range of returns)"
-            )
+        self.num_atoms = num_atoms  # v_min < v_max: rl_hydra/schema/algos.py's rule
         super().__init__(*args, **kwargs)
         self.support = torch.linspace(v_min, v_max, self.num_atoms, device=self.device)  # (N,)
 

@@ -26,7 +26,6 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column_name, human_bytes
-from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.protocols import SequenceBatch
 from rl_hydra.runs.rng import restore_generator
@@ -51,11 +50,6 @@ class SequenceBuffer:
     ):
         self.capacity = capacity
         self.sequence_length = length = sequence_length
-        if stride > length:
-            raise ConfigError(
-                f"buffer.stride={stride} is out of range; expected an integer >= 1 and "
-                f"<= buffer.sequence_length={length} (chunks may overlap, not leave gaps)"
-            )
         self.stride = stride
         self.device = torch.device(device)
         self.num_envs = num_envs

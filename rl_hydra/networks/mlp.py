@@ -68,15 +68,9 @@ def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes
 def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True) -> Callable[[int, int], nn.Module]:
     """What builds a network's Linear layers: nn.Linear (without its bias where `bias` is false),
     or NoisyLinear with sigma0 = `noisy_sigma0`."""
-    sigma0 = noisy_sigma0
-    if not bias:
-        if noisy:
-            raise ConfigError(
-                "network.bias=false is not supported with network.noisy=true (noisy layers keep "
-                "their noisy bias); set one of them back"
-            )
-        return functools.partial(nn.Linear, bias=False)
-    return functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
+    if noisy:  # always with its noisy bias (the schema refuses bias=false beside noisy=true)
+        return functools.partial(NoisyLinear, sigma0=noisy_sigma0)
+    return nn.Linear if bias else functools.partial(nn.Linear, bias=False)
 
 
 def action_value_mlp(

@@ -9,7 +9,6 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import PerActionNetwork, action_value_mlp, activation_class, encode, linear_layer, mlp
 
@@ -66,11 +65,6 @@ class ImplicitQuantileNetwork(nn.Module):
     ):
         super().__init__()
         self.embedding_dim = embedding_dim
-        if len(hidden_sizes) < 1:
-            raise ConfigError(
-                f"network.hidden_sizes={list(hidden_sizes)!r} is empty; IQN needs at least one "
-                f"layer for the state features psi(s), e.g. [256]"
-            )
         feature_dim = hidden_sizes[-1]
         linear = linear_layer(noisy, noisy_sigma0)
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors

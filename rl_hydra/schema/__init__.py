@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
-from rl_hydra.schema.keys import ConfigError, Range, check, fields, not_a_list, schema_of, validate
+from rl_hydra.schema.keys import ConfigError, Range, check, check_rules, fields, not_a_list, schema_of, validate
 
 __all__ = ["ConfigError", "Range", "check", "describe", "integer_key", "register_schemas", "validate_config"]
 
@@ -123,6 +123,8 @@ def walk(node: DictConfig, schema: type | None, prefix: str) -> None:
             or (schema_by_name(name, child) if not prefix else None)
         )
         walk(child, sub, f"{prefix}{name}.")
+    if schema is not None:  # across keys, once each key is in its own range
+        check_rules(node, schema, prefix)
 
 
 def schema_by_name(group: str, node: DictConfig) -> type | None:

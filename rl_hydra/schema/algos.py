@@ -4,7 +4,7 @@ family's shared keys in a base. `targets` names the classes a schema declares th
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import key
+from rl_hydra.schema.keys import Rule, key
 
 TD_LOSSES = ("huber", "mse")
 
@@ -89,6 +89,9 @@ class IQNKeys(DQNFamilyKeys):
 @dataclass
 class C51Keys(DQNFamilyKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.c51.C51",)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(("v_max", "v_min"), lambda high, low: high > low, "v_max > v_min (the atoms span the returns between)"),
+    )
     num_atoms: int = key(help="N atoms of the support", integer=True, minimum=2)
     v_min: float = key(help="the support's lower end", number=True)
     v_max: float = key(help="the support's upper end (> v_min)", number=True)
@@ -117,7 +120,7 @@ class EntropyKeys(ScheduleKeys):
         help="the entropy alpha is tuned toward: auto (-action_dim) or a number", number=True, also=("auto",)
     )
     gsde_resample_every: int = key(
-        help="env steps between new gSDE matrices; -1: after each training phase", integer=True, minimum=-1
+        help="env steps between new gSDE matrices; -1: after each training phase", integer=True, minimum=1, also=(-1,)
     )
     actor_optimizer: Any = optimizer("the actor's optimizer")
     critic_optimizer: Any = optimizer("the critics' optimizer")
@@ -129,6 +132,9 @@ class REDQKeys(EntropyKeys):
     """conf/algo/base/redq.yaml: REDQ, SAC (N = M = 2, G = 1, the actor on the min) and DroQ."""
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(("subset_size", "ensemble_size"), lambda m, n: m <= n, "subset_size <= ensemble_size"),
+    )
     subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True, minimum=1)
     tau: float = target_rate()
     actor_q: str = key(
@@ -139,6 +145,13 @@ class REDQKeys(EntropyKeys):
 @dataclass
 class TQCKeys(EntropyKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.tqc.TQC",)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("top_quantiles_to_drop_per_critic", "num_quantiles"),
+            lambda d, m: d < m,
+            "top_quantiles_to_drop_per_critic < num_quantiles (each critic keeps an atom)",
+        ),
+    )
     num_quantiles: int = key(help="M quantiles per critic", integer=True, minimum=1)
     top_quantiles_to_drop_per_critic: int = key(
         help="d: the target keeps the N * (M - d) smallest pooled atoms", integer=True, minimum=0

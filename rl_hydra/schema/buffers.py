@@ -4,7 +4,7 @@ node (algo.gamma, algo.n_step): the run hands them to a transition buffer (rl_hy
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import key
+from rl_hydra.schema.keys import Rule, key
 
 BUFFER_DEVICES = ("auto", "cpu", "cuda")
 SUM_TREES = ("auto", "numba", "numpy")
@@ -45,6 +45,13 @@ class PrioritizedKeys(BufferKeys):
 @dataclass
 class SequenceKeys(BufferKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.sequence.SequenceBuffer",)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("stride", "sequence_length"),
+            lambda stride, length: stride <= length,
+            "stride <= sequence_length (chunks may overlap, not leave gaps)",
+        ),
+    )
     sequence_length: int = key(help="steps per stored chunk", integer=True, minimum=1)
-    stride: int = key(help="a new chunk every `stride` steps (<= sequence_length)", integer=True, minimum=1)
+    stride: int = key(help="a new chunk every `stride` steps", integer=True, minimum=1)
     share_frames: Any = key(help="frame stacks kept as one frame per step", choices=SHARE_FRAMES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,43 @@ class Range:
         too_low = self.minimum is not None and (value <= self.minimum if self.above else value < self.minimum)
         too_high = self.maximum is not None and (value >= self.maximum if self.below else value > self.maximum)
         return "is out of range" if too_low or too_high else None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule across keys, declared on the schema of the node that holds them all (`rules`, a ClassVar):
+    `holds(*values)` of `keys` (dotted below the node: `algo.burn_in`), `allowed` says it in words.
+    The launch checks it once (`check_rules`); a node lacking one of the keys is left alone."""
+
+    keys: tuple[str, ...]
+    holds: Callable[..., bool]
+    allowed: str
+
+
+ABSENT = object()
+
+
+def rules_of(schema: type) -> list[Rule]:
+    """The rules a schema declares, its parents' included."""
+    found: list[Rule] = []
+    for klass in reversed(schema.__mro__):
+        found += [rule for rule in klass.__dict__.get("rules", ()) if rule not in found]
+    return found
+
+
+def check_rules(node: DictConfig, schema: type, prefix: str) -> None:
+    """Raise ConfigError for a rule `node` breaks, one line naming its first key as out of range, what
+    is allowed, and the other keys' values."""
+    for rule in rules_of(schema):
+        values = [OmegaConf.select(node, name, default=ABSENT) for name in rule.keys]
+        if any(value is ABSENT for value in values):  # absent or ??? (select gives the default for both)
+            continue
+        if not rule.holds(*values):
+            others = " and ".join(f"{prefix}{name}={shown(value)}" for name, value in zip(rule.keys[1:], values[1:]))
+            raise ConfigError(
+                f"{prefix}{rule.keys[0]}={shown(values[0])} is out of range; expected {rule.allowed}"
+                + (f", here {others}" if others else "")
+            )
 
 
 def _word(choice: Any) -> str:

@@ -4,7 +4,7 @@ the observation and action spaces, so no size that the env decides is here."""
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import key
+from rl_hydra.schema.keys import Rule, key
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "silu")
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
@@ -43,6 +43,9 @@ class HeadKeys(NetworkKeys):
 @dataclass
 class QNetworkKeys(HeadKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.mlp.QNetwork",)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(("bias", "noisy"), lambda bias, noisy: bias or not noisy, "bias=true with noisy=true (a noisy bias)"),
+    )
     bias: bool = key(help="false: Linear layers without a bias", choices=BOOL)
 
 
@@ -57,8 +60,11 @@ class QuantileNetworkKeys(HeadKeys):
 @dataclass
 class ImplicitQuantileNetworkKeys(NetworkKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.quantile.ImplicitQuantileNetwork",)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(("hidden_sizes",), lambda sizes: len(sizes) >= 1, "at least one width, for the state features psi(s)"),
+    )
     embedding_dim: int = key(help="cosine basis size", integer=True, minimum=1)
-    hidden_sizes: list[int] = sizes("psi(s)'s widths (at least one)")
+    hidden_sizes: list[int] = sizes("psi(s)'s widths")
     head_hidden_sizes: list[int] = sizes("the head's widths, after the product")
     dueling: bool = key(help="V and A streams in the head", choices=BOOL)
     noisy: bool = key(help="every Linear of psi and the head a NoisyLinear", choices=BOOL)

@@ -1,9 +1,9 @@
 """The run-level keys of conf/train.yaml: the seed, the device, process settings and the budget."""
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import key
+from rl_hydra.schema.keys import Rule, key
 
 LARGEST_SEED = 2**32 - 1  # numpy's global seed
 LARGEST_EPISODES = 1000  # an evaluation steps its episodes side by side, one env each
@@ -33,7 +33,16 @@ class CheckpointKeys:
 
 @dataclass
 class RunKeys:
-    """conf/train.yaml. The groups' nodes have schemas of their own (rl_hydra/schema/)."""
+    """conf/train.yaml. The groups' nodes have schemas of their own (rl_hydra/schema/); the rules
+    here span groups."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("algo.burn_in", "buffer.sequence_length", "buffer.stride"),
+            lambda burn_in, length, stride: burn_in <= length - stride,
+            "algo.burn_in <= buffer.sequence_length - buffer.stride (a step only ever burnt in is never learned)",
+        ),
+    )
 
     algo: Any = None
     env: Any = None

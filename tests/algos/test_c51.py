@@ -131,15 +131,8 @@ def test_importance_weights_scale_each_samples_share_of_the_loss():
 
 
 def test_bad_support_is_refused():
-    with pytest.raises(ConfigError, match="algo.v_max=-20.0 must be greater than algo.v_min"):  # across keys: C51's
-        C51(
-            OBS_SPACE,
-            ACTION_SPACE,
-            functools.partial(CategoricalNetwork, hidden_sizes=[8]),
-            ADAM,
-            total_steps=10,
-            **algo_keys("c51", v_max=-20.0),
-        )
+    with pytest.raises(ConfigError, match=r"algo.v_max=-20.0 is out of range; expected v_max > v_min .*algo.v_min=0.0"):
+        validate_run_config(compose_config("algo=c51", "algo.v_max=-20"))  # a rule across keys: the schema's
     with pytest.raises(ConfigError, match="algo.num_atoms=1 is out of range; expected an integer >= 2"):  # the schema's
         validate_run_config(compose_config("algo=c51", "algo.num_atoms=1"))
 
