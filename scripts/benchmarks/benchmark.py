@@ -1,9 +1,10 @@
-"""Ours against a peer (Stable-Baselines3 / sb3-contrib) on the same hyperparameters: one runner for
-every comparison.
+"""Ours against a peer (Stable-Baselines3 / sb3-contrib, or SBX with --peer sbx) on the same
+hyperparameters: one runner for every comparison.
 
     python scripts/benchmarks/benchmark.py cartpole --seeds 4             # DQN, QR-DQN: Zoo, one update per step, solve
     python scripts/benchmarks/benchmark.py suite discrete_zoo --seeds 3   # a suite's rows against their Zoo entries
     python scripts/benchmarks/benchmark.py suite continuous --algos tqc td3 --rows tqc_pendulum td3_pendulum
+    python scripts/benchmarks/benchmark.py suite continuous --peer sbx --rows sac_pendulum droq_pendulum redq_pendulum
     python scripts/benchmarks/benchmark.py suite continuous --rows tqc_hopper crossq_hopper --device cuda \
         --seeds 1 --steps 14001 --window 12000 14000   # steps/s on a GPU, after both sides' warm-up
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
@@ -26,6 +27,10 @@ finished run is kept as JSON under --out and skipped when the command runs again
 share one --out may run at once on different rows or --only-seeds (a core each), and --table-only
 then makes the whole record from what they left. Before anything runs, each case's composed config
 is checked against its SB3 hyperparameters key by key (scripts/benchmarks/zoo.py).
+
+--peer sbx sets SBX (JAX, CPU) beside ours where zoo.SBX has the row: each peer run on one core
+(XLA_FLAGS below, torch one thread), its JAX compile seconds reported apart from (and included in) its
+wall time. A row named in --rows that the peer lacks runs ours alone.
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
 <out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
@@ -53,7 +58,7 @@ from pathlib import Path
 from minatar_sb3 import HP
 from minatar_sb3 import our_overrides as minatar_overrides
 from minatar_sb3 import peer_spec as minatar_peer
-from zoo import EVAL_EPISODES, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
+from zoo import EVAL_EPISODES, PEERS, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
 
 from rl_hydra.runs.aggregate import interquartile_mean, median_interval
 from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
@@ -62,7 +67,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 RESULT = "BENCHMARK_RESULT "
 # what the peer side imports (scripts/benchmarks/sb3_peer.py), installed by the bench extra
-PEER_PACKAGES = {"stable_baselines3": "stable-baselines3", "sb3_contrib": "sb3-contrib"}
+PEER_PACKAGES = {
+    "sb3": {"stable_baselines3": "stable-baselines3", "sb3_contrib": "sb3-contrib"},
+    "sbx": {"sbx": "sbx-rl", "jax": "jax[cpu]"},
+}
+PEER_NAMES = {"sb3": "SB3", "sbx": "SBX"}
+PEER_DISTRIBUTIONS = {"sb3": ("stable-baselines3 / sb3-contrib", "stable-baselines3"), "sbx": ("SBX", "sbx-rl")}
+# JAX on one core: XLA's CPU backend without its Eigen thread pool, one intra-op thread
+ONE_CORE = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "JAX_PLATFORMS": "cpu",
+}
 TOPIC = {"cartpole": "benchmark", "suite": "suite", "minatar": "pixels", "atari": "pixels"}
 
 
@@ -138,16 +155,21 @@ def suite_cases(args) -> list[Case]:
     rows = [
         r for r in suite.rows if (not args.rows or r.name in args.rows) and (not args.algos or r.algo in args.algos)
     ]
-    skipped = [r.name for r in rows if r.name not in ZOO]
+    table, name = PEERS[args.peer], PEER_NAMES[args.peer]
+    alone = [r.name for r in rows if r.name not in table and r.name in (args.rows or [])]
+    skipped = [r.name for r in rows if r.name not in table and r.name not in alone]
     if skipped:  # said once nothing refuses the command
-        args.notices.append(f"no SB3 counterpart, skipped: {', '.join(skipped)}")
+        args.notices.append(f"no {name} counterpart, skipped: {', '.join(skipped)}")
+    if alone:
+        args.notices.append(f"no {name} counterpart, ours alone: {', '.join(alone)}")
     args.seeds = args.seeds or suite.seeds
     cases = []
-    for row in (r for r in rows if r.name in ZOO):
+    for row in (r for r in rows if r.name in table or r.name in alone):
         row.steps = args.steps or row.steps
         cfg = compose_train_config(*row.train_overrides())
         steps = cfg.train.total_steps
-        ours, peer = row.train_overrides(), sb3_spec(ZOO[row.name], cfg.env.id, steps)
+        zoo = table.get(row.name)
+        ours, peer = row.train_overrides(), zoo and sb3_spec(zoo, cfg.env.id, steps)
         if args.window:  # steps/s between two env steps: our log rows must fall on both
             start, end = args.window
             if not cfg.algo.learning_starts <= start < end < steps:
@@ -155,12 +177,11 @@ def suite_cases(args) -> list[Case]:
                     f"--window {start} {end}: must lie after {row.name}'s learning_starts "
                     f"({cfg.algo.learning_starts}) and before its last step ({steps})"
                 )
-            ours, peer = [*ours, f"train.log_every={math.gcd(start, end)}"], {**peer, "window": args.window}
-        if cfg.train.eval_every < steps:  # learning curves: the peer evaluates when our run does
+            ours = [*ours, f"train.log_every={math.gcd(start, end)}"]
+            peer = peer and {**peer, "window": args.window}
+        if peer and cfg.train.eval_every < steps:  # learning curves: the peer evaluates when our run does
             peer = {**peer, "curve": {"every": cfg.train.eval_every, "episodes": cfg.train.eval_episodes}}
-        cases.append(
-            Case(row.name, row.name, ours, peer, steps, ZOO[row.name], window=args.window, reference=row.reference)
-        )
+        cases.append(Case(row.name, row.name, ours, peer, steps, zoo, window=args.window, reference=row.reference))
     return cases
 
 
@@ -329,7 +350,7 @@ def run_side(case: Case, side: str, seed: int, args) -> dict | None:
         return {**json.loads(path.read_text()), "reused": True}
     if side == "ours":
         shutil.rmtree(job["run_dir"], ignore_errors=True)  # an unfinished run of an earlier call
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
+    env = {**os.environ, **ONE_CORE, "HYDRA_FULL_ERROR": "1"}
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", side, json.dumps(job)], cwd=ROOT, env=env, capture_output=True, text=True
     )
@@ -382,7 +403,7 @@ def missing_peer(cases: list[Case], args) -> str | None:
     if args.table_only or "peer" not in args.sides or not any(case.peer for case in cases):
         return None
     missing = []
-    for module, package in PEER_PACKAGES.items():
+    for module, package in PEER_PACKAGES[args.peer].items():
         try:
             importlib.import_module(module)
         except ImportError:
@@ -390,7 +411,8 @@ def missing_peer(cases: list[Case], args) -> str | None:
     if not missing:
         return None
     return (
-        f'the SB3 side needs {" and ".join(missing)}, which cannot be imported: pip install -e ".[bench]" '
+        f"the {PEER_NAMES[args.peer]} side needs {' and '.join(missing)}, which cannot be imported: "
+        'pip install -e ".[bench]" '
         f"(or --sides ours to run ours alone)"
     )
 
@@ -439,6 +461,7 @@ def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
         values[f"{side}_return"] = [r and r.get("eval_return") for r in results]
         values[f"{side}_wall"] = [r and r["wall_s"] for r in results]
         values[f"{side}_sps"] = [r and r.get("window_sps", r["steps"] / r["wall_s"]) for r in results]
+    values["peer_compile"] = [r and r.get("compile_s") for r in found["peer"]]  # SBX: JAX's compile seconds
     values["ratio"] = [o / p if o and p else None for o, p in zip(values["ours_wall"], values["peer_wall"])]
     values["solved_at"] = [r and r.get("solved_at_step") for r in found["ours"]]
     if case.peer and case.peer.get("curve"):  # each seed's evaluation returns at curve_steps(case)
@@ -485,36 +508,49 @@ def summary_of(per_seed: dict) -> dict:
     return summary
 
 
-COLUMNS = [
-    ("ours return", "{ours_return:,.1f}"),
-    ("SB3 return", "{peer_return:,.1f}"),
-    ("ours wall (s)", "{ours_wall:,.1f}"),
-    ("SB3 wall (s)", "{peer_wall:,.1f}"),
-    ("wall ours / SB3", "{ratio:.2f}"),
-    ("ours steps/s", "{ours_sps:,.1f}"),
-    ("SB3 steps/s", "{peer_sps:,.1f}"),
-]
-# the rows' table: each median return with its 95% bootstrap interval over the seeds (one seed: none)
-ROW_COLUMNS = [
-    (
-        "ours return (95% interval)",
-        ["{ours_return:,.1f} ({ours_return_low:,.1f} to {ours_return_high:,.1f})", "{ours_return:,.1f}"],
-    ),
-    (
-        "SB3 return (95% interval)",
-        ["{peer_return:,.1f} ({peer_return_low:,.1f} to {peer_return_high:,.1f})", "{peer_return:,.1f}"],
-    ),
-    *COLUMNS[2:],
-]
+def seed_columns(peer: str = "SB3") -> list[tuple]:
+    """Each seed's columns, the peer named; SBX's add its JAX compile seconds (inside its wall)."""
+    return [
+        ("ours return", "{ours_return:,.1f}"),
+        (f"{peer} return", "{peer_return:,.1f}"),
+        ("ours wall (s)", "{ours_wall:,.1f}"),
+        (f"{peer} wall (s)", "{peer_wall:,.1f}"),
+        *([(f"{peer} compile (s)", "{peer_compile:,.1f}")] if peer == "SBX" else []),
+        (f"wall ours / {peer}", "{ratio:.2f}"),
+        ("ours steps/s", "{ours_sps:,.1f}"),
+        (f"{peer} steps/s", "{peer_sps:,.1f}"),
+    ]
+
+
+def row_columns(peer: str = "SB3") -> list[tuple]:
+    """The rows' table: each median return with its 95% bootstrap interval over the seeds (one seed: none)."""
+    return [
+        (
+            "ours return (95% interval)",
+            ["{ours_return:,.1f} ({ours_return_low:,.1f} to {ours_return_high:,.1f})", "{ours_return:,.1f}"],
+        ),
+        (
+            f"{peer} return (95% interval)",
+            ["{peer_return:,.1f} ({peer_return_low:,.1f} to {peer_return_high:,.1f})", "{peer_return:,.1f}"],
+        ),
+        *seed_columns(peer)[2:],
+    ]
+
+
+COLUMNS, ROW_COLUMNS = seed_columns(), row_columns()
 
 
 def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_before: float) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
+    label, distribution = PEER_DISTRIBUTIONS[args.peer]
     try:
-        peer = {"name": "stable-baselines3 / sb3-contrib", "version": version("stable-baselines3")}
+        peer = {"name": label, "version": version(distribution)}
+        if args.peer == "sbx":  # and the JAX it ran on
+            peer["version"] += f" (jax {version('jax')})"
     except PackageNotFoundError:
         peer = None
+    columns, row_cols = seed_columns(PEER_NAMES[args.peer]), row_columns(PEER_NAMES[args.peer])
     rows, notes = [], []
     for case in cases:
         per_seed = per_seed_values(case, seeds, args)
@@ -535,7 +571,7 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
             rows[-1]["curve_steps"] = curve_steps(case)
         if "solved_at" in per_seed:
             rows[-1]["seed_columns"] = [
-                *({"header": h, "format": f} for h, f in COLUMNS),
+                *({"header": h, "format": f} for h, f in columns),
                 {"header": "solved at step", "format": "{solved_at:,}"},
             ]
         if case.zoo is not None:
@@ -545,7 +581,7 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
     remade = [arg for arg in argv if arg != "--table-only"]
     return {
         "name": name,
-        "title": args.title or f"benchmark.py {args.set}: ours against SB3",
+        "title": args.title or f"benchmark.py {args.set}: ours against {PEER_NAMES[args.peer]}",
         "topic": args.topic or TOPIC[args.set],
         "status": "adopted",
         "reason": None,
@@ -561,21 +597,25 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
         "columns": [
             {"header": "case", "format": "{label}", "align": "left"},
             {"header": "seeds", "format": "{seeds_done}"},
-            *({"header": h, "format": f} for h, f in ROW_COLUMNS),
+            *({"header": h, "format": f} for h, f in row_cols),
         ],
-        "seed_columns": [{"header": h, "format": f} for h, f in COLUMNS],
+        "seed_columns": [{"header": h, "format": f} for h, f in columns],
         "rows": rows,
-        **({"plot": CURVES} if any("curve_steps" in row for row in rows) else {}),
+        **({"plot": curves(PEER_NAMES[args.peer])} if any("curve_steps" in row for row in rows) else {}),
     }
 
 
-CURVES = {
-    "curves": [["ours_curve", "ours"], ["peer_curve", "SB3"]],
-    "xlabel": "env steps",
-    "ylabel": "evaluation return",
-    "caption": "Greedy evaluation return during training, both sides at the same steps: a thin line per "
-    "seed, a thick one through the seeds' medians.",
-}
+def curves(peer: str = "SB3") -> dict:
+    return {
+        "curves": [["ours_curve", "ours"], ["peer_curve", peer]],
+        "xlabel": "env steps",
+        "ylabel": "evaluation return",
+        "caption": "Greedy evaluation return during training, both sides at the same steps: a thin line per "
+        "seed, a thick one through the seeds' medians.",
+    }
+
+
+CURVES = curves()
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -588,6 +628,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: 3; suite: the suite's own)")
     parser.add_argument("--only-seeds", type=int, nargs="+", help="run only these of the seeds; the table shows all")
     parser.add_argument("--sides", nargs="+", default=["ours", "peer"], choices=("ours", "peer"))
+    parser.add_argument(
+        "--peer",
+        default="sb3",
+        choices=tuple(PEER_NAMES),
+        help="suite: the peer side, SB3 / sb3-contrib or SBX (JAX; zoo.SBX's rows)",
+    )
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
     parser.add_argument(
@@ -643,6 +689,8 @@ def main(argv: list[str] | None = None) -> None:
     args = with_defaults(parser.parse_args(argv))
     if args.set == "suite" and not args.name:
         parser.error("suite needs a suite's name, e.g. discrete_zoo")
+    if args.peer != "sb3" and args.set != "suite":
+        parser.error(f"--peer {args.peer}: only suite rows have its settings (scripts/benchmarks/zoo.py)")
     from rl_hydra.config import ConfigError
 
     try:

@@ -1,6 +1,9 @@
-"""The peer side of scripts/benchmarks/benchmark.py: one Stable-Baselines3 / sb3-contrib run from a spec.
+"""The peer side of scripts/benchmarks/benchmark.py: one Stable-Baselines3 / sb3-contrib run, or one
+SBX run (SB3's port to JAX), from a spec.
 
-    {"algo": "dqn" | "qr_dqn" | "sac" | "crossq" | "tqc" | "td3", "policy": "MlpPolicy" | "CnnPolicy", "kwargs": {...},
+    {"algo": "dqn" | "qr_dqn" | "sac" | "crossq" | "tqc" | "td3" | "droq", "policy": "MlpPolicy" | "CnnPolicy",
+     "lib": "sb3" (default) | "sbx" (SBX's DQN, SAC, TD3, TQC, CrossQ; droq: its SAC with dropout_rate and layer_norm),
+     "kwargs": {...},
      "policy_kwargs": {...}, "extractor": "minatar_cnn" (optional), "steps": N, "window": [start, end] (optional),
      "action_noise": {"kind": "normal" | "ornstein-uhlenbeck", "std": s} (optional: the Zoo's noise_type, noise_std),
      "curve": {"every": K, "episodes": n} (optional: our run's train.eval_every and train.eval_episodes),
@@ -11,6 +14,8 @@ envs, env i seeded seed + 1,000,000 + i as our first evaluation round seeds them
 three; `window` asks for the steps/s between those two env steps as well. With `curve` it evaluates
 as our loop does instead: every K env steps and at the end, n episodes a round, round r on seeds
 seed + 1,000,000 + r * n + i; the curve is the rounds' mean returns, the last the final evaluation.
+An SBX run also reports `compile_s`: the seconds JAX spent tracing, lowering and compiling (its
+compile events), which its wall time includes.
 """
 
 from __future__ import annotations
@@ -110,9 +115,40 @@ def action_noise(noise: dict, action_dim: int):
     return kind(mean=np.zeros(action_dim), sigma=noise["std"] * np.ones(action_dim))
 
 
-def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def classes(lib: str) -> dict:
+    """The peer's class for each algo name: SB3 / sb3-contrib's, or SBX's (DroQ is its SAC)."""
+    if lib == "sbx":
+        from sbx import DQN, SAC, TD3, TQC, CrossQ
+
+        return {"dqn": DQN, "sac": SAC, "droq": SAC, "td3": TD3, "tqc": TQC, "crossq": CrossQ}
     from sb3_contrib import QRDQN, TQC, CrossQ
     from stable_baselines3 import DQN, SAC, TD3
+
+    return {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ, "tqc": TQC, "td3": TD3}
+
+
+def compile_timer() -> dict:
+    """{"s": seconds}: JAX's compile events summed from now on."""
+    import jax
+
+    total = {"s": 0.0}
+
+    def listen(event: str, duration: float, **_) -> None:
+        if event in COMPILE_EVENTS:
+            total["s"] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    return total
+
+
+def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.logger import Logger
@@ -146,6 +182,9 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
                 curve_returns.append(statistics.mean(returns))
             return True
 
+    lib = spec.get("lib", "sb3")
+    compiled = compile_timer() if lib == "sbx" else None
+    algo_class = classes(lib)[spec["algo"]]
     make = env_maker(spec["env"], seed)
     if curve:
         curve_env = DummyVecEnv([lambda: Monitor(make())] * curve["episodes"])
@@ -157,9 +196,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
     env = make if "atari" in spec["env"] else DummyVecEnv([lambda: Monitor(make())])
     if spec.get("action_noise"):
         kwargs["action_noise"] = action_noise(spec["action_noise"], env.action_space.shape[0])
-    model = {"dqn": DQN, "qr_dqn": QRDQN, "sac": SAC, "crossq": CrossQ, "tqc": TQC, "td3": TD3}[spec["algo"]](
-        spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs
-    )
+    model = algo_class(spec["policy"], env, seed=seed, device=device, verbose=0, policy_kwargs=policy_kwargs, **kwargs)
     model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own leaves an empty /tmp/SB3-<time> a run
     learn_start = time.perf_counter()
     model.learn(total_timesteps=spec["steps"], callback=Marks())
@@ -179,4 +216,6 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
                 "returns": [*curve_returns, result["eval_return"]],
             }
     result["wall_s"] = time.perf_counter() - start
+    if compiled is not None:
+        result["compile_s"] = compiled["s"]
     return result

@@ -1,5 +1,9 @@
 """RL Baselines3 Zoo's hyperparameters in SB3's own names, and their translation to our config keys.
 
+Two peers take them: Stable-Baselines3 / sb3-contrib (`ZOO`) and SBX, SB3's port to JAX (`SBX`), whose
+classes take SB3's keywords (and defaults, checked in tests/cli/test_suite_sb3.py) plus DroQ's
+dropout_rate and layer_norm. SBX's DroQ is its SAC so configured (algo "droq" below).
+
 `expected_config(zoo)` says which value of our composed config gives SB3's run (a key not
 named there is not compared); `mismatches(cfg, zoo)` names every key where a composed config
 differs, before anything runs; `overrides(zoo)` are the train.py overrides that give exactly
@@ -26,6 +30,7 @@ class Zoo:
     steps: int
     source: str
     notes: list[str] = field(default_factory=list)
+    peer: str = "sb3"  # "sb3": SB3 / sb3-contrib; "sbx": SBX (scripts/benchmarks/sb3_peer.py runs either)
 
 
 # rl-baselines3-zoo hyperparams/dqn.yml, qrdqn.yml and sac.yml (LunarLander: its -v2 entry)
@@ -69,6 +74,9 @@ _MOUNTAIN_CAR = dict(
     exploration_final_eps=0.07,
     net_arch=[256, 256],
 )
+# 20k steps fill neither 100k (our default) nor the Zoo's 1M: both sides get 100k, the same run
+_SAC_PENDULUM = dict(learning_rate=1e-3, buffer_size=100_000, net_arch=[256, 256])
+_BUFFER_NOTE = "buffer 100k on both sides, not SB3's default 1M: 20k steps fill neither"
 _TD3_MUJOCO = dict(
     learning_starts=10_000, noise_type="normal", noise_std=0.1, learning_rate=1e-3, batch_size=256, net_arch=[400, 300]
 )
@@ -160,7 +168,41 @@ ZOO = {
     ),
     "td3_hopper": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml Hopper"),
     "td3_half_cheetah": Zoo("td3", dict(_TD3_MUJOCO), 1_000_000, "td3.yml HalfCheetah"),
+    # sac.yml Pendulum-v1: SB3's defaults with lr 1e-3 (our sac_pendulum preset)
+    "sac_pendulum": Zoo("sac", dict(_SAC_PENDULUM), 20_000, "sac.yml Pendulum-v1", [_BUFFER_NOTE]),
 }
+
+# what SBX cannot set as ours does, said in every SBX record's notes
+SBX_NOTES = [
+    "SBX initialises its layers as flax does (lecun normal weights, zero biases), ours as torch "
+    "(uniform); its LayerNorm's eps is 1e-6, ours 1e-5",
+    "SBX samples all of a training phase's batches at once, before its first update; ours one batch an update",
+]
+# SBX 0.28's runs: the same keywords as SB3 (its defaults are SB3's: tests/cli/test_suite_sb3.py)
+SBX = {
+    "sac_pendulum": Zoo("sac", dict(_SAC_PENDULUM), 20_000, "SBX SAC, sac.yml Pendulum-v1", [_BUFFER_NOTE], "sbx"),
+    # DroQ as SBX runs it (its SAC with dropout_rate, layer_norm, gradient_steps = policy_delay = 20) on
+    # our droq_pendulum preset's budget (rl_hydra/conf/algo_env/droq_pendulum.yaml names each value's source)
+    "droq_pendulum": Zoo(
+        "droq",
+        dict(
+            learning_rate=1e-3,
+            learning_starts=250,
+            batch_size=128,
+            gradient_steps=20,
+            policy_delay=20,
+            ent_coef="auto_0.1",
+            buffer_size=100_000,
+            dropout_rate=0.01,
+            layer_norm=True,
+            net_arch=[64, 64],
+        ),
+        3_000,
+        "SBX SAC as DroQ, our droq_pendulum budget",
+        peer="sbx",
+    ),
+}
+PEERS = {"sb3": ZOO, "sbx": SBX}
 
 # SB3 2.9.2's defaults for what the Zoo leaves out (tests/cli/test_suite_sb3.py checks them against the
 # installed classes); SB3's Adam has torch's defaults, sb3-contrib's QR-DQN eps 0.01 / batch
@@ -228,7 +270,8 @@ SB3_DEFAULTS = {
         target_noise_clip=0.5,
     ),
 }
-# their policies' defaults (TQCPolicy, TD3Policy keywords; tests/cli/test_suite_sb3.py checks them against the installed)
+# their policies' defaults (TQCPolicy, TD3Policy keywords; tests/cli/test_suite_sb3.py checks them against the
+# installed classes)
 TQC_POLICY = dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=-3)
 TD3_POLICY = dict(net_arch=[400, 300], n_critics=2)
 # the Zoo's noise_type in our algo.action_noise.kind; SB3's Ornstein-Uhlenbeck noise's theta and dt
@@ -248,7 +291,7 @@ CROSSQ_POLICY = dict(
 CROSSQ_BETAS, CROSSQ_R_MAX, CROSSQ_D_MAX = (0.5, 0.999), 3.0, 5.0
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # torch.optim.Adam's defaults
 SB3_LOG_STD_INIT = -3.0  # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
-POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init", "n_critics")
+POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init", "n_critics", "dropout_rate", "layer_norm")
 NOISE_KEYS = ("noise_type", "noise_std")  # the Zoo's; SB3 takes an action_noise object (sb3_peer.py builds it)
 
 
@@ -301,8 +344,8 @@ def adam(prefix: str, lr, eps: float) -> tuple[dict, float]:
 
 def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     """Our config keys and the values that give SB3's run, and notes on what is not exact."""
-    hp = {**SB3_DEFAULTS[zoo.algo], **zoo.hp}
-    notes = list(zoo.notes)
+    hp = {**SB3_DEFAULTS["sac" if zoo.algo == "droq" else zoo.algo], **zoo.hp}
+    notes = list(zoo.notes) + (SBX_NOTES if zoo.peer == "sbx" else [])
     gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: one per step
     common = {
         "env.num_envs": 1,
@@ -373,12 +416,17 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     ent = hp["ent_coef"]
     learned = isinstance(ent, str)
     alpha = float(ent.split("_", 1)[1]) if learned and "_" in ent else (1.0 if learned else float(ent))
+    if zoo.algo == "droq" and zoo.peer != "sbx":
+        raise ValueError("DroQ: only SBX's (its SAC with dropout and layer norm) has a counterpart here")
+    if hp.get("policy_delay", 1) != 1 and zoo.peer != "sbx":
+        raise ValueError("SAC: SB3's updates its actor at every critic update (no policy_delay)")
+    n_critics = hp.get("n_critics", 2)
     expected = {
         **common,
-        "algo.ensemble_size": 2,
-        "algo.subset_size": 2,
+        "algo.ensemble_size": n_critics,
+        "algo.subset_size": n_critics,  # the target's min over all critics
         "algo.actor_q": "min",
-        "algo.policy_delay": 1,
+        "algo.policy_delay": hp.get("policy_delay", 1),
         "algo.learn_alpha": learned,
         "algo.initial_alpha": alpha,
         "algo.target_entropy": hp["target_entropy"],
@@ -391,6 +439,8 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         expected.update(optimizer)
     for net in ("actor", "critic"):
         expected.update({f"network.{net}.hidden_sizes": hp["net_arch"], f"network.{net}.activation": "relu"})
+    expected["network.critic.dropout"] = float(hp.get("dropout_rate", 0.0))  # SBX's keywords (DroQ)
+    expected["network.critic.layer_norm"] = hp.get("layer_norm", False)
     expected["network.actor.gsde"] = hp["use_sde"]
     if hp["use_sde"]:  # SB3's gSDE: full_std, use_expln=False, clip_mean=2.0, learn_features: ours throughout
         expected.update(
@@ -590,7 +640,7 @@ def mismatches(cfg, zoo: Zoo) -> list[str]:
 
 
 def sb3_spec(zoo: Zoo, env_id: str, steps: int) -> dict:
-    """The peer's job: SB3's class, its keyword arguments and the env (scripts/benchmarks/sb3_peer.py)."""
+    """The peer's job: SB3's (or SBX's) class, its keyword arguments and the env (scripts/benchmarks/sb3_peer.py)."""
     hp = dict(zoo.hp)
     policy_kwargs = {key: hp.pop(key) for key in POLICY_KEYS if key in hp}
     if zoo.algo in DQN_FAMILY:
@@ -604,6 +654,8 @@ def sb3_spec(zoo: Zoo, env_id: str, steps: int) -> dict:
         "policy_kwargs": policy_kwargs,
         "steps": steps,
     }
+    if zoo.peer != "sb3":
+        spec["lib"] = zoo.peer
     if noise:  # the Zoo's action noise, which sb3_peer.py builds for the env's action size
         spec["action_noise"] = {"kind": noise.get("noise_type", "normal"), "std": noise.get("noise_std", 0.1)}
     return spec
