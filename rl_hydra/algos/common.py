@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_hydra import speed
 from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.envs.spaces import parts
@@ -86,7 +87,7 @@ def make_optimizer(
     if isinstance(factory, functools.partial):
         if factory.keywords.get("fused") and device.type not in ("cpu", "cuda"):
             factory = functools.partial(factory, fused=False)
-    return factory(params)
+    return speed.optimizer(factory, params)
 
 
 def is_raw_pixels(obs: np.ndarray) -> bool:

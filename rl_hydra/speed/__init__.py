@@ -112,26 +112,25 @@ def log_fallbacks() -> None:
 
 
 # --- adam ----------------------------------------------------------------------------------
+def optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+    """`factory(params)`; a `torch.optim.Adam` partial with fused=True (conf/optimizer/adam.yaml) is built
+    as the lean Adam where it is on: the same steps, the same state_dict (lean_adam.py)."""
+    if isinstance(factory, functools.partial) and factory.func is torch.optim.Adam and not factory.args:
+        return adam(params, **{"fused": None, **factory.keywords})  # torch's default, not adam's
+    return factory(params)
+
+
 def adam(
-    params: Iterable[nn.Parameter] | Iterable[dict],
-    lr: float,
-    betas: tuple[float, float] = (0.9, 0.999),
-    eps: float = 1e-8,
-    weight_decay: float = 0.0,
-    fused: bool = True,
+    params: Iterable[torch.Tensor] | Iterable[dict], lr: float = 1e-3, fused: bool | None = True, **options: Any
 ) -> torch.optim.Adam:
-    """torch.optim.Adam, with the lean step (lean_adam.LeanAdam) where it is on; both keep the
-    same state_dict, so a checkpoint of either loads into the other."""
-    options: dict[str, Any] = {
-        "lr": lr,
-        "betas": tuple(betas),
-        "eps": eps,
-        "weight_decay": weight_decay,
-        "fused": fused,
-    }
+    """torch.optim.Adam, with the lean step (lean_adam.LeanAdam) where it is on and fused; both keep the
+    same state_dict, so a checkpoint of either loads into the other. (Also the optimizer `_target_`
+    that runs recorded before conf/optimizer/adam.yaml named torch.optim.Adam hold.)"""
+    if "betas" in options:
+        options["betas"] = tuple(options["betas"])  # a list from the config would land in the state_dict
     if active("adam") and fused:
-        return lean_adam.LeanAdam(params, **options, allocate_moments=zeros_like)
-    return torch.optim.Adam(params, **options)
+        return lean_adam.LeanAdam(params, lr=lr, fused=True, **options, allocate_moments=zeros_like)
+    return torch.optim.Adam(params, lr=lr, fused=fused, **options)
 
 
 # --- mirror ----------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ class LeanAdam(torch.optim.Adam):
 
     def __init__(
         self,
-        params: Iterable[nn.Parameter] | Iterable[dict],
+        params: Iterable[torch.Tensor] | Iterable[dict],
         lr: float | torch.Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,

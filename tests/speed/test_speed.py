@@ -165,6 +165,37 @@ def test_fast_paths_is_checked_and_may_change_on_resume():
         validate_run_config(compose_config("fast_paths=maybe"))
 
 
+# --- adam: the config names torch's Adam, the layer builds its lean step -------------------------------
+def test_the_optimizer_config_names_torch_s_adam_and_the_layer_swaps_in_its_lean_step_where_on():
+    import functools
+
+    cfg = compose_config("algo=dqn", "env=cartpole", *TINY)
+    assert cfg.algo.optimizer._target_ == "torch.optim.Adam"
+    params = [nn.Parameter(torch.ones(3))]
+    adam = functools.partial(torch.optim.Adam, lr=0.1, fused=True)
+    assert type(speed.optimizer(adam, params)) is lean_adam.LeanAdam
+    with speed.enabled(False):
+        assert type(speed.optimizer(adam, params)) is torch.optim.Adam
+    assert type(speed.optimizer(functools.partial(torch.optim.Adam, lr=0.1), params)) is torch.optim.Adam  # unfused
+    assert type(speed.optimizer(functools.partial(torch.optim.SGD, lr=0.1), params)) is torch.optim.SGD
+
+
+def test_a_run_recorded_with_the_old_optimizer_target_resumes_and_trains_as_a_new_one(tmp_path):
+    """Runs recorded before conf/optimizer/adam.yaml named torch.optim.Adam hold `rl_hydra.speed.adam`."""
+    from rl_hydra.launch import launch
+    from rl_hydra.resume import resume_main
+    from rl_hydra.run import load_run
+
+    overrides = ["algo=dqn", "env=cartpole", "network.hidden_sizes=[16]", "algo.learning_starts=100", *TINY]
+    old = [*overrides, "algo.optimizer._target_=rl_hydra.speed.adam"]
+    launch(compose_config(*old), tmp_path / "old", overrides=old)
+    launch(compose_config(*overrides), tmp_path / "new", overrides=overrides)
+    assert "rl_hydra.speed.adam" in (tmp_path / "old" / ".hydra" / "config.yaml").read_text()
+    assert metric_rows(tmp_path / "old") == metric_rows(tmp_path / "new")
+    resume_main(str(tmp_path / "old"), ["train.total_steps=450"])
+    assert type(load_run(tmp_path / "old").agent.optimizer) is lean_adam.LeanAdam
+
+
 # --- cuda_graph: which gradient steps may be replayed (the replay itself: tests/speed/test_cuda.py) ----------
 def built_agent(*overrides: str):
     return plain_components(compose_config(*overrides, "env=cartpole", "network.hidden_sizes=[16]", *TINY))[0]
