@@ -5,8 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import shape_of
+from rl_hydra.schema.envs import MINIGRID_ACTIONS
 
 
 class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -37,9 +38,6 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         return {**observation, "image": np.ascontiguousarray(np.moveaxis(observation["image"], -1, 0))}
 
 
-ACTION_SETS = {"all": 7, "navigation": 3}  # MiniGrid's actions: left, right, forward, then pickup, drop, toggle, done
-
-
 class MiniGridActions(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     """`actions=navigation` keeps MiniGrid's first three actions (turn left, turn right, move
     forward). In tasks with nothing to carry or open (MiniGrid-Memory*, Empty, FourRooms) the other
@@ -47,10 +45,10 @@ class MiniGridActions(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     episode times out. `all` keeps the seven."""
 
     def __init__(self, env: gym.Env, actions: str = "all"):
-        check_choice("env.actions", actions, tuple(ACTION_SETS))
         gym.utils.RecordConstructorArgs.__init__(self, actions=actions)
         gym.ActionWrapper.__init__(self, env)
-        self.action_space = gym.spaces.Discrete(ACTION_SETS[actions])
+        # MiniGrid's actions in order: left, right, forward, then pickup, drop, toggle, done
+        self.action_space = gym.spaces.Discrete(MINIGRID_ACTIONS[actions])
 
     def action(self, action):
         return action  # the kept actions are MiniGrid's first ones, under their own numbers

@@ -25,8 +25,6 @@ from omegaconf import DictConfig
 from rl_hydra import speed
 from rl_hydra.config import ConfigError
 
-VECTORIZATIONS = ("sync", "async", "envpool")
-
 
 def vector_env(
     env_cfg: DictConfig,
@@ -38,8 +36,6 @@ def vector_env(
     """The envs of `env_fns` stepped as `vectorization` (default `env.vectorization`) says;
     rendering always steps them `sync`, in this process."""
     how = vectorization or env_cfg.get("vectorization") or "sync"  # a run recorded before the key: sync
-    if how not in VECTORIZATIONS:
-        raise ConfigError(f"env.vectorization={how!r} is not allowed; choose one of: {', '.join(VECTORIZATIONS)}")
     if how == "sync" or render_mode is not None:
         return speed.same_step_vector_env(env_fns)
     if how == "async":

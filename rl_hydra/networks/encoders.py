@@ -35,7 +35,6 @@ from torch import nn
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import check_observation_space
 
-ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
 CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}  # the (height, width) each is built for
 GRID_SIDES = (7, 16)  # grid_cnn's smallest and largest side
 
@@ -104,9 +103,8 @@ def describe(observation: int | gym.Space) -> str:
 
 
 def choose_encoder(observation: int | gym.spaces.Box, kind: str) -> str:
-    """The encoder `kind` resolves to for this observation, or a ConfigError naming what fits."""
-    if kind not in ENCODERS:
-        raise ConfigError(f"network.encoder={kind!r} is not allowed; choose one of: {', '.join(ENCODERS)}")
+    """The encoder `kind` (one of the schema's ENCODERS) resolves to for this observation, or a
+    ConfigError naming what fits."""
     shape = (observation,) if isinstance(observation, int) else tuple(observation.shape)
     fits = {"flat": len(shape) == 1 or kind == "flat"}
     for name, size in CNN_INPUTS.items():

@@ -14,20 +14,17 @@ import torch
 from torch import nn
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.noisy import NoisyLinear
+from rl_hydra.schema.networks import ACTIVATIONS
 
 log = logging.getLogger(__name__)
 
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
-
 
 def activation_class(name: str) -> type[nn.Module]:
-    if name not in ACTIVATIONS:
-        raise ConfigError(f"network.activation={name!r} is not allowed; choose one of: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
+    """torch.nn's class of an activation the schema allows (`network.activation`)."""
+    return getattr(nn, ACTIVATIONS[name])
 
 
 def mlp(

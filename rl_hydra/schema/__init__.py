@@ -143,13 +143,13 @@ ENV_KEYS = {field.name for schema in envs.ENV_SCHEMAS for field in dataclasses.f
 
 
 def validate_env(node: DictConfig) -> None:
-    validate_wrappers(node)
     for name in [str(name) for name in node.keys()]:
         schema = next((s for s in envs.ENV_SCHEMAS if name in {f.name for f in dataclasses.fields(s)}), None)
         if schema is not None:
             rule = dict((n, r) for n, r, _ in fields(schema))[name]
             if rule is not None and not OmegaConf.is_missing(node, name):
                 check(node[name], f"env.{name}", rule)
+    validate_wrappers(node)  # after the env's own keys, which its wrappers may interpolate (${env.actions})
 
 
 def integer_key(full_key: str) -> bool:

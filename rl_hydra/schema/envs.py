@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 from rl_hydra.schema.keys import key
 
 VECTORIZATIONS = ("sync", "async", "envpool")
-MINIGRID_ACTIONS = ("all", "navigation")
+MINIGRID_ACTIONS = {"all": 7, "navigation": 3}  # how many of MiniGrid's actions each set keeps, in order
 LARGEST_ENVS = 1024
 # sizes that scale memory or time, at most what any published setting uses many times over
 LARGEST_EPISODE_STEPS = 10**6  # Atari's longest is 27,000 agent steps; an evaluation runs each episode to its end
@@ -83,7 +83,9 @@ class AtariEnvKeys(MinAtarEnvKeys):
 
 @dataclass
 class MiniGridEnvKeys(FamilyEnvKeys):
-    actions: str = key(help="all: MiniGrid's 7 | navigation: turn left, turn right, forward", choices=MINIGRID_ACTIONS)
+    actions: str = key(
+        help="all: MiniGrid's 7 | navigation: turn left, turn right, forward", choices=tuple(MINIGRID_ACTIONS)
+    )
     eval_epsilon: float = key(help="evaluation acts at random with this probability", minimum=0.0, maximum=1.0)
     keep_text: bool = key(help="keep the mission as word indices", choices=(True, False))
 
@@ -119,7 +121,7 @@ class ScaleObservationKeys(WrapperKeys):
 @dataclass
 class MiniGridActionsKeys(WrapperKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.envs.minigrid.MiniGridActions",)
-    actions: str = key(help="all | navigation", choices=MINIGRID_ACTIONS)
+    actions: str = key(help="all | navigation", choices=tuple(MINIGRID_ACTIONS))
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from rl_hydra.schema.keys import Rule, key
 
-ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "silu")
+ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}  # torch.nn's class of each
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
 CELLS = ("lstm", "gru")
 BOOL = (True, False)
@@ -21,7 +21,7 @@ class NetworkKeys:
     targets: ClassVar[tuple[str, ...]] = ()
     _target_: str = key(help="the network's class")
     _partial_: bool = key(help="built by the agent, which passes the spaces", choices=BOOL)
-    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+    activation: str = key(help="the hidden layers' activation", choices=tuple(ACTIVATIONS))
     encoder: str = key(help="what reads the observation (docs/pixels.md)", choices=ENCODERS)
     discrete_embedding: int | None = key(
         help="null: Discrete parts one-hot; d: a learned embedding of d each", integer=True, minimum=1, nullable=True
@@ -88,7 +88,7 @@ class PartKeys:
     _target_: str = key(help="the actor's or the critics' class")
     _partial_: bool = key(help="built by the agent", choices=BOOL)
     hidden_sizes: list[int] = sizes("the hidden layers' widths")
-    activation: str = key(help="the hidden layers' activation", choices=ACTIVATIONS)
+    activation: str = key(help="the hidden layers' activation", choices=tuple(ACTIVATIONS))
 
 
 @dataclass

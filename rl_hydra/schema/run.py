@@ -7,7 +7,6 @@ from rl_hydra.schema.keys import Rule, key
 
 LARGEST_SEED = 2**32 - 1  # numpy's global seed
 LARGEST_EPISODES = 1000  # an evaluation steps its episodes side by side, one env each
-LARGEST_ENVS = 1024
 LARGEST_THREADS = 1024
 
 

@@ -13,6 +13,7 @@ from omegaconf import open_dict
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import env_factory
 from rl_hydra.envs.vector import EnvPoolAtari, envpool_atari_options, vector_env
+from rl_hydra.schema import validate_config
 from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra
 
 needs_envpool = pytest.mark.skipif(
@@ -54,11 +55,10 @@ def test_async_gives_the_transitions_of_sync(env_option, steps):
 
 
 def test_an_unknown_vectorization_is_refused_in_one_line():
-    cfg = compose_config("env=cartpole").env
     with pytest.raises(
         ConfigError, match=r"env.vectorization='threads' is not allowed; choose one of: sync, async, envpool"
     ):
-        make(cfg, "threads", 1)
+        validate_config(compose_config("env=cartpole", "env.vectorization=threads"))  # the schema's one list
 
 
 def test_envpool_takes_atari_ids_only():

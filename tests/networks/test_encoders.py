@@ -57,7 +57,6 @@ def test_auto_picks_the_encoder_that_fits():
         (VECTORS, "nature_cnn", "network.encoder=nature_cnn needs (C, 84, 84) inputs"),
         (FRAMES, "minatar_cnn", "network.encoder=minatar_cnn needs (C, 10, 10) inputs"),
         (gym.spaces.Box(0, 255, (3, 64, 64), np.uint8), "auto", "network.encoder=auto has no encoder"),
-        (FRAMES, "resnet", "network.encoder='resnet' is not allowed; choose one of: auto, flat"),
     ],
 )
 def test_a_mismatched_encoder_is_one_clear_error(space, kind, message):
