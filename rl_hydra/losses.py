@@ -6,8 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from rl_hydra import speed
-
-TD_LOSSES = ("huber", "mse")
+from rl_hydra.schema.algos import TD_LOSSES
 
 
 def q_learning_targets(

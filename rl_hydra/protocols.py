@@ -106,13 +106,6 @@ class Agent(Protocol):
     """Names of pure tensor methods that `compile=true` wraps in torch.compile (random draws made
     by the caller and passed in); empty: the agent does not support compile=true."""
 
-    tensor_only_step: ClassVar[tuple[str, ...]]
-    """The methods its `gradient_step(batch)` runs, where `update` calls that and each of them only
-    reads and writes tensors (the batch, weights, optimizer state, the agent's generators: no Python
-    value changes, no host sync), so that a CUDA run may record the step once and replay it. A
-    subclass that overrides one of them without declaring its own runs the step as it is; empty:
-    the agent has no such step."""
-
     device: torch.device
     """Where its networks live; a CPU agent's update metrics are checked for NaN at once."""
 

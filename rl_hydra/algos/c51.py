@@ -58,9 +58,9 @@ class C51(DQN):
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
-    def __init__(self, *args, num_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs):
+    def __init__(self, *args, num_atoms: int, v_min: float, v_max: float, **kwargs):
         self.num_atoms = num_atoms  # v_min < v_max: rl_hydra/schema/algos.py's rule
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, loss=None, **kwargs)  # its cross-entropy replaces DQN's TD loss
         self.support = torch.linspace(v_min, v_max, self.num_atoms, device=self.device)  # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:

@@ -61,10 +61,10 @@ class DQN:
         max_grad_norm: float | None,
         exploration: DictConfig | dict,
         final_lr_fraction: float,
-        loss: str = "huber",
+        loss: str | None,
     ):
         # the keys have no defaults here: their values are the config's (conf/algo/base/dqn.yaml). `loss`
-        # is DQN's own key (algo/dqn.yaml), which its subclasses, with losses of their own, never set.
+        # is DQN's own key (algo/dqn.yaml); a subclass whose `loss` method replaces the TD loss passes None.
         # algo.gamma and algo.n_step go to the transition buffer, which discounts the returns: the
         # loss bootstraps with each batch's `discounts`
         self.device = torch.device(device)
@@ -115,6 +115,7 @@ class DQN:
                 batch.rewards, batch.terminated, next_q_target, batch.discounts, next_q_online
             )  # (B,)
         q_taken = self.q_net(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)  # (B,)
+        assert self.loss_kind is not None, "a subclass with a loss of its own overrides this method"
         loss = weighted_mean(td_loss(q_taken, targets, self.loss_kind, reduction="none"), batch.weights)
         td_error = (targets - q_taken).detach().abs()  # (B,) the priority
         return (

@@ -60,7 +60,7 @@ class DRQN(DQN):
     q_net: RecurrentQNetwork  # network: the capabilities' class (checked by fit)
 
     def __init__(
-        self, *args: Any, gamma: float, burn_in: int, n_step: int, value_rescaling: bool = False, **kwargs: Any
+        self, *args: Any, gamma: float, burn_in: int, n_step: int, value_rescaling: bool, **kwargs: Any
     ):
         super().__init__(*args, **kwargs)
         # its sequence buffer stores the rewards as they came: the discount is applied here, in `loss`
@@ -139,6 +139,7 @@ class DRQN(DQN):
             targets = targets.view_as(q_taken)  # (L, B)
             if self.value_rescaling:
                 targets = value_rescale(targets)
+        assert self.loss_kind is not None  # algo.loss: DRQN's own key
         loss = masked_td_loss(q_taken, targets, counted, self.loss_kind, batch.weights)
         td_error = (targets - q_taken).detach().abs() * counted  # (L, B)
         return (

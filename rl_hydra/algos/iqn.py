@@ -44,10 +44,10 @@ class IQN(DQN):
     def __init__(
         self,
         *args,
-        num_tau_samples: int = 64,
-        num_tau_prime_samples: int = 64,
-        num_quantile_samples: int = 32,
-        kappa: float = 1.0,
+        num_tau_samples: int,
+        num_tau_prime_samples: int,
+        num_quantile_samples: int,
+        kappa: float,
         seed: int = 0,
         **kwargs,
     ):
@@ -55,7 +55,7 @@ class IQN(DQN):
         self.num_tau_prime_samples = num_tau_prime_samples  # N'
         self.num_quantile_samples = num_quantile_samples  # K
         self.kappa = kappa
-        super().__init__(*args, seed=seed, **kwargs)
+        super().__init__(*args, seed=seed, loss=None, **kwargs)  # its quantile loss replaces DQN's TD loss
         # its own stream, so sampling fractions neither disturbs nor depends on other torch draws
         self.tau_generator = torch.Generator(device=self.device)
         self.tau_generator.manual_seed(seed)

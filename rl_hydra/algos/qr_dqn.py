@@ -49,10 +49,10 @@ class QRDQN(DQN):
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 
-    def __init__(self, *args, num_quantiles: int = 200, kappa: float = 1.0, **kwargs):
+    def __init__(self, *args, num_quantiles: int, kappa: float, **kwargs):
         self.num_quantiles = num_quantiles
         self.kappa = kappa
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, loss=None, **kwargs)  # its quantile loss replaces DQN's TD loss
         self.taus = midpoint_taus(self.num_quantiles, self.device)  # (N,)
 
     def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:

@@ -13,8 +13,8 @@
 The rest of the package calls the functions below and never a fast path itself, so an algorithm
 reads like its paper and its author need not know the layer exists: what a fast path stands in
 for says so where it is defined (a network's forward decorated with its numpy twin, a loss with
-its closed-form twin), or declares what the layer finds by structure (an agent's
-`tensor_only_step`, the methods its gradient step runs). Nothing here names an algorithm. Each
+its closed-form twin), or the layer finds it by structure (the methods an agent's gradient step
+runs and what they read, from its class's code: cuda_graph.py). Nothing here names an algorithm. Each
 fast path is probed once per process (`failures`): the private names it uses must be there and a
 small self-check must give the plain path's numbers. One that fails falls back to its plain path,
 said in one log line when a run starts (`log_fallbacks`). `enabled(False)` runs the plain path
@@ -159,10 +159,10 @@ def numpy_view(param: torch.Tensor) -> np.ndarray | None:
 
 # --- cuda graph --------------------------------------------------------------------------------
 def attach(agent: Any) -> None:
-    """On a CUDA agent whose class declares a `tensor_only_step`: its `gradient_step`, replayed from a
-    CUDA graph where the step is the declared one and nothing it reads has moved since it was
-    recorded, else run as it is (cuda_graph.py). Elsewhere nothing changes."""
-    if cuda_graph.replayable(agent):
+    """On a CUDA agent whose class has a `gradient_step(batch)` (what its `update` calls): that step,
+    replayed from a CUDA graph where what it runs and reads allows it and nothing it reads has moved
+    since it was recorded, else run as it is (cuda_graph.py). Elsewhere nothing changes."""
+    if cuda_graph.on_cuda(agent) and callable(getattr(type(agent), "gradient_step", None)):
         agent.gradient_step = cuda_graph.Step(agent, lambda: active("cuda_graph"))
 
 

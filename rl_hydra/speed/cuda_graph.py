@@ -3,17 +3,24 @@
 On a GPU, a small network's update is bound by the host: a Nature-CNN DQN update at batch 32
 launches about 150 kernels, one at a time from Python, and the GPU waits between them. A CUDA
 graph records those launches once and replays them with one call. What it records must read
-only tensors that stay where they are and change nothing on the host, so:
+only tensors that stay where they are and change nothing on the host. Nothing is declared by the
+agent: the layer reads it off the agent's class and checks it at run time, so:
 
-- it replays only a step its agent's class declares tensor-only (`tensor_only_step`: the methods
-  `gradient_step` runs), in an agent whose class, instance and networks override none of them. A
-  subclass with its own loss, a compiled loss, or a network class from outside the package gets
-  the plain step;
-- each batch is copied into the graph's own input tensors; the outputs (loss, priorities,
+- the step is the `gradient_step(batch)` of the agent's class, which `update` calls. Its code, and
+  that of every method it calls on `self` (a subclass's overrides included, `super()` calls too),
+  is read once per class (`step_code`): a step that sets an attribute of `self` or hands `self`
+  on whole runs plainly, said in one log line;
+- what the step reads on `self` must be tensors, modules of the package or torch.nn, optimizers,
+  CUDA generators or plain values (`fingerprint`); anything else (a compiled or patched method
+  on the instance, a numpy generator, a network class from outside the package) runs plainly;
+- each batch is copied into the graph's own input tensors (a batch of tensors only: a recurrent
+  state tuple or a dict of observation parts runs plainly); the outputs (loss, priorities,
   metrics) are the graph's tensors, rewritten by the next replay;
-- it records only after WARMUP calls in a row in which nothing it reads has moved: the same
-  parameter, buffer and optimizer-state tensors, learning rates and batch shapes. Anything that
-  moves (a loaded checkpoint, a learning rate that decays) drops the graph and runs the plain step;
+- it records only after WARMUP calls in a row that found, and left, alike everything the step
+  reads: the same parameter, buffer and optimizer-state tensors, the same plain values (learning
+  rates, a subclass's own settings), the same batch shapes. Anything that moves (a loaded
+  checkpoint, a learning rate that decays) drops the graph and runs the plain step, and a
+  recording that fails runs the plain step from then on, said in one log line;
 - random draws inside the step (IQN's fractions, the noisy layers' noise) come from generators
   registered with the graph (the agent's own, and torch's default one, which torch registers),
   which advance at every replay as they do when the step runs eagerly.
@@ -21,10 +28,13 @@ only tensors that stay where they are and change nothing on the host, so:
 
 from __future__ import annotations
 
-import functools
+import dis
+import inspect
 import logging
+import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,26 +43,160 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 WARMUP = 3  # plain calls in a row before recording: lazy state (optimizer moments, cuBLAS) is made by then
+KNOWN_MODULES = ("rl_hydra.", "torch.nn.")  # network code whose forward changes no Python value
+PLAIN_VALUES = (type(None), bool, int, float, str, torch.dtype, torch.device)
+SELF_LOADS = ("LOAD_FAST", "LOAD_DEREF")
+ATTRIBUTE_READS = ("LOAD_ATTR", "LOAD_METHOD")
 
 
-def declared_base(agent: Any) -> type | None:
-    """The nearest class in the agent's MRO that declares a `tensor_only_step`, if the agent runs that
-    very step (no method it lists overridden in its class or instance, no network class of its own)."""
-    base: type[Any] | None = next((cls for cls in type(agent).__mro__ if "tensor_only_step" in vars(cls)), None)
-    if base is None or not base.tensor_only_step:
-        return None
-    own = {name: value for name, value in vars(agent).items() if not isinstance(value, Step)}
-    if any(name in own or getattr(type(agent), name) is not getattr(base, name) for name in base.tensor_only_step):
-        return None
-    modules = [m for value in own.values() if isinstance(value, nn.Module) for m in value.modules()]
-    if not all(type(m).__module__.startswith(("rl_hydra.", "torch.nn.")) for m in modules):
-        return None
-    return base
+class NotReplayable(Exception):
+    """Why a step runs plainly."""
 
 
-def replayable(agent: Any) -> bool:
-    """Whether the agent is on CUDA and declares a tensor-only gradient step that it runs as declared."""
-    return getattr(agent, "device", torch.device("cpu")).type == "cuda" and declared_base(agent) is not None
+@dataclass(frozen=True)
+class StepCode:
+    """What the code of a class's gradient step reads on `self` (names), or why it cannot be replayed."""
+
+    reads: frozenset[str]
+    why_not: str | None = None
+
+
+def step_code(agent_class: type) -> StepCode:
+    """`agent_class.gradient_step` and every method it calls on `self`, read off their bytecode."""
+    if agent_class not in _step_codes:
+        _step_codes[agent_class] = read_step_code(agent_class)
+    return _step_codes[agent_class]
+
+
+_step_codes: weakref.WeakKeyDictionary[type, StepCode] = weakref.WeakKeyDictionary()
+
+
+def read_step_code(agent_class: type) -> StepCode:
+    if not callable(getattr(agent_class, "gradient_step", None)):
+        return StepCode(frozenset(), f"{agent_class.__name__} has no gradient_step")
+    reads: set[str] = set()
+    pending, done = [("gradient_step", False)], set()
+    while pending:
+        name, through_super = pending.pop()
+        if (name, through_super) in done:
+            continue
+        done.add((name, through_super))
+        reads.add(name)
+        # a super() call may reach any definition up the MRO: all are read
+        owners = agent_class.__mro__ if through_super else (agent_class,)
+        for code in (c for owner in owners for c in codes_of(inspect.getattr_static(owner, name, None))):
+            try:
+                pending += attributes_of_self(code, agent_class.__name__)
+            except NotReplayable as error:
+                return StepCode(frozenset(reads), str(error))
+    return StepCode(frozenset(reads))
+
+
+def codes_of(attribute: Any) -> list[types.CodeType]:
+    """The code a method, property or nested function runs (none for data or static/class methods)."""
+    if isinstance(attribute, property):
+        return codes_of(attribute.fget)
+    if isinstance(attribute, types.FunctionType):
+        return [attribute.__code__]
+    return []
+
+
+def attributes_of_self(code: types.CodeType, where: str) -> list[tuple[str, bool]]:
+    """(name, read through super()) for each attribute of `self` the code (and code nested in it)
+    reads; NotReplayable where it sets one or hands `self` on."""
+    if not code.co_argcount:
+        return []
+    return list(self_reads(code, code.co_varnames[0], where))
+
+
+def self_reads(code: types.CodeType, self_name: str, where: str) -> Iterator[tuple[str, bool]]:
+    instructions = list(dis.get_instructions(code))
+    after_super = False
+    for this, following in zip(instructions, [*instructions[1:], None]):
+        if this.opname == "LOAD_GLOBAL" and this.argval == "super":
+            after_super = True
+        elif this.opname in ATTRIBUTE_READS and after_super:
+            after_super = False
+            yield this.argval, True
+        elif this.opname in SELF_LOADS and this.argval == self_name:
+            if following is not None and following.opname in ATTRIBUTE_READS:
+                yield following.argval, False
+            elif following is not None and following.opname == "STORE_ATTR":
+                raise NotReplayable(f"{where}.{code.co_name} sets self.{following.argval}")
+            else:
+                raise NotReplayable(f"{where}.{code.co_name} hands self on whole")
+    for nested in code.co_consts:  # comprehensions, lambdas, inner functions: self is a free variable there
+        if isinstance(nested, types.CodeType):
+            yield from self_reads(nested, self_name, where)
+
+
+def fingerprint(agent: Any, batch: Any) -> tuple:
+    """What the recorded kernels depend on: the agent's class (whose code they came from), where each
+    tensor the step reads lives, each plain value it reads, and the batch's shapes; NotReplayable where
+    it reads something else."""
+    agent_class = agent.__class__  # agent may be a weakref.proxy
+    code = step_code(agent_class)
+    if code.why_not:
+        raise NotReplayable(code.why_not)
+    own = vars(agent)
+    values = []
+    for name in sorted(code.reads):
+        if name in own and not isinstance(own[name], Step):
+            values.append((name, value_key(own[name], name, agent.device)))
+        elif name not in own and not codes_of(inspect.getattr_static(agent_class, name, None)):
+            values.append((name, value_key(getattr(agent, name, None), name, agent.device)))
+    if not all(torch.is_tensor(value) or value is None for value in batch):
+        raise NotReplayable(f"its batch holds more than tensors ({type(batch).__name__})")
+    shapes = tuple(None if value is None else (tuple(value.shape), value.dtype, value.device) for value in batch)
+    return agent_class, tuple(values), shapes
+
+
+def value_key(value: Any, name: str, device: torch.device) -> Any:
+    """What of `value` a replay depends on: a tensor's address and shape, a plain value itself (a
+    generator on another device than the agent's would draw on the host, once, at the recording)."""
+    if isinstance(value, PLAIN_VALUES):
+        return value
+    if isinstance(value, (tuple, list)):
+        return tuple(value_key(item, name, device) for item in value)
+    if torch.is_tensor(value):
+        return value.data_ptr(), tuple(value.shape), value.dtype
+    if isinstance(value, torch.Generator) and value.device.type == device.type:
+        return id(value)
+    if isinstance(value, nn.Module):
+        return module_key(value, name)
+    if isinstance(value, torch.optim.Optimizer):
+        groups = tuple(
+            value_key({k: v for k, v in g.items() if k != "params"}, name, device) for g in value.param_groups
+        )
+        state = tuple(t.data_ptr() for s in value.state.values() for t in s.values() if torch.is_tensor(t))
+        return groups, state
+    if isinstance(value, dict):
+        return tuple((key, value_key(item, name, device)) for key, item in value.items())
+    raise NotReplayable(f"it reads self.{name}, a {type(value).__name__}")
+
+
+def module_key(module: nn.Module, name: str) -> tuple:
+    keys = []
+    for part in module.modules():
+        if not type(part).__module__.startswith(KNOWN_MODULES):
+            raise NotReplayable(f"self.{name} holds a {type(part).__name__} from outside rl_hydra and torch.nn")
+        plain = tuple((k, v) for k, v in vars(part).items() if isinstance(v, PLAIN_VALUES))
+        tensors = tuple(t.data_ptr() for t in (*part._parameters.values(), *part._buffers.values()) if t is not None)
+        keys.append((plain, tensors))
+    return tuple(keys)
+
+
+def why_plain(agent: Any, batch: Any) -> str | None:
+    """Why the agent's gradient step on `batch` may not be replayed; None where it may."""
+    try:
+        fingerprint(agent, batch)
+    except NotReplayable as error:
+        return str(error)
+    return None
+
+
+def on_cuda(agent: Any) -> bool:
+    return getattr(agent, "device", torch.device("cpu")).type == "cuda"
 
 
 def generators(agent: Any) -> list[torch.Generator]:
@@ -67,8 +211,7 @@ class GraphedStep:
 
     def __init__(self, agent: Any):
         self.agent = weakref.proxy(agent)
-        self.plain = functools.partial(type(agent).gradient_step, self.agent)  # not the attached Step
-        self.stream = torch.cuda.Stream(device=agent.device)
+        self.stream: Any = None  # the recording stream, made on first use
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: Any = None
         self.outputs: Any = None
@@ -77,35 +220,21 @@ class GraphedStep:
         self.alike = 0
         self.failed: str | None = None
 
-    def fingerprint(self, batch) -> tuple:
-        """What the recorded kernels depend on: where every tensor they read lives, and the batch's shapes."""
-        agent = self.agent
-        tensors = [
-            t
-            for value in vars(agent).values()
-            if isinstance(value, nn.Module)
-            for t in (*value.parameters(), *value.buffers())
-        ]
-        tensors += [t for state in agent.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
-        lrs = tuple(group["lr"] for group in agent.optimizer.param_groups)
-        shapes = tuple(
-            None if value is None else (tuple(value.shape), value.dtype, value.device)
-            for value in batch
-            if torch.is_tensor(value) or value is None
-        )
-        return tuple(t.data_ptr() for t in tensors), lrs, shapes
-
     def __call__(self, batch):
+        """The step on `batch`; NotReplayable, before anything ran, where it may not be replayed."""
         if self.failed:
             return self.plain(batch)
-        seen = self.fingerprint(batch)
+        seen = fingerprint(self.agent, batch)
         if self.graph is not None and seen == self.recorded:
             return self.replay(batch)
         self.graph, self.recorded = None, None  # something moved: record again once it settles
         self.alike = self.alike + 1 if seen == self.seen else 1
         self.seen = seen
         if self.alike <= WARMUP:
-            return self.on_side_stream(lambda: self.plain(batch))
+            result = self.on_side_stream(lambda: self.plain(batch))
+            if not self.unmoved(seen, batch):  # the step itself moves what it reads: a replay would not
+                self.alike, self.seen = 0, None
+            return result
         try:
             self.record(batch)
         except Exception as error:  # a step that cannot be recorded runs plainly from now on
@@ -116,27 +245,42 @@ class GraphedStep:
         self.recorded = seen
         return self.replay(batch)
 
+    def plain(self, batch):
+        """The class's gradient step (not the attached Step), looked up at each call."""
+        return self.agent.__class__.gradient_step(self.agent, batch)
+
+    def unmoved(self, seen: tuple, batch) -> bool:
+        try:
+            return fingerprint(self.agent, batch) == seen
+        except NotReplayable:
+            return False
+
+    def side_stream(self) -> torch.cuda.Stream:
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=self.agent.device)
+        return self.stream
+
     def on_side_stream(self, run: Callable[[], Any]) -> Any:
         """Run on the recording stream, ordered after and before the work on the current one (the
         warm-up runs where the recording will, so lazy per-stream state exists by then)."""
-        current = torch.cuda.current_stream(self.agent.device)
-        self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
+        current, stream = torch.cuda.current_stream(self.agent.device), self.side_stream()
+        stream.wait_stream(current)
+        with torch.cuda.stream(stream):
             result = run()
-        current.wait_stream(self.stream)
+        current.wait_stream(stream)
         return result
 
     def record(self, batch) -> None:
         self.inputs = type(batch)(
             *(value.clone() if torch.is_tensor(value) and value.is_cuda else None for value in batch)
         )
-        graph = torch.cuda.CUDAGraph()
+        graph, stream = torch.cuda.CUDAGraph(), self.side_stream()
         for generator in generators(self.agent):
             graph.register_generator_state(generator)
-        self.stream.wait_stream(torch.cuda.current_stream(self.agent.device))
-        with torch.cuda.graph(graph, stream=self.stream):
+        stream.wait_stream(torch.cuda.current_stream(self.agent.device))
+        with torch.cuda.graph(graph, stream=stream):
             self.outputs = self.plain(self.inputs)
-        torch.cuda.current_stream(self.agent.device).wait_stream(self.stream)
+        torch.cuda.current_stream(self.agent.device).wait_stream(stream)
         self.graph = graph
 
     def replay(self, batch):
@@ -151,16 +295,22 @@ _steps: weakref.WeakKeyDictionary[Any, GraphedStep] = weakref.WeakKeyDictionary(
 
 
 class Step:
-    """What `agent.gradient_step` is on an agent `attach` chose: the GraphedStep while `on()` and the
-    agent still runs its declared step, else its class's gradient step."""
+    """What `agent.gradient_step` is on a CUDA agent (speed.attach): the GraphedStep while `on()` and
+    the step may be replayed, else its class's gradient step, the first time said in one log line."""
 
     def __init__(self, agent: Any, on: Callable[[], bool]):
         self.agent, self.on = weakref.ref(agent), on  # the agent holds its Step: no cycle
+        self.said = False
 
     def __call__(self, batch):
         agent = self.agent()
-        if self.on() and declared_base(agent) is not None:
-            return graphed_step(agent)(batch)
+        if self.on():
+            try:
+                return graphed_step(agent)(batch)
+            except NotReplayable as why:
+                if not self.said:
+                    log.info("speed: cuda_graph runs %s's gradient step plainly (%s)", type(agent).__name__, why)
+                    self.said = True
         return type(agent).gradient_step(agent, batch)
 
 

@@ -100,3 +100,17 @@ class RenamedDQN(DQN):
 def test_summary_names_the_algorithm_by_the_config_choice_not_the_class_label(tmp_path):
     run = train("algo=dqn", "algo._target_=tests.config.test_protocols.RenamedDQN", *TINY, run_dir=tmp_path / "run")
     assert json.loads((run.path / "summary.json").read_text())["algo"] == "dqn"
+
+
+def test_the_agent_contract_never_names_the_speed_layer():
+    """An algorithm's author need not know rl_hydra/speed exists: what a CUDA graph may replay is read
+    off the agent's class there (rl_hydra/speed/cuda_graph.py), never declared on it."""
+    import re
+    from pathlib import Path
+
+    import rl_hydra.protocols as protocols
+
+    assert "tensor_only_step" not in declared_members(Agent)
+    assert not re.search(
+        r"\btensor_only_step\b|\bgradient_step\b|\bspeed\b|CUDA graph", Path(protocols.__file__).read_text()
+    )

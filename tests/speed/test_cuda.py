@@ -338,3 +338,28 @@ def test_a_decaying_learning_rate_is_never_replayed():
     train_on(graphed, batches, graphs=True, steps_between=4)
     assert cuda_graph._steps[graphed].graph is None
     assert_same_weights(plain, graphed)
+
+
+@needs_cuda
+def test_a_subclass_s_own_loss_is_replayed_as_it_runs_plainly_and_its_settings_moving_records_afresh():
+    from rl_hydra.algos.dqn import DQN
+
+    class ScaledLoss(DQN):
+        loss_scale = 1.0
+
+        def loss(self, batch):
+            loss, priorities, metrics = super().loss(batch)
+            return loss * self.loss_scale, priorities, metrics
+
+    cfg = graph_config("dqn")
+    batches = some_batches(cfg, 16)
+    plain, graphed = fresh_agent(cfg), fresh_agent(cfg)
+    losses = []
+    for agent, graphs in ((plain, False), (graphed, True)):
+        agent.__class__ = ScaledLoss
+        losses.append(train_on(agent, batches[:8], graphs))
+        agent.loss_scale = 0.5  # read by the override only: the recording is dropped, then made again
+        losses[-1] += train_on(agent, batches[8:], graphs)
+    assert cuda_graph._steps[graphed].graph is not None
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert_same_weights(plain, graphed)

@@ -2,7 +2,8 @@
 plain torch/gymnasium path with one log line when the private API it rests on is gone or
 different, and a run on the plain path (`fast_paths=false`) trains to the same numbers.
 The fast paths' own equality with their plain counterparts: tests/speed/test_lean_paths.py,
-tests/algos/test_acting.py, tests/buffers/test_host_memory.py, tests/algos/test_distributional.py (the quantile Huber loss)."""
+tests/algos/test_acting.py, tests/buffers/test_host_memory.py, tests/algos/test_distributional.py (the quantile
+Huber loss)."""
 
 from __future__ import annotations
 
@@ -201,28 +202,55 @@ def built_agent(*overrides: str):
     return plain_components(compose_config(*overrides, "env=cartpole", "network.hidden_sizes=[16]", *TINY))[0]
 
 
-@pytest.mark.parametrize(
-    "algo, base", [("dqn", "DQN"), ("qr_dqn", "QRDQN"), ("iqn", "IQN"), ("c51", "C51"), ("rainbow", "C51")]
-)
-def test_the_project_s_q_learning_steps_are_declared_tensor_only(algo, base):
-    from rl_hydra.speed.cuda_graph import declared_base
+@pytest.mark.parametrize("algo", ["dqn", "qr_dqn", "iqn", "c51", "rainbow"])
+def test_the_project_s_q_learning_steps_may_be_replayed_read_off_their_code(algo):
+    from rl_hydra.speed import cuda_graph
 
-    assert declared_base(built_agent(f"algo={algo}")).__name__ == base
+    agent = built_agent(f"algo={algo}")
+    assert cuda_graph.why_plain(agent, random_batch_for(agent)) is None
+    assert {"gradient_step", "loss", "q_net", "optimizer"} <= cuda_graph.step_code(type(agent)).reads
 
 
-def test_a_step_the_layer_does_not_know_runs_plainly():
-    """A subclass's own loss, a compiled loss, a network class from outside the package, DRQN's
-    sequences: each could hold host-side state a replay would freeze, so none is replayed."""
+def test_a_subclass_s_own_loss_is_read_too_so_its_settings_are_what_the_replay_depends_on():
     from rl_hydra.algos.dqn import DQN
-    from rl_hydra.speed.cuda_graph import declared_base as known_base
+    from rl_hydra.speed import cuda_graph
 
-    class OwnLoss(DQN):
+    class ScaledLoss(DQN):
+        loss_scale = 1.0
+
         def loss(self, batch):
+            loss, priorities, metrics = super().loss(batch)
+            return loss * self.loss_scale, priorities, metrics
+
+    agent, batch = built_agent("algo=dqn"), None
+    batch = random_batch_for(agent)
+    agent.__class__ = ScaledLoss
+    assert {"loss_scale", "double_q"} <= cuda_graph.step_code(ScaledLoss).reads  # its own, and DQN.loss's
+    before = cuda_graph.fingerprint(agent, batch)
+    agent.loss_scale = 2.0
+    assert cuda_graph.why_plain(agent, batch) is None and cuda_graph.fingerprint(agent, batch) != before
+
+
+def test_a_step_a_replay_could_get_wrong_runs_plainly_and_says_why():
+    """What the layer cannot see through, or what holds host-side state a replay would freeze: each
+    is found in the class's code or the instance, and the step runs as it is."""
+    from rl_hydra.algos.dqn import DQN
+    from rl_hydra.protocols import SequenceBatch
+    from rl_hydra.speed import cuda_graph
+
+    class CountsSteps(DQN):
+        def loss(self, batch):
+            self.last_batch_size = len(batch.obs)
             return super().loss(batch)
 
-    class OwnNetworkBuilder(DQN):  # changes what is built, not what a step runs
-        def make_network(self, network):
-            return super().make_network(network)
+    class HandsSelfOn(DQN):
+        def loss(self, batch):
+            return DQN.loss(self, batch)
+
+    class DrawsWithNumpy(DQN):
+        def loss(self, batch):
+            loss, priorities, metrics = super().loss(batch)
+            return loss * float(self.rng.random()), priorities, metrics
 
     class Scaled(nn.Module):
         def __init__(self, inner):
@@ -233,26 +261,90 @@ def test_a_step_the_layer_does_not_know_runs_plainly():
             return self.inner(x) * 2.0
 
     agent = built_agent("algo=dqn")
-    assert known_base(agent) is DQN
-    agent.__class__ = OwnNetworkBuilder
-    assert known_base(agent) is DQN
-    agent.__class__ = OwnLoss
-    assert known_base(agent) is None
+    batch = random_batch_for(agent)
+    assert cuda_graph.why_plain(agent, batch) is None
+    for subclass, why in ((CountsSteps, "sets self."), (HandsSelfOn, "hands self on"), (DrawsWithNumpy, "self.rng")):
+        agent.__class__ = subclass
+        assert why in cuda_graph.why_plain(agent, batch), subclass
     agent.__class__ = DQN
     agent.loss = torch.compile(agent.loss)  # what compile=true does
-    assert known_base(agent) is None
+    assert "self.loss" in cuda_graph.why_plain(agent, batch)
     del agent.loss
     agent.q_net = Scaled(agent.q_net)
-    assert known_base(agent) is None
+    assert "outside rl_hydra" in cuda_graph.why_plain(agent, batch)
     drqn = plain_components(compose_config("algo=drqn", "env=cartpole", *TINY))[0]
-    assert known_base(drqn) is None
+    state = tuple(drqn.initial_state(2))
+    sequences = SequenceBatch(*(torch.zeros(3, 2) for _ in range(5)), torch.ones(2, dtype=torch.bool), state)
+    assert "more than tensors" in cuda_graph.why_plain(drqn, sequences)
+
+
+@pytest.fixture
+def graphs_on_the_cpu(monkeypatch):
+    """GraphedStep's decisions on the CPU: a 'recording' that only marks the step recorded, a 'replay'
+    that runs the plain step and counts (the real replay is compared in tests/speed/test_cuda.py)."""
+    from rl_hydra.speed import cuda_graph
+
+    replays = []
+    monkeypatch.setattr(cuda_graph.GraphedStep, "on_side_stream", lambda self, run: run())
+    monkeypatch.setattr(cuda_graph.GraphedStep, "record", lambda self, batch: setattr(self, "graph", "recorded"))
+
+    def replay(self, batch):
+        replays.append(batch)
+        return self.plain(batch)
+
+    monkeypatch.setattr(cuda_graph.GraphedStep, "replay", replay)
+    return replays
+
+
+def test_a_step_is_recorded_after_warm_up_calls_that_find_and_leave_alike_what_it_reads(graphs_on_the_cpu):
+    from rl_hydra.algos.dqn import DQN
+    from rl_hydra.speed import cuda_graph
+
+    class ScaledLoss(DQN):
+        loss_scale = 1.0
+
+        def loss(self, batch):
+            loss, priorities, metrics = super().loss(batch)
+            return loss * self.loss_scale, priorities, metrics
+
+    agent = built_agent("algo=dqn")
+    agent.__class__ = ScaledLoss
+    batch, graphed = random_batch_for(agent), cuda_graph.GraphedStep(agent)
+    for _ in range(cuda_graph.WARMUP + 1):  # the first makes Adam's moments: it moves what it reads
+        graphed(batch)
+    assert graphed.graph is None
+    graphed(batch)
+    assert graphed.graph == "recorded" and len(graphs_on_the_cpu) == 1
+    graphed(batch)
+    assert len(graphs_on_the_cpu) == 2
+    agent.loss_scale = 0.5  # the override's own setting moved: the recording is dropped
+    graphed(batch)
+    assert graphed.graph is None and len(graphs_on_the_cpu) == 2
+
+
+def test_a_step_that_moves_a_value_it_reads_is_never_recorded(graphs_on_the_cpu):
+    from rl_hydra.algos.dqn import DQN
+    from rl_hydra.speed import cuda_graph
+
+    class CountsInItsNetwork(DQN):
+        def loss(self, batch):
+            self.q_net.calls = getattr(self.q_net, "calls", 0) + 1  # a plain value a replay would not move
+            return super().loss(batch)
+
+    agent = built_agent("algo=dqn")
+    agent.__class__ = CountsInItsNetwork
+    batch, graphed = random_batch_for(agent), cuda_graph.GraphedStep(agent)
+    for _ in range(3 * cuda_graph.WARMUP):
+        graphed(batch)
+    assert graphed.graph is None and not graphs_on_the_cpu and agent.q_net.calls == 3 * cuda_graph.WARMUP
 
 
 def test_on_the_cpu_the_gradient_step_is_the_agent_s_own():
     from rl_hydra.speed import cuda_graph
 
     agent = built_agent("algo=dqn")
-    assert not cuda_graph.replayable(agent) and "gradient_step" not in vars(agent)
+    speed.attach(agent)
+    assert not cuda_graph.on_cuda(agent) and "gradient_step" not in vars(agent)
     agent.update(random_batch_for(agent))
     assert agent not in cuda_graph._steps
 
@@ -276,7 +368,6 @@ def random_batch_for(agent):
 
 def test_an_attached_step_is_not_an_override_and_runs_the_class_s_step_where_graphs_are_off():
     """What `speed.attach` puts on a CUDA agent, tried on the CPU with the graphs off."""
-    from rl_hydra.algos.dqn import DQN
     from rl_hydra.speed import cuda_graph
     from rl_hydra.training import seed_everything
 
@@ -286,8 +377,8 @@ def test_an_attached_step_is_not_an_override_and_runs_the_class_s_step_where_gra
         agents.append(built_agent("algo=dqn"))
     plain, attached = agents
     attached.gradient_step = cuda_graph.Step(attached, on=lambda: False)
-    assert cuda_graph.declared_base(attached) is DQN
     batch = random_batch_for(plain)
+    assert cuda_graph.why_plain(attached, batch) is None
     assert torch.equal(plain.update(batch)["loss"], attached.update(batch)["loss"])
     assert all(torch.equal(a, b) for a, b in zip(plain.q_net.parameters(), attached.q_net.parameters()))
     assert attached not in cuda_graph._steps
