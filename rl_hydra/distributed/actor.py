@@ -10,6 +10,7 @@ loss terms under the weights the actor holds (Ape-X), for sequences R2D2's eta *
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any, cast
 
@@ -20,6 +21,8 @@ from omegaconf import OmegaConf
 from rl_hydra.algos.common import LinearSchedule
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.build import process_settings
+from rl_hydra.distributed.parts import ActorParts
 from rl_hydra.distributed.replay import as_arrays
 from rl_hydra.distributed.settings import sequence_priorities
 from rl_hydra.envs import make_env
@@ -38,19 +41,16 @@ class Actor:
     """One actor; `collect` acts one round and reports what it did."""
 
     def __init__(
-        self, cfg_container: dict, index: int, epsilon: float, seed: int, send_every: int, eta: float, prioritized: bool
+        self, parts: ActorParts, index: int, epsilon: float, seed: int, send_every: int, eta: float, prioritized: bool
     ):
-        from rl_hydra.training import build_agent, process_settings
-
-        cfg = OmegaConf.create(cfg_container)
-        cfg.seed = seed
         self.settings = contextlib.ExitStack()  # the actor process's threads, denormals, seeds and speed paths
-        self.settings.enter_context(process_settings(cfg))
+        self.settings.enter_context(process_settings(dataclasses.replace(parts.process, seed=seed)))
         self.index, self.send_every, self.eta = index, send_every, eta
         self.prioritized = prioritized
-        self.env = make_env(cfg.env, seed=seed, say_time_limit=False)
+        self.env = make_env(OmegaConf.create(parts.env), seed=seed, say_time_limit=False)
         observation_space, action_space = self.env.single_observation_space, self.env.single_action_space
-        self.agent = cast(Any, build_agent(cfg, observation_space, action_space, device=torch.device("cpu")))
+        recipe = dataclasses.replace(parts.agent, seed=seed)
+        self.agent = cast(Any, recipe.build(observation_space, action_space, device=torch.device("cpu")))
         if not getattr(self.agent, "noisy", False):  # noisy layers explore by themselves
             self.agent.epsilon_schedule = LinearSchedule(epsilon, epsilon, 1.0)
         self.recurrent = self.agent.capabilities.recurrent
@@ -59,11 +59,12 @@ class Actor:
         self.rollout.start()
         self.version = -1  # the learner's update count of the weights acted with (-1: its initial ones)
         if self.recurrent:
+            assert parts.sequence_length is not None and parts.stride is not None  # the sequence buffer's
             self.capacity = 2 * (send_every + n) + 8  # chunks cut between two sends, and then some
             self.local: Any = SequenceBuffer(
                 self.capacity,
-                cfg.buffer.sequence_length,
-                cfg.buffer.stride,
+                parts.sequence_length,
+                parts.stride,
                 observation_space,
                 action_space,
                 num_envs=n,
@@ -74,15 +75,14 @@ class Actor:
             self.local.start_episodes()
             self.first_unsent, self.unsent, self.last_pos = 0, 0, 0
         else:
-            n_step = int(cfg.algo.get("n_step", 1))
             self.local = ReplayBuffer(
-                2 * (send_every + (n_step + 1) * n),
+                2 * (send_every + (parts.n_step + 1) * n),
                 observation_space,
                 action_space,
                 num_envs=n,
                 seed=seed,
-                n_step=n_step,
-                gamma=float(cfg.algo.gamma),
+                n_step=parts.n_step,
+                gamma=parts.gamma,
                 share_frames=False,
             )
             self.rows_added = self.rows_sent = 0

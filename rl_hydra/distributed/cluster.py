@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import ConfigError
 from rl_hydra.distributed.actor import Actor
-from rl_hydra.distributed.replay import SequenceShard, TransitionShard, shard_config
+from rl_hydra.distributed.parts import RunParts
+from rl_hydra.distributed.replay import SequenceShard, TransitionShard
 from rl_hydra.distributed.settings import Settings, actor_epsilons
 from rl_hydra.runs.run_dir import RunError
 
@@ -36,8 +36,8 @@ class ClusterFault(RuntimeError):
 
 
 class Cluster:
-    def __init__(self, ray: Any, settings: Settings, cfg: DictConfig, recurrent: bool, prioritized: bool):
-        self.ray, self.settings, self.cfg = ray, settings, cfg
+    def __init__(self, ray: Any, settings: Settings, parts: RunParts, recurrent: bool, prioritized: bool):
+        self.ray, self.settings, self.parts = ray, settings, parts
         self.recurrent, self.prioritized = recurrent, prioritized
         self.started_ray = False
         self.shards: list[Any] = []
@@ -99,18 +99,20 @@ class Cluster:
 
     def start_replay(self, spaces: dict[str, Any], saved: list[dict] | None) -> None:
         """The replay shards, with their checkpointed contents (`saved`) on a resume."""
-        ray, cfg = self.ray, self.cfg
+        ray, parts = self.ray, self.parts
         shard_class = ray.remote(num_cpus=0, max_restarts=0)(SequenceShard if self.recurrent else TransitionShard)
-        buffer = shard_config(cfg)
         for i in range(self.settings.shards):
             if self.recurrent:
                 self.shards.append(
                     shard_class.remote(
-                        buffer, cfg.seed + i, alpha=self.settings.priority_alpha, beta=self.settings.priority_beta
+                        parts.buffer,
+                        parts.seed + i,
+                        alpha=self.settings.priority_alpha,
+                        beta=self.settings.priority_beta,
                     )
                 )
             else:
-                self.shards.append(shard_class.remote(buffer, **spaces, gamma=float(cfg.algo.gamma), seed=cfg.seed + i))
+                self.shards.append(shard_class.remote(parts.buffer, **spaces, gamma=parts.gamma, seed=parts.seed + i))
         for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):
             if refused is not None:  # its buffer, e.g. too large for the memory of the node it is on
                 raise ConfigError(refused)
@@ -128,19 +130,16 @@ class Cluster:
 
     def start_actors(self, session: int) -> None:
         """N actors, each on its Ape-X epsilon, seeded apart for each session of the run; each starts a round."""
-        ray, cfg, settings = self.ray, self.cfg, self.settings
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(plain, dict)
-        plain.pop("logger", None)
+        ray, parts, settings = self.ray, self.parts, self.settings
         actor_class = ray.remote(
             num_cpus=settings.cpus_per_actor, max_restarts=settings.max_restarts, max_task_retries=0
         )(Actor)
         epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
         for i, epsilon in enumerate(epsilons):  # a restarted actor is built again from these arguments
-            seed = cfg.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
+            seed = parts.seed + (i + 1 + session * settings.actors) * ACTOR_SEED_STRIDE
             self.actors.append(
                 actor_class.remote(
-                    plain, i, epsilon, seed, settings.send_every, settings.priority_eta, self.prioritized
+                    parts.actor, i, epsilon, seed, settings.send_every, settings.priority_eta, self.prioritized
                 )
             )
         for i in range(len(self.actors)):

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rl_hydra.buffers import compiled_sum_tree
+from rl_hydra.build import build
 from rl_hydra.config import ConfigError, check_int
 from rl_hydra.protocols import Batch, SequenceBatch
 
@@ -53,8 +54,6 @@ class TransitionShard:
     """The run's transition buffer (`cfg.buffer`) for rows that arrive as finished n-step transitions."""
 
     def __init__(self, buffer_cfg: dict, observation_space, action_space, gamma: float, seed: int):
-        from rl_hydra.training import build
-
         node = OmegaConf.create(buffer_cfg)
         node.pop("device", None)
         self.refused: str | None = None  # why the buffer could not be built here (`ready` says it)
@@ -260,16 +259,3 @@ def read_chunks(chunks: dict[str, Any], rows: torch.Tensor) -> SequenceBatch:
         episode_start=picked["episode_start"][0],
         state=tuple(s[0] for s in picked["state"]),
     )
-
-
-def shard_config(cfg: DictConfig) -> dict:
-    """The buffer node a shard builds from, resolved (it travels to another process); prioritized
-    replay's `beta_steps: auto` is the run's updates, as in one process."""
-    from rl_hydra.config import run_updates
-
-    node = dict(OmegaConf.to_container(cfg.buffer, resolve=True))  # type: ignore[arg-type]
-    if node.get("beta_steps") == "auto":
-        node["beta_steps"] = run_updates(
-            cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
-        )
-    return node

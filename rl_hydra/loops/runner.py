@@ -3,7 +3,8 @@ evaluation, reporting, checkpoints and the final summary. Each part lives in its
 this one says when each runs.
 
 A loop only acts and fills the buffer. After each vector step it calls `run_due_updates`
-(the training phase, when one falls due) and then `record_step`.
+(the training phase, when one falls due) and then `record_step`. A distributed run's learner drives
+the same Runner over its remote experience (loops/experience.py): it calls `update_on` and `record_steps`.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from rl_hydra.loggers import build_loggers
 from rl_hydra.loops.evaluate import Evaluator
+from rl_hydra.loops.experience import Experience, LocalExperience
 from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonitor
 from rl_hydra.loops.reporting import Reporter
-from rl_hydra.loops.rollout import Rollout
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent, Buffer
@@ -32,23 +33,30 @@ __all__ = ["Runner", "StopRequested", "TrainingDiverged"]
 
 
 class Runner:
-    """`settings`: what the run's config says of the loop (loops/settings.py, built by rl_hydra.training)."""
+    """`settings`: what the run's config says of the loop (loops/settings.py, built by rl_hydra.build).
+    One process passes its `env` and `buffer`; a distributed learner passes its `experience` instead."""
 
     def __init__(
         self,
         settings: RunSettings,
         agent: Agent,
         env,
-        buffer: Buffer,
+        buffer: Buffer | None,
         run_dir: str | Path,
         stop_after: int | None = None,
+        *,
+        experience: Experience | None = None,
     ):
-        self.settings, self.agent, self.env, self.buffer = settings, agent, env, buffer
+        self.settings, self.agent, self.env = settings, agent, env
+        self.buffer = cast(Buffer, buffer)  # None for a distributed learner, which never reads it
         self.run_dir = RunDirectory(run_dir)
         self.schedule = Schedule(
             settings.total_steps, settings.eval_every, settings.log_every, settings.checkpoint_every
         )
-        self.rollout = Rollout(env)
+        if experience is None:
+            local = LocalExperience(env, self.buffer)
+            self.rollout, experience = local.rollout, local
+        self.experience: Experience = experience
         # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
         self.update_priorities = getattr(buffer, "update_priorities", None)
         self.monitor = UpdateMonitor(
@@ -62,6 +70,7 @@ class Runner:
             settings.eval_epsilon,
         )
         self.reporter = Reporter(self.run_dir, agent.metric_names, settings, build_loggers(settings.loggers))
+        self.reporter.columns += list(experience.columns)
         self.elapsed_before = 0.0  # wall time of earlier sessions of this run (resume)
         self.started: float | None = None
         self.stop_requested = False
@@ -120,9 +129,13 @@ class Runner:
 
     def record_step(self) -> None:
         """Account for the vector step just taken and run whatever falls due."""
+        self.record_steps(self.env.num_envs)
+
+    def record_steps(self, steps: int) -> None:
+        """Account for `steps` env steps (a vector step's, or an actor's round) and run whatever falls due."""
         if self.monitor.device_check_pending:
             self.monitor.check_device(self.global_step)
-        due = self.schedule.advance(self.env.num_envs)
+        due = self.schedule.advance(steps)
         if self.stop_requested:
             self.pending = due
             raise StopRequested
@@ -150,8 +163,9 @@ class Runner:
     def write_row(self, with_eval: bool) -> None:
         row = {
             "time/elapsed_s": round(self.elapsed, 3),
-            **self.rollout.episodes.row(),
+            **self.experience.episodes.row(),
             **{f"train/{k}": float(v) for k, v in self.monitor.latest.items()},
+            **self.experience.row(self.global_step, self.agent.updates),
         }
         last = self.evaluator.last  # None before the first evaluation
         if with_eval and last is not None:
@@ -161,7 +175,7 @@ class Runner:
     # --- checkpoints and summary ------------------------------------------------------
     def state_dict(self, with_buffer: bool) -> dict[str, Any]:
         """Everything needed to continue exactly: agent, buffer, counters, RNG streams, env."""
-        episodes = self.rollout.episodes
+        episodes = self.experience.episodes
         agent_state, torch_rng = (
             (self.agent.state_dict(), torch.get_rng_state())
             if (self.pending is None or self._before_evaluation is None)
@@ -178,19 +192,15 @@ class Runner:
                 "finished_lengths": list(episodes.finished_lengths),
                 "latest_update": dict(self.monitor.latest),
             },
-            "rng": {"torch": torch_rng, "action_space": self.env.action_space.np_random.bit_generator.state},
         }
         state["runner"]["pending"] = list(self.pending) if self.pending is not None else None
-        rollout = self.rollout.state_dict()
-        if rollout is not None:
-            state["env"] = rollout
-        if with_buffer:
-            state["buffer"] = self.buffer.state_dict()
-        return state
+        own = self.experience.state_dict(with_buffer)
+        state["rng"] = {"torch": torch_rng, **own.pop("rng", {})}
+        return {**state, **own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
-        runner, episodes = state["runner"], self.rollout.episodes
+        runner, episodes = state["runner"], self.experience.episodes
         self.schedule.step = runner["global_step"]
         self.evaluator.load_state_dict(runner)
         episodes.episodes = runner["episodes"]
@@ -200,11 +210,7 @@ class Runner:
         self.monitor.latest = dict(runner["latest_update"])
         self.pending = Due(*runner["pending"]) if runner.get("pending") is not None else None
         torch.set_rng_state(state["rng"]["torch"])
-        self.env.action_space.np_random.bit_generator.state = state["rng"]["action_space"]
-        if "buffer" in state:
-            self.buffer.load_state_dict(state["buffer"])
-        if "env" in state:
-            self.rollout.load_state_dict(state["env"])
+        self.experience.load_state_dict(state)
 
     def save_checkpoint(self, name: str, with_buffer: bool | None = None) -> Path:
         if with_buffer is None:
@@ -227,7 +233,7 @@ class Runner:
     def close(self, status: str = "completed") -> None:
         """`status`: the run's, as summary.json has it (completed, failed, interrupted)."""
         self.reporter.close(status, self.global_step)
-        self.env.close()
+        self.experience.close()
         self.evaluator.close()
 
 

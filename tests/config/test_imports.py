@@ -18,7 +18,9 @@ LAYERS = [
     ["networks", "buffers", "envs", "runs"],  # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
     ["loops"],
-    ["fit", "training", "distributed"],  # build a run and hand it to a loop (or to Ray)
+    ["fit", "build"],  # a run's parts built from its config
+    ["distributed"],  # Ray actors and replay shards, and the learner that drives a Runner over them
+    ["training"],  # one run: built and handed to a loop, or to distributed
     ["launch"],  # the one way a run starts
     [
         "api",
@@ -69,6 +71,92 @@ def test_no_module_imports_from_a_layer_above_its_own():
             if layer_of(imported) > own:
                 upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
     assert not upward, "imports that point up:\n" + "\n".join(upward)
+
+
+# --- no circles -------------------------------------------------------------------------------
+# Layers allow imports within a layer; a circle there (a function-level import included) is still a
+# tangle. Areas (the first name under rl_hydra) form none; nor do the modules of a run's build, its
+# loops and its distributed side (issue #67: training and distributed used to import each other).
+
+CIRCLE_FREE_AREAS = ("build", "training", "distributed", "loops", "fit")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if path.name == "__init__.py" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each rl_hydra module and the rl_hydra modules it imports (`from a import b`: a.b where b is a module)."""
+    paths = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+    def nearest(name: str) -> str:
+        while name not in paths:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for module, path in paths.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rl_hydra"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    imported.add(full if full in paths else nearest(node.module))
+            elif isinstance(node, ast.Import):
+                imported |= {nearest(alias.name) for alias in node.names if alias.name.startswith("rl_hydra")}
+        graph[module] = imported - {module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def area(module: str) -> str:
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def test_the_circle_finder_finds_a_circle_through_any_length():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_areas_import_each_other():
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        graph.setdefault(area(module), set()).update(area(other) for other in imported if area(other) != area(module))
+    assert not circles(graph), f"areas that import each other: {circles(graph)}"
+
+
+def test_a_runs_build_loops_and_distributed_side_import_in_no_circle():
+    found = [group for group in circles(import_graph()) if any(area(m) in CIRCLE_FREE_AREAS for m in group)]
+    assert not found, f"modules that import each other: {found}"
 
 
 # --- no private doors into Hydra --------------------------------------------------------------

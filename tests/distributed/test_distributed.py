@@ -199,9 +199,9 @@ def transitions(n: int, start: float = 0.0, obs_dim: int = 3) -> Batch:
 
 @pytest.mark.parametrize("buffer", ["prioritized", "replay"])
 def test_transition_shard_keeps_each_rows_discount_and_priority(buffer):
-    from rl_hydra.distributed.replay import shard_config
+    from rl_hydra.distributed.parts import shard_buffer
 
-    node = shard_config(compose_config(f"buffer={buffer}", "buffer.capacity=64"))
+    node = shard_buffer(compose_config(f"buffer={buffer}", "buffer.capacity=64"))
     shard = TransitionShard(node, BOX, gym.spaces.Discrete(2), gamma=0.99, seed=0)
     assert shard.sample(8, 1) is None  # too few rows yet
     sent = transitions(16)
@@ -380,7 +380,7 @@ def test_each_updates_priorities_reach_the_shard_with_its_next_sample_request(
     rows, priorities = sent[0]
     assert isinstance(priorities, np.ndarray) and rows.shape == priorities.shape == (SAMPLE_BATCHES * 8,)
     assert np.array_equal(priorities, torch.cat(computed[:SAMPLE_BATCHES]).numpy())
-    alpha, epsilon = learner.cluster.cfg.buffer.alpha, shard.target.buffer.epsilon
+    alpha, epsilon = learner.cluster.parts.buffer["alpha"], shard.target.buffer.epsilon
     last_of_each_row = {row: p for row, p in zip(rows.tolist(), priorities.tolist())}
     leaves = shard.target.buffer.tree.state_dict()["leaves"]
     for row, p in last_of_each_row.items():  # the shard's tree holds (|delta| + eps)^alpha
@@ -400,12 +400,12 @@ def test_a_round_that_passes_the_budget_ends_the_run_at_train_total_steps(tmp_pa
     learner = learner_module.Learner(
         cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"), read_settings(cfg.distributed)
     )
-    dues = []
-    monkeypatch.setattr(learner, "on_due", dues.append)
+    dues, runner = [], learner.runner
+    monkeypatch.setattr(runner, "_on_due", dues.append)
     for _ in range(2):  # 400 steps in two rounds; the budget is 300
         learner.account({"version": 0, "returns": [9.0], "lengths": [9], "steps": 200})
-    assert learner.global_step == cfg.train.total_steps == 300 and learner.done
-    assert dues[-1].evaluate and learner.episodes == 2 and learner.agent.explore_steps == 300 - 100
+    assert runner.global_step == cfg.train.total_steps == 300 and runner.done
+    assert dues[-1].evaluate and runner.experience.episodes.episodes == 2 and learner.agent.explore_steps == 300 - 100
 
 
 @pytest.mark.parametrize(
@@ -414,6 +414,7 @@ def test_a_round_that_passes_the_budget_ends_the_run_at_train_total_steps(tmp_pa
 )
 def test_starting_ray_is_said_at_once_before_it_starts(monkeypatch, capsys, address, where):
     from rl_hydra.distributed.cluster import Cluster
+    from rl_hydra.distributed.parts import RunParts
 
     said_before = []  # stderr when Ray was asked to start
 
@@ -432,7 +433,7 @@ def test_starting_ray_is_said_at_once_before_it_starts(monkeypatch, capsys, addr
 
     cfg = compose_config("distributed=apex", "distributed.actors=2")
     settings = dataclasses.replace(read_settings(cfg.distributed), address=address)
-    Cluster(StartingRay, settings, cfg, recurrent=False, prioritized=False).connect()
+    Cluster(StartingRay, settings, RunParts.of(cfg), recurrent=False, prioritized=False).connect()
     assert said_before == [f"distributed=apex: starting {where} (minutes, the first time on a small machine)\n"]
 
 
@@ -448,7 +449,7 @@ def test_by_default_actors_wait_for_a_learner_below_the_algos_own_ratio(tmp_path
         cfg, RunDirectory(tmp_path / "run"), torch.device("cpu"), read_settings(cfg.distributed)
     )
     assert learner.replay_ratio == learner.min_replay_ratio == 0.5
-    learner.schedule.step = learner.agent.learning_starts + 100
+    learner.runner.schedule.step = learner.agent.learning_starts + 100
     assert learner.behind()  # no update yet for 100 steps past warm-up: its actors wait
     assert learner_module.waiting(0.5, "auto") == (
         "actors wait while the learner is below 0.5 (distributed.min_replay_ratio=auto)"

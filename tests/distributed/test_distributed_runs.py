@@ -74,7 +74,7 @@ def test_a_killed_actor_is_restarted_and_the_run_completes(tmp_path, monkeypatch
 
     def kill_an_actor_once(self, report):
         account(self, report)
-        if not killed and self.global_step >= 1600:
+        if not killed and self.runner.global_step >= 1600:
             pid = self.cluster.ray.get(self.cluster.actors[1].pid.remote())
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
@@ -133,7 +133,7 @@ def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, mon
 
     def kill_the_shard(self, report):
         account(self, report)
-        if self.global_step >= 2400 and self.global_step < 3000:
+        if 2400 <= self.runner.global_step < 3000:
             self.cluster.ray.kill(self.cluster.shards[0], no_restart=True)
 
     monkeypatch.setattr(learner.Learner, "account", kill_the_shard)

@@ -1,0 +1,232 @@
+"""Build a run's parts from a composed config: the agent, env and buffer, the process-wide settings a
+run holds while it trains, and the settings its loop is told. Below both rl_hydra/training.py (one
+process) and rl_hydra/distributed/ (Ray actors and the learner), so that imports only run downward."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+
+from rl_hydra import speed
+from rl_hydra.algos.common import compile_pure_methods
+from rl_hydra.buffers.device import build_on_device
+from rl_hydra.config import ConfigError, run_updates
+from rl_hydra.envs import make_env
+from rl_hydra.fit import algo_options, check_fit, import_class
+from rl_hydra.loops.settings import RunSettings
+from rl_hydra.protocols import Agent
+
+
+def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
+    """`instantiate` with its errors turned into one ConfigError line naming the group."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        detail = str(cause) if cause is not None else str(error).splitlines()[-1]
+        raise ConfigError(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
+
+
+@dataclass(frozen=True)
+class ProcessSettings:
+    """The keys a run's process-wide settings come from (`torch_threads`, `flush_denormal`, `fast_paths`,
+    `seed`): all that a Ray actor's process is told of them."""
+
+    seed: int
+    torch_threads: int
+    flush_denormal: bool = True
+    fast_paths: bool = True
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> ProcessSettings:
+        return cls(
+            seed=int(cfg.seed),
+            torch_threads=int(cfg.torch_threads),
+            flush_denormal=bool(cfg.get("flush_denormal", True)),
+            fast_paths=bool(cfg.get("fast_paths", True)),
+        )
+
+
+@contextlib.contextmanager
+def process_settings(cfg: DictConfig | ProcessSettings) -> Iterator[None]:
+    """A run's process-wide settings, undone when it ends, also on error: its torch CPU threads,
+    whether denormal numbers are flushed to zero, and the seeds of Python's, numpy's and torch's
+    global generators; and whether the speed layer's fast paths run (rl_hydra/speed).
+
+    Flushing: Adam's moving averages of weights whose gradient is (nearly) always zero, e.g.
+    behind dead ReLUs, decay into the denormal range, and every update then pays for the slow
+    arithmetic on them (docs/benchmark.md)."""
+    settings = cfg if isinstance(cfg, ProcessSettings) else ProcessSettings.of(cfg)
+    threads, flushing = torch.get_num_threads(), flushes_denormals()
+    rng = (
+        random.getstate(),
+        np.random.get_state(),
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+    )
+    try:
+        with speed.enabled(settings.fast_paths):
+            speed.log_fallbacks()
+            torch.set_num_threads(settings.torch_threads)
+            torch.set_flush_denormal(settings.flush_denormal)
+            seed_everything(settings.seed)
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(flushing)
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+        if rng[3] is not None:
+            torch.cuda.set_rng_state_all(rng[3])
+
+
+def flushes_denormals() -> bool:
+    """Whether CPU float math flushes denormals now (torch has a setter, no getter)."""
+    return float(torch.tensor(1e-39, dtype=torch.float32) * 1.0) == 0.0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
+    return AgentRecipe.of(cfg).build(observation_space, action_space, device)
+
+
+@dataclass(frozen=True)
+class AgentRecipe:
+    """What an agent is built from, resolved to plain data: its algo node (as `agent_node` trims it),
+    its network node, the run's budget and seed. A Ray actor gets this, not the run's config."""
+
+    algo: dict
+    network: dict
+    total_steps: int
+    seed: int
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> AgentRecipe:
+        return cls(
+            algo=plain(agent_node(cfg)), network=plain(cfg.network), total_steps=cfg.train.total_steps, seed=cfg.seed
+        )
+
+    def build(self, observation_space, action_space, device: torch.device) -> Agent:
+        agent = build(
+            OmegaConf.create(self.algo),
+            "algo",
+            observation_space=observation_space,
+            action_space=action_space,
+            network=build(OmegaConf.create(self.network), "network"),
+            device=device,
+            total_steps=self.total_steps,
+            seed=self.seed,
+        )
+        # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
+        speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
+        speed.attach(agent)  # on CUDA, a declared tensor-only gradient step replayed from a CUDA graph
+        return agent
+
+
+def plain(node: DictConfig) -> dict:
+    """A config node resolved to plain data (it travels to another process, or stands alone)."""
+    value = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(value, dict)
+    return value
+
+
+RETURN_KEYS = ("n_step", "gamma")  # what discounted n-step returns are built from: one home per run
+
+
+def agent_node(cfg: DictConfig) -> DictConfig:
+    """cfg.algo as the agent is built from it: without `n_step` and `gamma` for a feed-forward agent,
+    whose transition buffer builds the discounted returns (it gets both; the agent bootstraps with
+    each batch's `discounts`). A recurrent agent gets them: it sums the returns over its sequences."""
+    returns = [key for key in RETURN_KEYS if key in cfg.algo]
+    if not returns or import_class(cfg.algo._target_, "algo._target_").capabilities.recurrent:
+        return cfg.algo
+    trimmed = cfg.copy()  # the whole config: interpolations in the algo node still resolve
+    with open_dict(trimmed.algo):
+        for key in returns:
+            del trimmed.algo[key]
+    return trimmed.algo
+
+
+def build_components(cfg: DictConfig, device: torch.device):
+    """(agent, env, buffer) for a validated config, once the groups are known to fit (rl_hydra/fit.py)."""
+    env = make_env(cfg.env, seed=cfg.seed)
+    spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
+    capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
+    agent = build_agent(cfg, **spaces, device=device)
+    # a transition buffer builds the discounted n-step returns; a recurrent agent sums them over its sequences
+    returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
+    if cfg.buffer.get("beta_steps") == "auto":  # prioritized replay anneals beta over the run's updates
+        returns["beta_steps"] = run_updates(
+            cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
+        )
+    buffer = build_on_device(
+        lambda storage: build(
+            cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=cfg.seed, **returns
+        ),
+        cfg.buffer.get("device", "auto"),
+        device,
+    )
+    return agent, env, buffer
+
+
+def cfg_choice(cfg: DictConfig, group: str) -> str:
+    """The group's option name as chosen (`prioritized`), else (a config composed outside Hydra's
+    app) the algorithm's `name`, or the class name of the group's _target_."""
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get(group)
+        if choice:
+            return str(choice)
+    target = OmegaConf.select(cfg, f"{group}._target_")
+    if target is None:
+        return f"<{group}>"
+    with contextlib.suppress(Exception):
+        if group == "algo":
+            agent_class: Any = get_class(target)
+            return str(agent_class.name)  # an agent class's ClassVar, if it has one
+    return str(target).rsplit(".", 1)[-1]
+
+
+def run_settings(cfg: DictConfig, agent: Agent) -> RunSettings:
+    """What the loop is told of the run (the config stops here): its schedule, evaluation and loggers."""
+    make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)  # the training env's build said it
+    return RunSettings.from_config(cfg, make_eval_env=make_eval_env, algo_name=agent.name)
+
+
+def compiles(agent_or_class) -> bool:
+    """Whether `compile=true` applies: the agent declares pure `compiled_methods` and is not
+    recurrent (torch.compile would leave the LSTM of a recurrent loss eager)."""
+    return bool(getattr(agent_or_class, "compiled_methods", ())) and not agent_or_class.capabilities.recurrent
+
+
+def compile_agent(agent: Agent) -> None:
+    """`compile=true`: torch.compile the agent's pure loss functions (see compile_pure_methods)."""
+    if not compiles(agent):
+        raise ConfigError(
+            f"compile=true is not supported by algo={agent.name}; it works with algo={', '.join(algos_that_compile())}"
+        )
+    compile_pure_methods(agent)
+
+
+def algos_that_compile() -> list[str]:
+    """The algo options (conf/algo/*.yaml) whose agent class compiles."""
+    return [name for name, agent_class in algo_options().items() if compiles(agent_class)]

@@ -1,0 +1,104 @@
+"""A Runner's session, from a resumed checkpoint to summary.json: the same for one process
+(rl_hydra/training.py) and a distributed run's learner (rl_hydra/distributed/learner.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rl_hydra.config import ConfigError
+from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
+from rl_hydra.runs.run_dir import RunError, check_fits, check_optimizer_state, misfit
+
+# the top-level checkpoint parts that a fresh Runner cannot show the shape of before it starts
+UNCHECKED = ("env", "replay")
+
+
+def restore(runner: Runner, checkpoint: dict[str, Any], path: Path) -> None:
+    """Load a checkpoint into a freshly built Runner: one RunError line where it does not fit the config
+    (checked before anything loads), one ConfigError where train.total_steps is below its step."""
+    fresh = runner.state_dict(with_buffer="buffer" in checkpoint)  # the env's state is checked as it is restored
+    unchecked = dict.fromkeys(UNCHECKED)
+    check_fits({**fresh, **unchecked}, {**checkpoint, **unchecked}, path)
+    try:
+        runner.load_state_dict(checkpoint)
+    except (KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError) as error:
+        raise RunError(f"checkpoint {path} does not fit this config ({misfit(error)})") from None
+    check_optimizer_state(runner.agent, path)
+    total = runner.schedule.total_steps
+    if runner.global_step > total:
+        raise ConfigError(
+            f"train.total_steps={total} is below the step this run has reached "
+            f"({runner.global_step}); give train.total_steps >= {runner.global_step}"
+        )
+
+
+def train(runner: Runner, loop: Callable[[], None], failures: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
+    """Run `loop` on a started Runner to its end, with the last checkpoint and summary.json written as the
+    run ended: completed; failed (a loss went non-finite, or one of `failures`); interrupted (Ctrl-C or
+    SIGTERM at a step's end, a second one at once). The loggers end with the summary's status."""
+    run_dir, status = runner.run_dir, "failed"
+    failing: tuple[type[Exception], ...] = (TrainingDiverged, *failures)
+    with log_through_progress_bar(runner.reporter.show_progress):
+        try:
+            with stop_at_step_boundary(runner):
+                runner.start()
+                loop()
+            runner.save_checkpoint("last")
+            summary = runner.summary("completed")
+            run_dir.write_summary(summary)
+            status = "completed"
+        except failing as error:
+            run_dir.write_summary(runner.summary("failed", reason=str(error)))
+            raise
+        except StopRequested:
+            runner.save_checkpoint("last")
+            run_dir.write_summary(runner.summary("interrupted", reason="stopped by signal"))
+            status = "interrupted"
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C: stop mid-step, keeping the last checkpoint as it is
+            run_dir.write_summary(
+                runner.summary(
+                    "interrupted",
+                    reason="stopped at once by a second signal; the last checkpoint is older than this step",
+                )
+            )
+            status = "interrupted"
+            raise StopRequested from None
+        finally:
+            runner.close(status)
+    return summary
+
+
+def log_through_progress_bar(progress: bool):
+    """While the progress bar is shown, console log lines are written above it (tqdm.write)
+    instead of onto its line; the handlers are put back afterwards."""
+    if not progress:
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
+
+
+@contextlib.contextmanager
+def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
+    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum, frame):  # noqa: ARG001
+        if runner.stop_requested:
+            raise KeyboardInterrupt
+        runner.stop_requested = True
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
