@@ -56,7 +56,6 @@ class C51(DQN):
         DQN.capabilities, network="rl_hydra.networks.categorical.CategoricalNetwork"
     )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
-    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss", "expected_values")
 
     def __init__(self, *args, num_atoms: int, v_min: float, v_max: float, **kwargs):
         self.num_atoms = num_atoms  # v_min < v_max: rl_hydra/schema/algos.py's rule

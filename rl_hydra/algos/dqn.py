@@ -39,7 +39,6 @@ class DQN:
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
-    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")  # what `gradient_step` runs
 
     def __init__(
         self,
@@ -177,7 +176,7 @@ class DQN:
     def gradient_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One optimizer step on the batch's loss; (loss, priorities, metrics) as `loss` gives them.
         It reads the batch and the weights and changes the weights, the optimizer state and the noise
-        only: tensors, never a Python value (`tensor_only_step`)."""
+        only: tensors, never a Python value."""
         if self.noisy:  # fresh noise for each update, drawn apart for the online and the target network
             resample_noise(self.q_net)
             resample_noise(self.target_net)

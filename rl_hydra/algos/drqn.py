@@ -56,7 +56,6 @@ class DRQN(DQN):
     capabilities: ClassVar[Capabilities] = Capabilities(
         actions="discrete", network="rl_hydra.networks.recurrent.RecurrentQNetwork", recurrent=True, n_step=True
     )
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its sequence loss is not declared tensor-only
     q_net: RecurrentQNetwork  # network: the capabilities' class (checked by fit)
 
     def __init__(

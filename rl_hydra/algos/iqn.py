@@ -33,13 +33,6 @@ class IQN(DQN):
     )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
-    tensor_only_step: ClassVar[tuple[str, ...]] = (
-        "gradient_step",
-        "loss",
-        "quantile_loss",
-        "sample_taus",
-        "action_values",
-    )
 
     def __init__(
         self,

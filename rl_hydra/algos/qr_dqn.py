@@ -47,7 +47,6 @@ class QRDQN(DQN):
         DQN.capabilities, network="rl_hydra.networks.quantile.QuantileNetwork"
     )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
-    tensor_only_step: ClassVar[tuple[str, ...]] = ("gradient_step", "loss")
 
     def __init__(self, *args, num_quantiles: int, kappa: float, **kwargs):
         self.num_quantiles = num_quantiles
