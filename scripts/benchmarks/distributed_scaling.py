@@ -66,7 +66,9 @@ def budget(args: argparse.Namespace, actors: int) -> int:
 
 
 def setup(actors: int) -> list[str]:
-    return ["distributed=none"] if actors == 0 else ["distributed=apex", f"distributed.actors={actors}"]
+    # actors never wait for the learner (min_replay_ratio=null): what acting and learning reach side by side
+    apex = ["distributed=apex", f"distributed.actors={actors}", "distributed.min_replay_ratio=null"]
+    return ["distributed=none"] if actors == 0 else apex
 
 
 def measure(args: argparse.Namespace, actors: int) -> dict[str, float]:
