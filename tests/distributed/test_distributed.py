@@ -456,3 +456,29 @@ def test_by_default_actors_wait_for_a_learner_below_the_algos_own_ratio(tmp_path
     )
     unbound = compose_config("distributed=apex", "distributed.min_replay_ratio=null").distributed
     assert read_settings(unbound, cpu_count=2).min_replay_ratio is None
+
+
+def test_an_actor_is_built_from_its_parts_not_the_runs_config():
+    from omegaconf import DictConfig
+
+    from rl_hydra.distributed.actor import Actor
+    from rl_hydra.distributed.parts import RunParts
+
+    cfg = compose_config("algo=dqn", "env=cartpole", "buffer=prioritized", "distributed=apex", "algo.n_step=3")
+    parts = RunParts.of(cfg).actor
+    assert {field.name for field in dataclasses.fields(parts)} == {
+        "env",
+        "agent",
+        "process",
+        "n_step",
+        "gamma",
+        "sequence_length",
+        "stride",
+    }
+    assert not [value for value in vars(parts).values() if isinstance(value, DictConfig)]
+    assert parts.env["id"] == "CartPole-v1" and "logger" not in parts.agent.algo
+    actor = Actor(parts, 0, 0.4, seed=7, send_every=50, eta=0.9, prioritized=True)
+    try:
+        assert actor.local.n_step == 3 and actor.agent.epsilon_schedule.start == 0.4
+    finally:
+        actor.close()
