@@ -38,7 +38,7 @@ def make_agent(algo_class=DQN, network=QNetwork, **network_kwargs):
         functools.partial(network, hidden_sizes=[32, 32], **network_kwargs),
         functools.partial(LeanAdam, lr=1e-3),
         total_steps=100,
-        **algo_keys("dqn"),
+        **algo_keys(algo_class.name),  # its own keys (QR-DQN's quantiles, C51's atoms)
     )
 
 
