@@ -18,9 +18,6 @@ from rl_hydra.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-BUFFER_DEVICES = ("auto", "cpu", "cuda")
-
-
 class DeviceMemoryShort(ConfigError):
     """The buffer does not fit in its device's free memory."""
 

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MODES = ("offline", "online", "disabled")
-
-
 class WandbLogger:
     """Name: the run directory's; group: the sweep's directory; config: the composed config;
     history: every row; summary: the last values and summary.json's figures. The run finishes with

@@ -13,11 +13,11 @@ from torch import nn
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import mlp
 from rl_hydra.protocols import ObservationTensor
+from rl_hydra.schema.networks import CELLS
 
 # The core's state, each tensor (B, lstm_size): (h, c) for an LSTM, (h,) for a GRU. Batch first,
 # so rows can be stored and reset per env.
 State = tuple[torch.Tensor, ...]
-CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 class RecurrentQNetwork(nn.Module):
@@ -51,7 +51,7 @@ class RecurrentQNetwork(nn.Module):
         # frames or grids: a CNN (networks/encoders.py) before the MLP encoder; None for vectors
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)
         self.encoder = mlp(features, None, encoder_sizes, activation)
-        self.core = CELLS[cell](encoder_sizes[-1] if encoder_sizes else features, lstm_size)
+        self.core = getattr(nn, CELLS[cell])(encoder_sizes[-1] if encoder_sizes else features, lstm_size)
         self.head = mlp(lstm_size, num_actions, head_sizes, activation)
         self.register_load_state_dict_pre_hook(rename_lstm)
 

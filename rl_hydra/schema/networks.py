@@ -8,7 +8,7 @@ from rl_hydra.schema.keys import Rule, key
 
 ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}  # torch.nn's class of each
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
-CELLS = ("lstm", "gru")
+CELLS = {"lstm": "LSTM", "gru": "GRU"}  # torch.nn's class of each
 BOOL = (True, False)
 
 
@@ -75,7 +75,7 @@ class ImplicitQuantileNetworkKeys(NetworkKeys):
 class RecurrentQNetworkKeys(NetworkKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.recurrent.RecurrentQNetwork",)
     encoder_sizes: list[int] = sizes("the MLP before the core")
-    cell: str = key(help="the recurrent core (docs/drqn.md)", choices=CELLS)
+    cell: str = key(help="the recurrent core (docs/drqn.md)", choices=tuple(CELLS))
     lstm_size: int = key(help="the core's hidden size (a GRU's too)", integer=True, minimum=1)
     head_sizes: list[int] = sizes("the MLP after the core")
 

@@ -33,6 +33,7 @@ defaults:
   - _self_
 
 _target_: my_algos.scaled.ScaledRewardDQN
+loss: huber                            # DQN's TD loss, which it keeps
 reward_scale: 0.1
 """
 
