@@ -58,9 +58,7 @@ class DRQN(DQN):
     )
     q_net: RecurrentQNetwork  # network: the capabilities' class (checked by fit)
 
-    def __init__(
-        self, *args: Any, gamma: float, burn_in: int, n_step: int, value_rescaling: bool, **kwargs: Any
-    ):
+    def __init__(self, *args: Any, gamma: float, burn_in: int, n_step: int, value_rescaling: bool, **kwargs: Any):
         super().__init__(*args, **kwargs)
         # its sequence buffer stores the rewards as they came: the discount is applied here, in `loss`
         self.gamma = gamma

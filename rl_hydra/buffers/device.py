@@ -18,6 +18,7 @@ from rl_hydra.config import ConfigError
 
 log = logging.getLogger(__name__)
 
+
 class DeviceMemoryShort(ConfigError):
     """The buffer does not fit in its device's free memory."""
 

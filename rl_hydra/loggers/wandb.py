@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class WandbLogger:
     """Name: the run directory's; group: the sweep's directory; config: the composed config;
     history: every row; summary: the last values and summary.json's figures. The run finishes with
