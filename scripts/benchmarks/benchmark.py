@@ -58,7 +58,7 @@ from pathlib import Path
 from minatar_sb3 import HP
 from minatar_sb3 import our_overrides as minatar_overrides
 from minatar_sb3 import peer_spec as minatar_peer
-from zoo import EVAL_EPISODES, PEERS, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
+from zoo import EVAL_EPISODES, PEER_LABELS, PEERS, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
 
 from rl_hydra.runs.aggregate import interquartile_mean, median_interval
 from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
@@ -71,7 +71,7 @@ PEER_PACKAGES = {
     "sb3": {"stable_baselines3": "stable-baselines3", "sb3_contrib": "sb3-contrib"},
     "sbx": {"sbx": "sbx-rl", "jax": "jax[cpu]"},
 }
-PEER_NAMES = {"sb3": "SB3", "sbx": "SBX"}
+PEER_NAMES = PEER_LABELS
 PEER_DISTRIBUTIONS = {"sb3": ("stable-baselines3 / sb3-contrib", "stable-baselines3"), "sbx": ("SBX", "sbx-rl")}
 # JAX on one core: XLA's CPU backend without its Eigen thread pool, one intra-op thread
 ONE_CORE = {
@@ -717,7 +717,10 @@ def main(argv: list[str] | None = None) -> None:
     for line in found:
         print(f"error: {line}", file=sys.stderr)
     if found:
-        print("error: our config and SB3's hyperparameters differ (above); nothing was run", file=sys.stderr)
+        print(
+            f"error: our config and {PEER_NAMES[args.peer]}'s hyperparameters differ (above); nothing was run",
+            file=sys.stderr,
+        )
         sys.exit(2)
     load_before = os.getloadavg()[0]
     chosen = [s for s in seeds if not args.only_seeds or s in args.only_seeds]

@@ -203,6 +203,10 @@ SBX = {
     ),
 }
 PEERS = {"sb3": ZOO, "sbx": SBX}
+PEER_LABELS = {"sb3": "SB3", "sbx": "SBX"}
+# where SBX 0.28's defaults are not SB3's (tests/cli/test_suite_sb3.py checks both against the installed classes):
+# its DQN has no gradient clipping (max_grad_norm is commented out of its signature), its TD3 lr is 3e-4
+SBX_DEFAULTS = {"dqn": dict(max_grad_norm=None), "td3": dict(learning_rate=3e-4)}
 
 # SB3 2.9.2's defaults for what the Zoo leaves out (tests/cli/test_suite_sb3.py checks them against the
 # installed classes); SB3's Adam has torch's defaults, sb3-contrib's QR-DQN eps 0.01 / batch
@@ -344,7 +348,8 @@ def adam(prefix: str, lr, eps: float) -> tuple[dict, float]:
 
 def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     """Our config keys and the values that give SB3's run, and notes on what is not exact."""
-    hp = {**SB3_DEFAULTS["sac" if zoo.algo == "droq" else zoo.algo], **zoo.hp}
+    algo = "sac" if zoo.algo == "droq" else zoo.algo
+    hp = {**SB3_DEFAULTS[algo], **(SBX_DEFAULTS.get(algo, {}) if zoo.peer == "sbx" else {}), **zoo.hp}
     notes = list(zoo.notes) + (SBX_NOTES if zoo.peer == "sbx" else [])
     gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: one per step
     common = {
@@ -619,7 +624,7 @@ def mismatches(cfg, zoo: Zoo) -> list[str]:
 
     expected, _ = expected_config(zoo)
     found = [
-        f"{key} is {our_value(cfg, key)!r} in our config; SB3's run means {value!r}"
+        f"{key} is {our_value(cfg, key)!r} in our config; {PEER_LABELS[zoo.peer]}'s run means {value!r}"
         for key, value in expected.items()
         if not same(our_value(cfg, key), value)
     ]

@@ -24,9 +24,73 @@ def preset(name: str, *extra: str):
     return compose_config(f"algo={algo}", f"env={env}", *extra)
 
 
-@pytest.mark.parametrize("name", sorted(SB3_ROWS))
+@pytest.mark.parametrize("name", sorted(name for name in SB3_ROWS if name in zoo.ZOO))
 def test_every_sb3_row_runs_its_sb3_hyperparameters(name):
     assert zoo.mismatches(compose_config(*SB3_ROWS[name].train_overrides()), zoo.ZOO[name]) == []
+
+
+@pytest.mark.parametrize("name", sorted(zoo.SBX))
+def test_every_sbx_row_runs_its_sbx_hyperparameters(name):
+    assert zoo.SBX[name].peer == "sbx"
+    assert zoo.mismatches(compose_config(*SB3_ROWS[name].train_overrides()), zoo.SBX[name]) == []
+
+
+def test_the_droq_preset_is_sbxs_droq_key_by_key_and_a_changed_key_is_refused(tmp_path, capsys):
+    expected, notes = zoo.expected_config(zoo.SBX["droq_pendulum"])
+    assert {key: expected[key] for key in ("algo.ensemble_size", "algo.subset_size", "algo.actor_q")} == {
+        "algo.ensemble_size": 2,
+        "algo.subset_size": 2,
+        "algo.actor_q": "min",
+    }
+    assert (expected["algo.gradient_steps"], expected["algo.policy_delay"], expected["algo.initial_alpha"]) == (
+        20,
+        20,
+        0.1,
+    )
+    assert (expected["network.critic.dropout"], expected["network.critic.layer_norm"]) == (0.01, True)
+    assert any("LayerNorm" in note for note in notes)  # what SBX cannot set as ours does is said
+    row = SB3_ROWS["droq_pendulum"]
+    found = zoo.mismatches(
+        compose_config(*row.train_overrides(), "algo.actor_q=mean", "network.critic.dropout=0.1"),
+        zoo.SBX["droq_pendulum"],
+    )
+    assert found == [
+        "algo.actor_q is 'mean' in our config; SBX's run means 'min'",
+        "network.critic.dropout is 0.1 in our config; SBX's run means 0.01",
+    ]
+    with pytest.raises(ValueError, match="only SBX's"):  # SB3 has no DroQ
+        zoo.expected_config(zoo.Zoo("droq", {}, 3000, "none"))
+    # the command refuses a preset that is not SBX's run, before anything runs
+    args = benchmark.with_defaults(
+        benchmark.build_parser().parse_args(
+            ["suite", "continuous", "--peer", "sbx", "--rows", "droq_pendulum", "--out", str(tmp_path)]
+        )
+    )
+    (case,) = benchmark.suite_cases(args)
+    assert case.peer["lib"] == "sbx" and case.peer["policy_kwargs"] == {
+        "net_arch": [64, 64],
+        "dropout_rate": 0.01,
+        "layer_norm": True,
+    }
+    case.ours = [*case.ours, "algo.gradient_steps=10"]
+    assert benchmark.check([case]) == ["droq_pendulum: algo.gradient_steps is 10 in our config; SBX's run means 20"]
+
+
+def test_rows_the_peer_lacks_run_ours_alone_when_named_and_sbx_is_suite_only(tmp_path, capsys):
+    args = benchmark.with_defaults(
+        benchmark.build_parser().parse_args(
+            ["suite", "continuous", "--peer", "sbx", "--rows", "sac_pendulum", "redq_pendulum", "--out", str(tmp_path)]
+        )
+    )
+    cases = benchmark.suite_cases(args)
+    assert [(case.id, case.peer and case.peer["lib"]) for case in cases] == [
+        ("sac_pendulum", "sbx"),
+        ("redq_pendulum", None),
+    ]
+    assert args.notices == ["no SBX counterpart, ours alone: redq_pendulum"] and benchmark.check(cases) == []
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["cartpole", "--peer", "sbx", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and "--peer sbx: only suite rows" in capsys.readouterr().err
 
 
 def test_presets_beyond_the_zoo_are_named_and_turned_back_in_the_zoo_suite():
@@ -124,6 +188,26 @@ def test_sb3_defaults_are_the_installed_ones():
     assert inspect.signature(SACPolicy.__init__).parameters["log_std_init"].default == zoo.SB3_LOG_STD_INIT
 
 
+def test_sbx_defaults_are_sb3s_but_where_named_and_are_the_installed_ones():
+    sbx = pytest.importorskip("sbx")
+    from sbx.sac.policies import SACPolicy
+
+    classes = {"sac": sbx.SAC, "tqc": sbx.TQC, "td3": sbx.TD3, "crossq": sbx.CrossQ, "dqn": sbx.DQN}
+    for algo, cls in classes.items():
+        signature = inspect.signature(cls.__init__).parameters
+        defaults = {**zoo.SB3_DEFAULTS[algo], **zoo.SBX_DEFAULTS.get(algo, {})}
+        # keys SBX has no keyword for: SAC's and TQC's target sync (every update), CrossQ's tau (no targets),
+        # DQN's gradient clipping (none)
+        absent = {k for k in defaults if k not in signature}
+        assert absent <= {"target_update_interval", "tau", "max_grad_norm"}, algo
+        assert {k: signature[k].default for k in defaults if k in signature} == {
+            k: v for k, v in defaults.items() if k not in absent
+        }, algo
+    assert "max_grad_norm" not in inspect.signature(sbx.DQN.__init__).parameters
+    assert inspect.signature(SACPolicy.__init__).parameters["log_std_init"].default == zoo.SB3_LOG_STD_INIT
+    assert "top_quantiles_to_drop_per_net" in inspect.signature(sbx.TQC.__init__).parameters
+
+
 def test_tqc_and_td3_translate_sb3s_defaults_and_name_a_changed_key():
     pytest.importorskip("sb3_contrib")
     from sb3_contrib import TQC
@@ -186,7 +270,7 @@ def test_a_suite_whose_presets_go_beyond_sb3_is_refused_before_anything_runs(tmp
         )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "no SB3 counterpart, skipped: iqn_acrobot" in err
+    assert "no SB3 counterpart, ours alone: iqn_acrobot" in err  # named in --rows: ours alone
     assert "error: dqn_acrobot: algo.double_q is True in our config; SB3's run means False" in err
     assert err.strip().endswith("nothing was run") and not any(tmp_path.iterdir())
 

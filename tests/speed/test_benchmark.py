@@ -116,7 +116,7 @@ def test_a_line_says_how_many_runs_there_are_and_another_as_each_finishes(tmp_pa
 
 
 def test_a_peer_run_without_the_bench_extra_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
-    for module in benchmark.PEER_PACKAGES:
+    for module in benchmark.PEER_PACKAGES["sb3"]:
         monkeypatch.setitem(sys.modules, module, None)  # not importable, whether installed or not
     monkeypatch.setattr(benchmark, "run_all", lambda *args: pytest.fail("a run started"))
     with pytest.raises(SystemExit) as exit_:
@@ -405,3 +405,55 @@ def test_vector_envs_times_each_vectorization_and_records_its_ratio_to_sync(tmp_
     sync, asynchronous = record["rows"]
     assert sync["summary"]["ratio"] == 1.0 and len(asynchronous["per_seed"]["steps_per_s"]) == 2
     assert "| async |" in capsys.readouterr().out
+
+
+def test_an_sbx_record_names_sbx_and_holds_its_compile_seconds_apart(tmp_path):
+    args = parse("suite", "continuous", "--peer", "sbx", "--rows", "droq_pendulum", "redq_pendulum", out=tmp_path)
+    droq, redq = benchmark.suite_cases(args)
+    assert redq.peer is None  # no peer has REDQ: ours alone
+    for seed in (0, 1):
+        for case, side in ((droq, "ours"), (droq, "peer"), (redq, "ours")):
+            path = benchmark.job_for(case, side, seed, args)[1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            result = {"wall_s": 10.0 + seed, "steps": 3000, "eval_return": -150.0 - seed}
+            path.write_text(json.dumps({**result, "compile_s": 2.0} if side == "peer" else result))
+    record = benchmark.record([droq, redq], [0, 1], args, ["suite", "continuous", "--peer", "sbx"], 0.0)
+    assert record["peer"]["name"] == "SBX" or record["peer"] is None
+    assert "SBX compile (s)" in [c["header"] for c in record["columns"]]
+    assert record["rows"][0]["per_seed"]["peer_compile"] == [2.0, 2.0]
+    assert "peer_compile" not in record["rows"][1]["per_seed"]
+    assert check_record(record, record["name"]) == [] and median_problems(record) == []
+    assert "| droq_pendulum | 2/2 |" in rows_table(record) and "| redq_pendulum | 2/2 |" in rows_table(record)
+
+
+def test_sbx_runs_on_one_core():
+    assert benchmark.ONE_CORE["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    assert benchmark.ONE_CORE["OMP_NUM_THREADS"] == "1" and benchmark.ONE_CORE["JAX_PLATFORMS"] == "cpu"
+
+
+@pytest.mark.slow  # ~1 min on a loaded machine, most of it JAX compiling: a tiny SBX DroQ run in the peer's process
+def test_a_tiny_sbx_droq_run_reports_its_compile_seconds(tmp_path):
+    pytest.importorskip("sbx")
+    spec = {
+        "algo": "droq",
+        "lib": "sbx",
+        "policy": "MlpPolicy",
+        "env": {"gym": "Pendulum-v1"},
+        "kwargs": {"learning_starts": 50, "batch_size": 16, "gradient_steps": 2, "policy_delay": 2},
+        "policy_kwargs": {"net_arch": [8, 8], "dropout_rate": 0.01, "layer_norm": True},
+        "steps": 60,
+    }
+    job = {"spec": spec, "seed": 0, "eval_episodes": 1, "device": "cpu"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmarks" / "benchmark.py"), "--worker", "peer", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, **benchmark.ONE_CORE},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith(benchmark.RESULT))
+    found = json.loads(line.removeprefix(benchmark.RESULT))
+    assert found["steps"] == 60 and found["updates"] == 20  # 10 phases of 2 updates after 50 random steps
+    assert 0 < found["compile_s"] < found["wall_s"] and found["eval_return"] < 0
