@@ -339,6 +339,50 @@ def test_a_step_that_moves_a_value_it_reads_is_never_recorded(graphs_on_the_cpu)
     assert graphed.graph is None and not graphs_on_the_cpu and agent.q_net.calls == 3 * cuda_graph.WARMUP
 
 
+def test_a_loaded_checkpoint_drops_the_recording(graphs_on_the_cpu):
+    import copy
+
+    from rl_hydra.speed import cuda_graph
+
+    agent, elsewhere = built_agent("algo=dqn"), built_agent("algo=dqn")
+    batch, graphed = random_batch_for(agent), cuda_graph.GraphedStep(agent)
+    elsewhere.update(batch)
+    for _ in range(cuda_graph.WARMUP + 2):
+        graphed(batch)
+    assert graphed.graph == "recorded"
+    agent.load_state_dict(copy.deepcopy(elsewhere.state_dict()))  # new Adam moments: the kernels would read the old
+    graphed(batch)
+    assert graphed.graph is None and len(graphs_on_the_cpu) == 1
+
+
+def test_a_step_that_may_not_be_replayed_runs_as_the_class_s_own_and_says_so_once(caplog):
+    from rl_hydra.algos.dqn import DQN
+    from rl_hydra.speed import cuda_graph
+    from rl_hydra.training import seed_everything
+
+    class CountsSteps(DQN):
+        def loss(self, batch):
+            self.last_batch_size = len(batch.obs)
+            return super().loss(batch)
+
+    agents = []
+    for _ in range(2):
+        seed_everything(0)
+        agents.append(built_agent("algo=dqn"))
+        agents[-1].__class__ = CountsSteps
+    plain, attached = agents
+    attached.gradient_step = cuda_graph.Step(attached, on=lambda: True)
+    batch = random_batch_for(plain)
+    with caplog.at_level(logging.INFO, logger="rl_hydra.speed"):
+        for _ in range(2):
+            assert torch.equal(plain.update(batch)["loss"], attached.update(batch)["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(plain.q_net.parameters(), attached.q_net.parameters()))
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("rl_hydra.speed")]
+    assert lines == [
+        "speed: cuda_graph runs CountsSteps's gradient step plainly (CountsSteps.loss sets self.last_batch_size)"
+    ]
+
+
 def test_on_the_cpu_the_gradient_step_is_the_agent_s_own():
     from rl_hydra.speed import cuda_graph
 
