@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rl_hydra.config import LARGEST_EPISODES, LARGEST_SEED, ConfigError, check_choice, check_int, resolve_device
-from rl_hydra.run import CHECKPOINTS, load_run
+from rl_hydra.config import ConfigError, resolve_device
+from rl_hydra.run import load_run
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,
@@ -34,6 +34,9 @@ from rl_hydra.runs.aggregate import (
 )
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_bytes
 from rl_hydra.runs.trust import read_config
+from rl_hydra.schema import type_refusal
+from rl_hydra.schema.evaluate import EvaluateKeys
+from rl_hydra.schema.keys import fields, validate
 
 USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
        (python scripts/evaluate.py in a checkout: the same)
@@ -42,13 +45,19 @@ Evaluates a run, or every run under a sweep directory, from its directory alone.
 <run>/eval/<checkpoint>_<episodes>ep_seed<seed>.json; for a sweep also
 <sweep>/eval/results_<checkpoint>_<episodes>ep_seed<seed>.csv and .md, and learning_curves.png.
 
-keys (conf/evaluate.yaml), with their defaults:"""
+keys (conf/evaluate.yaml sets them; rl_hydra/schema/evaluate.py declares them):"""
 
 
 def usage(defaults: Path) -> str:
-    """USAGE and the keys of conf/evaluate.yaml as the file has them, comments included."""
-    keys = [line for line in defaults.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    return "\n".join([USAGE, *(f"  {line}" for line in keys)])
+    """USAGE and each key: its value in conf/evaluate.yaml, its help and what it allows."""
+    values = OmegaConf.to_container(OmegaConf.load(defaults))
+    assert isinstance(values, dict)  # conf/evaluate.yaml is a mapping
+    lines = []
+    for name, rule, help in fields(EvaluateKeys):
+        value = str(values.get(name)).lower() if isinstance(values.get(name), bool) else values.get(name)
+        allowed = f"; {rule.allowed(brief=True)}" if rule and rule.kind != "any" else ""
+        lines.append(f"  {name}: {value}  # {help}{allowed}")
+    return "\n".join([USAGE, *lines])
 
 
 def check_keys(argv: list[str], allowed: list[str]) -> None:
@@ -67,21 +76,16 @@ def check_keys(argv: list[str], allowed: list[str]) -> None:
 
 def parse_args(argv: list[str], defaults: Path) -> DictConfig:
     """The evaluate config, every value checked before anything is read or written."""
-    cfg = OmegaConf.load(defaults)
-    assert isinstance(cfg, DictConfig)  # conf/evaluate.yaml is a mapping
-    check_keys(argv, list(cfg))
-    try:
+    check_keys(argv, [name for name, _, _ in fields(EvaluateKeys)])
+    try:  # onto the schema, as a run's groups are: a wrong type is refused here
+        cfg = OmegaConf.merge(OmegaConf.structured(EvaluateKeys), OmegaConf.load(defaults))
+        assert isinstance(cfg, DictConfig)  # the schema is a mapping
         cfg.merge_with(OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as error:
-        raise ConfigError(str(error).splitlines()[0]) from None
+        raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise ConfigError("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
-    cfg.episodes = check_int("episodes", cfg.episodes, minimum=1, maximum=LARGEST_EPISODES)
-    cfg.seed = check_int("seed", cfg.seed, minimum=0, maximum=LARGEST_SEED)
-    check_choice("checkpoint", cfg.checkpoint, CHECKPOINTS)
-    for key in ("video", "provenance"):
-        if not isinstance(cfg[key], bool):
-            raise ConfigError(f"{key}={cfg[key]!r} is not allowed; choose one of: true, false")
+    validate(cfg, EvaluateKeys, "")
     resolve_device(cfg.device)  # a bad device would otherwise fail every run of a sweep one by one
     return cfg
 

@@ -18,8 +18,7 @@ from rl_hydra.envs.spaces import shape_of
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.run_dir import RunDirectory, RunError, check_fits, check_optimizer_state, misfit
 from rl_hydra.runs.trust import read_config
-
-CHECKPOINTS = ("best", "last")
+from rl_hydra.schema.evaluate import CHECKPOINTS
 
 
 class Run:

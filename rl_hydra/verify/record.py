@@ -18,8 +18,7 @@ from rl_hydra.runs.provenance import read_sessions  # noqa: F401 - verify's name
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
-
-CHECKPOINTS = ("best", "last")
+from rl_hydra.schema.evaluate import CHECKPOINTS
 
 
 @dataclass

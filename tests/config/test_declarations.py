@@ -152,3 +152,18 @@ def test_no_module_outside_the_schema_holds_a_second_list_of_allowed_values():
             if len(items) > 1 and any(set(items) == set(choices) for choices in wanted):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {items}")
     assert found == [], found
+
+
+def test_evaluate_yaml_sets_exactly_the_keys_its_schema_declares_and_is_checked_by_it():
+    from omegaconf import OmegaConf
+
+    from rl_hydra.config import ConfigError
+    from rl_hydra.report import parse_args
+    from rl_hydra.schema.evaluate import EvaluateKeys
+
+    path = CONF_DIR / "evaluate.yaml"
+    assert set(OmegaConf.load(path)) == declared(EvaluateKeys)
+    with pytest.raises(ConfigError, match=r"^episodes=0 is out of range; expected an integer >= 1 and <= 1000$"):
+        parse_args(["run_dir=x", "episodes=0"], path)
+    with pytest.raises(ConfigError, match=r"^episodes='many' is not an integer"):
+        parse_args(["run_dir=x", "episodes=many"], path)
