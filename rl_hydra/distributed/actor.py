@@ -41,7 +41,14 @@ class Actor:
     """One actor; `collect` acts one round and reports what it did."""
 
     def __init__(
-        self, parts: ActorParts, index: int, epsilon: float, seed: int, send_every: int, eta: float, prioritized: bool
+        self,
+        parts: ActorParts,
+        index: int,
+        epsilon: float | None,
+        seed: int,
+        send_every: int,
+        eta: float,
+        prioritized: bool,
     ):
         self.settings = contextlib.ExitStack()  # the actor process's threads, denormals, seeds and speed paths
         self.settings.enter_context(process_settings(dataclasses.replace(parts.process, seed=seed)))
@@ -51,7 +58,9 @@ class Actor:
         observation_space, action_space = self.env.single_observation_space, self.env.single_action_space
         recipe = dataclasses.replace(parts.agent, seed=seed)
         self.agent = cast(Any, recipe.build(observation_space, action_space, device=torch.device("cpu")))
-        if not getattr(self.agent, "noisy", False):  # noisy layers explore by themselves
+        # None: the agent's own schedule, on the run's env steps (each round says where the run is)
+        self.own_schedule = epsilon is None
+        if epsilon is not None and not getattr(self.agent, "noisy", False):  # noisy layers explore by themselves
             self.agent.epsilon_schedule = LinearSchedule(epsilon, epsilon, 1.0)
         self.recurrent = self.agent.capabilities.recurrent
         n = self.env.num_envs
@@ -93,14 +102,12 @@ class Actor:
             return self.unsent
         return self.rows_added - self.local.lookahead * self.local.num_envs - self.rows_sent
 
-    def collect(self, weights: dict | None, version: int, steps: int, shard: Any) -> dict[str, Any]:
+    def collect(self, weights: dict | None, version: int, steps: int, shard: Any, run_step: int = 0) -> dict[str, Any]:
         """Act `steps` env steps (whole vector steps) with `weights` (None: those held), sending to `shard`
-        as it goes; returns the round's steps, finished episodes, the weights' version and its seconds."""
+        as it goes, the run being at env step `run_step`; returns the round's steps, finished episodes,
+        the weights' version and its seconds."""
         started = time.perf_counter()
-        if weights is not None:
-            for name, state in weights.items():
-                getattr(self.agent, name).load_state_dict(state)
-            self.version = version
+        self.start_round(weights, version, run_step)
         self.shard, sends, taken = shard, [], 0
         while taken < steps:
             self.step()
@@ -123,6 +130,15 @@ class Actor:
             "version": self.version,
             "seconds": time.perf_counter() - started,
         }
+
+    def start_round(self, weights: dict | None, version: int, run_step: int) -> None:
+        """The learner's weights (None: those held), and on the agent's own schedule, the run's step."""
+        if self.own_schedule:
+            self.agent.explore_steps = max(0, run_step - self.agent.learning_starts)
+        if weights is not None:
+            for name, state in weights.items():
+                getattr(self.agent, name).load_state_dict(state)
+            self.version = version
 
     def step(self) -> None:
         rollout, agent = self.rollout, self.agent

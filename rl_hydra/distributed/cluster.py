@@ -51,6 +51,7 @@ class Cluster:
         self.restarts = 0
         self.weights: Any = None
         self.version = -1
+        self.run_step = 0  # the run's env steps as the learner has counted them: where a round starts
 
     # --- starting --------------------------------------------------------------------------
     def connect(self) -> None:
@@ -154,7 +155,9 @@ class Cluster:
         """Actor i's next round, with the latest published weights (pulled from the object store)."""
         # its shard comes with each round, not at construction: Ray rebuilds a restarted actor from plain arguments
         shard = self.shards[i % len(self.shards)]
-        ref = self.actors[i].collect.remote(self.weights, self.version, self.settings.weights_every, shard)
+        ref = self.actors[i].collect.remote(
+            self.weights, self.version, self.settings.weights_every, shard, self.run_step
+        )
         self.rounds[ref] = ref.future()
         self.round_actor[ref] = i
 

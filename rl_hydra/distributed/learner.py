@@ -33,6 +33,7 @@ from rl_hydra.distributed.replay import as_tensors
 from rl_hydra.distributed.settings import (
     Settings,
     actor_epsilons,
+    epsilons_said,
     read_settings,
     replay_ratios,
     require_ray,
@@ -177,6 +178,7 @@ class Learner:
         if checkpoint is not None:
             session.restore(runner, checkpoint, run_dir.checkpoints / "last.pt")
         cluster.connect()
+        cluster.run_step = runner.global_step
         cluster.start_replay(self.spaces, self.experience.saved_replay)
         self.publish()
         cluster.start_actors(session=len(self.provenance_sessions()))  # a resumed run's actors explore new seeds
@@ -214,7 +216,7 @@ class Learner:
         settings = self.settings
         epsilons = actor_epsilons(settings.actors, settings.epsilon_base, settings.epsilon_alpha)
         return (
-            f"distributed=apex: {settings.actors} actors (epsilon {', '.join(f'{e:.3g}' for e in epsilons)}), "
+            f"distributed=apex: {settings.actors} actors (epsilon {epsilons_said(epsilons)}), "
             f"{settings.shards} replay shard{'' if settings.shards == 1 else 's'}, the learner on {self.device}; "
             f"at most {self.replay_ratio:.3g} updates per env step, "
             f"{waiting(self.min_replay_ratio, settings.min_replay_ratio)}"
@@ -245,6 +247,7 @@ class Learner:
         steps = min(report["steps"], runner.schedule.total_steps - runner.global_step)
         # DQN's learning-rate schedule runs on env steps taken after warm-up, as in one process
         self.agent.explore_steps = max(0, runner.global_step + steps - self.agent.learning_starts)
+        self.cluster.run_step = runner.global_step + steps
         runner.record_steps(steps)
 
     def behind(self) -> bool:

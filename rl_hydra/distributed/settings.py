@@ -109,12 +109,19 @@ def require_ray() -> Any:
     return ray
 
 
-def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
+def actor_epsilons(actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float | None]:
     """Ape-X's exploration: actor i of N acts epsilon-greedily with eps_i = base^(1 + alpha i / (N - 1)),
-    from `base` (the most exploring) down to base^(1 + alpha) (nearly greedy). One actor gets `base`."""
+    from `base` (the most exploring) down to base^(1 + alpha) (nearly greedy). One actor gets None: the
+    algorithm's own epsilon schedule over the run's env steps, as one process explores (a lone actor at
+    `base` would fill the replay with the failures of a policy acting 40% at random)."""
     if actors == 1:
-        return [base]
+        return [None]
     return [base ** (1 + alpha * i / (actors - 1)) for i in range(actors)]
+
+
+def epsilons_said(epsilons: list[float | None]) -> str:
+    """The actors' epsilons as the start line says them."""
+    return ", ".join("the algo's own schedule" if e is None else f"{e:.3g}" for e in epsilons)
 
 
 def sequence_priorities(td_errors: torch.Tensor, counted: torch.Tensor, eta: float) -> torch.Tensor:

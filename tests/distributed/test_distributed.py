@@ -30,7 +30,7 @@ def test_actor_epsilons_follow_ape_x():
     assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
     assert all(a > b for a, b in zip(eps, eps[1:]))
     assert actor_epsilons(2, base=0.5, alpha=2.0) == pytest.approx([0.5, 0.5**3])
-    assert actor_epsilons(1) == [0.4]  # one actor: the base (no i / (N - 1))
+    assert actor_epsilons(1) == [None]  # one actor: the algorithm's own schedule, as one process
 
 
 def test_sequence_priority_is_eta_max_plus_rest_mean_over_counted_steps():
@@ -480,5 +480,21 @@ def test_an_actor_is_built_from_its_parts_not_the_runs_config():
     actor = Actor(parts, 0, 0.4, seed=7, send_every=50, eta=0.9, prioritized=True)
     try:
         assert actor.local.n_step == 3 and actor.agent.epsilon_schedule.start == 0.4
+    finally:
+        actor.close()
+
+
+def test_a_lone_actor_explores_on_the_algos_own_schedule_from_where_the_run_is():
+    from rl_hydra.distributed.actor import Actor
+    from rl_hydra.distributed.parts import RunParts
+
+    cfg = compose_config("algo=dqn", "env=cartpole", "distributed=apex", "distributed.actors=1")
+    (epsilon,) = actor_epsilons(1)
+    actor = Actor(RunParts.of(cfg).actor, 0, epsilon, seed=7, send_every=50, eta=0.9, prioritized=False)
+    try:
+        schedule = actor.agent.epsilon_schedule  # the preset's: 1.0 to 0.04 over 16% of 50,000 steps
+        assert (schedule.start, schedule.end) == (1.0, 0.04)
+        actor.start_round(None, 0, run_step=20_000)
+        assert actor.agent.explore_steps == 20_000 - 1000 and actor.agent.epsilon == pytest.approx(0.04)
     finally:
         actor.close()
