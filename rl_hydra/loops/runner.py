@@ -4,7 +4,7 @@ this one says when each runs.
 
 A loop only acts and fills the buffer. After each vector step it calls `run_due_updates`
 (the training phase, when one falls due) and then `record_step`. A distributed run's learner drives
-the same Runner over its remote experience (loops/experience.py): it calls `update_on` and `record_steps`.
+the same Runner over its remote experience (loops/experience.py): it calls `record_update` and `record_steps`.
 """
 
 from __future__ import annotations
