@@ -55,9 +55,11 @@ class NotReplayable(Exception):
 
 @dataclass(frozen=True)
 class StepCode:
-    """What the code of a class's gradient step reads on `self` (names), or why it cannot be replayed."""
+    """What the code of a class's gradient step reads on `self` (names, sorted), which of those the class
+    defines as methods or properties (read through), or why it cannot be replayed."""
 
-    reads: frozenset[str]
+    reads: tuple[str, ...]
+    methods: frozenset[str] = frozenset()
     why_not: str | None = None
 
 
@@ -73,7 +75,7 @@ _step_codes: weakref.WeakKeyDictionary[type, StepCode] = weakref.WeakKeyDictiona
 
 def read_step_code(agent_class: type) -> StepCode:
     if not callable(getattr(agent_class, "gradient_step", None)):
-        return StepCode(frozenset(), f"{agent_class.__name__} has no gradient_step")
+        return StepCode((), why_not=f"{agent_class.__name__} has no gradient_step")
     reads: set[str] = set()
     pending, done = [("gradient_step", False)], set()
     while pending:
@@ -88,8 +90,9 @@ def read_step_code(agent_class: type) -> StepCode:
             try:
                 pending += attributes_of_self(code, agent_class.__name__)
             except NotReplayable as error:
-                return StepCode(frozenset(reads), str(error))
-    return StepCode(frozenset(reads))
+                return StepCode(tuple(sorted(reads)), why_not=str(error))
+    methods = frozenset(name for name in reads if codes_of(inspect.getattr_static(agent_class, name, None)))
+    return StepCode(tuple(sorted(reads)), methods)
 
 
 def codes_of(attribute: Any) -> list[types.CodeType]:
@@ -140,10 +143,10 @@ def fingerprint(agent: Any, batch: Any) -> tuple:
         raise NotReplayable(code.why_not)
     own = vars(agent)
     values = []
-    for name in sorted(code.reads):
-        if name in own and not isinstance(own[name], Step):
+    for name in code.reads:
+        if name in own and not isinstance(own[name], Step):  # an instance's own value, or a method it shadows
             values.append((name, value_key(own[name], name, agent.device)))
-        elif name not in own and not codes_of(inspect.getattr_static(agent_class, name, None)):
+        elif name not in own and name not in code.methods:
             values.append((name, value_key(getattr(agent, name, None), name, agent.device)))
     if not all(torch.is_tensor(value) or value is None for value in batch):
         raise NotReplayable(f"its batch holds more than tensors ({type(batch).__name__})")

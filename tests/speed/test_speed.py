@@ -208,7 +208,7 @@ def test_the_project_s_q_learning_steps_may_be_replayed_read_off_their_code(algo
 
     agent = built_agent(f"algo={algo}")
     assert cuda_graph.why_plain(agent, random_batch_for(agent)) is None
-    assert {"gradient_step", "loss", "q_net", "optimizer"} <= cuda_graph.step_code(type(agent)).reads
+    assert {"gradient_step", "loss", "q_net", "optimizer"} <= set(cuda_graph.step_code(type(agent)).reads)
 
 
 def test_a_subclass_s_own_loss_is_read_too_so_its_settings_are_what_the_replay_depends_on():
@@ -225,7 +225,7 @@ def test_a_subclass_s_own_loss_is_read_too_so_its_settings_are_what_the_replay_d
     agent, batch = built_agent("algo=dqn"), None
     batch = random_batch_for(agent)
     agent.__class__ = ScaledLoss
-    assert {"loss_scale", "double_q"} <= cuda_graph.step_code(ScaledLoss).reads  # its own, and DQN.loss's
+    assert {"loss_scale", "double_q"} <= set(cuda_graph.step_code(ScaledLoss).reads)  # its own, and DQN.loss's
     before = cuda_graph.fingerprint(agent, batch)
     agent.loss_scale = 2.0
     assert cuda_graph.why_plain(agent, batch) is None and cuda_graph.fingerprint(agent, batch) != before
