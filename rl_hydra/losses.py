@@ -29,6 +29,44 @@ def q_learning_targets(
     return rewards + discounts * (1.0 - terminated) * next_values  # (B,)
 
 
+def bellman_target(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor, discounts: torch.Tensor | float
+) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * V(s'), with `discounts` the batch's gamma (B,) or one gamma."""
+    # rewards, terminated, next_values: (B,); discounts: (B,) or ()
+    return rewards + discounts * (1.0 - terminated) * next_values  # (B,)
+
+
+def soft_value(next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+    """V(s') = min_i Q_i(s', a') - alpha * log pi(a' | s'), a' ~ pi(s'): the entropy-regularised value
+    under the min over the critics given (SAC's two, REDQ's random subset, CrossQ's live ones)."""
+    # next_q: (B, N); next_log_prob: (B,); alpha: ()
+    return next_q.min(dim=1).values - alpha * next_log_prob  # (B,)
+
+
+def ensemble_mse(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Sum over critics of each critic's mean squared error to the shared target."""
+    # q_values: (B, N); targets: (B,)
+    return (q_values - targets[:, None]).pow(2).mean(dim=0).sum()  # ()
+
+
+def soft_actor_loss(log_prob: torch.Tensor, q_value: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+    """E[alpha * log pi(a | s) - Q(s, a)], a ~ pi(s) reparameterised: the maximum-entropy policy loss."""
+    # log_prob, q_value: (B,); alpha: ()
+    return (alpha * log_prob - q_value).mean()  # ()
+
+
+def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """-E[log alpha * (log pi(a | s) + H_target)]: alpha grows while the entropy is below its target."""
+    # log_alpha: (); log_prob: (B,) detached
+    return -(log_alpha * (log_prob + target_entropy)).mean()  # ()
+
+
+def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """tau_i = (2i + 1) / (2N), i = 0..N-1: the fractions whose quantiles minimise W1 (N,)."""
+    return (2 * torch.arange(num_quantiles, device=device, dtype=torch.float32) + 1) / (2 * num_quantiles)
+
+
 def td_loss(
     q_values: torch.Tensor, targets: torch.Tensor, kind: str = "huber", reduction: str = "mean"
 ) -> torch.Tensor:
@@ -121,3 +159,20 @@ def inverse_value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     """h^-1(x), in closed form: h is strictly increasing, so h^-1(h(x)) = x."""
     root = (torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
     return torch.sign(x) * (root**2 - 1.0)
+
+
+def ensemble_quantile_loss(
+    quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
+) -> torch.Tensor:
+    """Sum over critics of each critic's quantile Huber loss to the shared target atoms, averaged over the
+    batch, its M quantiles and the K targets (TQC's 1 / (kNM) sum over pairs)."""
+    # quantiles: (B, N, M); targets: (B, K); taus: (M,)
+    batch, critics, num_quantiles = quantiles.shape
+    per_row = quantile_huber_loss(
+        quantiles.reshape(batch * critics, num_quantiles),  # (B*N, M)
+        targets.repeat_interleave(critics, dim=0),  # (B*N, K)
+        taus,
+        kappa,
+        reduction="none",
+    )  # (B*N,) sum_m mean_k
+    return per_row.view(batch, critics).mean(dim=0).sum() / num_quantiles  # ()

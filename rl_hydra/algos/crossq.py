@@ -18,40 +18,18 @@ the running statistics (inference mode, where the networks rest).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import ClassVar, cast
+from typing import Any, ClassVar
 
-import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import bounded_box, make_optimizer, vector_features
-from rl_hydra.algos.redq import REDQ, ensemble_mse
-from rl_hydra.config import ConfigError
-from rl_hydra.networks.actor_critic import SquashedGaussianActor
+from rl_hydra.algos.actor_critic import SoftActorCritic
+from rl_hydra.losses import bellman_target, ensemble_mse, soft_actor_loss, soft_value
 from rl_hydra.networks.batch_renorm import batch_statistics
-from rl_hydra.networks.updates import optimizer_step
 from rl_hydra.protocols import Batch, Capabilities
 
 
 # --- the math -------------------------------------------------------------------------
-def crossq_target(
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    next_q: torch.Tensor,
-    next_log_prob: torch.Tensor,
-    alpha: torch.Tensor | float,
-    gamma: torch.Tensor | float,
-) -> torch.Tensor:
-    """y = r + gamma * (1 - terminated) * (min_i Q_i(s', a') - alpha * log pi(a' | s')), with Q_i the
-    live critics' next-state values from the joint pass (no target network); the agent passes them
-    detached, and its batch's `discounts` (B,) as gamma."""
-    # rewards, terminated, next_log_prob: (B,); next_q: (B, N); alpha: (); gamma: (B,) or ()
-    next_value = next_q.min(dim=1).values - alpha * next_log_prob  # (B,)
-    return rewards + gamma * (1.0 - terminated) * next_value  # (B,)
-
-
 def joint_pass(
     critic: nn.Module, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +43,9 @@ def joint_pass(
 
 
 # --- the agent ----------------------------------------------------------------------------
-class CrossQ(REDQ):
-    """Acting (the squashed Gaussian, gSDE's held noise), the temperature and the noise draws are
-    REDQ's (algos/redq.py); the constructor, the updates and the state are CrossQ's own, as it has
-    no target critics. Its networks rest in inference mode, so REDQ's `act` acts on the running
-    statistics, exploring or not."""
+class CrossQ(SoftActorCritic):
+    """The family's set-up without target networks (algos/actor_critic.py). Its networks rest in
+    inference mode, so the family's `act` acts on the running statistics, exploring or not."""
 
     name: ClassVar[str] = "crossq"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -79,70 +55,14 @@ class CrossQ(REDQ):
             "critic": "rl_hydra.networks.crossq.BatchRenormCriticEnsemble",
         },
     )
-    metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
     compiled_methods: ClassVar[tuple[str, ...]] = ()  # its losses update the normalization statistics in place
     tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
-    actor: SquashedGaussianActor  # network.actor: BatchRenormActor (the capabilities)
+    target_networks: ClassVar[tuple[str, ...]] = ()  # the joint pass replaces the target critics
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        network: Mapping[str, Callable[..., nn.Module]],
-        actor_optimizer: Callable[..., torch.optim.Optimizer],
-        critic_optimizer: Callable[..., torch.optim.Optimizer],
-        alpha_optimizer: Callable[..., torch.optim.Optimizer],
-        *,
-        total_steps: int,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        ensemble_size: int = 2,
-        batch_size: int = 256,
-        learning_starts: int = 100,
-        train_every: int = 1,
-        gradient_steps: int = 1,
-        policy_delay: int = 3,
-        initial_alpha: float = 1.0,
-        learn_alpha: bool = True,
-        target_entropy: float | str = "auto",
-        max_grad_norm: float | None = None,
-        gsde_resample_every: int = -1,
-    ):
-        del total_steps  # CrossQ has no schedule over the run
-        self.device = torch.device(device)
-        box = bounded_box(action_space, self.name)
-        self.action_dim = box.shape[0]
-        self.observation_encoder, self.observation_dim = vector_features(observation_space, self.name, self.device)
-        # the keys' ranges: rl_hydra/schema/algos.py (CrossQKeys)
-        self.ensemble_size, self.batch_size, self.policy_delay = ensemble_size, batch_size, policy_delay
-        self.learning_starts, self.train_every, self.gradient_steps = learning_starts, train_every, gradient_steps
-        self.learn_alpha, self.max_grad_norm = learn_alpha, max_grad_norm
-        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
-        if gsde_resample_every != -1 and not (isinstance(gsde_resample_every, int) and gsde_resample_every >= 1):
-            raise ConfigError(
-                f"algo.gsde_resample_every={gsde_resample_every!r} is out of range; expected -1 (a new "
-                f"matrix after each training phase only) or an integer >= 1"
-            )
-        self.gsde_resample_every = gsde_resample_every
+    def __init__(self, *args: Any, ensemble_size: int, **keys: Any):
+        """`*args`, `**keys`: the family's (algos/actor_critic.py); the keys' ranges: rl_hydra/schema/algos.py."""
+        super().__init__(*args, critic_shape=(ensemble_size,), **keys)
 
-        actor = network["actor"](self.observation_dim, box.low, box.high)
-        self.actor = cast(SquashedGaussianActor, actor.to(self.device))
-        self.critic = network["critic"](self.observation_dim + self.action_dim, self.ensemble_size).to(self.device)
-        self.log_alpha = torch.tensor(float(np.log(initial_alpha)), device=self.device, requires_grad=self.learn_alpha)
-        self.actor_params = list(self.actor.parameters())
-        self.critic_params = list(self.critic.parameters())
-        self.actor_optimizer = make_optimizer(actor_optimizer, self.actor_params, self.device)
-        self.critic_optimizer = make_optimizer(critic_optimizer, self.critic_params, self.device)
-        self.alpha_optimizer = make_optimizer(alpha_optimizer, [self.log_alpha], self.device)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
-        self.exploration_noise: torch.Tensor | None = None  # gSDE's (n, F, A) matrices; None: draw anew
-        self.explore_steps = 0
-        self.updates = 0
-        # the actor's metrics between its (delayed) updates are those of its last update
-        self.last_actor_metrics: dict[str, torch.Tensor] = {}
-
-    # --- the update -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.exploration_noise = None  # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
@@ -151,25 +71,19 @@ class CrossQ(REDQ):
             self.last_actor_metrics = self.update_actor_and_alpha(self.features(batch.obs))
         return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
 
-    def update_critics(self, batch: Batch) -> dict[str, torch.Tensor]:
-        next_noise = self.standard_normal(batch.rewards.shape[0])  # (B, A) or gSDE's (F, A)
-        critic_loss, q_values = self.critic_loss(batch, next_noise, self.alpha)  # (), (B, N)
-        optimizer_step(self.critic_optimizer, critic_loss, self.critic_params, self.max_grad_norm)
-        return {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean()}
-
-    def critic_loss(  # type: ignore[override]  # no ensemble subset: every critic is used
+    def critic_loss(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The critics' summed MSE to the CrossQ target, and their Q-values (B, N)."""
+        """The critics' summed MSE to r + gamma * (1 - terminated) * (min_i Q_i(s', a') - alpha * log pi(a' | s')),
+        Q_i(s', a') the live critics' from the joint pass, detached; and their Q-values (B, N)."""
         obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)  # (B, obs_dim) each
         with torch.no_grad():  # a' from the actor's running statistics
             next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)  # (B, A), (B,)
         q_values, next_q = joint_pass(
             self.critic, obs, self.actor.from_env(batch.actions), next_obs, next_actions
         )  # (B, N) each
-        targets = crossq_target(
-            batch.rewards, batch.terminated, next_q.detach(), next_log_prob, alpha, batch.discounts
-        )  # (B,)
+        next_values = soft_value(next_q.detach(), next_log_prob, alpha)  # (B,)
+        targets = bellman_target(batch.rewards, batch.terminated, next_values, batch.discounts)  # (B,)
         return ensemble_mse(q_values, targets), q_values
 
     def actor_loss(
@@ -180,13 +94,4 @@ class CrossQ(REDQ):
         with batch_statistics(self.actor):
             actions, log_prob = self.actor.sample(obs, noise=noise)  # (B, A), (B,)
         q_value = self.critic(obs, actions, frozen=True).min(dim=1).values  # (B,)
-        return (alpha * log_prob - q_value).mean(), log_prob
-
-    # --- the state ------------------------------------------------------------------------
-    def target_state(self) -> dict:
-        """No target networks: REDQ's state without them (the networks' state_dicts hold the
-        normalization layers' running statistics)."""
-        return {}
-
-    def load_target_state(self, state: dict) -> None:
-        pass
+        return soft_actor_loss(log_prob, q_value, alpha), log_prob

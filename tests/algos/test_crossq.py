@@ -13,7 +13,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from rl_hydra.algos.crossq import CrossQ, crossq_target
+from rl_hydra.algos.crossq import CrossQ
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
@@ -179,16 +179,6 @@ def test_the_critic_ensemble_member_is_brn_linear_relu_brn_linear():
 
 
 # --- the update ------------------------------------------------------------------------------------
-def test_the_target_by_hand():
-    rewards, terminated = torch.tensor([1.0, -2.0]), torch.tensor([0.0, 1.0])
-    next_q = torch.tensor([[3.0, 5.0], [7.0, 4.0]])
-    next_log_prob = torch.tensor([-1.0, 0.5])
-    # row 0: 1 + 0.9 * (min(3, 5) - 0.2 * -1) = 3.88; row 1 is terminal: -2
-    torch.testing.assert_close(
-        crossq_target(rewards, terminated, next_q, next_log_prob, 0.2, 0.9), torch.tensor([3.88, -2.0])
-    )
-
-
 def test_one_joint_pass_of_the_live_critic_gives_both_halves_and_their_shared_statistics():
     agent = make_agent()
     assert not hasattr(agent, "critic_target") and "critic_target" not in agent.state_dict()

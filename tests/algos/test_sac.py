@@ -9,8 +9,8 @@ from hydra.utils import instantiate
 from rl_hydra.algos.redq import REDQ, actor_q_value
 from rl_hydra.config import ConfigError
 from rl_hydra.training import agent_node
-from tests.conftest import TINY, compose_config, run_training
 from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, SMALL_NET, random_batch
+from tests.conftest import TINY, compose_config, run_training
 
 
 def make(algo: str, *overrides: str):

@@ -10,10 +10,11 @@ import torch
 from hydra.utils import instantiate
 
 from rl_hydra import load_run, train
-from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target, smoothed_target_action
+from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target_action
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
 from rl_hydra.training import agent_node
+from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 from tests.conftest import TINY, compose_config, metric_rows, run_training
 from tests.peer_updates import (
     BATCH,
@@ -24,7 +25,6 @@ from tests.peer_updates import (
     made_up_batches,
     serve,
 )
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
 
@@ -61,13 +61,6 @@ def test_smoothed_target_action_clips_the_noise_then_the_action():
     got = smoothed_target_action(next_actions, noise, noise_std=0.2, noise_clip=0.5)
     # 0.2 * noise = [0.2, 0.2], [-0.8 -> -0.5 (clip), -0.1]; sums 0.2, 1.1 -> 1.0 (box), -1.45 -> -1.0 (box), 0.1
     torch.testing.assert_close(got, torch.tensor([[0.2, 1.0], [-1.0, 0.1]]))
-
-
-def test_smoothed_target_is_the_min_of_both_target_critics_by_hand():
-    rewards, terminated = torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0])
-    next_q = torch.tensor([[3.0, 2.0], [5.0, 7.0]])  # (B, 2) at the smoothed target action
-    got = smoothed_target(rewards, terminated, next_q, torch.tensor([0.9, 0.9]))
-    torch.testing.assert_close(got, torch.tensor([1.0 + 0.9 * 2.0, -1.0]))
 
 
 def test_ornstein_uhlenbeck_step_by_hand():

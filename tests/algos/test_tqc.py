@@ -10,11 +10,12 @@ import torch
 from hydra.utils import instantiate
 
 from rl_hydra import load_run, train
-from rl_hydra.algos.qr_dqn import midpoint_taus
-from rl_hydra.algos.tqc import TQC, ensemble_quantile_loss, truncated_target
+from rl_hydra.algos.tqc import TQC, truncated_target
 from rl_hydra.config import ConfigError
+from rl_hydra.losses import ensemble_quantile_loss, midpoint_taus
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
 from rl_hydra.training import agent_node
+from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 from tests.conftest import TINY, compose_config, run_training
 from tests.peer_updates import (
     BATCH,
@@ -25,7 +26,6 @@ from tests.peer_updates import (
     made_up_batches,
     serve,
 )
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
 
@@ -129,7 +129,7 @@ def test_critic_loss_is_the_truncated_target_regression_computed_independently()
     agent = make_agent()
     batch, noise = random_batch(16, seed=3), torch.randn(16, 2, generator=torch.Generator().manual_seed(4))
     alpha = torch.tensor(0.3)
-    loss, quantiles = agent.critic_loss(batch, noise, None, alpha)
+    loss, quantiles = agent.critic_loss(batch, noise, alpha)
     with torch.no_grad():  # the ingredients from the networks; the target and the loss in numpy
         next_actions, next_log_prob = agent.actor.sample(batch.next_obs, noise=noise)
         next_z = agent.critic_target(batch.next_obs, next_actions).numpy().astype(np.float64)  # (B, 3, 5)
