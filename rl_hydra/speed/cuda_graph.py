@@ -121,8 +121,13 @@ def self_reads(code: types.CodeType, self_name: str, where: str) -> Iterator[tup
         elif this.opname in ATTRIBUTE_READS and after_super:
             after_super = False
             yield this.argval, True
+        elif isinstance(this.argval, tuple) and self_name in this.argval:  # 3.13's LOAD_FAST_LOAD_FAST
+            raise NotReplayable(f"{where}.{code.co_name} hands self on whole")
         elif this.opname in SELF_LOADS and this.argval == self_name:
-            if following is not None and following.opname in ATTRIBUTE_READS:
+            if following is not None and following.opname == "LOAD_SUPER_ATTR":  # 3.12's super().name
+                after_super = False
+                yield following.argval, True
+            elif following is not None and following.opname in ATTRIBUTE_READS:
                 yield following.argval, False
             elif following is not None and following.opname == "STORE_ATTR":
                 raise NotReplayable(f"{where}.{code.co_name} sets self.{following.argval}")
