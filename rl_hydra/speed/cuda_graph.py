@@ -184,12 +184,13 @@ def value_key(value: Any, name: str, device: torch.device) -> Any:
 
 
 def module_key(module: nn.Module, name: str) -> tuple:
+    """Each submodule's plain values (flags a forward may branch on) and where its tensors live."""
     keys = []
     for part in module.modules():
         if not type(part).__module__.startswith(KNOWN_MODULES):
             raise NotReplayable(f"self.{name} holds a {type(part).__name__} from outside rl_hydra and torch.nn")
         plain = tuple((k, v) for k, v in vars(part).items() if isinstance(v, PLAIN_VALUES))
-        tensors = tuple(t.data_ptr() for t in (*part._parameters.values(), *part._buffers.values()) if t is not None)
+        tensors = tuple(t.data_ptr() for t in (*part.parameters(recurse=False), *part.buffers(recurse=False)))
         keys.append((plain, tensors))
     return tuple(keys)
 
