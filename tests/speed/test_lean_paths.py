@@ -5,6 +5,7 @@ mirror: tests/algos/test_acting.py)."""
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import subprocess
 import sys
@@ -56,6 +57,19 @@ def test_lean_adam_steps_exactly_like_torch_fused_adam(options):
         assert torch.equal(lean.state[p]["exp_avg_sq"], torch_adam.state[q]["exp_avg_sq"])
         assert torch.equal(lean.state[p]["step"], torch_adam.state[q]["step"])
         assert lean.state[p]["step"].dtype == torch_adam.state[q]["step"].dtype
+
+
+def test_the_speed_layer_builds_the_configs_torch_adam_as_lean_adam_with_the_same_steps():
+    from rl_hydra import speed
+
+    adam = functools.partial(torch.optim.Adam, lr=1e-2, betas=[0.8, 0.99], fused=True)  # a list, as YAML gives it
+    ours, theirs = make_net(), make_net()
+    lean = speed.optimizer(adam, ours.parameters())
+    assert type(lean) is LeanAdam and lean.param_groups[0]["betas"] == (0.8, 0.99)  # a tuple in checkpoints
+    train(ours, lean, 20)
+    train(theirs, adam(theirs.parameters()), 20)
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(p, q)
 
 
 def test_lean_adam_state_dict_loads_into_torch_adam_and_back():
