@@ -126,8 +126,12 @@ def stop_at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(Runner, "record_step", stop_once_reached)
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "train.py"):
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300, script: str = "train.py", env: dict | None = None):
+    """`python <script> args...` in a subprocess; `env`: variables added (a PYTHONPATH is put first)."""
+    added = dict(env or {})
+    if "PYTHONPATH" in added:
+        added["PYTHONPATH"] = os.pathsep.join(p for p in (added["PYTHONPATH"], os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **added}
     return subprocess.run(
         [sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )

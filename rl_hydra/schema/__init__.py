@@ -20,45 +20,33 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
 from rl_hydra.schema.keys import ConfigError, Range, check, check_rules, fields, not_a_list, schema_of, validate
 
-__all__ = ["ConfigError", "Range", "check", "describe", "integer_key", "register_schemas", "validate_config"]
+__all__ = [
+    "ConfigError",
+    "Range",
+    "check",
+    "describe",
+    "integer_key",
+    "register",
+    "register_schemas",
+    "validate_config",
+]
 
-# (group, name) -> schema: what `- /schema/<group>/<name>@_here_` in a group file refers to
-STORED: dict[tuple[str, str], type] = {
-    ("", "run"): run.RunKeys,
-    ("algo", "dqn"): algos.DQNKeys,
-    ("algo", "qr_dqn"): algos.QRDQNKeys,
-    ("algo", "iqn"): algos.IQNKeys,
-    ("algo", "c51"): algos.C51Keys,
-    ("algo", "drqn"): algos.DRQNKeys,
-    ("algo", "redq"): algos.REDQKeys,
-    ("algo", "tqc"): algos.TQCKeys,
-    ("algo", "td3"): algos.TD3Keys,
-    ("algo", "crossq"): algos.CrossQKeys,
-    ("network", "q"): networks.QNetworkKeys,
-    ("network", "head"): networks.QuantileNetworkKeys,
-    ("network", "implicit_quantile"): networks.ImplicitQuantileNetworkKeys,
-    ("network", "recurrent"): networks.RecurrentQNetworkKeys,
-    ("network", "actor_critic"): networks.ActorCriticKeys,
-    ("network", "squashed_actor"): networks.ActorKeys,
-    ("network", "deterministic_actor"): networks.DeterministicActorKeys,
-    ("network", "critic"): networks.CriticKeys,
-    ("network", "batch_renorm_actor"): networks.BatchRenormActorKeys,
-    ("network", "batch_renorm_critic"): networks.BatchRenormCriticKeys,
-    ("buffer", "replay"): buffers.ReplayKeys,
-    ("buffer", "prioritized"): buffers.PrioritizedKeys,
-    ("buffer", "sequence"): buffers.SequenceKeys,
-    ("env", "base"): envs.EnvKeys,
-    ("env", "gym"): envs.GymEnvKeys,
-    ("env", "family"): envs.FamilyEnvKeys,
-    ("env", "minatar"): envs.MinAtarEnvKeys,
-    ("env", "atari"): envs.AtariEnvKeys,
-    ("env", "minigrid"): envs.MiniGridEnvKeys,
-    ("logger", "plain"): loggers.LoggerKeys,
-    ("logger", "mlflow"): loggers.MLflowKeys,
-    ("logger", "wandb"): loggers.WandbKeys,
-    ("distributed", "none"): distributed.OneProcessKeys,
-    ("distributed", "apex"): distributed.ApexKeys,
-}
+
+def stored(*modules: Any) -> dict[tuple[str, str], type]:
+    """(group, name) -> schema: each schema class of `modules` that names its place in Hydra's ConfigStore
+    itself (`stored_as = "algo/dqn"`), which `- /schema/<group>/<name>@_here_` in a group file refers to."""
+    found: dict[tuple[str, str], type] = {}
+    for module in modules:
+        for value in vars(module).values():
+            where = vars(value).get("stored_as") if isinstance(value, type) else None  # its own, not a parent's
+            if where is not None:
+                group, _, name = where.rpartition("/")
+                found[(group, name)] = value
+    return found
+
+
+STORED = stored(run, algos, networks, buffers, envs, loggers, distributed)
+
 ALL_SCHEMAS = tuple(STORED.values())
 
 
@@ -71,9 +59,16 @@ def register_schemas() -> None:
         store.store(group=f"schema/{group}".rstrip("/"), name=name, node=schema)
 
 
-def declare(schema: type, *targets: str) -> None:
-    """Add the classes a schema declares the keys of (an algorithm outside the package)."""
-    by_target().update(dict.fromkeys(targets, schema))
+def register(schema: type) -> None:
+    """Store a schema declared outside the package (an algorithm's own, with its `stored_as` and
+    `targets`) where a group file's defaults list and the launch's validation find it: call it from a
+    `hydra_plugins/<yours>/__init__.py` module, which Hydra imports before it composes."""
+    from hydra.core.config_store import ConfigStore
+
+    group, _, name = schema.stored_as.rpartition("/")  # type: ignore[attr-defined]
+    STORED[(group, name)] = schema
+    ConfigStore.instance().store(group=f"schema/{group}".rstrip("/"), name=name, node=schema)
+    by_target().update(dict.fromkeys(getattr(schema, "targets", ()), schema))
 
 
 @functools.cache

@@ -66,12 +66,14 @@ class DQNFamilyKeys(ScheduleKeys):
 
 @dataclass
 class DQNKeys(DQNFamilyKeys):
+    stored_as: ClassVar[str] = "algo/dqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.dqn.DQN",)
     loss: str = key(help="the TD loss", choices=TD_LOSSES)
 
 
 @dataclass
 class QRDQNKeys(DQNFamilyKeys):
+    stored_as: ClassVar[str] = "algo/qr_dqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.qr_dqn.QRDQN",)
     num_quantiles: int = key(help="N quantiles per action", integer=True, minimum=1)
     kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
@@ -79,6 +81,7 @@ class QRDQNKeys(DQNFamilyKeys):
 
 @dataclass
 class IQNKeys(DQNFamilyKeys):
+    stored_as: ClassVar[str] = "algo/iqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.iqn.IQN",)
     num_tau_samples: int = key(help="N: fractions for the online quantiles of each update", integer=True, minimum=1)
     num_tau_prime_samples: int = key(help="N': fractions for the target samples", integer=True, minimum=1)
@@ -88,6 +91,7 @@ class IQNKeys(DQNFamilyKeys):
 
 @dataclass
 class C51Keys(DQNFamilyKeys):
+    stored_as: ClassVar[str] = "algo/c51"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.c51.C51",)
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("v_max", "v_min"), lambda high, low: high > low, "v_max > v_min (the atoms span the returns between)"),
@@ -99,6 +103,7 @@ class C51Keys(DQNFamilyKeys):
 
 @dataclass
 class DRQNKeys(DQNFamilyKeys):
+    stored_as: ClassVar[str] = "algo/drqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.drqn.DRQN",)
     loss: str = key(help="the TD loss", choices=TD_LOSSES)
     burn_in: int = key(
@@ -131,6 +136,8 @@ class EntropyKeys(ScheduleKeys):
 class REDQKeys(EntropyKeys):
     """conf/algo/base/redq.yaml: REDQ, SAC (N = M = 2, G = 1, the actor on the min) and DroQ."""
 
+    stored_as: ClassVar[str] = "algo/redq"
+
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.redq.REDQ", "rl_hydra.algos.sac.SAC")
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("subset_size", "ensemble_size"), lambda m, n: m <= n, "subset_size <= ensemble_size"),
@@ -144,6 +151,7 @@ class REDQKeys(EntropyKeys):
 
 @dataclass
 class TQCKeys(EntropyKeys):
+    stored_as: ClassVar[str] = "algo/tqc"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.tqc.TQC",)
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -164,6 +172,8 @@ class TQCKeys(EntropyKeys):
 class CrossQKeys(EntropyKeys):
     """No target networks, so no tau: the critics' batch renormalization (network/crossq.yaml) keeps them stable."""
 
+    stored_as: ClassVar[str] = "algo/crossq"
+
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.crossq.CrossQ",)
     batch_size: int = key(help="B: the critics see 2B rows; batch statistics need B >= 2", integer=True, minimum=2)
 
@@ -178,6 +188,7 @@ class ActionNoiseKeys:
 
 @dataclass
 class TD3Keys(ScheduleKeys):
+    stored_as: ClassVar[str] = "algo/td3"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.td3.TD3",)
     tau: float = target_rate()
     policy_delay: int = key(help="critic updates per actor and target update", integer=True, minimum=1)

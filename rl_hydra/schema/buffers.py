@@ -21,12 +21,14 @@ class BufferKeys:
 
 @dataclass
 class ReplayKeys(BufferKeys):
+    stored_as: ClassVar[str] = "buffer/replay"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.replay.ReplayBuffer",)
     share_frames: Any = key(help="frame stacks stored one frame per row", choices=SHARE_FRAMES)
 
 
 @dataclass
 class PrioritizedKeys(BufferKeys):
+    stored_as: ClassVar[str] = "buffer/prioritized"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.prioritized.PrioritizedReplayBuffer",)
     alpha: float = key(help="how much priorities count (0: uniform)", minimum=0.0)
     beta: float = key(help="importance-weight exponent at the first update", minimum=0.0, maximum=1.0)
@@ -44,6 +46,7 @@ class PrioritizedKeys(BufferKeys):
 
 @dataclass
 class SequenceKeys(BufferKeys):
+    stored_as: ClassVar[str] = "buffer/sequence"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.sequence.SequenceBuffer",)
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

@@ -10,6 +10,7 @@ LARGEST_ACTORS = 4096  # more is a typo (Ape-X itself ran 360)
 
 @dataclass
 class OneProcessKeys:
+    stored_as: ClassVar[str] = "distributed/none"
     targets: ClassVar[tuple[str, ...]] = ()
     name: str = key(help="none: the run acts, stores and learns in one process", choices=("none", "apex"))
 
@@ -17,6 +18,8 @@ class OneProcessKeys:
 @dataclass
 class ApexKeys(OneProcessKeys):
     """Ape-X (and R2D2 with algo=drqn) on Ray: docs/distributed.md."""
+
+    stored_as: ClassVar[str] = "distributed/apex"
 
     address: str | None = key(
         help="null: a local Ray instance; auto | ray://host:port | host:port joins a cluster",

@@ -16,6 +16,7 @@ LARGEST_SCREEN = 1024  # pixels a side (Atari's 84)
 
 @dataclass
 class EnvKeys:
+    stored_as: ClassVar[str] = "env/base"
     targets: ClassVar[tuple[str, ...]] = ()
     id: str = key(help="a gymnasium id, e.g. CartPole-v1")
     num_envs: int = key(help="envs stepped side by side", integer=True, minimum=1, maximum=LARGEST_ENVS)
@@ -35,6 +36,7 @@ class EnvKeys:
 
 @dataclass
 class GymEnvKeys(EnvKeys):
+    stored_as: ClassVar[str] = "env/gym"
     fallback_max_episode_steps: int | None = key(
         help="the time limit of an env that has none",
         integer=True,
@@ -49,6 +51,8 @@ class GymEnvKeys(EnvKeys):
 class FamilyEnvKeys(EnvKeys):
     """A group made for a family of ids (its `ids` patterns)."""
 
+    stored_as: ClassVar[str] = "env/family"
+
     ids: Any = key(help="the id patterns this group is made for")
 
 
@@ -60,6 +64,7 @@ class LearningKeys:
 
 @dataclass
 class MinAtarEnvKeys(FamilyEnvKeys):
+    stored_as: ClassVar[str] = "env/minatar"
     learning: LearningKeys = field(default_factory=LearningKeys)  # what the replay buffer stores
 
 
@@ -77,12 +82,14 @@ class PreprocessingKeys:
 
 @dataclass
 class AtariEnvKeys(MinAtarEnvKeys):
+    stored_as: ClassVar[str] = "env/atari"
     preprocessing: Any = key(help="noop_max, frame_skip, screen_size, frame_stack", schema=PreprocessingKeys)
     eval_epsilon: float = key(help="evaluation acts at random with this probability", minimum=0.0, maximum=1.0)
 
 
 @dataclass
 class MiniGridEnvKeys(FamilyEnvKeys):
+    stored_as: ClassVar[str] = "env/minigrid"
     actions: str = key(
         help="all: MiniGrid's 7 | navigation: turn left, turn right, forward", choices=tuple(MINIGRID_ACTIONS)
     )

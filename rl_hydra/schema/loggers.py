@@ -10,6 +10,7 @@ WANDB_MODES = ("offline", "online", "disabled")
 
 @dataclass
 class LoggerKeys:
+    stored_as: ClassVar[str] = "logger/plain"
     targets: ClassVar[tuple[str, ...]] = (
         "rl_hydra.loggers.csv.CSVLogger",
         "rl_hydra.loggers.tensorboard.TensorBoardLogger",
@@ -19,6 +20,7 @@ class LoggerKeys:
 
 @dataclass
 class MLflowKeys(LoggerKeys):
+    stored_as: ClassVar[str] = "logger/mlflow"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.loggers.mlflow.MLflowLogger",)
     tracking_uri: str | None = key(help="null: $MLFLOW_TRACKING_URI, else sqlite:///outputs/mlflow.db")
     experiment: str = key(help="the MLflow experiment")
@@ -26,6 +28,7 @@ class MLflowKeys(LoggerKeys):
 
 @dataclass
 class WandbKeys(LoggerKeys):
+    stored_as: ClassVar[str] = "logger/wandb"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.loggers.wandb.WandbLogger",)
     mode: str = key(help="offline (upload later with wandb sync) | online | disabled", choices=WANDB_MODES)
     project: str = key(help="the W&B project")

@@ -42,6 +42,7 @@ class HeadKeys(NetworkKeys):
 
 @dataclass
 class QNetworkKeys(HeadKeys):
+    stored_as: ClassVar[str] = "network/q"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.mlp.QNetwork",)
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("bias", "noisy"), lambda bias, noisy: bias or not noisy, "bias=true with noisy=true (a noisy bias)"),
@@ -51,6 +52,7 @@ class QNetworkKeys(HeadKeys):
 
 @dataclass
 class QuantileNetworkKeys(HeadKeys):
+    stored_as: ClassVar[str] = "network/head"
     targets: ClassVar[tuple[str, ...]] = (
         "rl_hydra.networks.quantile.QuantileNetwork",
         "rl_hydra.networks.categorical.CategoricalNetwork",
@@ -59,6 +61,7 @@ class QuantileNetworkKeys(HeadKeys):
 
 @dataclass
 class ImplicitQuantileNetworkKeys(NetworkKeys):
+    stored_as: ClassVar[str] = "network/implicit_quantile"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.quantile.ImplicitQuantileNetwork",)
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("hidden_sizes",), lambda sizes: len(sizes) >= 1, "at least one width, for the state features psi(s)"),
@@ -73,6 +76,7 @@ class ImplicitQuantileNetworkKeys(NetworkKeys):
 
 @dataclass
 class RecurrentQNetworkKeys(NetworkKeys):
+    stored_as: ClassVar[str] = "network/recurrent"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.recurrent.RecurrentQNetwork",)
     encoder_sizes: list[int] = sizes("the MLP before the core")
     cell: str = key(help="the recurrent core (docs/drqn.md)", choices=tuple(CELLS))
@@ -95,12 +99,16 @@ class PartKeys:
 class DeterministicActorKeys(PartKeys):
     """TD3's actor: tanh(mu(s)), scaled to the action box."""
 
+    stored_as: ClassVar[str] = "network/deterministic_actor"
+
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.DeterministicActor",)
 
 
 @dataclass
 class ActorKeys(DeterministicActorKeys):
     """SAC's squashed Gaussian actor (REDQ, DroQ, TQC)."""
+
+    stored_as: ClassVar[str] = "network/squashed_actor"
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.actor_critic.SquashedGaussianActor",)
     gsde: bool = key(help="generalized state-dependent exploration (SB3's use_sde)", choices=BOOL)
@@ -111,6 +119,8 @@ class ActorKeys(DeterministicActorKeys):
 @dataclass
 class CriticKeys(PartKeys):
     """An ensemble of Q(s, a) critics (TQC's quantile critics too); the algorithm gives their number."""
+
+    stored_as: ClassVar[str] = "network/critic"
 
     targets: ClassVar[tuple[str, ...]] = (
         "rl_hydra.networks.actor_critic.CriticEnsemble",
@@ -133,11 +143,13 @@ class BatchRenormKeys:
 
 @dataclass
 class BatchRenormActorKeys(ActorKeys, BatchRenormKeys):
+    stored_as: ClassVar[str] = "network/batch_renorm_actor"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.crossq.BatchRenormActor",)
 
 
 @dataclass
 class BatchRenormCriticKeys(PartKeys, BatchRenormKeys):
+    stored_as: ClassVar[str] = "network/batch_renorm_critic"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.crossq.BatchRenormCriticEnsemble",)
 
 
@@ -146,6 +158,8 @@ class ActorCriticKeys:
     """An actor and a critic ensemble (network/redq.yaml, td3, tqc, crossq, droq). Each part is typed
     by its own schema, named in the file's defaults list (`/schema/network/critic@critic`), since the
     algorithms pair different actors and critics."""
+
+    stored_as: ClassVar[str] = "network/actor_critic"
 
     targets: ClassVar[tuple[str, ...]] = ()
     actor: Any = key(help="the policy network")

@@ -35,6 +35,8 @@ class RunKeys:
     """conf/train.yaml. The groups' nodes have schemas of their own (rl_hydra/schema/); the rules
     here span groups."""
 
+    stored_as: ClassVar[str] = "run"
+
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
             ("algo.burn_in", "buffer.sequence_length", "buffer.stride"),
