@@ -37,6 +37,8 @@ def frozen_copy(network: nn.Module) -> nn.Module:
 
 
 class ActorCritic:
+    """Features, actor, critic ensemble, targets, optimizers, generator, counters and state: no update."""
+
     name: ClassVar[str]
     target_networks: ClassVar[tuple[str, ...]] = ("critic",)  # each gets a frozen `<name>_target` copy
     tau: float  # the targets' Polyak rate (agents without targets have none)
@@ -128,6 +130,8 @@ class ActorCritic:
 
 
 class SoftActorCritic(ActorCritic):
+    """SAC's maximum-entropy agent: the squashed Gaussian actor, alpha, gSDE, and the update REDQ and TQC share."""
+
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy")
     actor: SquashedGaussianActor  # network.actor: the capabilities' class (checked by fit)
     # each algorithm's own, pure (compile=true): (batch, *critic_draws, alpha) -> (loss, Q-values or quantiles)
