@@ -246,8 +246,7 @@ def run_summary(
     evaluator: Evaluator,
     elapsed: float,
 ) -> dict[str, Any]:
-    """summary.json's figures (its schema: runs/run_dir.py SUMMARY_KEYS), for one process's run
-    (Runner) and a distributed one's learner alike."""
+    """summary.json's figures (its schema: runs/run_dir.py SUMMARY_KEYS)."""
     last, solved = evaluator.last or {}, evaluator.solved_at or {}
     return {
         "status": status,
