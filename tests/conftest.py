@@ -46,6 +46,18 @@ def compose_config(*overrides: str) -> DictConfig:
             raise ConfigError(refused) from None
 
 
+def buffer_keys(option: str, **overrides) -> dict:
+    """The keys conf/buffer/<option>.yaml gives its class, but capacity and device (a test gives its
+    own size; the run hands the buffer its resolved device), with `overrides`: the buffers' keys have
+    no Python defaults either."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(compose_config(f"buffer={option}").buffer, resolve=True)
+    for key in ("_target_", "capacity", "device"):
+        node.pop(key, None)
+    return {**node, **overrides}
+
+
 def algo_keys(option: str, **overrides) -> dict:
     """The keys conf/algo/<option>.yaml gives its class (no preset; not its optimizer, and not
     n_step and gamma, which a feed-forward agent never gets), with `overrides`: what a test that builds an

@@ -56,14 +56,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         gamma: float = 0.99,
         *,
         beta_steps: int | None,
-        alpha: float = 0.5,
-        beta: float = 0.4,
-        beta_final: float = 1.0,
-        epsilon: float = 1e-6,
-        share_frames: bool | str = "auto",
-        sum_tree: str = "auto",
+        alpha: float,
+        beta: float,
+        beta_final: float,
+        epsilon: float,
+        share_frames: bool | str,
+        sum_tree: str,
     ):
-        super().__init__(capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma, share_frames)
+        super().__init__(
+            capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma, share_frames=share_frames
+        )
         self.alpha = alpha  # 0: uniform over the drawable rows
         self.beta = beta
         self.beta_final = beta_final

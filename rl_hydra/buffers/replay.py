@@ -146,7 +146,8 @@ class ReplayBuffer:
         seed: int = 0,
         n_step: int = 1,
         gamma: float = 0.99,
-        share_frames: bool | str = "auto",
+        *,
+        share_frames: bool | str,
     ):
         self.capacity = capacity
         self.n_step = n_step

@@ -46,7 +46,8 @@ class SequenceBuffer:
         num_envs: int = 1,
         device: str | torch.device = "cpu",
         seed: int = 0,
-        share_frames: bool | str = "auto",
+        *,
+        share_frames: bool | str,
     ):
         self.capacity = capacity
         self.sequence_length = length = sequence_length

@@ -17,13 +17,13 @@ class BufferKeys:
     _target_: str = key(help="the buffer's class")
     capacity: int = key(help="rows kept (chunks for the sequence buffer)", integer=True, minimum=1)
     device: str = key(help="where it lives: auto (the run's device, if it fits there)", choices=BUFFER_DEVICES)
+    share_frames: Any = key(help="frame stacks stored one frame per step", choices=SHARE_FRAMES)
 
 
 @dataclass
 class ReplayKeys(BufferKeys):
     stored_as: ClassVar[str] = "buffer/replay"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.buffers.replay.ReplayBuffer",)
-    share_frames: Any = key(help="frame stacks stored one frame per row", choices=SHARE_FRAMES)
 
 
 @dataclass
@@ -57,4 +57,3 @@ class SequenceKeys(BufferKeys):
     )
     sequence_length: int = key(help="steps per stored chunk", integer=True, minimum=1)
     stride: int = key(help="a new chunk every `stride` steps", integer=True, minimum=1)
-    share_frames: Any = key(help="frame stacks kept as one frame per step", choices=SHARE_FRAMES)

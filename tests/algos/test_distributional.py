@@ -316,7 +316,7 @@ def make_agent(algo: str, **kwargs):
 
 def filled_buffer(n: int = 200) -> ReplayBuffer:
     rng = np.random.default_rng(0)
-    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE)
+    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, share_frames="auto")
     for _ in range(n):
         buffer.add(
             rng.normal(size=(1, 4)),

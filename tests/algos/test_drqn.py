@@ -100,7 +100,9 @@ def stored(buffer: SequenceBuffer, i: int) -> dict:
 
 
 def test_chunks_overlap_by_stride_and_pad_after_the_episode_end():
-    buffer = SequenceBuffer(10, sequence_length=4, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    buffer = SequenceBuffer(
+        10, sequence_length=4, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+    )
     feed(buffer, [(t, t == 4) for t in range(5)] + [(10 + t, False) for t in range(3)])
     # episode 0 is steps 0..4: chunk [0 1 2 3] when full, then [2 3 4 pad] at its end; episode 1 has no full chunk yet
     assert len(buffer) == 2
@@ -115,7 +117,9 @@ def test_chunks_overlap_by_stride_and_pad_after_the_episode_end():
 
 
 def test_episode_start_flags_and_stored_states_are_the_actors():
-    buffer = SequenceBuffer(10, sequence_length=3, stride=1, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    buffer = SequenceBuffer(
+        10, sequence_length=3, stride=1, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+    )
     feed(buffer, [(t, t == 3) for t in range(4)] + [(20 + t, False) for t in range(3)])
     # chunks start at steps 0, 1 (episode 0: full at step 2, end at step 3) and 20 (episode 1)
     starts = [stored(buffer, i) for i in range(len(buffer))]
@@ -128,7 +132,13 @@ def test_episode_start_flags_and_stored_states_are_the_actors():
 
 def test_envs_assemble_their_own_chunks():
     buffer = SequenceBuffer(
-        10, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, num_envs=2
+        10,
+        sequence_length=2,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        num_envs=2,
+        share_frames="auto",
     )
     for t in range(3):  # env 0 ends its episode at step 0, env 1 runs on
         done = np.array([t == 0, False])
@@ -147,7 +157,9 @@ def test_envs_assemble_their_own_chunks():
 
 
 def test_ring_wraps_around_and_sample_is_time_major():
-    buffer = SequenceBuffer(3, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    buffer = SequenceBuffer(
+        3, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+    )
     feed(buffer, [(t, False) for t in range(10)])  # 5 chunks into 3 slots
     assert len(buffer) == 3 and buffer.pos == 2
     firsts = sorted(buffer.steps["rewards"][0].tolist())
@@ -161,12 +173,20 @@ def test_ring_wraps_around_and_sample_is_time_major():
 
 
 def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
-    buffer = SequenceBuffer(4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    buffer = SequenceBuffer(
+        4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+    )
     feed(buffer, [(t, t % 5 == 4) for t in range(13)])
     path = tmp_path / "buffer.pt"
     torch.save(buffer.state_dict(), path)
     restored = SequenceBuffer(
-        4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, seed=99
+        4,
+        sequence_length=3,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        seed=99,
+        share_frames="auto",
     )
     restored.load_state_dict(torch.load(path, weights_only=True))
     assert (len(restored), restored.pos) == (len(buffer), buffer.pos)
@@ -179,7 +199,9 @@ def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
     for key in buffer.steps:
         torch.testing.assert_close(buffer.steps[key], restored.steps[key])
     torch.testing.assert_close(buffer.states[0], restored.states[0])
-    wrong = SequenceBuffer(4, sequence_length=5, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
+    wrong = SequenceBuffer(
+        4, sequence_length=5, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+    )
     with pytest.raises(ValueError, match="sequence_length=5"):
         wrong.load_state_dict(buffer.state_dict())
 
@@ -223,6 +245,7 @@ def one_episode_batch(agent, env):
         stride=2,
         observation_space=env.single_observation_space,
         action_space=env.single_action_space,
+        share_frames="auto",
     )
     state = agent.initial_state(1)
     for t in range(9):

@@ -15,6 +15,7 @@ from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import final_observations
 from rl_hydra.speed import same_step_vector_env
+from tests.conftest import buffer_keys
 
 ACTIONS = gym.spaces.Discrete(3)
 
@@ -90,7 +91,9 @@ def test_after_the_ring_wraps_only_rows_with_their_whole_stack_are_drawn():
 
 
 def test_prioritized_replay_shares_frames_too():
-    shared, naive = pair(80, num_envs=2, n_step=3, cls=PrioritizedReplayBuffer, beta_steps=100)
+    keys = buffer_keys("prioritized", beta_steps=100)
+    keys.pop("share_frames")  # pair sets it
+    shared, naive = pair(80, num_envs=2, n_step=3, cls=PrioritizedReplayBuffer, **keys)
     fill([shared, naive], 400, num_envs=2)
     batch = assert_same_batches(shared, naive, draws=256)
     drawable = set(((shared.oldest + shared.behind * 2 + np.arange(len(shared))) % shared.capacity).tolist())
@@ -123,7 +126,7 @@ def test_a_checkpoint_holds_only_the_stored_rows_and_no_copy_of_them():
 def test_one_atari_transition_costs_about_one_frame():
     frame = 84 * 84
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
-    shared = ReplayBuffer(1000, atari, ACTIONS)
+    shared = ReplayBuffer(1000, atari, ACTIONS, share_frames="auto")
     naive = ReplayBuffer(1000, atari, ACTIONS, share_frames=False)
     assert shared.bytes_per_row <= 1.1 * frame  # 7,093 bytes: frame, flag, two slots, action, reward, ends
     assert naive.bytes_per_row >= 8 * frame  # both stacks whole
@@ -141,7 +144,7 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
     monkeypatch.setattr(replay, "SharedFrames", AllocatedTooSoon)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=1000000 needs 7.1 GB .* lower buffer.capacity"):
-        ReplayBuffer(1_000_000, atari, ACTIONS)
+        ReplayBuffer(1_000_000, atari, ACTIONS, share_frames="auto")
 
 
 # DRQN's sequence buffer: each env's frames once, in a ring of its own; chunks name their first frame
@@ -218,7 +221,7 @@ def test_chunks_whose_frames_were_overwritten_are_not_drawn():
 def test_an_atari_step_costs_about_one_frame_in_a_sequence_buffer(caplog):
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with caplog.at_level("INFO"):
-        SequenceBuffer(1000, 16, 8, atari, ACTIONS)  # chunks overlapping by half, as by default
+        SequenceBuffer(1000, 16, 8, atari, ACTIONS, share_frames="auto")  # chunks overlapping by half, as by default
     assert "7.1 KB per step at buffer.stride=8" in caplog.text  # 84 x 84 = 7,056 bytes: one frame
 
 
@@ -260,4 +263,4 @@ def test_a_sequence_buffer_the_machine_cannot_hold_is_refused_before_allocating(
     monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=100000 needs 11.3 GB \(113.\d KB per chunk\)"):
-        SequenceBuffer(100_000, 16, 16, atari, ACTIONS)
+        SequenceBuffer(100_000, 16, 16, atari, ACTIONS, share_frames="auto")

@@ -50,14 +50,14 @@ def in_one_huge_page_mapping(tensors) -> bool:
 
 @linux_huge_pages
 def test_replay_storage_lies_in_one_mapping_advised_for_huge_pages():
-    buffer = ReplayBuffer(100_000, OBS, ACTIONS)
+    buffer = ReplayBuffer(100_000, OBS, ACTIONS, share_frames="auto")
     assert buffer.storage["obs"].data_ptr() % host_memory.HUGE_PAGE == 0
     assert in_one_huge_page_mapping(buffer.storage.values())  # "hg": madvise(MADV_HUGEPAGE) took
     obs = np.ones((1, 4), np.float32)
     buffer.add(obs, np.array([1]), np.array([2.0]), obs, np.array([False]), np.array([True]))
     batch = buffer.sample(8)
     assert batch.rewards.tolist() == [2.0] * 8 and batch.truncated.tolist() == [1.0] * 8
-    sequences = SequenceBuffer(50, 4, 2, OBS, ACTIONS)
+    sequences = SequenceBuffer(50, 4, 2, OBS, ACTIONS, share_frames="auto")
     assert in_one_huge_page_mapping([*sequences.steps.values(), sequences.episode_start])
 
 

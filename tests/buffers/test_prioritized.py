@@ -17,8 +17,8 @@ from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, run
-from tests.conftest import TINY, compose_config
 from tests.config.test_protocols import check_members
+from tests.conftest import TINY, buffer_keys, compose_config
 from tests.runs.test_resume import assert_same
 
 needs_numba = pytest.mark.skipif(compiled_sum_tree.numba is None, reason='numba is not installed (".[numba]")')
@@ -29,7 +29,9 @@ ACTIONS = gym.spaces.Discrete(3)
 
 
 def make_buffer(capacity=16, **kwargs) -> PrioritizedReplayBuffer:
-    return PrioritizedReplayBuffer(capacity, OBS, ACTIONS, **{"seed": 0, "beta_steps": 100_000, **kwargs})
+    return PrioritizedReplayBuffer(
+        capacity, OBS, ACTIONS, **buffer_keys("prioritized", **{"seed": 0, "beta_steps": 100_000, **kwargs})
+    )
 
 
 def add_steps(buffer, steps, num_envs=1):

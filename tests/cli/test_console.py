@@ -15,7 +15,7 @@ import pytest
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from tests.conftest import CONF_DIR, TINY, run_training
+from tests.conftest import CONF_DIR, TINY, buffer_keys, run_training
 
 # --- the progress bar ------------------------------------------------------------------------
 
@@ -74,22 +74,29 @@ ACTIONS = gym.spaces.Discrete(2)
 @pytest.mark.parametrize(
     "make, kind",
     [
-        (lambda: ReplayBuffer(100, VECTOR, ACTIONS), "uniform replay buffer: 100 transitions x"),
+        (lambda: ReplayBuffer(100, VECTOR, ACTIONS, share_frames="auto"), "uniform replay buffer: 100 transitions x"),
         (
-            lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3),
+            lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3, share_frames="auto"),
             "uniform replay buffer (3-step returns, frames stored once): 100 transitions x",
         ),
         (
-            lambda: PrioritizedReplayBuffer(100, VECTOR, ACTIONS, n_step=3, sum_tree="numpy", beta_steps=100),
+            lambda: PrioritizedReplayBuffer(
+                100, VECTOR, ACTIONS, n_step=3, **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100)
+            ),
             "prioritized replay buffer (3-step returns): 100 transitions x",
         ),
         (
-            lambda: PrioritizedReplayBuffer(100, FRAMES, ACTIONS, sum_tree="numpy", beta_steps=100),
+            lambda: PrioritizedReplayBuffer(
+                100, FRAMES, ACTIONS, **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100)
+            ),
             "prioritized replay buffer (frames stored once): 100 transitions x",
         ),
-        (lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS), "sequence buffer (16-step chunks): 10 chunks x"),
         (
-            lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS),
+            lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS, share_frames="auto"),
+            "sequence buffer (16-step chunks): 10 chunks x",
+        ),
+        (
+            lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS, share_frames="auto"),
             "sequence buffer (16-step chunks, frames stored once): 10 chunks x",
         ),
     ],

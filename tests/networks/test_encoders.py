@@ -133,7 +133,7 @@ AGENTS = {
 @pytest.mark.parametrize("algo", sorted(AGENTS))
 def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
     agent = AGENTS[algo]()
-    buffer = ReplayBuffer(100, GRIDS, ACTIONS, seed=0, gamma=0.99)
+    buffer = ReplayBuffer(100, GRIDS, ACTIONS, seed=0, gamma=0.99, share_frames="auto")
     rng = np.random.default_rng(0)
     for _ in range(40):
         obs = rng.random((1, 6, 10, 10)) < 0.2
@@ -158,7 +158,7 @@ def test_drqn_learns_on_frames_from_its_sequence_buffer():
         total_steps=100,
         **algo_keys("drqn", batch_size=2),
     )
-    buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS)
+    buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS, share_frames="auto")
     rng = np.random.default_rng(0)
     state = None
     for t in range(12):
