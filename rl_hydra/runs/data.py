@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from rl_hydra.runs.run_dir import RunError
+from rl_hydra.runs.errors import RunError
 
 MAX_BYTES = 4 * 1024 * 1024  # a run's YAML and JSON files are kilobytes; provenance grows ~1 KB a resume
 MAX_DEPTH = 32  # a run's config nests about 6 deep

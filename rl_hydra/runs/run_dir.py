@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl_hydra.runs import trust
+from rl_hydra.runs.data import load_json_object
+from rl_hydra.runs.errors import RunError
 from rl_hydra.runs.sweep_parent import ORPHAN_STOP_S, POLL_S, orphaned, sweep_process
 
 if TYPE_CHECKING:
     import torch
-
-
-class RunError(RuntimeError):
-    """A run directory or checkpoint that cannot be used; the message is one user-facing line."""
 
 
 def misfit(error: Exception) -> str:
@@ -216,9 +215,7 @@ class RunDirectory:
 
     def config_choice(self, group: str) -> str | None:
         """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml."""
-        from rl_hydra.runs.trust import read_choices
-
-        return (read_choices(self) or {}).get(group)
+        return (trust.read_choices(self) or {}).get(group)
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
         """What a run is, for summary.json: the algo and env options it chose (without
@@ -409,8 +406,6 @@ def check_optimizer_state(owner: Any, path: Path) -> None:
 def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it
     (read as data, bounded in size and depth: runs/data.py)."""
-    from rl_hydra.runs.data import load_json_object
-
     return load_json_object(path)
 
 

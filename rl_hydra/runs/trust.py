@@ -21,13 +21,16 @@ import functools
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.runs import data
-from rl_hydra.runs.run_dir import RunDirectory, RunError
+from rl_hydra.runs.errors import RunError
+
+if TYPE_CHECKING:
+    from rl_hydra.runs.run_dir import RunDirectory
 
 TRUST_VARIABLE = "RL_HYDRA_TRUST"
 TORCH_OPTIMIZERS = ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")
