@@ -27,6 +27,7 @@ from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent
+from rl_hydra.runs.rng import spawn_seeds
 
 
 def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
@@ -101,9 +102,12 @@ def flushes_denormals() -> bool:
 
 
 def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    """Python's, numpy's and torch's global generators, from the run's own stream for them
+    (runs/rng.py): the networks' initial weights draw from torch's."""
+    global_seed = spawn_seeds(seed).torch
+    random.seed(global_seed)
+    np.random.seed(global_seed)
+    torch.manual_seed(global_seed)
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
@@ -135,7 +139,7 @@ class AgentRecipe:
             network=build(OmegaConf.create(self.network), "network"),
             device=device,
             total_steps=self.total_steps,
-            seed=self.seed,
+            seed=spawn_seeds(self.seed).agent,
         )
         # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
         speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
@@ -169,7 +173,8 @@ def agent_node(cfg: DictConfig) -> DictConfig:
 
 def build_components(cfg: DictConfig, device: torch.device):
     """(agent, env, buffer) for a validated config, once the groups are known to fit (rl_hydra/fit.py)."""
-    env = make_env(cfg.env, seed=cfg.seed)
+    seeds = spawn_seeds(cfg.seed)  # one stream each: the agent's is spawned in AgentRecipe.build
+    env = make_env(cfg.env, seed=seeds.env)
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
     agent = build_agent(cfg, **spaces, device=device)
@@ -181,7 +186,7 @@ def build_components(cfg: DictConfig, device: torch.device):
         )
     buffer = build_on_device(
         lambda storage: build(
-            cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=cfg.seed, **returns
+            cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=seeds.buffer, **returns
         ),
         cfg.buffer.get("device", "auto"),
         device,

@@ -27,6 +27,7 @@ from rl_hydra.distributed.replay import as_arrays
 from rl_hydra.distributed.settings import sequence_priorities
 from rl_hydra.envs import make_env
 from rl_hydra.loops.rollout import Rollout
+from rl_hydra.runs.rng import spawn_seeds
 
 
 def network_weights(agent) -> dict[str, dict[str, torch.Tensor]]:
@@ -54,7 +55,8 @@ class Actor:
         self.settings.enter_context(process_settings(dataclasses.replace(parts.process, seed=seed)))
         self.index, self.send_every, self.eta = index, send_every, eta
         self.prioritized = prioritized
-        self.env = make_env(OmegaConf.create(parts.env), seed=seed, say_time_limit=False)
+        seeds = spawn_seeds(seed)  # the actor's streams: its torch and agent ones are spawned where they are seeded
+        self.env = make_env(OmegaConf.create(parts.env), seed=seeds.env, say_time_limit=False)
         observation_space, action_space = self.env.single_observation_space, self.env.single_action_space
         recipe = dataclasses.replace(parts.agent, seed=seed)
         self.agent = cast(Any, recipe.build(observation_space, action_space, device=torch.device("cpu")))
@@ -77,7 +79,7 @@ class Actor:
                 observation_space,
                 action_space,
                 num_envs=n,
-                seed=seed,
+                seed=seeds.buffer,
                 share_frames=False,
             )
             self.rollout.actor_state = self.agent.initial_state(n)
@@ -89,7 +91,7 @@ class Actor:
                 observation_space,
                 action_space,
                 num_envs=n,
-                seed=seed,
+                seed=seeds.buffer,
                 n_step=parts.n_step,
                 gamma=parts.gamma,
                 share_frames=False,

@@ -20,6 +20,7 @@ from rl_hydra.distributed.actor import Actor
 from rl_hydra.distributed.parts import RunParts
 from rl_hydra.distributed.replay import SequenceShard, TransitionShard
 from rl_hydra.distributed.settings import Settings, actor_epsilons
+from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunError
 
 log = logging.getLogger(__name__)
@@ -102,18 +103,23 @@ class Cluster:
         """The replay shards, with their checkpointed contents (`saved`) on a resume."""
         ray, parts = self.ray, self.parts
         shard_class = ray.remote(num_cpus=0, max_restarts=0)(SequenceShard if self.recurrent else TransitionShard)
+        buffer_seed = spawn_seeds(parts.seed).buffer  # shard i samples from buffer_seed + i
         for i in range(self.settings.shards):
             if self.recurrent:
                 self.shards.append(
                     shard_class.remote(
                         parts.buffer,
-                        parts.seed + i,
+                        buffer_seed + i,
                         alpha=self.settings.priority_alpha,
                         beta=self.settings.priority_beta,
                     )
                 )
             else:
-                self.shards.append(shard_class.remote(parts.buffer, **spaces, gamma=parts.gamma, seed=parts.seed + i))
+                self.shards.append(
+                    shard_class.remote(
+                        parts.buffer, **spaces, gamma=parts.gamma, seed=spawn_seeds(parts.seed).buffer + i
+                    )
+                )
         for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):
             if refused is not None:  # its buffer, e.g. too large for the memory of the node it is on
                 raise ConfigError(refused)

@@ -253,8 +253,9 @@ def make_env(
     num_envs = num_envs or env_cfg.num_envs
     env = vector_env(env_cfg, [env_factory(env_cfg, render_mode)] * num_envs, seed, render_mode, vectorization)
     # gymnasium's VectorEnv types the seed an int; its vector envs (and EnvPoolAtari) take one per env
-    _, info = env.reset(seed=[seed + i for i in range(num_envs)])  # type: ignore[arg-type]
+    obs, info = env.reset(seed=[seed + i for i in range(num_envs)])  # type: ignore[arg-type]
     env.action_space.seed(seed)
+    env.seeded_reset = (obs, info)  # type: ignore[attr-defined]  # the loop starts from it: one reset, not two
     limit = time_limit(env_cfg)
     # the run's own attributes on gymnasium's env (the loops read them with getattr)
     env.learning = learning_signal(env_cfg, num_envs, info)  # type: ignore[attr-defined]

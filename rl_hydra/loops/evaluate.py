@@ -17,8 +17,6 @@ from rl_hydra.loops.monitor import StopRequested
 
 log = logging.getLogger(__name__)
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training envs
-
 
 # an evaluation episode's steps at most where the env sets no time limit, so that a greedy policy
 # that walks into a wall for ever still ends: 108,000, Atari's 30 minutes of play at 60 frames a second
@@ -85,10 +83,11 @@ def evaluate(
 
 class Evaluator:
     """`train.eval_episodes` greedy episodes (acting at random with probability `epsilon`, the env's
-    `eval_epsilon`) on a separate env made by `make_env(seed=, num_envs=)`, each round on new seeds.
+        `eval_epsilon`) on a separate env made by `make_env(seed=, num_envs=)`, each round on new seeds
+    (`seed`: the run's evaluation stream, runs/rng.py, apart from its training envs').
 
-    Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
-    round first reached `train.stop_at_return`."""
+        Tracks the best mean return (a new best is what `checkpoints/best.pt` keeps) and when a
+        round first reached `train.stop_at_return`."""
 
     def __init__(
         self,
@@ -110,11 +109,11 @@ class Evaluator:
         """Evaluate `agent`; returns whether this round set a new best. StopRequested (from
         `should_stop`) abandons the round and leaves the evaluator as it was before it."""
         if self.env is None:
-            self.env = self.make_env(seed=self.seed + EVAL_SEED_OFFSET, num_envs=self.episodes)
+            self.env = self.make_env(seed=self.seed, num_envs=self.episodes)
         returns, lengths = evaluate(
             agent,
             self.env,
-            self.seed + EVAL_SEED_OFFSET + self.rounds * self.episodes,
+            self.seed + self.rounds * self.episodes,
             epsilon=self.epsilon,
             should_stop=should_stop,
         )

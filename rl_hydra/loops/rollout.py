@@ -50,8 +50,9 @@ class Rollout:
 
     def start(self) -> np.ndarray:
         """The first observations: the restored ones after an exact resume, else a reset."""
+        seeded, self.env.seeded_reset = getattr(self.env, "seeded_reset", None), None  # make_env's reset, once
         if not self._restored:
-            self.obs, info = self.env.reset()
+            self.obs, info = seeded if seeded is not None else self.env.reset()
             self.actor_state = None
             self.episodes.restart()
             if self.learning is not None:

@@ -25,6 +25,7 @@ from rl_hydra.loops.reporting import Reporter
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.loops.settings import RunSettings
 from rl_hydra.protocols import Agent, Buffer
+from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunDirectory
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Runner:
         )
         self.evaluator = Evaluator(
             settings.make_eval_env,
-            settings.seed,
+            spawn_seeds(settings.seed).evaluation,
             settings.eval_episodes,
             settings.stop_at_return,
             settings.eval_epsilon,
