@@ -143,7 +143,8 @@ class AgentRecipe:
         )
         # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
         speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
-        speed.attach(agent)  # on CUDA, a declared tensor-only gradient step replayed from a CUDA graph
+        # on CUDA, the gradient step replayed from a CUDA graph where the speed layer finds it may be
+        speed.attach(agent)
         return agent
 
 

@@ -56,7 +56,6 @@ class CrossQ(SoftActorCritic):
         },
     )
     compiled_methods: ClassVar[tuple[str, ...]] = ()  # its losses update the normalization statistics in place
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
     target_networks: ClassVar[tuple[str, ...]] = ()  # the joint pass replaces the target critics
 
     def __init__(self, *args: Any, ensemble_size: int, **keys: Any):

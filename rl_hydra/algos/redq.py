@@ -47,7 +47,6 @@ class REDQ(SoftActorCritic):
         },
     )
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
     critic_target: nn.Module
 
     def __init__(self, *args: Any, ensemble_size: int, subset_size: int, tau: float, actor_q: str, **keys: Any):

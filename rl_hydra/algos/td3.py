@@ -57,7 +57,6 @@ class TD3(ActorCritic):
     )
     metric_names: ClassVar[tuple[str, ...]] = ("critic_loss", "q_mean", "actor_loss")
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
     target_networks: ClassVar[tuple[str, ...]] = ("actor", "critic")
     actor: DeterministicActor
     actor_target: DeterministicActor

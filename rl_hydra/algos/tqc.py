@@ -54,7 +54,6 @@ class TQC(SoftActorCritic):
         },
     )
     compiled_methods: ClassVar[tuple[str, ...]] = ("critic_loss", "actor_loss")  # what `compile=true` wraps
-    tensor_only_step: ClassVar[tuple[str, ...]] = ()  # its update counts the delayed actor steps in Python
     critic: QuantileCriticEnsemble
     critic_target: QuantileCriticEnsemble
 
