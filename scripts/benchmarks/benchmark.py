@@ -601,12 +601,16 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
         ],
         "seed_columns": [{"header": h, "format": f} for h, f in columns],
         "rows": rows,
-        **({"plot": curves(PEER_NAMES[args.peer])} if any("curve_steps" in row for row in rows) else {}),
+        **({"plot": curves(PEER_NAMES[args.peer], rows)} if any("curve_steps" in row for row in rows) else {}),
     }
 
 
-def curves(peer: str = "SB3") -> dict:
+def curves(peer: str = "SB3", rows: list[dict] = ()) -> dict:
+    """The plot of the rows' curves: a panel for each row that has them (a row ours alone without
+    evaluations during training has none)."""
+    panels = [{"title": row["id"], "rows": [row["id"]]} for row in rows if "curve_steps" in row]
     return {
+        **({"panels": panels} if panels else {}),
         "curves": [["ours_curve", "ours"], ["peer_curve", peer]],
         "xlabel": "env steps",
         "ylabel": "evaluation return",
