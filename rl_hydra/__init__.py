@@ -13,16 +13,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rl_hydra.api import compose_train_config, train
-    from rl_hydra.run import Run, load_run
+    from rl_hydra.commands.api import compose_train_config, train
+    from rl_hydra.commands.run import Run, load_run
     from rl_hydra.verify import verify_run
 
 __all__ = ["Run", "compose_train_config", "load_run", "train", "verify_run"]
 _HOMES = {
-    "Run": "rl_hydra.run",
-    "load_run": "rl_hydra.run",
-    "compose_train_config": "rl_hydra.api",
-    "train": "rl_hydra.api",
+    "Run": "rl_hydra.commands.run",
+    "load_run": "rl_hydra.commands.run",
+    "compose_train_config": "rl_hydra.commands.api",
+    "train": "rl_hydra.commands.api",
     "verify_run": "rl_hydra.verify",
 }
 

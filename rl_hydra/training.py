@@ -123,10 +123,10 @@ def run(
     run directory keeps a good checkpoint and its metrics. The caller's process
     settings (threads, denormals, global RNGs) are as they were when it returns.
 
-    `cfg` is validated already (rl_hydra.launch, rl-hydra-verify: rl_hydra.config.validate_run_config).
+    `cfg` is validated already (rl_hydra.commands.launch, rl-hydra-verify: rl_hydra.config.validate_run_config).
     Nothing is written into `run_dir` before `on_ready(step, device)` is called: by then the
     config is validated, the run built and a resumed checkpoint loaded (`step` is where training
-    starts), so a caller that refuses there (rl_hydra.launch: the directory's lock) leaves the
+    starts), so a caller that refuses there (rl_hydra.commands.launch: the directory's lock) leaves the
     directory as it was. `stop_after`: end after that many env steps, as if the run were
     interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """

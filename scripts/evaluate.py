@@ -10,7 +10,7 @@ Options: conf/evaluate.yaml (--help lists them). Files are named by what they me
 
 import sys
 
-from rl_hydra.report import main
+from rl_hydra.commands.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

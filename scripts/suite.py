@@ -2,10 +2,10 @@
 
     python scripts/suite.py discrete [--seeds 5] [--jobs 2] [--out DIR] [--rows dqn_acrobot ...] [--only-seeds 3 4]
 
-Installed, the same command is `rl-hydra-suite`. See rl_hydra/suite.py and docs/suite.md.
+Installed, the same command is `rl-hydra-suite`. See rl_hydra/commands/suite.py and docs/suite.md.
 """
 
-from rl_hydra.suite import main
+from rl_hydra.commands.suite import main
 
 if __name__ == "__main__":
     main()

@@ -7,9 +7,9 @@ from pathlib import Path
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rl_hydra.commands.launch import launch
+from rl_hydra.commands.run import Run, load_run
 from rl_hydra.config import ConfigError, hydra_scope, integral_overrides
-from rl_hydra.launch import launch
-from rl_hydra.run import Run, load_run
 from rl_hydra.schema import type_refusal
 
 

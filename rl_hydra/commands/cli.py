@@ -1,6 +1,6 @@
 """Command-line entry: `python train.py ...` and the `rl-hydra-train` console script.
 
-Both ways in (a Hydra run or sweep, and `resume=<run_dir>`) end in `rl_hydra.launch.launch`;
+Both ways in (a Hydra run or sweep, and `resume=<run_dir>`) end in `rl_hydra.commands.launch.launch`;
 this module turns its RunFailed into one `error:` line on stderr and the exit code.
 """
 
@@ -23,7 +23,9 @@ from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rl_hydra import sweep_report
+from rl_hydra.commands import sweep_report
+from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
+from rl_hydra.commands.resume import resume_main
 from rl_hydra.config import (
     CONF_DIR,
     ENV_ALIASES,
@@ -33,8 +35,6 @@ from rl_hydra.config import (
     hydra_scope,
     integral_overrides,
 )
-from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
-from rl_hydra.resume import resume_main
 from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.runs.record import remove_refused_run
 from rl_hydra.runs.run_dir import RunDirectory
@@ -443,5 +443,5 @@ def main() -> None:
         sys.exit(EXIT_FAILED)
 
 
-if __name__ == "__main__":  # python -m rl_hydra.cli, as train.py
+if __name__ == "__main__":  # python -m rl_hydra.commands.cli, as train.py
     main()

@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rl_hydra.commands.run import load_run
 from rl_hydra.config import ConfigError, resolve_device
-from rl_hydra.run import load_run
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,
@@ -102,7 +102,7 @@ def evaluate_one(run_dir: Path, cfg, writes: list | None = None) -> dict[str, An
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
     if cfg.video:  # before the JSON: a run whose video fails is reported failed, with nothing written
-        from rl_hydra.video import record_gif
+        from rl_hydra.commands.video import record_gif
 
         record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
     out = run_dir / "eval" / f"{setting(cfg)}.json"

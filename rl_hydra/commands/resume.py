@@ -10,8 +10,8 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rl_hydra.commands.launch import EXIT_CONFIG, LOG_FORMAT, RunFailed, fail, launch
 from rl_hydra.config import flat_config
-from rl_hydra.launch import EXIT_CONFIG, LOG_FORMAT, RunFailed, fail, launch
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema import type_refusal

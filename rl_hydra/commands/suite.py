@@ -31,7 +31,7 @@ from rl_hydra.config import CONF_DIR, ConfigError, check_int
 from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
 
 SUITE_DIR = CONF_DIR / "suite"
-TRAIN = [sys.executable, "-m", "rl_hydra.cli"]  # what train.py runs, also where the package is installed
+TRAIN = [sys.executable, "-m", "rl_hydra.commands.cli"]  # what train.py runs, also where the package is installed
 
 
 @dataclass

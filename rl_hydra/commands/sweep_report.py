@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 FAILED_JOBS = "failed_jobs.txt"
 SWEEP_ID = "RL_HYDRA_SWEEP_ID"
-failed_jobs: list[str] = []  # set by the last sweep of this process; read by rl_hydra.cli.main
+failed_jobs: list[str] = []  # set by the last sweep of this process; read by rl_hydra.commands.cli.main
 
 
 class ShortJoblibLine(logging.Filter):

@@ -49,6 +49,6 @@ def short_name(kept: list[str], left_out: int, digest: str) -> str:
 
 
 def register_job_dir_resolver() -> None:
-    """Called by rl_hydra.cli, which every process that runs a job imports."""
+    """Called by rl_hydra.commands.cli, which every process that runs a job imports."""
     if not OmegaConf.has_resolver("rl_hydra.job_dir"):
         OmegaConf.register_new_resolver("rl_hydra.job_dir", job_dir_name)

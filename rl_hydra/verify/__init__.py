@@ -26,8 +26,8 @@ import yaml
 from omegaconf import DictConfig
 
 from rl_hydra import distributed
+from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.config import ConfigError, check_int, validate_run_config
-from rl_hydra.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
 from rl_hydra.verify.compare import (
     compare_checkpoints,

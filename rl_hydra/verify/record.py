@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.resume import RESUMABLE
+from rl_hydra.commands.resume import RESUMABLE
 from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
 from rl_hydra.runs.provenance import read_sessions  # noqa: F401 - verify's names
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
@@ -30,7 +30,7 @@ class Segment:
 
 
 def resumable(key: str) -> bool:
-    """Whether a resume may change `key` (rl_hydra.resume.RESUMABLE: `train.` covers train.*)."""
+    """Whether a resume may change `key` (rl_hydra.commands.resume.RESUMABLE: `train.` covers train.*)."""
     return key in RESUMABLE or key.startswith(tuple(k for k in RESUMABLE if k.endswith(".")))
 
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from rl_hydra.launch import EXIT_INTERRUPTED
+from rl_hydra.commands.launch import EXIT_INTERRUPTED
 from rl_hydra.runs.run_dir import RunDirectory
 
 SCRATCH_PREFIX = "rl-hydra-verify-"  # + the pid of the verify that re-runs in it

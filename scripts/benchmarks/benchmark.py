@@ -15,7 +15,7 @@ hyperparameters: one runner for every comparison.
     ... [--only-seeds 1 2] [--steps 300] [--out DIR] [--record results/NAME.json] [--table-only]
         [--title "one line"] [--topic continuous]
 
-Every run is a fresh process of this script with one torch thread: ours through rl_hydra.api.train
+Every run is a fresh process of this script with one torch thread: ours through rl_hydra.commands.api.train
 (the path of train.py) into a run directory under --out, the peer through scripts/benchmarks/sb3_peer.py.
 For each seed, for each case, the two sides run back to back, the peer first on odd seeds, so that
 drifting load falls on both alike. Returns are the final greedy evaluation (10 episodes, on seeds
@@ -135,9 +135,9 @@ def cartpole_cases(args) -> list[Case]:
 
 
 def suite_cases(args) -> list[Case]:
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
+    from rl_hydra.commands.suite import load_suite
     from rl_hydra.config import ConfigError
-    from rl_hydra.suite import load_suite
 
     suite = load_suite(args.name)
     unknown = sorted(set(args.rows or []) - {r.name for r in suite.rows})
@@ -306,7 +306,7 @@ CASES = {"cartpole": cartpole_cases, "suite": suite_cases, "minatar": minatar_ca
 
 def check(cases: list[Case]) -> list[str]:
     """'case: key ...' for each key where a case's composed config is not its SB3 hyperparameters."""
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
 
     return [
         f"{case.id}: {line}"
@@ -427,7 +427,7 @@ def worker(side: str, job: dict) -> dict:
         return sb3_peer.run(job["spec"], job["seed"], job["eval_episodes"], job["device"])
     import csv
 
-    from rl_hydra.api import train
+    from rl_hydra.commands.api import train
 
     start = time.perf_counter()
     train(*job["overrides"], run_dir=job["run_dir"])

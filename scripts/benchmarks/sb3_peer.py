@@ -44,7 +44,7 @@ def env_maker(env: dict, seed: int):
     if "ours" in env:
         from hydra.utils import instantiate
 
-        from rl_hydra.api import compose_train_config
+        from rl_hydra.commands.api import compose_train_config
 
         cfg = compose_train_config(*env["ours"]).env
         if cfg.id.startswith("MinAtar/"):

@@ -41,7 +41,7 @@ def measure(overrides: list[str], updates: int, rounds: int) -> dict:
     import numpy as np
     import torch
 
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
     from rl_hydra.config import resolve_device, validate_run_config
     from rl_hydra.training import build_components, compile_agent, process_settings
 

@@ -28,7 +28,7 @@ from rl_hydra.runs.results import commit, dump, machine, rows_table
 
 
 def steps_per_second(overrides: list[str], mode: str, steps: int, seed: int) -> float:
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
     from rl_hydra.envs import make_env
 
     cfg = compose_train_config(*overrides, f"env.vectorization={mode}")

@@ -1,4 +1,4 @@
-"""The one check before Hydra runs (rl_hydra/cli.py check_config): the command line read by Hydra's
+"""The one check before Hydra runs (rl_hydra/commands/cli.py check_config): the command line read by Hydra's
 own parsers and composed once with Hydra's compose API, each refusal one `error:` line and exit 2."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import traceback
 import hydra
 import pytest
 
-from rl_hydra import cli as cli_module
-from rl_hydra.cli import HydraFlags, check_config, command_line
+from rl_hydra.commands import cli as cli_module
+from rl_hydra.commands.cli import HydraFlags, check_config, command_line
 from rl_hydra.config import ConfigError
 from tests.conftest import CONF_DIR, TINY
 from tests.runs.test_run_record import cli

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_hydra.launch import RunFailed, launch
+from rl_hydra.commands.launch import RunFailed, launch
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs.run_dir import RunDirectory
 from tests.conftest import TINY, compose_config, metric_rows, run_cli
@@ -112,11 +112,11 @@ def test_a_failed_sweep_job_says_its_error_once(tmp_path):
 
 
 def test_the_python_api_composes_inside_a_running_hydra_app():
-    """A notebook or a Hydra app of one's own may call rl_hydra.api.compose_train_config; Hydra's
+    """A notebook or a Hydra app of one's own may call rl_hydra.commands.api.compose_train_config; Hydra's
     global state is the caller's again afterwards."""
     from hydra import compose, initialize_config_dir
 
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
     from tests.conftest import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

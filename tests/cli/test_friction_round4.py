@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from rl_hydra import cli as cli_module
+from rl_hydra.commands import cli as cli_module
 from rl_hydra.config import ConfigError
 from tests.conftest import TINY
 from tests.runs.test_run_record import cli
@@ -44,7 +44,7 @@ def test_a_sweep_over_budgets_in_scientific_notation_runs_each_as_its_integer(tm
 
 
 def test_an_integral_number_in_scientific_notation_is_that_integer_in_the_python_api():
-    from rl_hydra.api import compose_train_config
+    from rl_hydra.commands.api import compose_train_config
 
     cfg = compose_train_config(
         "train.total_steps=1e3",

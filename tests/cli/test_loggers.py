@@ -17,10 +17,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_hydra import train
+from rl_hydra.commands.launch import RunFailed, launch
+from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.config import flat_config
-from rl_hydra.launch import RunFailed, launch
 from rl_hydra.loggers import CSVLogger, TensorBoardLogger, build_loggers
-from rl_hydra.report import main as evaluate_main
 from tests.conftest import ROOT, TINY, compose_config, run_cli, stop_at
 
 UPDATES = ["algo.learning_starts=100", "algo.train_every=50", "algo.gradient_steps=2"]  # train/* rows too
@@ -46,7 +46,7 @@ def csv_series(run_dir, column: str) -> list[tuple[int, float]]:
 
 
 def resume(run_dir, **changes):
-    """What `python train.py resume=<run_dir> key=value ...` does (rl_hydra.resume.resume_main)."""
+    """What `python train.py resume=<run_dir> key=value ...` does (rl_hydra.commands.resume.resume_main)."""
     config_file = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config_file)
     for key, value in changes.items():
@@ -70,7 +70,8 @@ def test_logger_lists_combine_and_metrics_csv_is_always_written():
 @pytest.mark.parametrize("option", ["mlflow", "wandb"])
 def test_a_logger_whose_package_is_missing_is_one_line_and_exit_2(tmp_path, option):
     hide = (
-        f"import sys; sys.modules[{option!r}] = None; sys.argv[0] = 'train.py'; from rl_hydra.cli import main; main()"
+        f"import sys; sys.modules[{option!r}] = None; sys.argv[0] = 'train.py'; "
+        "from rl_hydra.commands.cli import main; main()"
     )
     result = subprocess.run(
         [sys.executable, "-c", hide, f"logger=[csv,{option}]", *TINY, f"hydra.run.dir={tmp_path / 'run'}"],

@@ -64,7 +64,7 @@ SWEEPER = ["hydra/sweeper=optuna", "hydra/launcher=basic"]
 )
 # the battery checks each job's files in its working directory, which it expects to be the job's own
 # (Hydra's default before version_base 1.2): hydra.job.chdir=true says so whatever version_base an
-# earlier import of an @hydra.main module (rl_hydra.cli) left set for the process
+# earlier import of an @hydra.main module (rl_hydra.commands.cli) left set for the process
 @pytest.mark.filterwarnings("ignore:Future Hydra versions will no longer change working directory")
 class TestOptunaSweeperBatches(BatchedSweeperTestSuite):
     pass

@@ -46,7 +46,7 @@ def test_a_sweep_jobs_printed_resume_line_resumes_it_when_pasted(tmp_path, capsy
     """A sweep job stopped by SIGTERM prints `resume with: ...`; that line, run by bash, resumes the
     job to its end; extended past its launch's budget, the name keeps the launch's value and
     evaluate shows the step the run has reached."""
-    from rl_hydra.report import main as evaluate_main
+    from rl_hydra.commands.report import main as evaluate_main
 
     job = tmp_path / "seed=0,train.total_steps=300"
     sweep = subprocess.Popen(

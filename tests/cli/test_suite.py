@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rl_hydra import suite
+from rl_hydra.commands import suite
 from rl_hydra.config import ConfigError
 from tests.conftest import ROOT
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rl_hydra.suite import load_suite
+from rl_hydra.commands.suite import load_suite
 from tests.conftest import ROOT, compose_config
 
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))

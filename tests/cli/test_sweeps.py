@@ -12,7 +12,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rl_hydra.launch import RunFailed, launch
+from rl_hydra.commands.launch import RunFailed, launch
 from rl_hydra.loops.runner import StopRequested
 from rl_hydra.runs.names import job_dir_name
 from rl_hydra.training import run
@@ -77,7 +77,7 @@ def test_joblib_trains_two_seeds_at_once_each_with_one_torch_thread(tmp_path):
 
 def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path, monkeypatch):
     """One healthy job among three that fail: a diverging lr, an env that raises, and both."""
-    from rl_hydra.report import main as evaluate_main
+    from rl_hydra.commands.report import main as evaluate_main
 
     output = sweep(
         tmp_path,

@@ -216,7 +216,7 @@ def test_dqn_learns_cartpole_quickly(tmp_path):
 
 
 def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
-    from rl_hydra.launch import launch
+    from rl_hydra.commands.launch import launch
     from tests.conftest import compose_config
 
     cfg = compose_config(*TINY, "train.total_steps=3000", "train.eval_every=100", "train.stop_at_return=1.0")
@@ -230,7 +230,7 @@ def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp
 
 def test_the_launching_process_does_not_import_torch():
     # a parallel sweep's parent only composes configs; its workers import torch themselves
-    code = "import sys, rl_hydra, rl_hydra.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, rl_hydra, rl_hydra.commands.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -324,7 +324,7 @@ def test_a_refused_single_run_leaves_nothing_behind(tmp_path):
     result = run_cli(*TINY, "algo.gamma=2", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2 and not (tmp_path / "run").exists()
     from rl_hydra import train
-    from rl_hydra.launch import RunFailed
+    from rl_hydra.commands.launch import RunFailed
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("kept")

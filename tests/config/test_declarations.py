@@ -157,8 +157,8 @@ def test_no_module_outside_the_schema_holds_a_second_list_of_allowed_values():
 def test_evaluate_yaml_sets_exactly_the_keys_its_schema_declares_and_is_checked_by_it():
     from omegaconf import OmegaConf
 
+    from rl_hydra.commands.report import parse_args
     from rl_hydra.config import ConfigError
-    from rl_hydra.report import parse_args
     from rl_hydra.schema.evaluate import EvaluateKeys
 
     path = CONF_DIR / "evaluate.yaml"

@@ -1,153 +1,41 @@
-"""Imports point one way: each module imports only from its own layer or the layers below it
-(storage at the bottom, the entry points at the top), so no package cycles come back."""
+"""Imports point one way: each module imports only from its own floor or the floors below it
+(contracts at the bottom, the entry points at the top; scripts/house.py draws them), and no
+modules import each other."""
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "rl_hydra"
-
-# bottom to top; a module belongs to the first entry that is its name or a package above it
-LAYERS = [
-    ["schema", "config", "protocols", "losses", "speed"],  # contracts, pure functions, the speed layer
-    ["networks", "buffers", "envs", "runs"],  # building blocks; runs/: the run directory's storage
-    ["algos", "loggers"],
-    ["loops"],
-    ["fit", "build"],  # a run's parts built from its config
-    ["distributed"],  # Ray actors and replay shards, and the learner that drives a Runner over them
-    ["training"],  # one run: built and handed to a loop, or to distributed
-    ["launch"],  # the one way a run starts
-    [
-        "api",
-        "run",
-        "report",
-        "video",
-        "verify",
-        "suite",
-        "sweep_report",
-        "resume",
-        "cli",
-        "__init__",
-    ],  # what users call
-]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from house import LAYERS, PACKAGE, circles, floor_of, import_graph, room, runtime_nodes, upward  # noqa: E402
 
 
-def layer_of(module: str) -> int:
-    first = module.split(".")[1] if "." in module else "__init__"
-    for level, names in enumerate(LAYERS):
-        if first in names:
-            return level
-    raise AssertionError(f"rl_hydra.{first} is in no layer of tests/config/test_imports.py: add it where it belongs")
+def test_every_room_of_the_package_is_on_a_floor():
+    unplaced = sorted({room(module) for module in import_graph()} - {name for rooms in LAYERS for name in rooms})
+    assert not unplaced, f"rooms on no floor of scripts/house.py's LAYERS (add each where it belongs): {unplaced}"
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, module) for every `rl_hydra` import in the file, those inside functions included."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rl_hydra"):
-            names = [
-                f"{node.module}.{alias.name}" if node.module == "rl_hydra" else node.module for alias in node.names
-            ]
-            found += [(node.lineno, name) for name in names]
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("rl_hydra")]
-    return found
+def test_no_module_imports_from_a_floor_above_its_own():
+    assert not upward(import_graph()), "imports that point up:\n" + "\n".join(upward(import_graph()))
 
 
-def test_no_module_imports_from_a_layer_above_its_own():
-    upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = "rl_hydra." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-        module = module.removesuffix(".__init__") if path.name == "__init__.py" and path.parent != PACKAGE else module
-        own = layer_of(module if path.parent != PACKAGE or path.name != "__init__.py" else "rl_hydra")
-        for line, imported in imports_of(path):
-            if imported.split(".")[1:2] == ["conf"]:
-                continue
-            if layer_of(imported) > own:
-                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
-    assert not upward, "imports that point up:\n" + "\n".join(upward)
+def test_the_upward_finder_counts_an_import_from_above_inside_a_function():
+    graph = {"rl_hydra.loops.runner": {"rl_hydra.training": 12}, "rl_hydra.training": {"rl_hydra.loops": 3}}
+    assert upward(graph) == ["rl_hydra.loops.runner:12 imports rl_hydra.training"]
+    assert floor_of("rl_hydra.commands.cli") == len(LAYERS) - 1
 
 
 # --- no circles -------------------------------------------------------------------------------
-# Layers allow imports within a layer; a circle there (a function-level import included) is still a
-# tangle. Neither areas (the first name under rl_hydra) nor modules form one (issue #67: training and
-# distributed used to import each other). An import under `if TYPE_CHECKING:` never runs: not counted.
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if path.name == "__init__.py" else parts)
-
-
-def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of `tree` but those under `if TYPE_CHECKING:`, whose imports never run."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-            yield from (n for child in node.orelse for n in [child, *runtime_nodes(child)])
-            continue
-        yield node
-        yield from runtime_nodes(node)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Each rl_hydra module and the rl_hydra modules it imports (`from a import b`: a.b where b is a module)."""
-    paths = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
-
-    def nearest(name: str) -> str:
-        while name not in paths:
-            name = name.rpartition(".")[0]
-        return name
-
-    graph = {}
-    for module, path in paths.items():
-        imported = set()
-        for node in runtime_nodes(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rl_hydra"):
-                for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    imported.add(full if full in paths else nearest(node.module))
-            elif isinstance(node, ast.Import):
-                imported |= {nearest(alias.name) for alias in node.names if alias.name.startswith("rl_hydra")}
-        graph[module] = imported - {module}
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected groups of more than one node (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for other in sorted(graph.get(node, ())):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            group = []
-            while not group or group[-1] != node:
-                group.append(stack.pop())
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def area(module: str) -> str:
-    return module.split(".")[1] if "." in module else "__init__"
+# Floors allow imports within a floor; a circle there (a function-level import included) is still a
+# tangle. Neither rooms nor modules form one (issue #67: training and distributed used to import
+# each other). An import under `if TYPE_CHECKING:` never runs: not counted.
 
 
 def test_the_circle_finder_finds_a_circle_through_any_length():
@@ -155,11 +43,11 @@ def test_the_circle_finder_finds_a_circle_through_any_length():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_two_areas_import_each_other():
+def test_no_two_rooms_import_each_other():
     graph: dict[str, set[str]] = {}
     for module, imported in import_graph().items():
-        graph.setdefault(area(module), set()).update(area(other) for other in imported if area(other) != area(module))
-    assert not circles(graph), f"areas that import each other: {circles(graph)}"
+        graph.setdefault(room(module), set()).update(room(other) for other in imported if room(other) != room(module))
+    assert not circles(graph), f"rooms that import each other: {circles(graph)}"
 
 
 def test_no_two_modules_import_each_other_through_any_path():
@@ -176,7 +64,6 @@ def test_an_import_for_type_checking_only_is_not_a_runtime_import():
 # Hydra is pinned below 1.4; its private modules and attributes are where an upgrade breaks first.
 # The scan covers the package and the project's own Optuna sweeper: the plugin needs none either.
 
-ROOT = PACKAGE.parent
 OWN_PLUGINS = {"rl_hydra_optuna_sweeper"}  # the hydra_plugins/ packages that are this project's
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}  # config keys, public
 DOTTED = re.compile(r"hydra(_plugins)?(\.\w+)+")

@@ -140,7 +140,7 @@ def test_which_configs_are_distributed():
     ],
 )
 def test_refused_config_leaves_no_run_directory(tmp_path, overrides, says):
-    from rl_hydra.launch import RunFailed, launch
+    from rl_hydra.commands.launch import RunFailed, launch
 
     run_dir = tmp_path / "run"
     with pytest.raises(RunFailed, match=says) as failure:
@@ -150,7 +150,7 @@ def test_refused_config_leaves_no_run_directory(tmp_path, overrides, says):
 
 
 def test_apex_without_ray_is_one_line(tmp_path, monkeypatch):
-    from rl_hydra.launch import RunFailed, launch
+    from rl_hydra.commands.launch import RunFailed, launch
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
@@ -271,7 +271,7 @@ def settings_of(**keys):
 
 
 def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
-    from rl_hydra.launch import RunFailed, launch
+    from rl_hydra.commands.launch import RunFailed, launch
 
     with pytest.raises(
         RunFailed,
@@ -286,7 +286,7 @@ def test_min_replay_ratio_above_the_cap_is_refused(tmp_path):
 
 
 def test_joining_a_cluster_that_is_not_there_is_one_line(tmp_path, monkeypatch):
-    from rl_hydra.launch import RunFailed, launch
+    from rl_hydra.commands.launch import RunFailed, launch
 
     pytest.importorskip("ray")
 

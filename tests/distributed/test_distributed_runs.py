@@ -125,8 +125,8 @@ def test_a_killed_driver_resumes_to_the_end(tmp_path):
 
 
 def test_a_lost_replay_shard_stops_the_run_with_the_resume_command(tmp_path, monkeypatch):
+    from rl_hydra.commands.launch import RunFailed, launch
     from rl_hydra.distributed import learner
-    from rl_hydra.launch import RunFailed, launch
     from tests.conftest import compose_config
 
     account = learner.Learner.account
@@ -192,7 +192,7 @@ def test_min_replay_ratio_holds_the_actors_to_the_learner(tmp_path):
 def test_more_actors_than_the_cluster_holds_is_refused(tmp_path):
     import ray
 
-    from rl_hydra.launch import RunFailed, launch
+    from rl_hydra.commands.launch import RunFailed, launch
     from tests.conftest import compose_config
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # a cluster of one CPU, joined as it is

@@ -14,7 +14,8 @@ from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
-from rl_hydra.api import _compose
+from rl_hydra.commands.api import _compose
+from rl_hydra.commands.launch import RunFailed, launch
 from rl_hydra.config import (
     ConfigError,
     check_preset,
@@ -26,7 +27,6 @@ from rl_hydra.config import (
     run_env_name,
 )
 from rl_hydra.envs import make
-from rl_hydra.launch import RunFailed, launch
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
 from tests.runs.test_run_record import cli
 

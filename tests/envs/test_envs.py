@@ -76,7 +76,7 @@ def without_fallback(*overrides: str):
 def test_an_env_with_no_time_limit_of_its_own_gets_env_gyms_fallback_said_in_the_log(tmp_path, caplog):
     import yaml
 
-    from rl_hydra.launch import launch
+    from rl_hydra.commands.launch import launch
 
     cfg = compose_config("algo=qr_dqn", "env=gym", "env.id=CliffWalking-v1", *TINY)
     with caplog.at_level(logging.INFO, logger="rl_hydra"):

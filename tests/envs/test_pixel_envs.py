@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from rl_hydra.commands.video import record_gif
 from rl_hydra.config import ConfigError
 from rl_hydra.envs import make
 from rl_hydra.envs.learning import LearningSignal, learning_signal
 from rl_hydra.envs.make import env_factory, make_env
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.loops.rollout import Rollout
-from rl_hydra.video import record_gif
 from tests.conftest import ROOT, compose_config
 
 MINATAR_CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}

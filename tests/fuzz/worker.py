@@ -68,10 +68,10 @@ def preload() -> None:
     torch.set_num_interop_threads(1)
     from hydra.core.plugins import Plugins
 
-    import rl_hydra.api  # noqa: F401
-    import rl_hydra.cli  # noqa: F401
-    import rl_hydra.report  # noqa: F401
-    import rl_hydra.run  # noqa: F401
+    import rl_hydra.commands.api  # noqa: F401
+    import rl_hydra.commands.cli  # noqa: F401
+    import rl_hydra.commands.report  # noqa: F401
+    import rl_hydra.commands.run  # noqa: F401
     import rl_hydra.training  # noqa: F401
     import rl_hydra.verify  # noqa: F401
 
@@ -85,7 +85,7 @@ def preload() -> None:
 
 
 def evaluate(run_dir: str) -> int:
-    from rl_hydra.report import main
+    from rl_hydra.commands.report import main
 
     return main([f"run_dir={run_dir}", "episodes=1"])
 
@@ -114,7 +114,7 @@ def verify(run_dir: str) -> int:
 
 def resume(run_dir: str) -> int:
     """`python train.py resume=<run_dir>`, in-process."""
-    from rl_hydra.cli import main
+    from rl_hydra.commands.cli import main
 
     sys.argv = ["train.py", f"resume={run_dir}"]
     main()
@@ -301,8 +301,8 @@ def train_child(request: dict, worker: int) -> None:
                 record_step(self)
 
             Runner.record_step = stop_once_reached
-        from rl_hydra.api import train
-        from rl_hydra.launch import RunFailed
+        from rl_hydra.commands.api import train
+        from rl_hydra.commands.launch import RunFailed
 
         try:
             train(*request["overrides"], run_dir=request["run_dir"])

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rl_hydra import train
-from rl_hydra.report import main as evaluate_main
+from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.runs.aggregate import (
     bootstrap_ci,
     configuration_of,
@@ -319,7 +319,7 @@ def test_returns_print_with_the_precision_they_have(value, shown):
 
 
 def test_the_console_table_shows_a_fractional_return_as_it_is():
-    from rl_hydra.report import report
+    from rl_hydra.commands.report import report
 
     cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()
     row = {
@@ -336,8 +336,8 @@ def test_the_console_table_shows_a_fractional_return_as_it_is():
 
 
 def test_the_console_table_rounds_every_return_of_a_sweep_to_the_same_decimals(monkeypatch):
-    from rl_hydra import report as report_module
-    from rl_hydra.report import report
+    from rl_hydra.commands import report as report_module
+    from rl_hydra.commands.report import report
 
     monkeypatch.setattr(report_module, "sweep_report", lambda results, cfg: "")  # the table alone, nothing written
     cfg = type("Cfg", (), {"checkpoint": "best", "episodes": 20, "seed": 0})()

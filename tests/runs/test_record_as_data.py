@@ -14,8 +14,8 @@ import torch
 import yaml
 
 from rl_hydra import load_run
-from rl_hydra.cli import main as cli_main
-from rl_hydra.report import main as evaluate_main
+from rl_hydra.commands.cli import main as cli_main
+from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock
 from rl_hydra.verify import main as verify_main
 from tests.runs.test_trust import plant

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rl_hydra.report import main as evaluate_main
+from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.runs.trust import TRUST_VARIABLE
 from tests.conftest import ROOT, TINY, run_cli
 

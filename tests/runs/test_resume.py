@@ -135,7 +135,7 @@ def test_corrupt_checkpoint_gives_one_clear_line(tmp_path):
 
 
 def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
-    from rl_hydra.resume import resume_main
+    from rl_hydra.commands.resume import resume_main
 
     run_dir = tmp_path / "run"
     cfg = compose_config(*FAST)
@@ -161,7 +161,7 @@ def test_resume_errors_are_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_relaunch_into_a_finished_run_does_not_train_again(tmp_path):
-    from rl_hydra.launch import launch
+    from rl_hydra.commands.launch import launch
 
     cfg = compose_config(*FAST)
     first = launch(cfg, tmp_path)

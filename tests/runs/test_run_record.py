@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rl_hydra.cli import main as cli_main
-from rl_hydra.launch import RunFailed, launch
+from rl_hydra.commands.cli import main as cli_main
+from rl_hydra.commands.launch import RunFailed, launch
 from rl_hydra.runs.run_dir import RunDirectory, RunLock
 from rl_hydra.runs.trust import TRUST_VARIABLE
 from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
@@ -272,7 +272,7 @@ def _train_in_child(run_dir: str, config: str, kill_at_replace: int | None) -> N
 @pytest.fixture(scope="module")
 def forkserver():
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "rl_hydra.training", "rl_hydra.launch", "tests.conftest"])
+    context.set_forkserver_preload(["torch", "rl_hydra.training", "rl_hydra.commands.launch", "tests.conftest"])
     return context
 
 

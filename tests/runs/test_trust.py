@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from rl_hydra import load_run
-from rl_hydra.cli import main as cli_main
-from rl_hydra.report import main as evaluate_main
+from rl_hydra.commands.cli import main as cli_main
+from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import TRUST_VARIABLE, UntrustedConfig, is_trusted
 from tests.conftest import ROOT
@@ -285,7 +285,7 @@ def test_a_link_inside_the_run_directory_is_fine(run_dir):
 
 def test_the_lock_and_the_metrics_are_never_opened_through_a_link(tmp_path):
     """Belt and braces below check_links: the lock, metrics.csv and train.log open with O_NOFOLLOW."""
-    from rl_hydra.launch import QuietFileHandler
+    from rl_hydra.commands.launch import QuietFileHandler
     from rl_hydra.runs.metrics import MetricsCSV
     from rl_hydra.runs.run_dir import RunLock, WriteFailed
 

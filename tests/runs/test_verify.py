@@ -168,7 +168,7 @@ def test_a_config_change_that_does_not_lead_to_the_config_is_a_difference(altere
 @pytest.fixture(scope="module")
 def resumed(finished, tmp_path_factory) -> Path:
     """The finished run, resumed to 600 steps with evaluations every 150: a resume that changed the config."""
-    from rl_hydra.resume import resume_main
+    from rl_hydra.commands.resume import resume_main
 
     run_dir = Path(shutil.copytree(finished, tmp_path_factory.mktemp("resumed") / "run"))
     resume_main(str(run_dir), ["train.total_steps=600", "train.eval_every=150"])
@@ -196,8 +196,8 @@ def test_a_resumed_run_is_re_made_with_its_config_changes_at_the_step_it_made_th
 def test_a_run_stopped_then_resumed_with_changes_verifies(tmp_path, monkeypatch, capsys, stopped_at):
     """Stopped on request, a run leaves what fell due at that step to its resume, which does it with
     its own config (here 3 evaluation episodes instead of 2): a re-run compares the steps before it."""
-    from rl_hydra.launch import RunFailed, launch
-    from rl_hydra.resume import resume_main
+    from rl_hydra.commands.launch import RunFailed, launch
+    from rl_hydra.commands.resume import resume_main
     from tests.conftest import compose_config, stop_at
 
     with monkeypatch.context() as patch:

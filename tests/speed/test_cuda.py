@@ -109,8 +109,8 @@ CONTINUOUS = {
 @needs_cuda
 @pytest.mark.parametrize("algo", sorted(CONTINUOUS))
 def test_the_continuous_family_trains_on_the_gpu_and_its_run_loads_on_the_cpu(tmp_path, algo):
-    from rl_hydra.api import train
-    from rl_hydra.run import load_run
+    from rl_hydra.commands.api import train
+    from rl_hydra.commands.run import load_run
 
     agent, buffer, _ = tiny_run(tmp_path / "parts", *CONTINUOUS[algo])
     modules = [m for m in vars(agent).values() if isinstance(m, torch.nn.Module)]

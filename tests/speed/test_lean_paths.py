@@ -149,7 +149,7 @@ def test_a_training_process_without_compile_never_imports_torch_dynamo(tmp_path)
     """Importing torch._dynamo costs ~2.5 s; torch's optimizers import it on first use, LeanAdam not."""
     code = textwrap.dedent(f"""
         import sys
-        from rl_hydra.api import compose_train_config
+        from rl_hydra.commands.api import compose_train_config
         from rl_hydra.training import run
         cfg = compose_train_config("algo=dqn", "env=cartpole", "network.hidden_sizes=[16]", *{TINY!r},
                                    "algo.learning_starts=100", "algo.train_every=10")

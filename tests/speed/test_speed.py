@@ -158,8 +158,8 @@ def test_a_run_whose_fast_paths_all_fail_trains_on_the_plain_path(monkeypatch, t
 
 
 def test_fast_paths_is_checked_and_may_change_on_resume():
+    from rl_hydra.commands.resume import RESUMABLE
     from rl_hydra.config import ConfigError, validate_run_config
-    from rl_hydra.resume import RESUMABLE
 
     assert "fast_paths" in RESUMABLE
     with pytest.raises(ConfigError, match="fast_paths='maybe' is not allowed"):  # (yes and no read as booleans)
@@ -183,9 +183,9 @@ def test_the_optimizer_config_names_torch_s_adam_and_the_layer_swaps_in_its_lean
 
 def test_a_run_recorded_with_the_old_optimizer_target_resumes_and_trains_as_a_new_one(tmp_path):
     """Runs recorded before conf/optimizer/adam.yaml named torch.optim.Adam hold `rl_hydra.speed.adam`."""
-    from rl_hydra.launch import launch
-    from rl_hydra.resume import resume_main
-    from rl_hydra.run import load_run
+    from rl_hydra.commands.launch import launch
+    from rl_hydra.commands.resume import resume_main
+    from rl_hydra.commands.run import load_run
 
     overrides = ["algo=dqn", "env=cartpole", "network.hidden_sizes=[16]", "algo.learning_starts=100", *TINY]
     old = [*overrides, "algo.optimizer._target_=rl_hydra.speed.adam"]
