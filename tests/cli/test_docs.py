@@ -202,24 +202,8 @@ def long_prose_lines(text: str) -> list[tuple[int, int]]:
     return found
 
 
-# Pages not yet held to the width (others were being rewritten while these were wrapped); remove a
-# name once its page passes, and the set once it is empty.
-NOT_YET_WRAPPED = {
-    "docs/benchmark.md",
-    "docs/benchmark_results.md",
-    "docs/continuous.md",
-    "docs/continuous_results.md",
-    "docs/distributed.md",
-    "docs/distributed_results.md",
-    "docs/extending.md",
-    "docs/redq.md",
-}
-
-
 @pytest.mark.parametrize("page", sorted(name for name in PAGES if name.startswith("docs/")))
 def test_every_docs_page_s_prose_lines_are_at_most_120_characters(page):
-    if page in NOT_YET_WRAPPED:
-        pytest.skip(f"{page} is not yet held to the width (NOT_YET_WRAPPED)")
     long = long_prose_lines(PAGES[page])
     assert not long, f"{page}: prose lines over {PROSE_WIDTH} characters (line, length): {long}; wrap at 100-110"
 
