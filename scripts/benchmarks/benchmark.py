@@ -424,7 +424,10 @@ def worker(side: str, job: dict) -> dict:
     if side == "peer":
         import sb3_peer
 
-        return sb3_peer.run(job["spec"], job["seed"], job["eval_episodes"], job["device"])
+        from rl_hydra.runs.rng import spawn_seeds
+
+        evaluation = spawn_seeds(job["seed"]).evaluation  # our run's evaluation stream: the same initial states
+        return sb3_peer.run(job["spec"], job["seed"], job["eval_episodes"], job["device"], evaluation)
     import csv
 
     from rl_hydra.commands.api import train

@@ -23,8 +23,6 @@ from __future__ import annotations
 import statistics
 import time
 
-EVAL_SEED_OFFSET = 1_000_000
-
 
 def lr_schedule(value):
     """The Zoo's `lin_<lr>`: from lr at the start to 0 at the end (of SB3's progress_remaining)."""
@@ -148,7 +146,9 @@ def compile_timer() -> dict:
     return total
 
 
-def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
+def run(spec: dict, seed: int, eval_episodes: int, device: str, eval_seed: int) -> dict:
+    """One run of the peer; its evaluations start from `eval_seed`, our run's evaluation stream
+    (rl_hydra/runs/rng.py), so that both sides evaluate from the same initial states."""
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.logger import Logger
@@ -177,7 +177,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
                 marks[finished] = time.perf_counter()
             if curve and self.num_timesteps % curve["every"] == 0 and self.num_timesteps < spec["steps"]:
                 rounds = len(curve_steps)
-                returns = evaluate(curve_env, seed + EVAL_SEED_OFFSET + rounds * curve["episodes"])
+                returns = evaluate(curve_env, eval_seed + rounds * curve["episodes"])
                 curve_steps.append(self.num_timesteps)
                 curve_returns.append(statistics.mean(returns))
             return True
@@ -206,9 +206,9 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str) -> dict:
         result["window_sps"] = (window[1] - window[0]) / (marks[window[1]] - marks[window[0]])
     if "atari" not in spec["env"]:
         if curve:  # the final evaluation is the next round, as in our loop
-            returns = evaluate(curve_env, seed + EVAL_SEED_OFFSET + len(curve_steps) * curve["episodes"])
+            returns = evaluate(curve_env, eval_seed + len(curve_steps) * curve["episodes"])
         else:
-            returns = evaluate(DummyVecEnv([lambda: Monitor(make())] * eval_episodes), seed + EVAL_SEED_OFFSET)
+            returns = evaluate(DummyVecEnv([lambda: Monitor(make())] * eval_episodes), eval_seed)
         result.update(eval_return=statistics.mean(returns), eval_returns=returns)
         if curve:
             result["curve"] = {
