@@ -43,7 +43,6 @@ from rl_hydra.envs import make_env
 from rl_hydra.fit import check_fit, import_class
 from rl_hydra.loops import session
 from rl_hydra.loops.monitor import EpisodeStats, StopRequested
-from rl_hydra.loops.recurrent import check_sequences
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs import provenance
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text, resume_command
@@ -160,8 +159,6 @@ class Learner:
         if cfg.get("compile", False):
             compile_agent(agent)
         self.recurrent = agent.capabilities.recurrent
-        if self.recurrent:
-            check_sequences(agent, cfg.buffer)
         # R2D2's sequences always; transitions where the run's buffer draws by priority (buffer=prioritized)
         buffer_class = import_class(cfg.buffer._target_, "buffer._target_")
         self.prioritized = self.recurrent or callable(getattr(buffer_class, "update_priorities", None))

@@ -10,24 +10,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from rl_hydra.config import ConfigError
 from rl_hydra.loops.runner import Runner
 from rl_hydra.protocols import RecurrentAgent, SequenceBuffer
-
-
-def check_sequences(agent, buffer) -> None:
-    """Burn-in must leave steps to learn from, and every step must be trained on in some chunk."""
-    length, stride, burn_in = buffer.sequence_length, buffer.stride, agent.burn_in
-    if burn_in >= length:
-        raise ConfigError(
-            f"algo.burn_in={burn_in} must be < buffer.sequence_length={length}; "
-            f"burn-in steps are excluded from the loss, so nothing would be learned"
-        )
-    if burn_in > length - stride:
-        raise ConfigError(
-            f"algo.burn_in={burn_in} must be <= buffer.sequence_length - buffer.stride = "
-            f"{length - stride}; otherwise some steps only ever fall in a burn-in and are never learned"
-        )
 
 
 def loop(runner: Runner) -> None:
@@ -35,7 +19,6 @@ def loop(runner: Runner) -> None:
     agent, buffer = cast(RecurrentAgent, runner.agent), cast(SequenceBuffer, runner.buffer)
     rollout = runner.rollout
     action_space = rollout.env.action_space
-    check_sequences(agent, buffer)
     rollout.start()
     if rollout.actor_state is None:  # fresh episodes: no state, and no chunk, carries over
         rollout.actor_state = agent.initial_state(rollout.env.num_envs)

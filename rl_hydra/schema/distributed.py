@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import key
+from rl_hydra.schema.keys import Rule, key
 
 LARGEST_ACTORS = 4096  # more is a typo (Ape-X itself ran 360)
 
@@ -60,6 +60,14 @@ class ApexKeys(OneProcessKeys):
         also=("auto",),
     )
     priority_alpha: float = key(help="sequences are drawn with probability priority^alpha", minimum=0.0)
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("min_replay_ratio", "max_replay_ratio"),
+            lambda floor, cap: cap is None or floor in (None, "auto") or floor <= cap,
+            "min_replay_ratio <= max_replay_ratio",
+        ),
+    )
     priority_eta: float = key(
         help="a sequence's priority: eta * max + (1 - eta) * mean |TD error|", minimum=0.0, maximum=1.0
     )

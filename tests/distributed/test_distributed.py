@@ -102,15 +102,21 @@ def test_the_schema_refuses_a_malformed_address(address):
             {"shards": 3},
             "distributed.shards=3 is out of range; expected at most one shard per actor (distributed.actors=2)",
         ),
-        (
-            {"max_replay_ratio": 0.5, "min_replay_ratio": 1.0},
-            "distributed.min_replay_ratio=1.0 is out of range; expected at most distributed.max_replay_ratio=0.5",
-        ),
     ],
 )
 def test_keys_that_disagree_are_one_line_errors(keys, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         read_settings(apex(actors=2, **keys))
+
+
+def test_a_floor_above_the_cap_is_refused_by_the_schema_s_rule_at_launch():
+    cfg = compose_config("distributed=apex", "distributed.max_replay_ratio=0.5", "distributed.min_replay_ratio=1.0")
+    says = (
+        "distributed.min_replay_ratio=1.0 is out of range; expected min_replay_ratio <= max_replay_ratio, "
+        "here distributed.max_replay_ratio=0.5"
+    )
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        validate_config(cfg)
 
 
 def test_a_distributed_node_read_back_is_checked_by_its_name():
