@@ -306,7 +306,6 @@ def peer_block(case: Case, lib: str, updates: int, fill: int = 2_000) -> tuple[C
     """(a block of `updates` calls of the peer's train(gradient_steps=1, batch_size=B), what it is);
     SB3 / sb3-contrib (`sb3`) or SBX (`sbx`) on the preset's hyperparameters (scripts/benchmarks/zoo.py)."""
     import gymnasium as gym
-    import numpy as np
     from stable_baselines3.common.logger import Logger
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -336,7 +335,6 @@ def peer_block(case: Case, lib: str, updates: int, fill: int = 2_000) -> tuple[C
         start = time.perf_counter()
         model.train(gradient_steps=1, batch_size=batch_size)
         info["compile_s"] = round(time.perf_counter() - start, 2)
-    del np
 
     def run() -> None:
         for _ in range(updates):
@@ -446,7 +444,7 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "device": "cpu",
             "torch_threads": 1,
@@ -493,6 +491,17 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
         ],
         "rows": rows,
     }
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str | None:
