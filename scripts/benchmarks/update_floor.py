@@ -420,6 +420,8 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
         },
         "peers": {**peer_info, **{m.split(":")[0]: m for m in missing}},
         "load": [round(v, 2) for v in load],
+        "load_before": round(load[0], 2),
+        "load_after": round(load[1], 2),
         "torch_threads": torch.get_num_threads(),
         "per_seed": per_seed,
         "summary": summary,
@@ -437,7 +439,6 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
         "status": "adopted",
         "reason": None,
         "command": command,
-        "rerun": None,
         "overrides": [],
         "seeds": list(range(rounds)),
         "per": "round",
@@ -473,6 +474,8 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             "Each side: the median over rounds of a block's mean; sides alternate, order rotating; a ratio is the "
             "median of the rounds' ratios. The delayed actor updates (TD3, CrossQ: every 2nd) are averaged in.",
             "SBX: JAX on one core (XLA_FLAGS), its compile (first call) apart, in the row's peers.",
+            "Each row's `load`: the 1-minute load average before and after its rounds (2 cores). A loaded machine "
+            "slows the small updates (DQN's: many small ops) more than their floor: read the ratios with it.",
         ],
         "columns": [
             {"header": "preset", "format": "{label}", "align": "left"},
@@ -485,8 +488,12 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             {"header": "SB3 / floor", "format": "{sb3_floor:.2f}"},
             {"header": "SBX / floor", "format": "{sbx_floor:.2f}"},
             {
-                "header": "matmuls: floor, profiled",
-                "format": "{floor_matmuls_per_update:g}, {profiled_matmuls_per_update:g}",
+                "header": "matmuls an update: floor, profiler",
+                "format": "{floor_matmuls:g}, {profiled_matmuls:g}",
+            },
+            {
+                "header": "load before, after",
+                "format": "{load_before:.1f}, {load_after:.1f}",
             },
         ],
         "rows": rows,
