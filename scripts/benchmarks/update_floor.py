@@ -7,7 +7,8 @@ For each preset (default: DQN on CartPole, the Zoo's values; SAC, TD3, TQC and C
 it builds our agent from the composed config, fills its buffer with random transitions drawn from
 the env's spaces, and times, in rounds that alternate the sides (the order rotating each round):
 
-- ours: `agent.update(batch)` on batches sampled before the clock starts;
+- ours: `agent.update(batch)` on batches sampled before the clock starts, in the run's process settings
+  (rl_hydra/build.py: one thread, denormals flushed, the speed layer's fast paths);
 - the floor: every Linear layer's matmuls the update runs, forward and backward (the gradients of
   the weights and of the layer's input), at the update's shapes, as bare `torch.addmm`/`mm` calls
   (`baddbmm`/`bmm` for the critics' stacked ensembles) on tensors allocated once. Which passes an
@@ -275,28 +276,33 @@ def build_case(preset: str, extra: Sequence[str] = (), fill: int = 2_000, seed: 
     filled with `fill` random transitions, and 16 batches sampled from it."""
     import torch
 
-    from rl_hydra.build import build_components, seed_everything
+    from rl_hydra.build import build_components, process_settings
     from rl_hydra.commands.api import compose_train_config
     from rl_hydra.config import validate_run_config
 
     overrides = [*PRESETS.get(preset, []), *extra]
     cfg = compose_train_config(*overrides)
     validate_run_config(cfg)
-    seed_everything(cfg.seed)
-    agent, env, buffer = build_components(cfg, torch.device("cpu"))
-    spaces = (env.single_observation_space, env.single_action_space)
-    env.close()
-    transitions = fill_spaces(*spaces, fill, seed)
-    for i in range(fill):  # one env's row at a time, as a vector step of one env adds it
-        buffer.add(*(part[i : i + 1] for part in transitions))
-    batches = [buffer.sample(agent.batch_size) for _ in range(16)]
+    with process_settings(cfg):  # as a run builds them: seeded, the speed layer's fast paths on
+        agent, env, buffer = build_components(cfg, torch.device("cpu"))
+        spaces = (env.single_observation_space, env.single_action_space)
+        env.close()
+        transitions = fill_spaces(*spaces, fill, seed)
+        for i in range(fill):  # one env's row at a time, as a vector step of one env adds it
+            buffer.add(*(part[i : i + 1] for part in transitions))
+        batches = [buffer.sample(agent.batch_size) for _ in range(16)]
     return Case(preset, overrides, cfg, agent, batches, spaces)
 
 
 def ours_block(case: Case, updates: int) -> Callable[[], None]:
+    """`updates` of our updates in the run's process settings (as a run updates: its threads, denormals
+    flushed, the speed layer's fast paths; all undone after the block)."""
+    from rl_hydra.build import process_settings
+
     def run() -> None:
-        for i in range(updates):
-            case.agent.update(case.batches[i % len(case.batches)])
+        with process_settings(case.cfg):
+            for i in range(updates):
+                case.agent.update(case.batches[i % len(case.batches)])
 
     return run
 
