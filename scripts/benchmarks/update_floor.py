@@ -468,8 +468,9 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
         },
         "source": None,
         "notes": [
-            "ours: agent.update(batch) on batches sampled beforehand; SB3 / SBX: model.train(gradient_steps=1, "
-            "batch_size=B), which samples its batch from its replay inside (ours does not).",
+            "ours: agent.update(batch) on batches sampled beforehand, in the run's process settings (denormals "
+            "flushed, the speed layer's fast paths); SB3 / SBX: model.train(gradient_steps=1, batch_size=B), which "
+            "samples its batch from its replay inside (ours does not).",
             "floor: every Linear layer's matmuls of the update (forward; backward: grad of the weights and of "
             "the input), at the update's shapes, as bare addmm / mm (baddbmm / bmm for the stacked critic "
             "ensembles) on preallocated tensors; the passes per algorithm: scripts/benchmarks/update_floor.py. "
