@@ -77,6 +77,27 @@ def _algo_keys(option: str) -> dict:
     return node
 
 
+def network_keys(option: str, **overrides) -> dict:
+    """The keys conf/network/<option>.yaml gives its class (`redq.actor`, `redq.critic`: one part of
+    an actor-critic file), without `_target_` and `_partial_`, with `overrides`: what a test that
+    builds a network by hand passes, since the networks' keys have no Python defaults."""
+    import copy
+
+    return {**copy.deepcopy(_network_keys(option)), **overrides}
+
+
+@functools.cache
+def _network_keys(option: str) -> dict:
+    from omegaconf import OmegaConf
+
+    name, _, part = option.partition(".")
+    node = OmegaConf.to_container(compose_config(f"network={name}", "~algo_env").network, resolve=True)
+    node = node[part] if part else node
+    for key in ("_target_", "_partial_"):
+        node.pop(key, None)
+    return node
+
+
 def env_overrides(group: str) -> list[str]:
     """`env=<group>`, with an id for env=gym (whose env.id is required)."""
     return [f"env={group}", *(["env.id=MountainCar-v0"] if group == "gym" else [])]

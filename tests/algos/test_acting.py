@@ -24,7 +24,7 @@ from rl_hydra.networks.noisy import noise_disabled, resample_noise
 from rl_hydra.networks.quantile import QuantileNetwork
 from rl_hydra.speed.lean_adam import LeanAdam
 from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
-from tests.conftest import algo_keys, compose_config
+from tests.conftest import algo_keys, compose_config, network_keys
 
 OBS = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
 
@@ -35,7 +35,7 @@ def make_agent(algo_class=DQN, network=QNetwork, **network_kwargs):
     return algo_class(
         env.observation_space,
         env.action_space,
-        functools.partial(network, hidden_sizes=[32, 32], **network_kwargs),
+        functools.partial(network, **network_keys(algo_class.name, hidden_sizes=[32, 32], **network_kwargs)),
         functools.partial(LeanAdam, lr=1e-3),
         total_steps=100,
         **algo_keys(algo_class.name),  # its own keys (QR-DQN's quantiles, C51's atoms)
@@ -184,7 +184,7 @@ def test_an_empty_hidden_sizes_is_a_linear_network_and_the_log_says_so(caplog):
         agent = DQN(
             env.observation_space,
             env.action_space,
-            functools.partial(QNetwork, hidden_sizes=[]),
+            functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[])),
             functools.partial(LeanAdam, lr=1e-3),
             total_steps=100,
             **algo_keys("dqn"),

@@ -15,7 +15,7 @@ from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.categorical import CategoricalNetwork
-from tests.conftest import algo_keys, buffer_keys, compose_config
+from tests.conftest import algo_keys, buffer_keys, compose_config, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -72,7 +72,7 @@ def test_projection_by_hand():
 
 
 def make_c51(**kwargs) -> C51:
-    network = functools.partial(CategoricalNetwork, hidden_sizes=[32])
+    network = functools.partial(CategoricalNetwork, **network_keys("c51", hidden_sizes=[32]))
     return C51(
         OBS_SPACE,
         ACTION_SPACE,

@@ -19,7 +19,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
 from rl_hydra.networks.crossq import BatchRenormActor, BatchRenormCriticEnsemble
 from rl_hydra.training import agent_node, build_components
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, network_keys, run_training
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
 ACTION_SPACE = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([1.0, 0.5], np.float32))
@@ -139,8 +139,10 @@ def test_inference_mode_uses_the_running_statistics_and_changes_nothing(shape):
 
 
 def test_batch_statistics_switches_only_inside_the_block_and_networks_rest_in_inference_mode():
-    actor = BatchRenormActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(8, 8))
-    critic = BatchRenormCriticEnsemble(5, 2, hidden_sizes=(8, 8))
+    actor = BatchRenormActor(
+        3, ACTION_SPACE.low, ACTION_SPACE.high, **network_keys("crossq.actor", hidden_sizes=(8, 8))
+    )
+    critic = BatchRenormCriticEnsemble(5, 2, **network_keys("crossq.critic", hidden_sizes=(8, 8)))
     layers = renorm_layers(actor, critic)
     assert len(layers) == 6 and not any(layer.training for layer in layers)
     with batch_statistics(critic):
@@ -156,7 +158,7 @@ def test_batch_statistics_switches_only_inside_the_block_and_networks_rest_in_in
 
 
 def test_the_critic_ensemble_member_is_brn_linear_relu_brn_linear():
-    critic = BatchRenormCriticEnsemble(3, 2, hidden_sizes=(4,))
+    critic = BatchRenormCriticEnsemble(3, 2, **network_keys("crossq.critic", hidden_sizes=(4,)))
     x = torch.randn(6, 3)
     norm0, norm1 = critic.norms
     with torch.no_grad():

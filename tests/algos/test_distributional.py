@@ -23,7 +23,7 @@ from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import agent_node
-from tests.conftest import algo_keys
+from tests.conftest import algo_keys, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)
@@ -194,7 +194,7 @@ def test_midpoint_taus():
 
 
 def test_quantile_network_shape():
-    net = QuantileNetwork(observation=4, num_actions=3, num_quantiles=7, hidden_sizes=[16])
+    net = QuantileNetwork(observation=4, num_actions=3, num_quantiles=7, **network_keys("qr_dqn", hidden_sizes=[16]))
     assert net(torch.randn(5, 4)).shape == (5, 3, 7)
 
 
@@ -216,7 +216,7 @@ def test_cosine_embedding_shape_and_values():
 
 def test_implicit_quantile_network_shape_and_tau_dependence():
     net = ImplicitQuantileNetwork(
-        observation=4, num_actions=3, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[16]
+        observation=4, num_actions=3, **network_keys("iqn", embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[16])
     )
     obs = torch.randn(5, 4)
     out = net(obs, torch.rand(5, 6))
@@ -294,7 +294,7 @@ AGENTS = {  # small versions of each agent for unit tests
     "qr_dqn": lambda **kw: QRDQN(
         OBS_SPACE,
         ACTION_SPACE,
-        functools.partial(QuantileNetwork, hidden_sizes=[32]),
+        functools.partial(QuantileNetwork, **network_keys("qr_dqn", hidden_sizes=[32])),
         ADAM,
         total_steps=1000,
         **algo_keys("qr_dqn", num_quantiles=5, **kw),
@@ -302,7 +302,9 @@ AGENTS = {  # small versions of each agent for unit tests
     "iqn": lambda **kw: IQN(
         OBS_SPACE,
         ACTION_SPACE,
-        functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[]),
+        functools.partial(
+            ImplicitQuantileNetwork, **network_keys("iqn", embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[])
+        ),
         ADAM,
         total_steps=1000,
         **algo_keys("iqn", num_tau_samples=6, num_tau_prime_samples=5, num_quantile_samples=4, **kw),
@@ -508,7 +510,7 @@ def test_iqn_greedy_actions_are_deterministic_for_the_same_input():
     agent = IQN(
         env.observation_space,
         env.action_space,
-        functools.partial(ImplicitQuantileNetwork, hidden_sizes=[8], head_hidden_sizes=[8]),
+        functools.partial(ImplicitQuantileNetwork, **network_keys("iqn", hidden_sizes=[8], head_hidden_sizes=[8])),
         functools.partial(LeanAdam, lr=1e-3),
         total_steps=100,
         **algo_keys("iqn", num_quantile_samples=4),

@@ -14,7 +14,7 @@ from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.updates import clip_grad_norm
-from tests.conftest import algo_keys, compose_config
+from tests.conftest import algo_keys, compose_config, network_keys
 
 OBS = gym.spaces.Box(-1, 1, (3,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(2)
@@ -22,7 +22,7 @@ ACTIONS = gym.spaces.Discrete(2)
 
 def make_dqn(**overrides) -> DQN:
     kwargs = dict(
-        network=functools.partial(QNetwork, hidden_sizes=[16]),
+        network=functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[16])),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         total_steps=1000,
         learning_starts=0,

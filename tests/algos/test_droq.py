@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from rl_hydra.networks.actor_critic import CriticEnsemble
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, network_keys, run_training
 
 
 def test_droq_is_redq_with_two_critics_twenty_updates_and_dropout_layer_norm_critics():
@@ -46,7 +46,7 @@ def plain_member(critic: CriticEnsemble, k: int) -> nn.Sequential:
 
 def test_each_critic_is_linear_dropout_layer_norm_relu_and_dropout_acts_only_in_training():
     torch.manual_seed(0)
-    critic = CriticEnsemble(5, 2, hidden_sizes=(64, 64), dropout=0.2, layer_norm=True)
+    critic = CriticEnsemble(5, 2, **network_keys("redq.critic", hidden_sizes=(64, 64), dropout=0.2, layer_norm=True))
     with torch.no_grad():  # gains and biases away from 1 and 0, different per member
         for p in (*critic.norm_weights, *critic.norm_biases):
             p.add_(torch.randn_like(p))
@@ -64,7 +64,7 @@ def test_each_critic_is_linear_dropout_layer_norm_relu_and_dropout_acts_only_in_
 
 
 def test_plain_critics_keep_their_checkpoint_keys():
-    assert set(CriticEnsemble(5, 2, hidden_sizes=(8,)).state_dict()) == {
+    assert set(CriticEnsemble(5, 2, **network_keys("redq.critic", hidden_sizes=(8,))).state_dict()) == {
         "weights.0",
         "weights.1",
         "biases.0",

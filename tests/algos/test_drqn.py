@@ -22,7 +22,7 @@ from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import build_components, pick_loop, run, run_settings
-from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra, stop_at
+from tests.conftest import TINY, compose_config, network_keys, run_training, skip_without_env_extra, stop_at
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -32,7 +32,7 @@ ACTION_SPACE = gym.spaces.Discrete(3)
 
 
 def test_network_shapes_and_initial_state():
-    net = RecurrentQNetwork(4, 3, encoder_sizes=[8], lstm_size=5)
+    net = RecurrentQNetwork(4, 3, **network_keys("drqn", encoder_sizes=[8], lstm_size=5))
     h, c = net.initial_state(2)
     assert h.shape == c.shape == (2, 5) and not h.any() and not c.any()
     values, (h, c) = net(torch.randn(7, 2, 4), (h, c))
@@ -42,7 +42,7 @@ def test_network_shapes_and_initial_state():
 @pytest.mark.parametrize("cell, parts", [("lstm", 2), ("gru", 1)])
 def test_one_step_acting_equals_the_sequence_forward(cell, parts):
     torch.manual_seed(0)
-    net = RecurrentQNetwork(4, 3, encoder_sizes=[16], lstm_size=8, head_sizes=[8], cell=cell)
+    net = RecurrentQNetwork(4, 3, **network_keys("drqn", encoder_sizes=[16], lstm_size=8, head_sizes=[8], cell=cell))
     obs = torch.randn(6, 5, 4)
     start = tuple(torch.randn(5, 8) for _ in range(parts))  # a stored, non-zero state: (h, c) or (h,)
     with torch.no_grad():
@@ -59,16 +59,16 @@ def test_one_step_acting_equals_the_sequence_forward(cell, parts):
 
 def test_checkpoints_that_named_the_core_lstm_still_load():
     torch.manual_seed(0)
-    net = RecurrentQNetwork(4, 3, lstm_size=5)
+    net = RecurrentQNetwork(4, 3, **network_keys("drqn", lstm_size=5))
     old = {key.replace("core.", "lstm."): value for key, value in net.state_dict().items()}
-    fresh = RecurrentQNetwork(4, 3, lstm_size=5)
+    fresh = RecurrentQNetwork(4, 3, **network_keys("drqn", lstm_size=5))
     fresh.load_state_dict(old)
     obs, state = torch.randn(3, 2, 4), net.initial_state(2)
     torch.testing.assert_close(fresh(obs, state)[0], net(obs, state)[0])
 
 
 def test_reset_state_zeroes_only_the_rows_that_start_an_episode():
-    net = RecurrentQNetwork(4, 2, lstm_size=3)
+    net = RecurrentQNetwork(4, 2, **network_keys("drqn", lstm_size=3))
     state = (torch.ones(3, 3), torch.full((3, 3), 2.0))
     h, c = net.reset_state(state, np.array([False, True, False]))
     assert h[1].eq(0).all() and c[1].eq(0).all()

@@ -16,7 +16,7 @@ from rl_hydra.algos.iqn import IQN
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, noise_disabled
 from rl_hydra.training import build_components
-from tests.conftest import algo_keys
+from tests.conftest import algo_keys, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -49,7 +49,7 @@ def test_presets_compose_their_parts(algo, agent_class, buffer, n_step, network_
 
 
 def noisy_dqn(**kwargs) -> DQN:
-    network = functools.partial(QNetwork, hidden_sizes=[16], noisy=True, dueling=True)
+    network = functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[16], noisy=True, dueling=True))
     return DQN(
         OBS_SPACE, ACTION_SPACE, network, ADAM, total_steps=1000, **algo_keys("dqn", learning_starts=0, **kwargs)
     )

@@ -18,7 +18,7 @@ from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor, squashed_gaussian_log_prob
 from rl_hydra.training import agent_node
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, network_keys, run_training
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
 # asymmetric bounds, so a missed rescaling shows
@@ -86,7 +86,7 @@ def test_squashed_gaussian_log_prob_matches_direct_computation():
 
 # --- networks -------------------------------------------------------------------------
 def test_ensemble_shape_members_and_independent_critics():
-    critic = CriticEnsemble(input_dim=5, ensemble_size=4, hidden_sizes=(8, 8))
+    critic = CriticEnsemble(input_dim=5, ensemble_size=4, **network_keys("redq.critic", hidden_sizes=(8, 8)))
     obs, actions = torch.randn(6, 3), torch.randn(6, 2)
     q = critic(obs, actions)
     assert q.shape == (6, 4)
@@ -100,7 +100,7 @@ def test_ensemble_shape_members_and_independent_critics():
 
 
 def test_ensemble_member_is_a_plain_mlp():
-    critic = CriticEnsemble(input_dim=3, ensemble_size=2, hidden_sizes=(4,))
+    critic = CriticEnsemble(input_dim=3, ensemble_size=2, **network_keys("redq.critic", hidden_sizes=(4,)))
     x = torch.randn(5, 3)
     w0, w1 = critic.weights[0][1], critic.weights[1][1]  # member 1: (3, 4), (4, 1)
     b0, b1 = critic.biases[0][1], critic.biases[1][1]  # (1, 4), (1, 1)
@@ -109,7 +109,7 @@ def test_ensemble_member_is_a_plain_mlp():
 
 
 def test_frozen_critic_pass_gives_action_grads_but_no_parameter_grads():
-    critic = CriticEnsemble(input_dim=4, ensemble_size=3, hidden_sizes=(8,))
+    critic = CriticEnsemble(input_dim=4, ensemble_size=3, **network_keys("redq.critic", hidden_sizes=(8,)))
     actions = torch.randn(5, 1, requires_grad=True)
     critic(torch.randn(5, 3), actions, frozen=True).mean().backward()
     assert actions.grad is not None and actions.grad.abs().sum() > 0
@@ -117,7 +117,9 @@ def test_frozen_critic_pass_gives_action_grads_but_no_parameter_grads():
 
 
 def test_actor_actions_stay_inside_the_box_bounds():
-    actor = SquashedGaussianActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(16,))
+    actor = SquashedGaussianActor(
+        3, ACTION_SPACE.low, ACTION_SPACE.high, **network_keys("redq.actor", hidden_sizes=(16,))
+    )
     obs = 1e3 * torch.randn(512, 3)  # large inputs saturate tanh at the bounds
     low, high = torch.as_tensor(ACTION_SPACE.low), torch.as_tensor(ACTION_SPACE.high)
     unit, log_prob = actor.sample(obs)
@@ -286,7 +288,9 @@ def test_pendulum_preset_reaches_minus_200(tmp_path):
 # --- gSDE: state-dependent exploration (network.actor.gsde) ---------------------------------
 def gsde_actor(**kwargs) -> SquashedGaussianActor:
     torch.manual_seed(0)
-    return SquashedGaussianActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(16,), gsde=True, **kwargs)
+    return SquashedGaussianActor(
+        3, ACTION_SPACE.low, ACTION_SPACE.high, **network_keys("redq.actor", hidden_sizes=(16,), gsde=True, **kwargs)
+    )
 
 
 def test_gsde_noise_is_the_features_times_a_matrix_with_the_stated_gaussian():

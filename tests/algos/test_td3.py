@@ -15,7 +15,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
 from rl_hydra.training import agent_node
 from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
-from tests.conftest import TINY, compose_config, metric_rows, run_training
+from tests.conftest import TINY, compose_config, metric_rows, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
     assert_critics_equal,
@@ -197,7 +197,7 @@ def test_ornstein_uhlenbeck_noise_restarts_with_each_episode_in_a_run(tmp_path, 
 
 def test_deterministic_actor_stays_in_the_box():
     torch.manual_seed(0)
-    actor = DeterministicActor(3, ACTION_SPACE.low, ACTION_SPACE.high, hidden_sizes=(8,))
+    actor = DeterministicActor(3, ACTION_SPACE.low, ACTION_SPACE.high, **network_keys("td3.actor", hidden_sizes=(8,)))
     env_actions = actor.to_env(actor(1e3 * torch.randn(64, 3)))
     assert torch.all(env_actions >= torch.as_tensor(ACTION_SPACE.low))
     assert torch.all(env_actions <= torch.as_tensor(ACTION_SPACE.high))

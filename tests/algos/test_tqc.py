@@ -16,7 +16,7 @@ from rl_hydra.losses import ensemble_quantile_loss, midpoint_taus
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
 from rl_hydra.training import agent_node
 from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
     assert_critics_equal,
@@ -113,7 +113,9 @@ def test_ensemble_quantile_loss_against_loops():
 # --- the quantile critics -------------------------------------------------------------
 def test_quantile_critics_shape_and_each_member_is_a_plain_mlp():
     torch.manual_seed(0)
-    critic = QuantileCriticEnsemble(input_dim=5, ensemble_size=3, num_quantiles=4, hidden_sizes=(8,))
+    critic = QuantileCriticEnsemble(
+        input_dim=5, ensemble_size=3, num_quantiles=4, **network_keys("tqc.critic", hidden_sizes=(8,))
+    )
     obs, actions = torch.randn(6, 3), torch.randn(6, 2)
     out = critic(obs, actions)
     assert out.shape == (6, 3, 4)

@@ -19,7 +19,7 @@ from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.speed import host_memory
 from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.training import build_agent
-from tests.conftest import compose_config
+from tests.conftest import compose_config, network_keys
 
 CPU = torch.device("cpu")
 OBS, ACTIONS = gym.spaces.Box(-10, 10, (4,), dtype=np.float32), gym.spaces.Discrete(2)
@@ -64,7 +64,7 @@ def test_replay_storage_lies_in_one_mapping_advised_for_huge_pages():
 @linux_huge_pages
 def test_relocated_weights_keep_values_objects_and_the_numpy_mirror():
     torch.manual_seed(0)
-    net = QNetwork(4, 2, [32, 32])
+    net = QNetwork(4, 2, **network_keys("dqn", hidden_sizes=[32, 32]))
     params = list(net.parameters())
     before = [p.detach().clone() for p in params]
     host_memory.relocate([net])
@@ -92,7 +92,7 @@ def test_relocated_weights_keep_values_objects_and_the_numpy_mirror():
 
 def test_a_relocated_lstm_renews_its_flat_weights():
     torch.manual_seed(0)
-    net = RecurrentQNetwork(4, 2)
+    net = RecurrentQNetwork(4, 2, **network_keys("drqn"))
     obs, state = torch.randn(3, 2, 4), net.initial_state(2)
     expected, _ = net(obs, state)
     host_memory.relocate([net])

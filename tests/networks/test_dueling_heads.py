@@ -29,7 +29,7 @@ from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disable
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.speed.numpy_mirror import numpy_forward
 from rl_hydra.training import build_components
-from tests.conftest import CONF_DIR, batch_of, compose_config
+from tests.conftest import CONF_DIR, batch_of, compose_config, network_keys
 
 DQN_FAMILY = ("dqn", "qr_dqn", "iqn", "c51", "rainbow", "dopamine_iqn")
 ENVS = {path.stem for path in (CONF_DIR / "env").glob("*.yaml")}
@@ -165,7 +165,7 @@ def one_linear(stream: nn.Module) -> nn.Module:
 
 
 def test_an_empty_head_dueling_network_is_v_plus_a_minus_mean_a_from_one_linear_map_each():
-    net = QNetwork(2, 3, [], dueling=True)
+    net = QNetwork(2, 3, **network_keys("dqn", hidden_sizes=[], dueling=True))
     head = net.net[0]
     assert len(net.net) == 1 and isinstance(head, DuelingHead)
     value, advantage = one_linear(head.value), one_linear(head.advantage)
@@ -197,10 +197,15 @@ def linear_map(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 EMPTY_HEADS = {  # name -> (factory, values per action K)
-    "dqn": (lambda **kw: QNetwork(OBS_DIM, A, [], **kw), 1),
-    "qr_dqn": (lambda **kw: QuantileNetwork(OBS_DIM, A, K, [], **kw), K),
-    "c51": (lambda **kw: CategoricalNetwork(OBS_DIM, A, K, [], **kw), K),
-    "iqn": (lambda **kw: ImplicitQuantileNetwork(OBS_DIM, A, E, [16], [], **kw), 1),
+    "dqn": (lambda **kw: QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[], **kw)), 1),
+    "qr_dqn": (lambda **kw: QuantileNetwork(OBS_DIM, A, K, **network_keys("qr_dqn", hidden_sizes=[], **kw)), K),
+    "c51": (lambda **kw: CategoricalNetwork(OBS_DIM, A, K, **network_keys("c51", hidden_sizes=[], **kw)), K),
+    "iqn": (
+        lambda **kw: ImplicitQuantileNetwork(
+            OBS_DIM, A, **network_keys("iqn", embedding_dim=E, hidden_sizes=[16], head_hidden_sizes=[], **kw)
+        ),
+        1,
+    ),
 }
 
 
@@ -268,7 +273,11 @@ def test_without_dueling_the_networks_are_the_plain_mlp_bit_for_bit(name, hidden
     """Same parameters drawn in the same order and the same outputs as an MLP built by hand."""
     torch.manual_seed(3)
     if name == "iqn":
-        net = ImplicitQuantileNetwork(OBS_DIM, A, E, [16], hidden, dueling=False)
+        net = ImplicitQuantileNetwork(
+            OBS_DIM,
+            A,
+            **network_keys("iqn", embedding_dim=E, hidden_sizes=[16], head_hidden_sizes=hidden, dueling=False),
+        )
         torch.manual_seed(3)
         psi = nn.Sequential(nn.Linear(OBS_DIM, 16), nn.ReLU())
         phi = nn.Sequential(nn.Linear(E, 16), nn.ReLU())
@@ -284,9 +293,11 @@ def test_without_dueling_the_networks_are_the_plain_mlp_bit_for_bit(name, hidden
     else:
         per_action = {"dqn": 1, "qr_dqn": K, "c51": K}[name]
         make = {
-            "dqn": lambda: QNetwork(OBS_DIM, A, hidden, dueling=False),
-            "qr_dqn": lambda: QuantileNetwork(OBS_DIM, A, K, hidden, dueling=False),
-            "c51": lambda: CategoricalNetwork(OBS_DIM, A, K, hidden, dueling=False),
+            "dqn": lambda: QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=hidden, dueling=False)),
+            "qr_dqn": lambda: QuantileNetwork(
+                OBS_DIM, A, K, **network_keys("qr_dqn", hidden_sizes=hidden, dueling=False)
+            ),
+            "c51": lambda: CategoricalNetwork(OBS_DIM, A, K, **network_keys("c51", hidden_sizes=hidden, dueling=False)),
         }[name]
         net = make()
         torch.manual_seed(3)

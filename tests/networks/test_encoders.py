@@ -22,7 +22,7 @@ from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from tests.conftest import algo_keys
+from tests.conftest import algo_keys, network_keys
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
 GRIDS = gym.spaces.Box(0, 1, (6, 10, 10), dtype=np.bool_)
@@ -73,13 +73,17 @@ def test_pixels_are_scaled_inside_the_network():
 @pytest.mark.parametrize(
     "network",
     [
-        functools.partial(QNetwork, num_actions=3, hidden_sizes=[16]),
-        functools.partial(QNetwork, num_actions=3, hidden_sizes=[16], dueling=True, noisy=True),
-        functools.partial(QuantileNetwork, num_actions=3, num_quantiles=5, hidden_sizes=[16]),
+        functools.partial(QNetwork, num_actions=3, **network_keys("dqn", hidden_sizes=[16])),
+        functools.partial(QNetwork, num_actions=3, **network_keys("dqn", hidden_sizes=[16], dueling=True, noisy=True)),
+        functools.partial(QuantileNetwork, num_actions=3, num_quantiles=5, **network_keys("qr_dqn", hidden_sizes=[16])),
         functools.partial(
-            ImplicitQuantileNetwork, num_actions=3, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]
+            ImplicitQuantileNetwork,
+            num_actions=3,
+            **network_keys("iqn", embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]),
         ),
-        functools.partial(CategoricalNetwork, num_actions=3, num_atoms=7, hidden_sizes=[16], dueling=True),
+        functools.partial(
+            CategoricalNetwork, num_actions=3, num_atoms=7, **network_keys("c51", hidden_sizes=[16], dueling=True)
+        ),
     ],
 )
 @pytest.mark.parametrize("space", [FRAMES, GRIDS])
@@ -91,7 +95,7 @@ def test_every_q_head_sits_on_every_cnn(network, space):
 
 
 def test_drqns_lstm_sits_on_a_cnn():
-    net = RecurrentQNetwork(GRIDS, 3, encoder_sizes=[32], lstm_size=16)
+    net = RecurrentQNetwork(GRIDS, 3, **network_keys("drqn", encoder_sizes=[32], lstm_size=16))
     obs = torch.from_numpy(np.stack([[GRIDS.sample() for _ in range(2)] for _ in range(5)]))  # (T, B, C, H, W)
     values, state = net(obs, net.initial_state(2))
     assert values.shape == (5, 2, 3) and state[0].shape == (2, 16)
@@ -101,12 +105,17 @@ def test_drqns_lstm_sits_on_a_cnn():
 
 AGENTS = {
     "dqn": lambda: DQN(
-        GRIDS, ACTIONS, functools.partial(QNetwork, hidden_sizes=[32]), ADAM, total_steps=100, **algo_keys("dqn")
+        GRIDS,
+        ACTIONS,
+        functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[32])),
+        ADAM,
+        total_steps=100,
+        **algo_keys("dqn"),
     ),
     "qr_dqn": lambda: QRDQN(
         GRIDS,
         ACTIONS,
-        functools.partial(QuantileNetwork, hidden_sizes=[32]),
+        functools.partial(QuantileNetwork, **network_keys("qr_dqn", hidden_sizes=[32])),
         ADAM,
         total_steps=100,
         **algo_keys("qr_dqn", num_quantiles=5),
@@ -114,7 +123,9 @@ AGENTS = {
     "iqn": lambda: IQN(
         GRIDS,
         ACTIONS,
-        functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[]),
+        functools.partial(
+            ImplicitQuantileNetwork, **network_keys("iqn", embedding_dim=8, hidden_sizes=[32], head_hidden_sizes=[])
+        ),
         ADAM,
         total_steps=100,
         **algo_keys("iqn", num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4),
@@ -122,7 +133,7 @@ AGENTS = {
     "c51": lambda: C51(
         GRIDS,
         ACTIONS,
-        functools.partial(CategoricalNetwork, hidden_sizes=[32]),
+        functools.partial(CategoricalNetwork, **network_keys("c51", hidden_sizes=[32])),
         ADAM,
         total_steps=100,
         **algo_keys("c51", num_atoms=11),
@@ -153,7 +164,7 @@ def test_drqn_learns_on_frames_from_its_sequence_buffer():
     agent = DRQN(
         GRIDS,
         ACTIONS,
-        functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8),
+        functools.partial(RecurrentQNetwork, **network_keys("drqn", encoder_sizes=[16], lstm_size=8)),
         ADAM,
         total_steps=100,
         **algo_keys("drqn", batch_size=2),

@@ -23,7 +23,7 @@ from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disable
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.speed.lean_adam import LeanAdam
 from rl_hydra.speed.numpy_mirror import call_mirror, numpy_forward
-from tests.conftest import algo_keys, compose_config
+from tests.conftest import algo_keys, compose_config, network_keys
 
 B, OBS_DIM, A, N, T = 5, 4, 3, 7, 6
 OBS = torch.randn(B, OBS_DIM, generator=torch.Generator().manual_seed(1))
@@ -31,14 +31,28 @@ TAUS = torch.rand(B, T, generator=torch.Generator().manual_seed(2))
 
 # name -> (factory taking the options, output shape, call)
 NETWORKS = {
-    "dqn": (lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw), (B, A), lambda net: net(OBS)),
-    "qr_dqn": (lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw), (B, A, N), lambda net: net(OBS)),
+    "dqn": (
+        lambda **kw: QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[16, 16], **kw)),
+        (B, A),
+        lambda net: net(OBS),
+    ),
+    "qr_dqn": (
+        lambda **kw: QuantileNetwork(OBS_DIM, A, N, **network_keys("qr_dqn", hidden_sizes=[16, 16], **kw)),
+        (B, A, N),
+        lambda net: net(OBS),
+    ),
     "iqn": (
-        lambda **kw: ImplicitQuantileNetwork(OBS_DIM, A, 8, [16], [16], **kw),
+        lambda **kw: ImplicitQuantileNetwork(
+            OBS_DIM, A, **network_keys("iqn", embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[16], **kw)
+        ),
         (B, A, T),
         lambda net: net(OBS, TAUS),
     ),
-    "c51": (lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16, 16], **kw), (B, A, N), lambda net: net(OBS)),
+    "c51": (
+        lambda **kw: CategoricalNetwork(OBS_DIM, A, N, **network_keys("c51", hidden_sizes=[16, 16], **kw)),
+        (B, A, N),
+        lambda net: net(OBS),
+    ),
 }
 OPTIONS = [dict(dueling=d, noisy=n) for d in (False, True) for n in (False, True)]
 
@@ -138,12 +152,13 @@ def test_dueling_outputs_average_to_the_state_value_over_actions(name):
 
 
 def test_dueling_streams_each_have_their_own_copy_of_the_last_hidden_layer():
-    net = QNetwork(OBS_DIM, A, [16, 8], dueling=True)
+    net = QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[16, 8], dueling=True))
     *trunk, head = net.net
     assert [type(m) for m in trunk] == [nn.Linear, nn.ReLU] and trunk[0].out_features == 16
     assert [(m.in_features, m.out_features) for m in head.value if type(m) is nn.Linear] == [(16, 8), (8, 1)]
     assert [(m.in_features, m.out_features) for m in head.advantage if type(m) is nn.Linear] == [(16, 8), (8, A)]
-    single = QNetwork(OBS_DIM, A, [8], dueling=True)  # one hidden layer: no trunk, the streams see the input
+    # one hidden layer: no trunk, the streams see the input
+    single = QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], dueling=True))
     assert isinstance(single.net[0], DuelingHead) and single.net[0].value[0].in_features == OBS_DIM
 
 
@@ -199,7 +214,7 @@ def test_noise_disabled_is_the_plain_linear_with_the_mean_weights():
 
 
 def test_noise_disabled_restores_the_previous_setting_also_on_an_error():
-    net = QNetwork(OBS_DIM, A, [8], noisy=True)
+    net = QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], noisy=True))
     first, last = net.net[0], net.net[2]
     last.noise_enabled = False  # set before: must stay so
     with pytest.raises(RuntimeError, match="boom"):
@@ -215,7 +230,7 @@ def test_noise_disabled_restores_the_previous_setting_also_on_an_error():
 
 
 def test_noise_comes_from_torchs_global_rng_and_lives_in_the_state_dict():
-    net = QNetwork(OBS_DIM, A, [8], noisy=True)
+    net = QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], noisy=True))
     rng_state = torch.get_rng_state()
     resample_noise(net)
     drawn = {k: v.clone() for k, v in net.state_dict().items() if "epsilon" in k}
@@ -224,7 +239,7 @@ def test_noise_comes_from_torchs_global_rng_and_lives_in_the_state_dict():
     resample_noise(net)
     assert all(torch.equal(net.state_dict()[k], v) for k, v in drawn.items())
 
-    copy = QNetwork(OBS_DIM, A, [8], noisy=True)
+    copy = QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], noisy=True))
     assert not torch.equal(copy(OBS), net(OBS))
     copy.load_state_dict(net.state_dict())  # weights and the current noise
     assert torch.equal(copy(OBS), net(OBS))
@@ -233,10 +248,14 @@ def test_noise_comes_from_torchs_global_rng_and_lives_in_the_state_dict():
 
 
 def test_has_noisy_layers():
-    assert not has_noisy_layers(QNetwork(OBS_DIM, A, [8]))
-    assert has_noisy_layers(QNetwork(OBS_DIM, A, [8], noisy=True))
+    assert not has_noisy_layers(QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8])))
+    assert has_noisy_layers(QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], noisy=True)))
     assert has_noisy_layers(nn.Sequential(nn.Linear(2, 3), NoisyLinear(3, 1)))
-    assert not has_noisy_layers(ImplicitQuantileNetwork(OBS_DIM, A, 8, [8], [8]))
+    assert not has_noisy_layers(
+        ImplicitQuantileNetwork(
+            OBS_DIM, A, **network_keys("iqn", embedding_dim=8, hidden_sizes=[8], head_hidden_sizes=[8])
+        )
+    )
 
 
 # --- the numpy mirror -------------------------------------------------------------------
@@ -245,9 +264,9 @@ def test_has_noisy_layers():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda **kw: QNetwork(OBS_DIM, A, [16, 16], **kw),
-        lambda **kw: QuantileNetwork(OBS_DIM, A, N, [16, 16], **kw),
-        lambda **kw: CategoricalNetwork(OBS_DIM, A, N, [16], **kw),
+        lambda **kw: QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[16, 16], **kw)),
+        lambda **kw: QuantileNetwork(OBS_DIM, A, N, **network_keys("qr_dqn", hidden_sizes=[16, 16], **kw)),
+        lambda **kw: CategoricalNetwork(OBS_DIM, A, N, **network_keys("c51", hidden_sizes=[16], **kw)),
     ],
 )
 def test_the_mirror_equals_torch_for_dueling_and_noisy_networks(make):
@@ -283,7 +302,7 @@ def test_a_dueling_dqn_acts_through_the_mirror_as_torch_does():
     agent = DQN(
         env.observation_space,
         env.action_space,
-        functools.partial(QNetwork, hidden_sizes=[32, 32], dueling=True),
+        functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[32, 32], dueling=True)),
         functools.partial(LeanAdam, lr=1e-3),
         total_steps=100,
         **algo_keys("dqn"),
@@ -311,8 +330,9 @@ def test_bad_values_are_one_line_config_errors(name):
 
 def test_linear_networks_build_and_the_atoms_are_checked():
     # dueling without a hidden layer (one linear map per stream): tests/networks/test_dueling_heads.py
-    QNetwork(OBS_DIM, A, [], noisy=True)  # a linear noisy network is fine
-    CategoricalNetwork(OBS_DIM, A, 2, [])  # (algo.num_atoms >= 2 is the schema's: tests/algos/test_c51.py)
+    QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[], noisy=True))  # a linear noisy network is fine
+    # (algo.num_atoms >= 2 is the schema's: tests/algos/test_c51.py)
+    CategoricalNetwork(OBS_DIM, A, 2, **network_keys("c51", hidden_sizes=[]))
 
 
 @pytest.mark.parametrize("name, sizes", [("dqn", (A,)), ("qr_dqn", (A, N)), ("iqn", (A,)), ("c51", (A, N))])

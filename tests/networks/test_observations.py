@@ -36,6 +36,7 @@ from tests.conftest import (
     batch_of,
     buffer_keys,
     compose_config,
+    network_keys,
     run_training,
     skip_without_env_extra,
 )
@@ -224,20 +225,37 @@ def test_part_encoders_take_any_leading_axes_and_concatenate_in_part_order():
 )
 def test_a_space_without_an_encoder_is_one_line_naming_it_and_what_to_do(space, message):
     with pytest.raises(ConfigError, match=message) as error:
-        DQN(space, ACTIONS, functools.partial(QNetwork, hidden_sizes=[8]), ADAM, total_steps=100, **algo_keys("dqn"))
+        DQN(
+            space,
+            ACTIONS,
+            functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[8])),
+            ADAM,
+            total_steps=100,
+            **algo_keys("dqn"),
+        )
     assert "\n" not in str(error.value)
 
 
 # --- every algorithm on every space ---------------------------------------------------------
 NETWORKS = {
-    "dqn": (DQN, functools.partial(QNetwork, hidden_sizes=[16]), {}),
-    "qr_dqn": (QRDQN, functools.partial(QuantileNetwork, hidden_sizes=[16]), {"num_quantiles": 5}),
+    "dqn": (DQN, functools.partial(QNetwork, **network_keys("dqn", hidden_sizes=[16])), {}),
+    "qr_dqn": (
+        QRDQN,
+        functools.partial(QuantileNetwork, **network_keys("qr_dqn", hidden_sizes=[16])),
+        {"num_quantiles": 5},
+    ),
     "iqn": (
         IQN,
-        functools.partial(ImplicitQuantileNetwork, embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[]),
+        functools.partial(
+            ImplicitQuantileNetwork, **network_keys("iqn", embedding_dim=8, hidden_sizes=[16], head_hidden_sizes=[])
+        ),
         {"num_tau_samples": 4, "num_tau_prime_samples": 4, "num_quantile_samples": 4},
     ),
-    "c51": (C51, functools.partial(CategoricalNetwork, hidden_sizes=[16], dueling=True, noisy=True), {"num_atoms": 11}),
+    "c51": (
+        C51,
+        functools.partial(CategoricalNetwork, **network_keys("c51", hidden_sizes=[16], dueling=True, noisy=True)),
+        {"num_atoms": 11},
+    ),
 }
 
 
@@ -263,7 +281,9 @@ def test_drqn_acts_and_learns_on_every_space(space):
     agent = DRQN(
         space,
         ACTIONS,
-        functools.partial(RecurrentQNetwork, encoder_sizes=[16], lstm_size=8, discrete_embedding=4),
+        functools.partial(
+            RecurrentQNetwork, **network_keys("drqn", encoder_sizes=[16], lstm_size=8, discrete_embedding=4)
+        ),
         ADAM,
         total_steps=100,
         **algo_keys("drqn", batch_size=2, burn_in=1),
