@@ -80,13 +80,14 @@ class SquashedGaussianActor(UnitBoxActor):
         observation_dim: int,
         action_low: np.ndarray,
         action_high: np.ndarray,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        gsde: bool,
+        gsde_log_std_init: float,
+        gsde_clip_mean: float,
         log_std_min: float = -20.0,
         log_std_max: float = 2.0,
-        gsde: bool = False,
-        gsde_log_std_init: float = -3.0,
-        gsde_clip_mean: float = 2.0,
     ):
         super().__init__(action_low, action_high)
         note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
@@ -153,8 +154,9 @@ class DeterministicActor(UnitBoxActor):
         observation_dim: int,
         action_low: np.ndarray,
         action_high: np.ndarray,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
     ):
         super().__init__(action_low, action_high)
         note_if_linear(hidden_sizes, "network.actor.hidden_sizes")
@@ -244,10 +246,11 @@ class CriticEnsemble(EnsembleMLP):
         self,
         input_dim: int,
         ensemble_size: int,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
-        dropout: float = 0.0,
-        layer_norm: bool = False,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        dropout: float,
+        layer_norm: bool,
     ):
         super().__init__(input_dim, ensemble_size, 1, hidden_sizes, activation, dropout, layer_norm)
 
@@ -274,10 +277,11 @@ class QuantileCriticEnsemble(EnsembleMLP):
         input_dim: int,
         ensemble_size: int,
         num_quantiles: int,
-        hidden_sizes: Sequence[int] = (512, 512, 512),
-        activation: str = "relu",
-        dropout: float = 0.0,
-        layer_norm: bool = False,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        dropout: float,
+        layer_norm: bool,
     ):
         super().__init__(input_dim, ensemble_size, num_quantiles, hidden_sizes, activation, dropout, layer_norm)
         self.num_quantiles = num_quantiles

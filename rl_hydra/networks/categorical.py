@@ -18,6 +18,6 @@ class CategoricalNetwork(PerActionNetwork):
     The other options are QNetwork's (networks/mlp.py).
     """
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, num_atoms: int, *args, **options):
-        super().__init__(observation, num_actions, num_atoms, *args, **options)
+    def __init__(self, observation: int | gym.Space, num_actions: int, num_atoms: int, **keys):
+        super().__init__(observation, num_actions, num_atoms, **keys)
         self.num_atoms = num_atoms

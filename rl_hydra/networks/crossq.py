@@ -40,30 +40,18 @@ class BatchRenormActor(SquashedGaussianActor):
         observation_dim: int,
         action_low: np.ndarray,
         action_high: np.ndarray,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
-        log_std_min: float = -20.0,
-        log_std_max: float = 2.0,
-        gsde: bool = False,
-        gsde_log_std_init: float = -3.0,
-        gsde_clip_mean: float = 2.0,
-        momentum: float = 0.01,
-        eps: float = 0.001,
-        warmup_steps: int = 100_000,
-        r_max: float = 3.0,
-        d_max: float = 5.0,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        momentum: float,
+        eps: float,
+        warmup_steps: int,
+        r_max: float,
+        d_max: float,
+        **actor_keys,  # SquashedGaussianActor's: gsde, gsde_log_std_init, gsde_clip_mean
     ):
         super().__init__(
-            observation_dim,
-            action_low,
-            action_high,
-            hidden_sizes,
-            activation,
-            log_std_min,
-            log_std_max,
-            gsde,
-            gsde_log_std_init,
-            gsde_clip_mean,
+            observation_dim, action_low, action_high, hidden_sizes=hidden_sizes, activation=activation, **actor_keys
         )
         renorm = renorm_factory(momentum, eps, warmup_steps, r_max, d_max)
         layers: list[nn.Module] = [renorm(observation_dim)]
@@ -82,16 +70,20 @@ class BatchRenormCriticEnsemble(nn.Module):
         self,
         input_dim: int,
         ensemble_size: int,
-        hidden_sizes: Sequence[int] = (2048, 2048),
-        activation: str = "relu",
-        momentum: float = 0.01,
-        eps: float = 0.001,
-        warmup_steps: int = 100_000,
-        r_max: float = 3.0,
-        d_max: float = 5.0,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        momentum: float,
+        eps: float,
+        warmup_steps: int,
+        r_max: float,
+        d_max: float,
     ):
         super().__init__()
-        self.ensemble = CriticEnsemble(input_dim, ensemble_size, hidden_sizes, activation)
+        # the weights only: the renormalization layers below stand where dropout and LayerNorm would
+        self.ensemble = CriticEnsemble(
+            input_dim, ensemble_size, hidden_sizes=hidden_sizes, activation=activation, dropout=0.0, layer_norm=False
+        )
         self.ensemble_size = self.ensemble.ensemble_size
         renorm = renorm_factory(momentum, eps, warmup_steps, r_max, d_max)
         self.norms = nn.ModuleList(renorm(size, ensemble_size) for size in [input_dim, *hidden_sizes])

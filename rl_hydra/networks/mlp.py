@@ -31,7 +31,7 @@ def mlp(
     in_dim: int,
     out_dim: int | None,
     hidden_sizes: Sequence[int],
-    activation: str = "relu",
+    activation: str,
     *,
     layer_norm: bool = False,
     dropout: float = 0.0,
@@ -62,7 +62,7 @@ def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes
         log.info("%s=[]: a linear network (no hidden layer)", key)
 
 
-def linear_layer(noisy: bool = False, noisy_sigma0: float = 0.5, bias: bool = True) -> Callable[[int, int], nn.Module]:
+def linear_layer(noisy: bool, noisy_sigma0: float, bias: bool = True) -> Callable[[int, int], nn.Module]:
     """What builds a network's Linear layers: nn.Linear (without its bias where `bias` is false),
     or NoisyLinear with sigma0 = `noisy_sigma0`."""
     if noisy:  # always with its noisy bias (the schema refuses bias=false beside noisy=true)
@@ -75,13 +75,13 @@ def action_value_mlp(
     num_actions: int,
     outputs_per_action: int,
     hidden_sizes: Sequence[int],
-    activation: str = "relu",
+    activation: str,
     *,
-    layer_norm: bool = False,
-    dropout: float = 0.0,
-    dueling: bool = False,
-    noisy: bool = False,
-    noisy_sigma0: float = 0.5,
+    layer_norm: bool,
+    dropout: float,
+    dueling: bool,
+    noisy: bool,
+    noisy_sigma0: float,
     bias: bool = True,
 ) -> nn.Sequential:
     """An MLP (..., in_dim) -> (..., num_actions * K) for K = `outputs_per_action` values per
@@ -146,16 +146,17 @@ class QNetwork(nn.Module):
         self,
         observation: int | gym.Space,
         num_actions: int,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
-        layer_norm: bool = False,
-        dropout: float = 0.0,
-        dueling: bool = False,
-        noisy: bool = False,
-        noisy_sigma0: float = 0.5,
-        encoder: str = "auto",
-        discrete_embedding: int | None = None,
-        bias: bool = True,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        layer_norm: bool,
+        dropout: float,
+        dueling: bool,
+        noisy: bool,
+        noisy_sigma0: float,
+        encoder: str,
+        discrete_embedding: int | None,
+        bias: bool,
     ):
         super().__init__()
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
@@ -190,15 +191,16 @@ class PerActionNetwork(nn.Module):
         observation: int | gym.Space,
         num_actions: int,
         values_per_action: int,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
-        layer_norm: bool = False,
-        dropout: float = 0.0,
-        dueling: bool = False,
-        noisy: bool = False,
-        noisy_sigma0: float = 0.5,
-        encoder: str = "auto",
-        discrete_embedding: int | None = None,
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        layer_norm: bool,
+        dropout: float,
+        dueling: bool,
+        noisy: bool,
+        noisy_sigma0: float,
+        encoder: str,
+        discrete_embedding: int | None,
     ):
         super().__init__()
         self.num_actions, self.values_per_action = num_actions, values_per_action

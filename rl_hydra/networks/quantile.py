@@ -22,8 +22,8 @@ class QuantileNetwork(PerActionNetwork):
     `noisy`: every Linear is a NoisyLinear. The other options are QNetwork's (networks/mlp.py).
     """
 
-    def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int, *args, **options):
-        super().__init__(observation, num_actions, num_quantiles, *args, **options)
+    def __init__(self, observation: int | gym.Space, num_actions: int, num_quantiles: int, **keys):
+        super().__init__(observation, num_actions, num_quantiles, **keys)
         self.num_quantiles = num_quantiles
 
 
@@ -53,15 +53,16 @@ class ImplicitQuantileNetwork(nn.Module):
         self,
         observation: int | gym.Space,
         num_actions: int,
-        embedding_dim: int = 64,
-        hidden_sizes: Sequence[int] = (256,),
-        head_hidden_sizes: Sequence[int] = (256,),
-        activation: str = "relu",
-        dueling: bool = False,
-        noisy: bool = False,
-        noisy_sigma0: float = 0.5,
-        encoder: str = "auto",
-        discrete_embedding: int | None = None,
+        *,
+        embedding_dim: int,
+        hidden_sizes: Sequence[int],
+        head_hidden_sizes: Sequence[int],
+        activation: str,
+        dueling: bool,
+        noisy: bool,
+        noisy_sigma0: float,
+        encoder: str,
+        discrete_embedding: int | None,
     ):
         super().__init__()
         self.embedding_dim = embedding_dim
@@ -76,6 +77,8 @@ class ImplicitQuantileNetwork(nn.Module):
             1,
             head_hidden_sizes,
             activation,
+            layer_norm=False,
+            dropout=0.0,
             dueling=dueling,
             noisy=noisy,
             noisy_sigma0=noisy_sigma0,

@@ -28,13 +28,14 @@ class RecurrentQNetwork(nn.Module):
         self,
         observation: int | gym.Space,
         num_actions: int,
-        encoder_sizes: Sequence[int] = (64,),
-        lstm_size: int = 64,
-        head_sizes: Sequence[int] = (),
-        activation: str = "relu",
-        encoder: str = "auto",
-        discrete_embedding: int | None = None,
-        cell: str = "lstm",
+        *,
+        encoder_sizes: Sequence[int],
+        lstm_size: int,
+        head_sizes: Sequence[int],
+        activation: str,
+        encoder: str,
+        discrete_embedding: int | None,
+        cell: str,
     ):
         super().__init__()
         self.lstm_size = lstm_size

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from rl_hydra.schema import ALL_SCHEMAS, schema_for
 from rl_hydra.schema.keys import fields
-from tests.config.test_config import python_defaults
 from tests.conftest import CONF_DIR, compose_config
 
 PACKAGE = Path(__file__).resolve().parents[2] / "rl_hydra"
@@ -29,6 +28,24 @@ CONTINUOUS = ("redq", "sac", "tqc", "td3", "crossq", "droq")
 
 def declared(schema: type) -> set[str]:
     return {field.name for field in dataclasses.fields(schema)}
+
+
+def python_defaults(target: type) -> dict:
+    """The keyword defaults of a class's constructor, its parents' included (subclasses pass **kwargs on)."""
+    import inspect
+
+    found = {}
+    for klass in reversed(target.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            found.update(
+                {
+                    name: p.default
+                    for name, p in inspect.signature(init).parameters.items()
+                    if p.default is not inspect.Parameter.empty
+                }
+            )
+    return found
 
 
 def constructor_declarations(group_prefix: str) -> collections.Counter:
@@ -50,10 +67,7 @@ def constructor_declarations(group_prefix: str) -> collections.Counter:
     "package",
     [
         "rl_hydra.algos",
-        pytest.param(
-            "rl_hydra.networks",
-            marks=pytest.mark.xfail(strict=True, reason="network constructors still keep defaults (issue #67 item 2)"),
-        ),
+        "rl_hydra.networks",
         "rl_hydra.buffers",
     ],
 )
