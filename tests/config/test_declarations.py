@@ -116,15 +116,7 @@ COMMENTED = re.compile(r"^\s*(\w+):[^#]*#\s*(.+)$")
 CONF_PARTS = sorted({path.relative_to(CONF_DIR).parts[0] for path in CONF_DIR.rglob("*.yaml")})
 
 
-@pytest.mark.parametrize(
-    "part",
-    [
-        pytest.param(part, marks=pytest.mark.xfail(strict=True, reason="its comments are still to trim"))
-        if part == "distributed"
-        else part
-        for part in CONF_PARTS
-    ],
-)
+@pytest.mark.parametrize("part", CONF_PARTS)
 def test_no_yaml_comment_repeats_its_keys_help(part):
     """A YAML file sets values; a comment says why a file picks its value, not what the key means."""
     known, repeated = helps(), []
