@@ -346,6 +346,18 @@ def test_the_config_files_build_their_network_with_every_option(name, sizes):
     assert has_noisy_layers(net) and any(isinstance(m, DuelingHead) for m in net.modules())
 
 
+@pytest.mark.parametrize("name, sizes", [("dqn", (A,)), ("qr_dqn", (A, N)), ("iqn", (A,)), ("rainbow", (A, N))])
+def test_a_network_built_by_hand_from_network_keys_is_the_one_the_config_builds(name, sizes):
+    """The constructors keep no defaults: a test's hand-built network takes the composed values."""
+    node = compose_config(f"network={name}", "~algo_env").network
+    torch.manual_seed(0)
+    from_config = instantiate(node)(OBS_DIM, *sizes)
+    torch.manual_seed(0)
+    by_hand = type(from_config)(OBS_DIM, *sizes, **network_keys(name))
+    assert all(torch.equal(a, b) for a, b in zip(from_config.state_dict().values(), by_hand.state_dict().values()))
+    assert list(from_config.state_dict()) == list(by_hand.state_dict())
+
+
 def test_noisy_layers_give_the_same_outputs_for_a_few_rows_and_for_a_batch():
     """A few rows (acting) take the factorised product, a batch builds the noisy weight: same values."""
     layer = NoisyLinear(32, 8)
