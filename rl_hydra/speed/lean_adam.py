@@ -54,6 +54,15 @@ class LeanAdam(torch.optim.Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **kwargs)
         self.allocate_moments = allocate_moments or plain_zeros_like
 
+    # torch's __getstate__ keeps defaults, state and param_groups only: a copy or an unpickled
+    # optimizer needs its allocator too
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "allocate_moments": self.allocate_moments}
+
+    def __setstate__(self, state: dict) -> None:
+        self.allocate_moments = state.pop("allocate_moments", plain_zeros_like)
+        super().__setstate__(state)
+
     # torch wraps these (and its step) in a lazy torch._dynamo.disable whose first call imports
     # torch._dynamo, seconds of every training process. The optimizer is never traced
     # (compile=true compiles losses only), so it keeps the plain functions underneath.

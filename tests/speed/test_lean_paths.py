@@ -72,6 +72,18 @@ def test_the_speed_layer_builds_the_configs_torch_adam_as_lean_adam_with_the_sam
         assert torch.equal(p, q)
 
 
+def test_a_copied_lean_adam_steps_like_the_original():
+    from rl_hydra import speed
+
+    net = make_net()
+    original = speed.optimizer(functools.partial(torch.optim.Adam, lr=1e-2, fused=True), net.parameters())
+    twin_net, twin = copy.deepcopy((net, original))  # before its first step: the moments are not allocated yet
+    train(net, original, 5)
+    train(twin_net, twin, 5)  # torch's __getstate__ alone dropped the moment allocator: AttributeError
+    for p, q in zip(net.parameters(), twin_net.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_lean_adam_state_dict_loads_into_torch_adam_and_back():
     ours, theirs = make_net(), make_net()
     lean = LeanAdam(ours.parameters(), lr=1e-2)
