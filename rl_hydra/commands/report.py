@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.commands.run import load_run
-from rl_hydra.config import ConfigError, resolve_device
+from rl_hydra.config import ConfigError, integral, resolve_device
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,
@@ -77,6 +77,11 @@ def check_keys(argv: list[str], allowed: list[str]) -> None:
 def parse_args(argv: list[str], defaults: Path) -> DictConfig:
     """The evaluate config, every value checked before anything is read or written."""
     check_keys(argv, [name for name, _, _ in fields(EvaluateKeys)])
+    # episodes=1e3 is 1000, as a run's integer keys read it (config.integral_overrides)
+    integers = {name for name, rule, _ in fields(EvaluateKeys) if rule is not None and rule.kind == "integer"}
+    argv = [
+        f"{key}={integral(value)}" if key in integers else arg for arg in argv for key, _, value in [arg.partition("=")]
+    ]
     try:  # onto the schema, as a run's groups are: a wrong type is refused here
         cfg = OmegaConf.merge(OmegaConf.structured(EvaluateKeys), OmegaConf.load(defaults))
         assert isinstance(cfg, DictConfig)  # the schema is a mapping
