@@ -15,8 +15,7 @@ import torch
 from hydra.utils import get_class, instantiate
 
 from rl_hydra.config import ConfigError
-from rl_hydra.training import agent_node
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
+from tests.algos.continuous import ACTION_SPACE, OBS_SPACE, agent_from, random_batch
 from tests.conftest import algo_keys, compose_config
 
 TINY_NETS = ["network.actor.hidden_sizes=[8,8]", "network.critic.hidden_sizes=[8,8]"]
@@ -68,16 +67,7 @@ GOLDEN = {
 
 def build(case: str):
     cfg = compose_config(*CASES[case], "env=pendulum", "~algo_env", *TINY_NETS)
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=ACTION_SPACE,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    return agent_from(cfg)
 
 
 @torch.no_grad()

@@ -11,50 +11,22 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from rl_hydra.algos.crossq import CrossQ
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
 from rl_hydra.networks.crossq import BatchRenormActor, BatchRenormCriticEnsemble
-from rl_hydra.training import agent_node, build_components
+from rl_hydra.training import build_components
+from tests.algos.continuous import ACTION_SPACE, agent_from, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
 
-OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
-ACTION_SPACE = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([1.0, 0.5], np.float32))
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[32,32]"]
 EPS = 0.001
 
 
 def make_agent(*overrides: str) -> CrossQ:
     cfg = compose_config("algo=crossq", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=ACTION_SPACE,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
-
-
-def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    low, high = torch.as_tensor(ACTION_SPACE.low), torch.as_tensor(ACTION_SPACE.high)
-    return Batch(
-        obs=torch.randn(batch_size, 3, generator=g),
-        actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
-        rewards=torch.randn(batch_size, generator=g),
-        next_obs=torch.randn(batch_size, 3, generator=g),
-        terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
-        truncated=torch.zeros(batch_size),
-        discounts=torch.full((batch_size,), 0.99),
-        weights=torch.ones(batch_size),
-        indices=torch.arange(batch_size),
-    )
+    return agent_from(cfg)
 
 
 # --- batch renormalization against numpy -------------------------------------------------------
@@ -386,15 +358,7 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
         "algo.policy_delay=3",
         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")),
     )
-    agent = instantiate(
-        agent_node(cfg),
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    agent = agent_from(cfg, env.observation_space, env.action_space)
     copy_squashed_gaussian_actor(agent.actor, peer.actor)  # the normalization layers start alike
     critics = [(agent.critic.ensemble, peer.critic)]  # no target critics
     copy_critics(critics)

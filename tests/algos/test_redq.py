@@ -11,49 +11,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from rl_hydra.algos.redq import REDQ, sample_subset
-from rl_hydra.buffers.replay import Batch
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor, squashed_gaussian_log_prob
-from rl_hydra.training import agent_node
+from tests.algos.continuous import ACTION_SPACE, OBS_SPACE, SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
-
-OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
-# asymmetric bounds, so a missed rescaling shows
-ACTION_SPACE = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([1.0, 0.5], np.float32))
-SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
 
 
 def make_agent(*overrides: str, action_space: gym.Space = ACTION_SPACE) -> REDQ:
     cfg = compose_config("algo=redq", "env=pendulum", *SMALL_NET, *overrides)
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=action_space,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
-
-
-def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    low, high = torch.as_tensor(ACTION_SPACE.low), torch.as_tensor(ACTION_SPACE.high)
-    return Batch(
-        obs=torch.randn(batch_size, 3, generator=g),
-        actions=low + (high - low) * torch.rand(batch_size, 2, generator=g),
-        rewards=torch.randn(batch_size, generator=g),
-        next_obs=torch.randn(batch_size, 3, generator=g),
-        terminated=(torch.rand(batch_size, generator=g) < 0.2).float(),
-        truncated=torch.zeros(batch_size),
-        discounts=torch.full((batch_size,), 0.99),
-        weights=torch.ones(batch_size),
-        indices=torch.arange(batch_size),
-    )
+    return agent_from(cfg, OBS_SPACE, action_space)
 
 
 # --- pure functions -------------------------------------------------------------------

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from rl_hydra.algos.redq import REDQ, actor_q_value
 from rl_hydra.config import ConfigError
-from rl_hydra.training import agent_node
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, SMALL_NET, random_batch
+from tests.algos.continuous import SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, run_training
 
 
 def make(algo: str, *overrides: str):
     cfg = compose_config(f"algo={algo}", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=ACTION_SPACE,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    return agent_from(cfg)
 
 
 def test_sac_config_is_redq_with_two_critics_one_update_and_the_min_for_the_actor():

@@ -7,14 +7,12 @@ import copy
 import numpy as np
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from rl_hydra import load_run, train
 from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target_action
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
-from rl_hydra.training import agent_node
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
+from tests.algos.continuous import ACTION_SPACE, SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, metric_rows, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
@@ -26,21 +24,10 @@ from tests.peer_updates import (
     serve,
 )
 
-SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
-
 
 def make_agent(*overrides: str) -> TD3:
     cfg = compose_config("algo=td3", "env=pendulum", "~algo_env", *SMALL_NET, *overrides)
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=ACTION_SPACE,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    return agent_from(cfg)
 
 
 def snapshot(agent: TD3) -> dict[str, dict[str, torch.Tensor]]:
@@ -282,15 +269,7 @@ def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
         "algo.actor_optimizer.lr=1e-3",
         "algo.critic_optimizer.lr=1e-3",
     )
-    agent = instantiate(
-        agent_node(cfg),
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    agent = agent_from(cfg, env.observation_space, env.action_space)
     actors = {"actor": peer.actor.mu, "actor_target": peer.actor_target.mu}
     for name, theirs in actors.items():  # SB3's initial weights into ours: its two critics are our ensemble's members
         copy_layers(getattr(agent, name), theirs)

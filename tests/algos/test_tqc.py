@@ -7,15 +7,13 @@ import copy
 import numpy as np
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from rl_hydra import load_run, train
 from rl_hydra.algos.tqc import TQC, truncated_target
 from rl_hydra.config import ConfigError
 from rl_hydra.losses import ensemble_quantile_loss, midpoint_taus
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
-from rl_hydra.training import agent_node
-from tests.algos.test_redq import ACTION_SPACE, OBS_SPACE, random_batch
+from tests.algos.continuous import SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
@@ -26,8 +24,6 @@ from tests.peer_updates import (
     made_up_batches,
     serve,
 )
-
-SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[16,16]"]
 
 
 def make_agent(*overrides: str) -> TQC:
@@ -41,16 +37,7 @@ def make_agent(*overrides: str) -> TQC:
         "algo.top_quantiles_to_drop_per_critic=1",
         *overrides,
     )
-    torch.manual_seed(0)
-    return instantiate(
-        agent_node(cfg),
-        observation_space=OBS_SPACE,
-        action_space=ACTION_SPACE,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    return agent_from(cfg)
 
 
 # --- pure functions, by hand -------------------------------------------------------------
@@ -196,15 +183,7 @@ def test_updates_equal_sb3_contribs_tqc_on_the_same_weights_batches_and_noise(mo
         *SMALL_NET,
         *(f"algo.{part}_optimizer.lr=1e-3" for part in ("actor", "critic", "alpha")),
     )
-    agent = instantiate(
-        agent_node(cfg),
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=1000,
-        seed=0,
-    )
+    agent = agent_from(cfg, env.observation_space, env.action_space)
     copy_squashed_gaussian_actor(agent.actor, peer.actor)
     critics = [(agent.critic, peer.critic), (agent.critic_target, peer.critic_target)]
     copy_critics(critics)
