@@ -32,6 +32,16 @@ def lr_schedule(value):
     return value
 
 
+def keywords(spec: dict) -> dict:
+    """The class's keyword arguments: the spec's, the Zoo's lin_<lr> made a schedule. A learning rate the
+    spec leaves out is the class's own default (CrossQ's 1e-3, TQC's 3e-4, ...), which zoo.SB3_DEFAULTS
+    and zoo.SBX_DEFAULTS hold and our config is checked against."""
+    kwargs = dict(spec["kwargs"])
+    if "learning_rate" in kwargs:
+        kwargs["learning_rate"] = lr_schedule(kwargs["learning_rate"])
+    return kwargs
+
+
 def env_maker(env: dict, seed: int):
     """A function making one gymnasium env: by id; our env group's own (id, kwargs and wrappers of
     the composed config); or SB3's Atari preprocessing set as ours is (a vector env, then)."""
@@ -191,7 +201,7 @@ def run(spec: dict, seed: int, eval_episodes: int, device: str, eval_seed: int) 
     policy_kwargs = dict(spec.get("policy_kwargs") or {})
     if spec.get("extractor") == "minatar_cnn":
         policy_kwargs["features_extractor_class"] = minatar_cnn()
-    kwargs = {**spec["kwargs"], "learning_rate": lr_schedule(spec["kwargs"].get("learning_rate", 3e-4))}
+    kwargs = keywords(spec)
     start = time.perf_counter()
     env = make if "atari" in spec["env"] else DummyVecEnv([lambda: Monitor(make())])
     if spec.get("action_noise"):

@@ -19,7 +19,8 @@ from tests.conftest import ROOT, compose_config
 
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))  # the scripts' folder, as Python puts it first running one
 import benchmark  # noqa: E402
-from zoo import PER_STEP, ZOO, expected_updates, target_update_every  # noqa: E402
+import sb3_peer  # noqa: E402
+from zoo import PER_STEP, ZOO, expected_updates, sb3_spec, target_update_every  # noqa: E402
 
 CARTPOLE = ZOO["dqn_cartpole"].hp
 
@@ -60,6 +61,14 @@ def test_our_cartpole_runs_carry_sb3s_hyperparameters(algo):
     peer = cases[f"{algo}_per_step"].peer
     assert peer["kwargs"]["target_update_interval"] == 10 and peer["policy_kwargs"]["net_arch"] == [256, 256]
     assert ("dqn_solve" in cases) == (algo == "dqn")
+
+
+def test_the_peer_gets_the_specs_learning_rate_or_its_classs_own():
+    spec = sb3_spec(ZOO["crossq_pendulum"], "Pendulum-v1", 20_000)  # the Zoo leaves CrossQ's lr (1e-3) out
+    assert "learning_rate" not in spec["kwargs"] and "learning_rate" not in sb3_peer.keywords(spec)
+    assert sb3_peer.keywords(sb3_spec(ZOO["tqc_pendulum"], "Pendulum-v1", 20_000))["learning_rate"] == 1e-3
+    schedule = sb3_peer.keywords(sb3_spec(ZOO["qr_dqn_lunar_lander"], "LunarLander-v3", 100_000))["learning_rate"]
+    assert (schedule(1.0), schedule(0.5)) == (1.5e-3, 0.75e-3)  # lin_1.5e-3
 
 
 def test_the_sides_alternate_and_an_identical_peer_run_is_shared(tmp_path, monkeypatch):
