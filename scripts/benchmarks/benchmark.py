@@ -5,6 +5,7 @@ hyperparameters: one runner for every comparison.
     python scripts/benchmarks/benchmark.py suite discrete_zoo --seeds 3   # a suite's rows against their Zoo entries
     python scripts/benchmarks/benchmark.py suite continuous --algos tqc td3 --rows tqc_pendulum td3_pendulum
     python scripts/benchmarks/benchmark.py suite continuous --peer sbx --rows sac_pendulum droq_pendulum redq_pendulum
+    python scripts/benchmarks/benchmark.py cartpole --peer sbx --algos dqn   # SBX has no QR-DQN
     python scripts/benchmarks/benchmark.py suite continuous --rows tqc_hopper crossq_hopper --device cuda \
         --seeds 1 --steps 14001 --window 12000 14000   # steps/s on a GPU, after both sides' warm-up
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
@@ -28,9 +29,9 @@ share one --out may run at once on different rows or --only-seeds (a core each),
 then makes the whole record from what they left. Before anything runs, each case's composed config
 is checked against its SB3 hyperparameters key by key (scripts/benchmarks/zoo.py).
 
---peer sbx sets SBX (JAX, CPU) beside ours where zoo.SBX has the row: each peer run on one core
-(XLA_FLAGS below, torch one thread), its JAX compile seconds reported apart from (and included in) its
-wall time. A row named in --rows that the peer lacks runs ours alone.
+--peer sbx sets SBX (JAX, CPU) beside ours where zoo.SBX has the row (suite rows, cartpole's DQN): each
+peer run on one core (XLA_FLAGS below, torch one thread), its JAX compile seconds reported apart from (and
+included in) its wall time. A row named in --rows that the peer lacks runs ours alone.
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
 <out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
@@ -58,7 +59,7 @@ from pathlib import Path
 from minatar_sb3 import HP
 from minatar_sb3 import our_overrides as minatar_overrides
 from minatar_sb3 import peer_spec as minatar_peer
-from zoo import EVAL_EPISODES, PEER_LABELS, PEERS, ZOO, expected_config, mismatches, overrides, per_step, sb3_spec
+from zoo import EVAL_EPISODES, PEER_LABELS, PEERS, expected_config, mismatches, overrides, per_step, sb3_spec
 
 from rl_hydra.runs.aggregate import interquartile_mean, median_interval
 from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
@@ -106,9 +107,19 @@ def budget(steps: int) -> list[str]:
 
 
 def cartpole_cases(args) -> list[Case]:
+    from rl_hydra.config import ConfigError
+
+    table, name = PEERS[args.peer], PEER_NAMES[args.peer]
+    lacking = [algo for algo in args.algos if f"{algo}_cartpole" not in table]
+    if lacking:
+        allowed = [algo for algo in ("dqn", "qr_dqn") if f"{algo}_cartpole" in table]
+        raise ConfigError(
+            f"--algos {' '.join(lacking)}: {name} has no CartPole run of it; "
+            f"with --peer {args.peer} choose among: {', '.join(allowed)}"
+        )
     cases = []
     for algo in args.algos:
-        for regime, zoo in (("zoo", ZOO[f"{algo}_cartpole"]), ("per_step", per_step(ZOO[f"{algo}_cartpole"]))):
+        for regime, zoo in (("zoo", table[f"{algo}_cartpole"]), ("per_step", per_step(table[f"{algo}_cartpole"]))):
             steps = args.steps or zoo.steps
             cases.append(
                 Case(
@@ -120,14 +131,14 @@ def cartpole_cases(args) -> list[Case]:
                     zoo,
                 )
             )
-    if "dqn" in args.algos:  # our preset stops at the first evaluation averaging 500; SB3 runs its zoo budget
-        steps = args.steps or ZOO["dqn_cartpole"].steps
+    if "dqn" in args.algos:  # our preset stops at the first evaluation averaging 500; the peer runs its zoo budget
+        steps = args.steps or table["dqn_cartpole"].steps
         cases.append(
             Case(
                 "dqn_solve",
-                "time to solve: our DQN preset against SB3's zoo run",
+                f"time to solve: our DQN preset against {name}'s zoo run",
                 ["algo=dqn", "env=cartpole", f"train.total_steps={steps}"],
-                sb3_spec(ZOO["dqn_cartpole"], "CartPole-v1", steps),
+                sb3_spec(table["dqn_cartpole"], "CartPole-v1", steps),
                 steps,
             )
         )
@@ -639,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--peer",
         default="sb3",
         choices=tuple(PEER_NAMES),
-        help="suite: the peer side, SB3 / sb3-contrib or SBX (JAX; zoo.SBX's rows)",
+        help="suite and cartpole: the peer side, SB3 / sb3-contrib or SBX (JAX; zoo.SBX's rows: no QR-DQN)",
     )
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
     parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
@@ -680,7 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """The options whose default depends on the set, filled in."""
-    args.algos = args.algos or {"cartpole": ["dqn", "qr_dqn"], "minatar": ["dqn"], "atari": ["dqn"]}.get(args.set, [])
+    cartpole = [algo for algo in ("dqn", "qr_dqn") if f"{algo}_cartpole" in PEERS[args.peer]]  # the peer's
+    args.algos = args.algos or {"cartpole": cartpole, "minatar": ["dqn"], "atari": ["dqn"]}.get(args.set, [])
     args.learning_starts = args.learning_starts or (HP["warmup"] if args.set == "minatar" else 1000)
     args.out = args.out or ROOT / "outputs" / "benchmarks" / (args.name or args.set)
     args.notices = []  # lines for stderr once the command is not refused
@@ -696,8 +708,8 @@ def main(argv: list[str] | None = None) -> None:
     args = with_defaults(parser.parse_args(argv))
     if args.set == "suite" and not args.name:
         parser.error("suite needs a suite's name, e.g. discrete_zoo")
-    if args.peer != "sb3" and args.set != "suite":
-        parser.error(f"--peer {args.peer}: only suite rows have its settings (scripts/benchmarks/zoo.py)")
+    if args.peer != "sb3" and args.set not in ("suite", "cartpole"):
+        parser.error(f"--peer {args.peer}: only suite and cartpole rows have its settings (scripts/benchmarks/zoo.py)")
     from rl_hydra.config import ConfigError
 
     try:

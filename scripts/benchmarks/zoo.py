@@ -1,8 +1,9 @@
 """RL Baselines3 Zoo's hyperparameters in SB3's own names, and their translation to our config keys.
 
 Two peers take them: Stable-Baselines3 / sb3-contrib (`ZOO`) and SBX, SB3's port to JAX (`SBX`), whose
-classes take SB3's keywords (and defaults, checked in tests/cli/test_suite_sb3.py) plus DroQ's
-dropout_rate and layer_norm. SBX's DroQ is its SAC so configured (algo "droq" below).
+classes take SB3's keywords (and defaults but where SBX_DEFAULTS and SBX_POLICY say, checked in
+tests/cli/test_suite_sb3.py) plus DroQ's dropout_rate and layer_norm. SBX's DroQ is its SAC so configured
+(algo "droq" below); its DQN, TD3, TQC and CrossQ rows are the Zoo's entries run by SBX's classes.
 
 `expected_config(zoo)` says which value of our composed config gives SB3's run (a key not
 named there is not compared); `mismatches(cfg, zoo)` names every key where a composed config
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 EVAL_EPISODES = 10  # the final evaluation of both sides
 DQN_FAMILY = ("dqn", "qr_dqn")
@@ -202,16 +203,76 @@ SBX = {
         peer="sbx",
     ),
 }
+SBX_NAMES = {"dqn": "DQN", "td3": "TD3", "tqc": "TQC", "crossq": "CrossQ"}
+
+
+def sbx(name: str) -> Zoo:
+    """ZOO[name]'s run (its values, budget and notes) by SBX's class of the same algorithm."""
+    zoo = ZOO[name]
+    return replace(zoo, hp=dict(zoo.hp), source=f"SBX {SBX_NAMES[zoo.algo]}, {zoo.source}", peer="sbx")
+
+
+SBX.update({name: sbx(name) for name in ("dqn_cartpole", "td3_pendulum", "tqc_pendulum", "crossq_pendulum")})
 PEERS = {"sb3": ZOO, "sbx": SBX}
 PEER_LABELS = {"sb3": "SB3", "sbx": "SBX"}
 # where SBX 0.28's defaults are not SB3's (tests/cli/test_suite_sb3.py checks both against the installed classes):
-# its DQN has no gradient clipping (max_grad_norm is commented out of its signature), its TD3 lr is 3e-4
-SBX_DEFAULTS = {"dqn": dict(max_grad_norm=None), "td3": dict(learning_rate=3e-4)}
+# its DQN has no gradient clipping (max_grad_norm is commented out of its signature) and syncs its target
+# every 1,000 env steps (SB3: 10,000), its TD3's lr is 3e-4 (SB3: 1e-3)
+SBX_DEFAULTS = {"dqn": dict(max_grad_norm=None, target_update_interval=1000), "td3": dict(learning_rate=3e-4)}
+# SBX 0.28's policies' defaults where they are not SB3's (TD3_POLICY, TQC_POLICY, CROSSQ_POLICY below):
+# TD3's networks are 2x256 (SB3: 400x300); TQC's log_std_init is 0 (only gSDE reads it, which SBX does not
+# implement); CrossQ's batch_norm_momentum is in flax's sense, the old running statistics' weight: its 0.99
+# is torch's (and our) 0.01; its eps (0.001) and r_max, d_max (3, 5) are fixed in its BatchRenorm, its Adam's
+# beta1 0.5 (the actor's and critics'; the temperature's torch's 0.9). tests/cli/test_suite_sb3.py reads them
+# off the installed policies. Its DQN's MLP is two layers of net_arch[0] units whatever net_arch says.
+SBX_POLICY = {
+    "td3": dict(net_arch=[256, 256], n_critics=2),
+    "tqc": dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=0.0),
+    "crossq": dict(
+        net_arch={"pi": [256, 256], "qf": [1024, 1024]},
+        batch_norm_momentum=0.99,
+        batch_norm_eps=0.001,
+        renorm_warmup_steps=100_000,
+        log_std_init=-3,
+        use_expln=False,
+        n_critics=2,
+    ),
+}
+# what SBX's algorithm does otherwise than ours, and no keyword of its sets: said in its rows' notes
+SBX_ALGO_NOTES = {
+    "td3": [
+        "SBX's TD3 moves its target actor and critics after every critic update; ours (as SB3 and the paper) "
+        "at each delayed actor update",
+        "SBX's TD3 actor ascends the min of its two critics; ours (as SB3 and the paper) the first critic",
+        "SBX's TD3 halves its critics' summed squared error, ours (as SB3) does not: Adam's step is the same "
+        "up to its eps",
+    ],
+    "crossq": [
+        "SBX's CrossQ halves its critics' summed squared error (as sb3-contrib), ours does not: Adam's step is "
+        "the same up to its eps",
+        "after the renormalization's warm-up (100,000 training passes; beyond a 20k-step run) SBX's "
+        "BatchRenorm places eps otherwise than ours in the corrected normalization (the same as eps -> 0)",
+    ],
+}
 
 # SB3 2.9.2's defaults for what the Zoo leaves out (tests/cli/test_suite_sb3.py checks them against the
 # installed classes); SB3's Adam has torch's defaults, sb3-contrib's QR-DQN eps 0.01 / batch
 SB3_DEFAULTS = {
-    "dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=10),
+    "dqn": dict(
+        learning_rate=1e-4,
+        buffer_size=1_000_000,
+        learning_starts=100,
+        batch_size=32,
+        tau=1.0,
+        gamma=0.99,
+        train_freq=4,
+        gradient_steps=1,
+        target_update_interval=10_000,
+        exploration_fraction=0.1,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.05,
+        max_grad_norm=10,
+    ),
     "qr_dqn": dict(tau=1.0, exploration_initial_eps=1.0, max_grad_norm=None),
     "sac": dict(
         learning_rate=3e-4,
@@ -300,8 +361,10 @@ NOISE_KEYS = ("noise_type", "noise_std")  # the Zoo's; SB3 takes an action_noise
 
 
 def per_step(zoo: Zoo, steps: int = 20_000) -> Zoo:
-    """The same run with one update of batch 128 after every env step."""
-    return Zoo(zoo.algo, {**zoo.hp, **PER_STEP}, steps, zoo.source + ", one update of batch 128 per step")
+    """The same run (the same peer) with one update of batch 128 after every env step."""
+    return replace(
+        zoo, hp={**zoo.hp, **PER_STEP}, steps=steps, source=zoo.source + ", one update of batch 128 per step"
+    )
 
 
 def target_update_every(hp: dict, exact: bool = True) -> int:
@@ -349,8 +412,11 @@ def adam(prefix: str, lr, eps: float) -> tuple[dict, float]:
 def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     """Our config keys and the values that give SB3's run, and notes on what is not exact."""
     algo = "sac" if zoo.algo == "droq" else zoo.algo
-    hp = {**SB3_DEFAULTS[algo], **(SBX_DEFAULTS.get(algo, {}) if zoo.peer == "sbx" else {}), **zoo.hp}
-    notes = list(zoo.notes) + (SBX_NOTES if zoo.peer == "sbx" else [])
+    on_sbx = zoo.peer == "sbx"
+    hp = {**SB3_DEFAULTS[algo], **(SBX_DEFAULTS.get(algo, {}) if on_sbx else {}), **zoo.hp}
+    notes = list(zoo.notes) + (SBX_NOTES + SBX_ALGO_NOTES.get(algo, []) if on_sbx else [])
+    if on_sbx and hp.get("use_sde"):
+        raise ValueError(f"{algo}: SBX's actors have no gSDE (use_sde is accepted and ignored)")
     gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: one per step
     common = {
         "env.num_envs": 1,
@@ -377,6 +443,11 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         optimizer, final = adam(
             "algo.optimizer", hp["learning_rate"], 0.01 / hp["batch_size"] if zoo.algo == "qr_dqn" else ADAM["eps"]
         )
+        if on_sbx and final != 1.0:
+            raise ValueError("DQN: SBX's keeps its first learning rate throughout (no schedule reaches its optax Adam)")
+        arch = hp["net_arch"]
+        if on_sbx and (len(arch) != 2 or arch[0] != arch[1]):
+            raise ValueError(f"DQN: SBX's MLP is two layers of net_arch[0] units, not net_arch={arch}")
         expected = {
             **common,
             **optimizer,
@@ -405,8 +476,13 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
             )
         return expected, notes
     if zoo.algo == "crossq":
-        return crossq_expected({key: v for key, v in common.items() if key != "algo.tau"}, hp), notes
+        defaults = sbx_crossq_policy() if on_sbx else CROSSQ_POLICY
+        return crossq_expected({key: v for key, v in common.items() if key != "algo.tau"}, hp, defaults), notes
     if zoo.algo == "tqc":
+        if on_sbx:  # one loss and one Adam per critic, the temperature after the actor: as ours
+            if hp.get("n_critics", SBX_POLICY["tqc"]["n_critics"]) != 2:
+                raise ValueError("TQC: SBX's builds two critics whatever n_critics says")
+            return tqc_expected(common, hp, SBX_POLICY["tqc"]), notes
         return tqc_expected(common, hp), notes + [
             "critic loss: sb3-contrib averages the critics' quantile losses, ours sums them (the paper's one "
             "loss per critic); Adam's step is the same up to its eps",
@@ -414,8 +490,10 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
         ]
     if zoo.algo == "td3":
         if hp.get("noise_type") == "ornstein-uhlenbeck":
-            notes.append("SB3 restarts the Ornstein-Uhlenbeck noise at each episode's end; ours runs on")
-        return td3_expected(common, hp), notes
+            notes.append(
+                f"{PEER_LABELS[zoo.peer]} restarts the Ornstein-Uhlenbeck noise at each episode's end; ours runs on"
+            )
+        return td3_expected(common, hp, SBX_POLICY["td3"] if on_sbx else TD3_POLICY), notes
     if hp["target_update_interval"] != 1:
         raise ValueError("SAC: only target_update_interval=1 has a counterpart here")
     ent = hp["ent_coef"]
@@ -458,10 +536,16 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     return expected, notes
 
 
-def crossq_expected(common: dict, hp: dict) -> dict:
-    """sb3-contrib's CrossQ in our keys: no target networks, Adam with beta1 0.5 for the actor and
+def sbx_crossq_policy() -> dict:
+    """SBX's CrossQ policy defaults as CROSSQ_POLICY says them: the running statistics' rate in torch's sense."""
+    momentum = round(1.0 - SBX_POLICY["crossq"]["batch_norm_momentum"], 12)  # 0.01, not 0.010000000000000009
+    return {**SBX_POLICY["crossq"], "batch_norm_momentum": momentum}
+
+
+def crossq_expected(common: dict, hp: dict, defaults: dict = CROSSQ_POLICY) -> dict:
+    """sb3-contrib's (or SBX's) CrossQ in our keys: no target networks, Adam with beta1 0.5 for the actor and
     the critics (the temperature's with torch's betas), batch renormalization as its policy's defaults."""
-    policy = {**CROSSQ_POLICY, **{key: hp[key] for key in ("net_arch", "log_std_init", "use_expln") if key in hp}}
+    policy = {**defaults, **{key: hp[key] for key in ("net_arch", "log_std_init", "use_expln") if key in hp}}
     if policy["use_expln"]:
         raise ValueError("CrossQ: use_expln=True has no counterpart here (our gSDE takes exp)")
     arch = policy["net_arch"]
@@ -508,9 +592,9 @@ def crossq_expected(common: dict, hp: dict) -> dict:
     return expected
 
 
-def tqc_expected(common: dict, hp: dict) -> dict:
-    """sb3-contrib's TQC in our keys: SAC's actor and temperature, its critics' quantiles and truncation."""
-    policy = {**TQC_POLICY, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
+def tqc_expected(common: dict, hp: dict, defaults: dict = TQC_POLICY) -> dict:
+    """sb3-contrib's (or SBX's) TQC in our keys: SAC's actor and temperature, its critics' quantiles and truncation."""
+    policy = {**defaults, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
     if hp["target_update_interval"] != 1:
         raise ValueError("TQC: only target_update_interval=1 has a counterpart here")
     ent = hp["ent_coef"]
@@ -550,9 +634,9 @@ def tqc_expected(common: dict, hp: dict) -> dict:
     return expected
 
 
-def td3_expected(common: dict, hp: dict) -> dict:
-    """SB3's TD3 in our keys: twin critics, target smoothing, the delay, and the Zoo's exploration noise."""
-    policy = {**TD3_POLICY, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
+def td3_expected(common: dict, hp: dict, defaults: dict = TD3_POLICY) -> dict:
+    """SB3's (or SBX's) TD3 in our keys: twin critics, target smoothing, the delay, and the Zoo's exploration noise."""
+    policy = {**defaults, **{key: hp[key] for key in POLICY_KEYS if key in hp}}
     if policy["n_critics"] != 2:
         raise ValueError("TD3: only n_critics=2 (clipped double Q) has a counterpart here")
     kind = NOISE_KINDS[hp.get("noise_type", "normal")]

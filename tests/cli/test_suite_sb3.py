@@ -8,6 +8,7 @@ import inspect
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -32,10 +33,54 @@ def test_every_sb3_row_runs_its_sb3_hyperparameters(name):
     assert zoo.mismatches(compose_config(*SB3_ROWS[name].train_overrides()), zoo.ZOO[name]) == []
 
 
-@pytest.mark.parametrize("name", sorted(zoo.SBX))
+@pytest.mark.parametrize("name", sorted(name for name in zoo.SBX if name in SB3_ROWS))
 def test_every_sbx_row_runs_its_sbx_hyperparameters(name):
     assert zoo.SBX[name].peer == "sbx"
     assert zoo.mismatches(compose_config(*SB3_ROWS[name].train_overrides()), zoo.SBX[name]) == []
+
+
+def test_sbx_runs_the_zoos_td3_tqc_and_crossq_pendulum_rows_and_names_what_it_does_otherwise(tmp_path):
+    # the suite rows SBX has; its CartPole DQN (no suite row) is tests/speed/test_benchmark.py's
+    assert set(zoo.SBX) - set(SB3_ROWS) == {"dqn_cartpole"}
+    rows = ("crossq_pendulum", "tqc_pendulum", "td3_pendulum")  # the suite's order
+    args = benchmark.with_defaults(
+        benchmark.build_parser().parse_args(["suite", "continuous", "--peer", "sbx", "--rows", *rows])
+    )
+    args.out = tmp_path
+    cases = benchmark.suite_cases(args)
+    assert [case.id for case in cases] == list(rows) and args.notices == [] and benchmark.check(cases) == []
+    for case in cases:  # the Zoo's values, SBX's class
+        assert case.zoo.peer == case.peer["lib"] == "sbx" and case.zoo.hp == zoo.ZOO[case.id].hp, case.id
+        assert case.peer["kwargs"] == zoo.sb3_spec(zoo.ZOO[case.id], "Pendulum-v1", 20_000)["kwargs"], case.id
+        assert case.peer["curve"] == {"every": 2000, "episodes": 10}, case.id
+    crossq, tqc, td3 = (zoo.expected_config(zoo.SBX[name]) for name in rows)
+    assert any("after every critic update" in note for note in td3[1])  # what no keyword of SBX's sets
+    assert any("min of its two critics" in note for note in td3[1])
+    assert tqc[1] == zoo.SBX_NOTES  # one loss and Adam per critic, the temperature after the actor: as ours
+    assert crossq[0]["network.critic.momentum"] == 0.01  # flax's 0.99
+    assert (crossq[0]["network.critic.hidden_sizes"], crossq[0]["algo.policy_delay"]) == ([256, 256], 2)
+    assert crossq[0]["algo.critic_optimizer.lr"] == 1e-3  # CrossQ's default, not another class's
+    # SBX's policy defaults where the Zoo leaves a key out: TD3's 2x256 networks (SB3's: 400x300)
+    without_arch = {key: v for key, v in zoo.ZOO["td3_pendulum"].hp.items() if key != "net_arch"}
+    widths = [
+        zoo.expected_config(replace(table["td3_pendulum"], hp=without_arch))[0]["network.actor.hidden_sizes"]
+        for table in (zoo.SBX, zoo.ZOO)
+    ]
+    assert widths == [[256, 256], [400, 300]]
+    found = zoo.mismatches(
+        compose_config(*SB3_ROWS["crossq_pendulum"].train_overrides(), "network.critic.momentum=0.99"),
+        zoo.SBX["crossq_pendulum"],
+    )
+    assert found == ["network.critic.momentum is 0.99 in our config; SBX's run means 0.01"]
+    found = zoo.mismatches(
+        compose_config(*SB3_ROWS["tqc_pendulum"].train_overrides(), "algo.top_quantiles_to_drop_per_critic=3"),
+        zoo.SBX["tqc_pendulum"],
+    )
+    assert found == ["algo.top_quantiles_to_drop_per_critic is 3 in our config; SBX's run means 2"]
+    with pytest.raises(ValueError, match="no gSDE"):
+        zoo.expected_config(replace(zoo.SBX["tqc_pendulum"], hp={**zoo.ZOO["tqc_pendulum"].hp, "use_sde": True}))
+    with pytest.raises(ValueError, match="two critics"):
+        zoo.expected_config(replace(zoo.SBX["tqc_pendulum"], hp={**zoo.ZOO["tqc_pendulum"].hp, "n_critics": 3}))
 
 
 def test_the_droq_preset_is_sbxs_droq_key_by_key_and_a_changed_key_is_refused(tmp_path, capsys):
@@ -92,8 +137,8 @@ def test_rows_the_peer_lacks_run_ours_alone_when_named_and_sbx_is_suite_only(tmp
     ]
     assert args.notices == ["no SBX counterpart, ours alone: redq_pendulum"] and benchmark.check(cases) == []
     with pytest.raises(SystemExit) as exit_info:
-        benchmark.main(["cartpole", "--peer", "sbx", "--out", str(tmp_path)])
-    assert exit_info.value.code == 2 and "--peer sbx: only suite rows" in capsys.readouterr().err
+        benchmark.main(["minatar", "--peer", "sbx", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and "--peer sbx: only suite and cartpole rows" in capsys.readouterr().err
 
 
 def test_presets_beyond_the_zoo_are_named_and_turned_back_in_the_zoo_suite():
@@ -221,6 +266,58 @@ def test_sbx_defaults_are_sb3s_but_where_named_and_are_the_installed_ones():
     assert "max_grad_norm" not in found["defaults"]["dqn"]
     assert found["log_std_init"] == zoo.SB3_LOG_STD_INIT
     assert "top_quantiles_to_drop_per_net" in found["defaults"]["tqc"]
+    assert found["defaults"]["dqn"]["target_update_interval"] != zoo.SB3_DEFAULTS["dqn"]["target_update_interval"]
+
+
+SBX_POLICIES = """
+import inspect, json
+import gymnasium as gym, jax, jax.numpy as jnp, numpy as np
+from sbx.common.jax_layers import BatchRenorm
+from sbx.crossq.policies import CrossQPolicy
+from sbx.dqn.policies import DQNPolicy
+from sbx.td3.policies import TD3Policy
+from sbx.tqc.policies import TQCPolicy
+
+obs, box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+found = {}
+for algo, cls in (("td3", TD3Policy), ("tqc", TQCPolicy), ("crossq", CrossQPolicy)):
+    policy = cls(obs, box, lambda _: 1e-3)  # net_arch None: the widths its __init__ picks
+    found[algo] = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items() if k != "net_arch"}
+    found[algo]["net_arch"] = {"pi": policy.net_arch_pi, "qf": policy.net_arch_qf}
+    found[algo]["optimizer_kwargs"] = policy.optimizer_kwargs
+stats = BatchRenorm(use_running_average=False).init(jax.random.PRNGKey(0), jnp.ones((4, 2)))["batch_stats"]
+found["batch_renorm"] = {"eps": BatchRenorm.epsilon, "r_max": stats["r_max"], "d_max": stats["d_max"]}
+dqn = DQNPolicy(obs, gym.spaces.Discrete(2), lambda _: 1e-3, net_arch=[64, 32])
+dqn.build(jax.random.PRNGKey(0), lambda _: 1e-3)
+kernels = [layer["kernel"].shape for layer in dqn.qf_state.params["params"].values()]
+found["dqn_widths"] = [shape[1] for shape in kernels[:-1]]
+print(json.dumps(found, default=repr))
+"""
+
+
+def test_sbx_policy_defaults_are_the_installed_ones():
+    # read in a child process: importing JAX leaves absl's log handler on this process's captured stderr
+    if importlib.util.find_spec("sbx") is None:
+        pytest.skip("sbx is not installed (the bench extra)")
+    result = subprocess.run([sys.executable, "-c", SBX_POLICIES], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout)
+    for algo, defaults in zoo.SBX_POLICY.items():
+        arch = defaults["net_arch"]
+        assert found[algo]["net_arch"] == (arch if isinstance(arch, dict) else {"pi": arch, "qf": arch}), algo
+        keywords = {k: v for k, v in defaults.items() if k in found[algo] and k != "net_arch"}
+        assert keywords == {k: found[algo][k] for k in keywords}, algo
+    assert set(zoo.SBX_POLICY["crossq"]) - set(found["crossq"]) == {"batch_norm_eps"}  # its layer's, below
+    assert found["batch_renorm"] == {
+        "eps": zoo.SBX_POLICY["crossq"]["batch_norm_eps"],
+        "r_max": zoo.CROSSQ_R_MAX,
+        "d_max": zoo.CROSSQ_D_MAX,
+    }
+    assert zoo.sbx_crossq_policy()["batch_norm_momentum"] == zoo.CROSSQ_POLICY["batch_norm_momentum"]  # 1 - 0.99
+    # the actor's and critics' Adam: beta1 0.5 (optax's b1), as sb3-contrib's
+    assert found["crossq"]["optimizer_kwargs"] == {"b1": zoo.CROSSQ_BETAS[0]}
+    assert found["td3"]["optimizer_kwargs"] == found["tqc"]["optimizer_kwargs"] == {}
+    assert found["dqn_widths"] == [64, 64]  # net_arch=[64, 32]: two layers of net_arch[0] (zoo.py refuses it)
 
 
 def test_tqc_and_td3_translate_sb3s_defaults_and_name_a_changed_key():

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.conftest import ROOT, compose_config
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))  # the scripts' folder, as Python puts it first running one
 import benchmark  # noqa: E402
 import sb3_peer  # noqa: E402
-from zoo import PER_STEP, ZOO, expected_updates, sb3_spec, target_update_every  # noqa: E402
+from zoo import PER_STEP, SBX, ZOO, expected_config, expected_updates, sb3_spec, target_update_every  # noqa: E402
 
 CARTPOLE = ZOO["dqn_cartpole"].hp
 
@@ -61,6 +62,35 @@ def test_our_cartpole_runs_carry_sb3s_hyperparameters(algo):
     peer = cases[f"{algo}_per_step"].peer
     assert peer["kwargs"]["target_update_interval"] == 10 and peer["policy_kwargs"]["net_arch"] == [256, 256]
     assert ("dqn_solve" in cases) == (algo == "dqn")
+
+
+def test_our_cartpole_dqn_carries_sbxs_hyperparameters_and_qr_dqn_is_refused_for_sbx(tmp_path, capsys):
+    args = parse("cartpole", "--peer", "sbx")
+    assert args.algos == ["dqn"]  # the CartPole runs SBX has
+    cases = {case.id: case for case in benchmark.cartpole_cases(args)}
+    assert list(cases) == ["dqn_zoo", "dqn_per_step", "dqn_solve"] and benchmark.check(list(cases.values())) == []
+    for case in cases.values():  # SBX's DQN on the Zoo's values, in each regime
+        assert case.peer["lib"] == "sbx" and case.peer["algo"] == "dqn", case.id
+    assert cases["dqn_zoo"].peer["kwargs"] == sb3_spec(ZOO["dqn_cartpole"], "CartPole-v1", 50_000)["kwargs"]
+    assert cases["dqn_per_step"].zoo.peer == "sbx" and cases["dqn_per_step"].peer["kwargs"]["train_freq"] == 1
+    assert "SBX's zoo run" in cases["dqn_solve"].label and cases["dqn_solve"].peer == cases["dqn_zoo"].peer
+    cfg = compose_config(*cases["dqn_per_step"].ours, "seed=0")
+    assert cfg.algo.max_grad_norm is None and cfg.algo.loss == "huber"  # SBX's DQN clips no gradient; SB3's at 10
+    assert (cfg.algo.target_update_every, cfg.algo.exploration.end) == (10, 0.04)
+    case = cases["dqn_zoo"]
+    case.ours = [*case.ours, "algo.max_grad_norm=10"]
+    assert benchmark.check([case]) == ["dqn_zoo: algo.max_grad_norm is 10.0 in our config; SBX's run means None"]
+    with pytest.raises(ValueError, match="first learning rate"):  # no schedule reaches SBX's DQN
+        expected_config(replace(SBX["dqn_cartpole"], hp={**ZOO["dqn_cartpole"].hp, "learning_rate": "lin_2.3e-3"}))
+    with pytest.raises(ValueError, match="two layers of net_arch"):
+        expected_config(replace(SBX["dqn_cartpole"], hp={**ZOO["dqn_cartpole"].hp, "net_arch": [256, 128]}))
+    for argv in (["--algos", "dqn", "qr_dqn"], ["--algos", "qr_dqn"]):  # SBX has no QR-DQN: one line, nothing run
+        with pytest.raises(SystemExit) as exit_info:
+            benchmark.main(["cartpole", "--peer", "sbx", *argv, "--out", str(tmp_path)])
+        assert exit_info.value.code == 2 and not any(tmp_path.iterdir())
+        assert capsys.readouterr().err.splitlines() == [
+            "error: --algos qr_dqn: SBX has no CartPole run of it; with --peer sbx choose among: dqn"
+        ]
 
 
 def test_the_peer_gets_the_specs_learning_rate_or_its_classs_own():
