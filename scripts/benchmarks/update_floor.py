@@ -8,7 +8,8 @@ it builds our agent from the composed config, fills its buffer with random trans
 the env's spaces, and times, in rounds that alternate the sides (the order rotating each round):
 
 - ours: `agent.update(batch)` on batches sampled before the clock starts, in the run's process settings
-  (rl_hydra/build.py: one thread, denormals flushed, the speed layer's fast paths);
+  (rl_hydra/build.py: one thread, denormals flushed, the speed layer's fast paths); and, where the agent
+  compiles, the same with `compile=true` (its pure losses torch.compile'd), its compiling seconds apart;
 - the floor: every Linear layer's matmuls the update runs, forward and backward (the gradients of
   the weights and of the layer's input), at the update's shapes, as bare `torch.addmm`/`mm` calls
   (`baddbmm`/`bmm` for the critics' stacked ensembles) on tensors allocated once. Which passes an
@@ -27,6 +28,8 @@ bmm and baddbmm calls in `policy_delay` of our updates (see `matmul_count`).
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import json
 import os
 import platform
@@ -375,6 +378,8 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
     """One row: each side's per-round ms per update, their medians and their ratios to the floor."""
     import torch
 
+    from rl_hydra.build import compile_agent, compiles
+
     case = build_case(preset, extra)
     every, cycle = update_gemms(case.agent)
     gemms = [gemm for gemm in every if gemm.matmul]
@@ -387,6 +392,10 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
             floor_cycle()
 
     blocks, per_block = {"ours": ours_block(case, updates), "floor": floor}, {"ours": updates, "floor": updates}
+    if compiles(case.agent):  # compile=true: the same agent with its pure losses torch.compile'd
+        compiled = dataclasses.replace(case, agent=copy.deepcopy(case.agent))
+        compile_agent(compiled.agent)
+        blocks["compiled"], per_block["compiled"] = ours_block(compiled, updates), updates
     peer_info, missing = {}, []
     for lib in peers:
         if peer_version(lib) is None:
@@ -398,8 +407,11 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
             missing.append(f"{lib}: {type(error).__name__} {error}")
             continue
         per_block[lib] = updates
-    for block in blocks.values():  # warm-up: lazy optimizer state, allocator, caches
+    first_block_s = {}
+    for side, block in blocks.items():  # warm-up: lazy optimizer state, allocator, caches, compiling
+        start = time.perf_counter()
         block()
+        first_block_s[side] = round(time.perf_counter() - start, 2)
     load = [os.getloadavg()[0]]
     ms = interleaved(blocks, per_block, rounds)
     load.append(os.getloadavg()[0])
@@ -425,6 +437,8 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
             if hasattr(case.agent, name)
         },
         "peers": {**peer_info, **{m.split(":")[0]: m for m in missing}},
+        # compile=true's first block of updates, torch.compile's tracing and code generation included
+        "compile_s": first_block_s.get("compiled"),
         "load": [round(v, 2) for v in load],
         "load_before": round(load[0], 2),
         "load_after": round(load[1], 2),
@@ -455,7 +469,7 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             "cores": os.cpu_count(),
             "device": "cpu",
             "torch_threads": 1,
-            "load": "loadavg (1 min) {:.1f} to {:.1f}: shared with a test suite and another benchmark".format(
+            "load": "loadavg (1 min) {:.1f} to {:.1f}".format(
                 min(v for r in rows for v in r["load"]), max(v for r in rows for v in r["load"])
             ),
             "python": platform.python_version(),
@@ -481,6 +495,9 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             "Each side: the median over rounds of a block's mean; sides alternate, order rotating; a ratio is the "
             "median of the rounds' ratios. The delayed actor updates (TD3, CrossQ: every 2nd) are averaged in.",
             "SBX: JAX on one core (XLA_FLAGS), its compile (first call) apart, in the row's peers.",
+            "compile=true: the same agent with its pure loss functions torch.compile'd (forward and backward; the "
+            "optimizer step stays LeanAdam's fused kernel); its compiling seconds are its first block's, apart. "
+            "CrossQ does not compile (its losses update the normalization statistics in place).",
             "Each row's `load`: the 1-minute load average before and after its rounds (2 cores). A loaded machine "
             "slows the small updates (DQN's: many small ops) more than their floor: read the ratios with it.",
         ],
@@ -490,10 +507,13 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             {"header": "ours (ms)", "format": "{ours_ms:.3f}"},
             {"header": "SB3 / sb3-contrib (ms)", "format": "{sb3_ms:.3f}"},
             {"header": "SBX (ms)", "format": "{sbx_ms:.3f}"},
+            {"header": "ours, compile=true (ms)", "format": "{compiled_ms:.3f}"},
             {"header": "floor (ms)", "format": "{floor_ms:.3f}"},
             {"header": "ours / floor", "format": "{ours_floor:.2f}"},
             {"header": "SB3 / floor", "format": "{sb3_floor:.2f}"},
             {"header": "SBX / floor", "format": "{sbx_floor:.2f}"},
+            {"header": "compile=true / floor", "format": "{compiled_floor:.2f}"},
+            {"header": "compiling (s)", "format": "{compile_s:.1f}"},
             {
                 "header": "matmuls an update: floor, profiler",
                 "format": "{floor_matmuls:g}, {profiled_matmuls:g}",
@@ -504,6 +524,14 @@ def record(rows: list[dict], command: str, rounds: int) -> dict:
             },
         ],
         "rows": rows,
+        "plot": {
+            "keys": ["ours_floor", "compiled_floor", "sb3_floor", "sbx_floor"],
+            "names": ["ours", "ours, compile=true", "SB3 / sb3-contrib", "SBX"],
+            "ylabel": "ms per update / floor's ms",
+            "lines": [[1.0, "the floor"], [1.5, "1.5x the floor"]],
+            "caption": "Each side's ms per update over its floor's (its own matmuls alone), a point per round, "
+            "a black bar at the median; where a side has no point, it was not installed.",
+        },
     }
 
 

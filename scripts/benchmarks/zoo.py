@@ -247,6 +247,10 @@ SBX_ALGO_NOTES = {
         "SBX's TD3 halves its critics' summed squared error, ours (as SB3) does not: Adam's step is the same "
         "up to its eps",
     ],
+    "droq": [
+        "SBX's SAC updates the actor and temperature on the last of each env step's 20 critic updates; ours on the "
+        "first: one actor update per env step either way",
+    ],
     "crossq": [
         "SBX's CrossQ halves its critics' summed squared error (as sb3-contrib), ours does not: Adam's step is "
         "the same up to its eps",
