@@ -1,7 +1,7 @@
 """One update's cost against its floor: the update's own matmuls alone, on the CPU, one thread.
 
     python scripts/benchmarks/update_floor.py [--presets dqn_cartpole sac_pendulum ...] [--updates 100]
-        [--rounds 9] [--peers sb3 sbx] [--record results/update_floor_cpu.json]
+        [--rounds 9] [--peers sb3 sbx] [--no-compile] [--record results/update_floor_cpu.json]
 
 For each preset (default: DQN on CartPole, the Zoo's values; SAC, TD3, TQC and CrossQ on Pendulum)
 it builds our agent from the composed config, fills its buffer with random transitions drawn from
@@ -374,7 +374,9 @@ def interleaved(blocks: dict[str, Callable[[], None]], per_block: dict[str, int]
     return times
 
 
-def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra: Sequence[str] = ()) -> dict:
+def measure(
+    preset: str, updates: int, rounds: int, peers: Sequence[str], extra: Sequence[str] = (), compiled: bool = True
+) -> dict:
     """One row: each side's per-round ms per update, their medians and their ratios to the floor."""
     import torch
 
@@ -392,7 +394,7 @@ def measure(preset: str, updates: int, rounds: int, peers: Sequence[str], extra:
             floor_cycle()
 
     blocks, per_block = {"ours": ours_block(case, updates), "floor": floor}, {"ours": updates, "floor": updates}
-    if compiles(case.agent):  # compile=true: the same agent with its pure losses torch.compile'd
+    if compiled and compiles(case.agent):  # compile=true: the same agent with its pure losses torch.compile'd
         compiled = dataclasses.replace(case, agent=copy.deepcopy(case.agent))
         compile_agent(compiled.agent)
         blocks["compiled"], per_block["compiled"] = ours_block(compiled, updates), updates
@@ -582,12 +584,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--peers", nargs="*", default=["sb3", "sbx"], choices=["sb3", "sbx"])
     parser.add_argument("--record", type=Path, help="write the rows as a results/ record")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the compile=true side")
     args = parser.parse_args(argv)
     os.environ.setdefault("XLA_FLAGS", SBX_XLA_FLAGS)  # before JAX is imported: SBX on one core
     import torch
 
     torch.set_num_threads(1)
-    rows = [measure(preset, args.updates, args.rounds, args.peers) for preset in args.presets]
+    rows = [
+        measure(preset, args.updates, args.rounds, args.peers, compiled=not args.no_compile) for preset in args.presets
+    ]
     print(table(rows))
     if args.record:
         command = "python scripts/benchmarks/update_floor.py " + " ".join(argv if argv is not None else sys.argv[1:])

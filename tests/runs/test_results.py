@@ -167,6 +167,24 @@ def test_a_long_title_wraps_inside_a_one_panel_figure(tmp_path, monkeypatch):
     assert 0 <= box.x0 and box.x1 <= figure.x1
 
 
+def test_a_plots_lines_are_drawn_across_its_points_with_their_names(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import render_results
+
+    levels, draw_line = [], matplotlib.axes.Axes.axhline
+
+    def kept(axes, y=0, *args, **kwargs):
+        levels.append((y, kwargs.get("label")))
+        return draw_line(axes, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", kept)
+    plot = {"keys": ["return"], "names": ["ours"], "ylabel": "ratio", "lines": [[1.0, "the floor"], [1.5, "target"]]}
+    render_results.draw({**RECORD, "plot": plot}, tmp_path / "toy.png")
+    assert levels == [(1.0, "the floor"), (1.5, "target")] and (tmp_path / "toy.png").stat().st_size > 0
+
+
 def test_a_page_links_a_record_where_its_status_puts_it(tmp_path):
     (tmp_path / "tried").mkdir()
     (tmp_path / "toy.json").write_text(json.dumps(RECORD))

@@ -60,7 +60,9 @@ def test_counting_follows_the_layers_and_leaves_out_only_the_critics_one_unit_ou
 
 
 def test_a_measured_row_makes_a_record_that_renders():
-    row = update_floor.measure("dqn_cartpole", updates=3, rounds=3, peers=[], extra=TINY["dqn_cartpole"])
+    row = update_floor.measure(
+        "dqn_cartpole", updates=3, rounds=3, peers=[], extra=TINY["dqn_cartpole"], compiled=False
+    )
     assert len(row["per_seed"]["ours_ms"]) == len(row["per_seed"]["floor_ms"]) == 3
     assert row["floor_matmuls"] == row["profiled_matmuls"] == 11
     record = update_floor.record([row], "python scripts/benchmarks/update_floor.py", rounds=3)
@@ -68,3 +70,19 @@ def test_a_measured_row_makes_a_record_that_renders():
     assert median_problems(record) == []
     table = rows_table(record)
     assert "dqn_cartpole" in table and "| - |" in table  # no peer asked for: its cells are empty
+
+
+def test_crossq_has_no_compile_side_and_its_cells_say_so():
+    row = update_floor.measure("crossq_pendulum", updates=2, rounds=1, peers=[], extra=TINY["crossq_pendulum"])
+    assert "compiled_ms" not in row["per_seed"] and row["compile_s"] is None  # CrossQ does not compile
+    record = update_floor.record([row], "python scripts/benchmarks/update_floor.py", rounds=1)
+    assert check_record(record, "update_floor_cpu") == [] and "| - |" in rows_table(record)
+
+
+@pytest.mark.slow  # torch.compile of a tiny SAC's losses: ~20 s
+def test_the_compile_side_times_the_same_agent_compiled_and_its_compiling_apart():
+    row = update_floor.measure("sac_pendulum", updates=2, rounds=2, peers=[], extra=TINY["sac_pendulum"])
+    assert len(row["per_seed"]["compiled_ms"]) == len(row["per_seed"]["compiled_floor"]) == 2
+    assert row["compile_s"] > 0
+    record = update_floor.record([row], "python scripts/benchmarks/update_floor.py", rounds=2)
+    assert check_record(record, "update_floor_cpu") == [] and median_problems(record) == []
