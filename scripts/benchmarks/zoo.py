@@ -418,7 +418,7 @@ def expected_config(zoo: Zoo) -> tuple[dict, list[str]]:
     algo = "sac" if zoo.algo == "droq" else zoo.algo
     on_sbx = zoo.peer == "sbx"
     hp = {**SB3_DEFAULTS[algo], **(SBX_DEFAULTS.get(algo, {}) if on_sbx else {}), **zoo.hp}
-    notes = list(zoo.notes) + (SBX_NOTES + SBX_ALGO_NOTES.get(algo, []) if on_sbx else [])
+    notes = list(zoo.notes) + (SBX_NOTES + SBX_ALGO_NOTES.get(zoo.algo, []) if on_sbx else [])
     if on_sbx and hp.get("use_sde"):
         raise ValueError(f"{algo}: SBX's actors have no gSDE (use_sde is accepted and ignored)")
     gradient_steps = hp["train_freq"] if hp["gradient_steps"] == -1 else hp["gradient_steps"]  # -1: one per step

@@ -464,6 +464,7 @@ def test_an_sbx_record_names_sbx_and_holds_its_compile_seconds_apart(tmp_path):
     assert "peer_compile" not in record["rows"][1]["per_seed"]
     assert check_record(record, record["name"]) == [] and median_problems(record) == []
     assert "| droq_pendulum | 2/2 |" in rows_table(record) and "| redq_pendulum | 2/2 |" in rows_table(record)
+    assert any(note.startswith("droq_pendulum: SBX's SAC updates the actor") for note in record["notes"])
 
 
 def test_sbx_runs_on_one_core():
