@@ -30,7 +30,8 @@ def draw(record: dict, path: Path) -> None:
     `plot.keys` as points with a bar at their median (and its `plot.reference` as a red bar); or,
     with `plot.x`, one curve per seed through the keys' values at those x; or, with `plot.curves`
     ([per-seed key, name] pairs), each side's per-seed curves at the row's `curve_steps`, thin, and
-    their median, thick. `plot.lines` ([y, name] pairs): dashed levels across the points' panels."""
+    their median, thick. `plot.lines` ([y, name] pairs): dashed levels across the points' panels;
+    `plot.log`: a log y axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,8 +87,13 @@ def draw(record: dict, path: Path) -> None:
             references = [(i, r[spec["reference"]]) for i, r in enumerate(rows) if r.get(spec.get("reference"))]
             if references:
                 axes.scatter(*zip(*references), marker="_", s=300, color="red", zorder=4)
-            axes.set_xticks(range(len(rows)), [r.get("plot_label", r["id"]) for r in rows], fontsize=8)
+            middle = 0.125 * (len(spec["keys"]) - 1)  # under the middle of a row's points
+            axes.set_xticks(
+                [i + middle for i in range(len(rows))], [r.get("plot_label", r["id"]) for r in rows], fontsize=8
+            )
             axes.set_xlim(-0.5, len(rows) - 0.5 + 0.25 * (len(spec["keys"]) - 1))
+            if spec.get("log"):
+                axes.set_yscale("log")
             for value, name in spec.get("lines", []):  # levels to read the points against (a floor, a target)
                 axes.axhline(value, color="gray", linestyle="--", linewidth=1, label=name, zorder=1)
         axes.set_title(panel["title"], fontsize=9)
