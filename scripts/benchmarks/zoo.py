@@ -175,8 +175,7 @@ ZOO = {
 
 # what SBX cannot set as ours does, said in every SBX record's notes
 SBX_NOTES = [
-    "SBX initialises its layers as flax does (lecun normal weights, zero biases), ours as torch "
-    "(uniform); its LayerNorm's eps is 1e-6, ours 1e-5",
+    "SBX initialises its layers as flax does (lecun normal weights, zero biases), ours as torch (uniform)",
     "SBX samples all of a training phase's batches at once, before its first update; ours one batch an update",
 ]
 # SBX 0.28's runs: the same keywords as SB3 (its defaults are SB3's: tests/cli/test_suite_sb3.py)
@@ -250,6 +249,7 @@ SBX_ALGO_NOTES = {
     "droq": [
         "SBX's SAC updates the actor and temperature on the last of each env step's 20 critic updates; ours on the "
         "first: one actor update per env step either way",
+        "SBX's LayerNorm's eps is 1e-6, ours 1e-5",
     ],
     "crossq": [
         "SBX's CrossQ halves its critics' summed squared error (as sb3-contrib), ours does not: Adam's step is "
