@@ -218,25 +218,6 @@ PEER_LABELS = {"sb3": "SB3", "sbx": "SBX"}
 # its DQN has no gradient clipping (max_grad_norm is commented out of its signature) and syncs its target
 # every 1,000 env steps (SB3: 10,000), its TD3's lr is 3e-4 (SB3: 1e-3)
 SBX_DEFAULTS = {"dqn": dict(max_grad_norm=None, target_update_interval=1000), "td3": dict(learning_rate=3e-4)}
-# SBX 0.28's policies' defaults where they are not SB3's (TD3_POLICY, TQC_POLICY, CROSSQ_POLICY below):
-# TD3's networks are 2x256 (SB3: 400x300); TQC's log_std_init is 0 (only gSDE reads it, which SBX does not
-# implement); CrossQ's batch_norm_momentum is in flax's sense, the old running statistics' weight: its 0.99
-# is torch's (and our) 0.01; its eps (0.001) and r_max, d_max (3, 5) are fixed in its BatchRenorm, its Adam's
-# beta1 0.5 (the actor's and critics'; the temperature's torch's 0.9). tests/cli/test_suite_sb3.py reads them
-# off the installed policies. Its DQN's MLP is two layers of net_arch[0] units whatever net_arch says.
-SBX_POLICY = {
-    "td3": dict(net_arch=[256, 256], n_critics=2),
-    "tqc": dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=0.0),
-    "crossq": dict(
-        net_arch={"pi": [256, 256], "qf": [1024, 1024]},
-        batch_norm_momentum=0.99,
-        batch_norm_eps=0.001,
-        renorm_warmup_steps=100_000,
-        log_std_init=-3,
-        use_expln=False,
-        n_critics=2,
-    ),
-}
 # what SBX's algorithm does otherwise than ours, and no keyword of its sets: said in its rows' notes
 SBX_ALGO_NOTES = {
     "td3": [
@@ -358,6 +339,17 @@ CROSSQ_POLICY = dict(
     n_critics=2,
 )
 CROSSQ_BETAS, CROSSQ_R_MAX, CROSSQ_D_MAX = (0.5, 0.999), 3.0, 5.0
+# SBX 0.28's policies' defaults where they are not SB3's (TD3_POLICY, TQC_POLICY, CROSSQ_POLICY above):
+# TD3's networks are 2x256 (SB3: 400x300); TQC's log_std_init is 0 (only gSDE reads it, which SBX does not
+# implement); CrossQ's batch_norm_momentum is in flax's sense, the old running statistics' weight: its 0.99
+# is torch's (and our) 0.01; its eps (0.001) and r_max, d_max (3, 5) are fixed in its BatchRenorm, its Adam's
+# beta1 0.5 (the actor's and critics'; the temperature's torch's 0.9). tests/cli/test_suite_sb3.py reads them
+# off the installed policies. Its DQN's MLP is two layers of net_arch[0] units whatever net_arch says.
+SBX_POLICY = {
+    "td3": dict(net_arch=[256, 256], n_critics=2),
+    "tqc": dict(net_arch=[256, 256], n_quantiles=25, n_critics=2, log_std_init=0.0),
+    "crossq": {**CROSSQ_POLICY, "batch_norm_momentum": 0.99},
+}
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # torch.optim.Adam's defaults
 SB3_LOG_STD_INIT = -3.0  # SAC's policy's log_std_init (a policy keyword, so not in SB3_DEFAULTS)
 POLICY_KEYS = ("net_arch", "n_quantiles", "log_std_init", "n_critics", "dropout_rate", "layer_norm")
