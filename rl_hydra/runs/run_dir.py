@@ -256,7 +256,7 @@ class RunDirectory:
                 f"checkpoint {path} cannot be read ({type(error).__name__}: "
                 f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
             ) from None
-        check_checkpoint(state, path)
+        check_checkpoint(state, path, torch.device(map_location).type)
         return state
 
     def write_summary(self, summary: dict[str, Any]) -> None:
@@ -306,11 +306,12 @@ def check_summary(summary: dict[str, Any], path: Path) -> None:
         raise RunError(f"{path} has status={summary['status']!r}; a run's is one of: {', '.join(STATUSES)}")
 
 
-def check_checkpoint(state: Any, path: Path) -> None:
+def check_checkpoint(state: Any, path: Path, device_type: str = "cpu") -> None:
     """One RunError line unless `state` is shaped as a run's checkpoint: a mapping with the agent's
-    and the runner's state, a whole number of env steps, and tensors that each hold the bytes they
-    span (an expanded view of one stored value, stride 0, would be gigabytes once copied), so that
-    what a checkpoint can cost to load is bounded by its file's size."""
+    and the runner's state, a whole number of env steps, and tensors that each are dense, on the
+    device it was loaded to (`device_type`) and hold the bytes they span (an expanded view of one
+    stored value, stride 0, would be gigabytes once copied), so that what a checkpoint can cost to
+    load is bounded by its file's size."""
     import torch
 
     runner = state.get("runner") if isinstance(state, dict) else None
@@ -327,6 +328,11 @@ def check_checkpoint(state: Any, path: Path) -> None:
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
         elif isinstance(node, torch.Tensor):
+            if node.layout != torch.strided or node.device.type != device_type:  # a meta tensor: no values at all
+                raise RunError(
+                    f"checkpoint {path} holds a {node.layout} tensor on device {node.device.type}: "
+                    f"a run saves dense tensors, loaded here to {device_type}"
+                )
             spans = node.numel() * node.element_size()
             stored = node.untyped_storage().nbytes() - node.storage_offset() * node.element_size()
             overlaps = any(stride == 0 and size > 1 for stride, size in zip(node.stride(), node.shape))

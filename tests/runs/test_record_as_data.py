@@ -128,6 +128,23 @@ def test_a_stride_0_tensor_is_refused_before_it_is_copied(run_dir, monkeypatch, 
     refused_everywhere(run_dir, monkeypatch, capsys, "(a view repeating its values)", verify_code=1)
 
 
+@pytest.mark.parametrize("where", ["lr", "exp_avg"])
+def test_a_meta_tensor_is_refused_before_anything_reads_its_values(run_dir, monkeypatch, capsys, where):
+    # found by the fuzzer: reading a meta tensor's value imports torch's compiler stack, which made a
+    # cache directory outside the run, and then raised
+    for name in ("best", "last"):
+        path = run_dir / "checkpoints" / f"{name}.pt"
+        state = torch.load(path, weights_only=True)
+        optimizer = state["agent"]["optimizer"]
+        meta = torch.empty((), device="meta") if where == "lr" else torch.empty(3, device="meta")
+        if where == "lr":
+            optimizer["param_groups"][0]["lr"] = meta
+        else:
+            optimizer["state"][0]["exp_avg"] = meta
+        torch.save(state, path)
+    refused_everywhere(run_dir, monkeypatch, capsys, "tensor on device meta", verify_code=1)
+
+
 @pytest.mark.parametrize(
     "state, why",
     [
