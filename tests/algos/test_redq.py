@@ -222,27 +222,32 @@ def test_tiny_training_run(tmp_path):
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
 
 
-@pytest.mark.slow  # a learning run or a whole sweep: about 10-15 s
+@pytest.mark.slow  # three learning runs: about 50 s
 def test_learns_pendulum_quickly(tmp_path):
     """1,500 env steps at G = 5 with 5 critics, a fraction of the preset's work; an
-    untrained policy scores about -1,200 to -1,500 here, this one about -150 to -200."""
-    summary = run_training(
-        tmp_path,
-        "algo=redq",
-        "env=pendulum",
-        "device=cpu",
-        "train.progress=false",
-        "train.total_steps=1500",
-        "train.eval_every=1500",
-        "train.eval_episodes=5",
-        "train.log_every=500",
-        "checkpoint.save_buffer=false",
-        "algo.ensemble_size=5",
-        "algo.batch_size=64",
-        "algo.gradient_steps=5",
-        "algo.policy_delay=5",
-    )
-    assert summary["eval_return_mean"] > -500
+    untrained policy scores about -1,200 to -1,500 here, a learning one about -120 to -300. At this
+    budget one seed in a few has not started to learn yet, so the guard is the median of three."""
+    returns = [
+        run_training(
+            tmp_path / f"seed{seed}",
+            "algo=redq",
+            "env=pendulum",
+            "device=cpu",
+            f"seed={seed}",
+            "train.progress=false",
+            "train.total_steps=1500",
+            "train.eval_every=1500",
+            "train.eval_episodes=5",
+            "train.log_every=500",
+            "checkpoint.save_buffer=false",
+            "algo.ensemble_size=5",
+            "algo.batch_size=64",
+            "algo.gradient_steps=5",
+            "algo.policy_delay=5",
+        )["eval_return_mean"]
+        for seed in (0, 1, 2)
+    ]
+    assert sorted(returns)[1] > -500, returns
 
 
 @pytest.mark.slow
