@@ -60,7 +60,9 @@ class LeanAdam(torch.optim.Adam):
         return {**super().__getstate__(), "allocate_moments": self.allocate_moments}
 
     def __setstate__(self, state: dict) -> None:
-        self.allocate_moments = state.pop("allocate_moments", plain_zeros_like)
+        # torch's load_state_dict calls this too, with its state alone: the allocator stays
+        allocate = state.pop("allocate_moments", None) or getattr(self, "allocate_moments", plain_zeros_like)
+        self.allocate_moments = allocate
         super().__setstate__(state)
 
     # torch wraps these (and its step) in a lazy torch._dynamo.disable whose first call imports
