@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 
 from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
@@ -29,7 +28,8 @@ from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_enco
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from rl_hydra.training import agent_node, build_agent
+from rl_hydra.training import build_agent
+from tests.algos.continuous import agent_from
 from tests.conftest import (
     TINY,
     algo_keys,
@@ -312,15 +312,7 @@ def test_sac_and_redq_read_indices_and_bits_one_hot(algo, space):
         "network.critic.hidden_sizes=[16]",
         "algo.ensemble_size=2",
     )
-    agent = instantiate(
-        agent_node(cfg),
-        observation_space=space,
-        action_space=action_space,
-        network=instantiate(cfg.network),
-        device=torch.device("cpu"),
-        total_steps=100,
-        seed=0,
-    )
+    agent = agent_from(cfg, space, action_space)
     buffer = ReplayBuffer(64, space, action_space, seed=0, share_frames="auto")
     for t in range(10):
         obs = batch_of(space, 1, seed=t)
