@@ -45,7 +45,10 @@ def test_apex_dqn_learns_cartpole(tmp_path):
     assert session["distributed"]["actors"] == 2 and session["distributed"]["nodes"]
     rows = metric_rows(run_dir)
     assert all(float(row["distributed/env_sps"]) > 0 for row in rows[1:])
-    assert any(row["rollout/return_mean"] for row in rows) and float(rows[-1]["distributed/replay_ratio"]) <= 0.5
+    assert any(row["rollout/return_mean"] for row in rows)
+    # the cap (0.5 updates per env step after 1000) holds over the run; one row may pass it while the learner
+    # catches up on steps an earlier row counted (CI saw 0.54 in a last row)
+    assert summary["updates"] <= 0.5 * (summary["global_step"] - 1000), summary
 
 
 def test_r2d2_learns_cartpole_without_velocities(tmp_path):
