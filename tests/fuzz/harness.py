@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,7 @@ ALLOWED = {"evaluate": {0, 2}, "load_run": {0, 2}, "verify": {0, 1, 2}, "resume"
 ENTRIES = tuple(ALLOWED)
 ALLOWED["probe"] = {0, 2}  # the harness's own tests (worker.probe)
 READ_ONLY = {"load_run", "verify"}  # they never change a run directory, whatever the outcome
+APPLY_BYTES = 2 << 30  # address space applying a case's mutations may add to pytest's process
 MEMORY_WORDS = ("can't allocate memory", "Cannot allocate memory", "MemoryError", "std::bad_alloc")
 
 # a tiny DQN CartPole run: two evaluations, both checkpoints, a few updates; ~3 s to make
@@ -216,7 +219,8 @@ class Fuzzer:
         shutil.copytree(self.bases[base], run, symlinks=True)
         for folder in ("outside", "home", "tmp", "cwd", "capture"):
             (sandbox / folder).mkdir()
-        applied = [apply(mutation, run, sandbox / "outside") for mutation in mutations]
+        with address_space(APPLY_BYTES):
+            applied = [apply(mutation, run, sandbox / "outside") for mutation in mutations]
 
         def elsewhere(rel: str) -> bool:
             return rel in ("run", "capture") or rel.startswith(f"tmp/{SCRATCH}")
@@ -248,6 +252,22 @@ class Fuzzer:
         self.worker.close()
         for name, path in self.bases.items():
             assert snapshot(path) == self.pristine[name], f"a case changed the baseline run {name}"
+
+
+@contextmanager
+def address_space(extra: int):
+    """At most `extra` bytes more address space in this process for the block, the limit restored after: a
+    mutation that blows up (once, copying an alias bomb's shared lists one by one) fails its case with a
+    MemoryError, where it would take the machine's memory and have pytest's worker killed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    bound = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (bound, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def apply(mutation, run: Path, outside: Path) -> str:

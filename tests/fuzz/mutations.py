@@ -117,15 +117,24 @@ def load_tree(path: Path):
 def dump_tree(path: Path, tree) -> None:
     """Write `tree` as YAML or JSON, each Raw in it spliced in as its text."""
     raws: dict[str, str] = {}
+    # a node met twice is copied once: a YAML alias bomb loaded back (9**9 strings behind its aliases,
+    # each list shared) stays a few shared lists, which yaml.safe_dump writes as anchors and aliases again
+    copies: dict[int, Any] = {}
 
     def placeholders(node):
+        if id(node) in copies:
+            return copies[id(node)]
         if isinstance(node, Raw):
             raws[f"RAW{len(raws)}PLACEHOLDER"] = node.text
             return f"RAW{len(raws) - 1}PLACEHOLDER"
         if isinstance(node, dict):
-            return {key: placeholders(value) for key, value in node.items()}
+            copy: Any = copies.setdefault(id(node), {})
+            copy.update((key, placeholders(value)) for key, value in node.items())
+            return copy
         if isinstance(node, list):
-            return [placeholders(value) for value in node]
+            copy = copies.setdefault(id(node), [])
+            copy.extend(placeholders(value) for value in node)
+            return copy
         return str(node) if isinstance(node, str) else node  # a Long: yaml.safe_dump takes plain str only
 
     tree = placeholders(tree)
