@@ -478,6 +478,9 @@ def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
     values["peer_compile"] = [r and r.get("compile_s") for r in found["peer"]]  # SBX: JAX's compile seconds
     values["ratio"] = [o / p if o and p else None for o, p in zip(values["ours_wall"], values["peer_wall"])]
     values["solved_at"] = [r and r.get("solved_at_step") for r in found["ours"]]
+    # the 1-minute load as the seed's later side finished: a side run under load reads slower
+    pairs = zip(found["ours"], found["peer"])
+    values["load"] = [max((r["load"] for r in pair if r and "load" in r), default=None) for pair in pairs]
     if case.peer and case.peer.get("curve"):  # each seed's evaluation returns at curve_steps(case)
         steps = curve_steps(case)
         runs = [Path(job_for(case, "ours", seed, args)[0]["run_dir"]) for seed in seeds]
@@ -533,6 +536,7 @@ def seed_columns(peer: str = "SB3") -> list[tuple]:
         (f"wall ours / {peer}", "{ratio:.2f}"),
         ("ours steps/s", "{ours_sps:,.1f}"),
         (f"{peer} steps/s", "{peer_sps:,.1f}"),
+        ("load (1 min)", "{load:.1f}"),
     ]
 
 
@@ -552,6 +556,13 @@ def row_columns(peer: str = "SB3") -> list[tuple]:
 
 
 COLUMNS, ROW_COLUMNS = seed_columns(), row_columns()
+
+
+def seeds_load(rows: list[dict]) -> dict:
+    """The record's load: the range over its seeds, as each finished (a --table-only record's own
+    moment says nothing of the runs'), where the results hold it."""
+    loads = [v for row in rows for v in row["per_seed"].get("load", []) if v is not None]
+    return {"load": f"{min(loads):.1f} to {max(loads):.1f} (1 min, as each seed finished)"} if loads else {}
 
 
 def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_before: float) -> dict:
@@ -604,7 +615,7 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
         "seeds": seeds,
         "commit": commit(),
         "date": datetime.date.today().isoformat(),
-        "machine": machine(load_before, args.device),
+        "machine": {**machine(load_before, args.device), **seeds_load(rows)},
         "peer": peer if "peer" in args.sides else None,
         "source": "scripts/benchmarks/benchmark.py",
         "notes": notes,

@@ -386,6 +386,8 @@ def test_a_tiny_run_of_both_sides_writes_its_record_and_reuses_its_runs(tmp_path
     record = json.loads((tmp_path / "tiny.json").read_text())
     assert [r["id"] for r in record["rows"]] == ["qr_dqn_zoo", "qr_dqn_per_step"]
     assert record["peer"]["version"] and record["rows"][1]["per_seed"]["peer_return"][0] is not None
+    assert record["rows"][1]["per_seed"]["load"][0] >= 0
+    assert record["machine"]["load"].endswith("(1 min, as each seed finished)")
     again = run(*command)
     assert again.returncode == 0 and again.stderr.count("found, reused") == 4, again.stderr[-3000:]
 
