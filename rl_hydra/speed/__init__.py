@@ -8,7 +8,7 @@
 | `vector_env` | vector_env.py | gymnasium's `SyncVectorEnv.step` | `SyncVectorEnv`'s private step buffers |
 | `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, eager | `torch.cuda.CUDAGraph`, generator registration |
 | `foreach` | foreach.py | a loop over the tensors | `torch._foreach_norm`, `_mul_`, `_copy_`, `_lerp_` |
-| `quantile_huber` | quantile_huber.py | losses.py's formula, through autograd | a gradient derived by hand |
+| `quantile_huber` | quantile_huber.py | losses.py's formula, through autograd | a hand-derived gradient; numba (CPU) |
 
 The rest of the package calls the functions below and never a fast path itself, so an algorithm
 reads like its paper and its author need not know the layer exists: what a fast path stands in

@@ -22,6 +22,7 @@ from rl_hydra.config import ConfigError
 from rl_hydra.losses import quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.speed import quantile_huber
 from rl_hydra.training import agent_node
 from tests.conftest import algo_keys, network_keys
 
@@ -153,6 +154,38 @@ def test_the_fast_closed_form_equals_the_formula(batch, n, n_prime, kappa, per_s
     (fast_loss, fast_grad), (plain_loss, plain_grad) = results
     torch.testing.assert_close(fast_loss, plain_loss, rtol=tolerance, atol=tolerance)
     torch.testing.assert_close(fast_grad, plain_grad, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("batch, n, n_prime, kappa, per_sample_taus", CASES)
+def test_the_compiled_pass_over_the_pairs_equals_the_torch_ops(
+    batch, n, n_prime, kappa, per_sample_taus, dtype, tolerance
+):
+    """On the CPU the closed form runs as one numba pass (quantile_huber.pairs_kernel) where torch ops
+    serve CUDA and torch.compile: both give each sample's loss and its gradient, a NaN where a row has one."""
+    pytest.importorskip("numba")
+    generator = torch.Generator().manual_seed(batch + n)
+    targets = (3 * torch.randn(batch, n_prime, generator=generator, dtype=torch.float64)).to(dtype)
+    taus = torch.rand((batch, n) if per_sample_taus else (n,), generator=generator, dtype=torch.float64).to(dtype)
+    quantiles = fixed_quantiles(batch, n, targets, dtype)
+    quantiles[-1, -1] = float("nan")
+    assert quantile_huber.kernel_applies(quantiles, targets, taus)
+    (loss, grad), (want_loss, want_grad) = (
+        quantile_huber.pairs_kernel(quantiles, targets, taus, kappa),
+        quantile_huber.closed_form(quantiles, targets, taus, kappa),
+    )
+    torch.testing.assert_close(loss, want_loss, rtol=tolerance, atol=tolerance, equal_nan=True)
+    torch.testing.assert_close(grad, want_grad, rtol=tolerance, atol=tolerance, equal_nan=True)
+    assert loss[-1].isnan() and loss[:-1].isfinite().all()
+
+
+def test_the_compiled_pass_takes_only_cpu_tensors_of_one_float_dtype():
+    pytest.importorskip("numba")
+    quantiles, targets, taus = torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(3)
+    assert quantile_huber.kernel_applies(quantiles, targets, taus)
+    assert not quantile_huber.kernel_applies(quantiles.double(), targets, taus)
+    assert not quantile_huber.kernel_applies(quantiles.half(), targets.half(), taus.half())
+    assert not quantile_huber.kernel_applies(quantiles.to("meta"), targets.to("meta"), taus.to("meta"))
 
 
 @pytest.mark.parametrize("fast_paths", [True, False])
