@@ -12,20 +12,22 @@ u's sign:
 On the CPU, with numba installed (the `numba` extra), one compiled pass over the (B, N, N') pairs
 computes both sums without storing a pair (`pairs_kernel`, about 3.5x faster than the torch ops at
 TQC's 512 x 25 x 46 pairs); elsewhere (CUDA, under torch.compile, without numba) torch ops do
-(`closed_form`). It is a fast path because it is a second derivation of the same numbers, equal to
-losses.py's formula up to float rounding (tests/algos/test_distributional.py checks values and
-gradients of both), and `fast_paths=false` runs the formula.
+(`closed_form`). numba is imported and the pass compiled at its first use, not at start-up, and
+checked then against the torch ops (`compiled_pairs`). It is a fast path because it is a second
+derivation of the same numbers, equal to losses.py's formula up to float rounding
+(tests/algos/test_distributional.py checks values and gradients of both), and `fast_paths=false`
+runs the formula.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-try:
-    import numba
-except ImportError:  # the torch ops serve
-    numba = None  # type: ignore[assignment]  # the module's name, None without it
+log = logging.getLogger(__name__)
 
 
 def closed_form(
@@ -43,68 +45,118 @@ def closed_form(
 
 
 def kernel_applies(*tensors: torch.Tensor) -> bool:
-    """Whether `pairs_kernel` can take these: numba installed, CPU tensors of one float dtype, not
-    inside a torch.compile trace (which the torch ops serve)."""
+    """Whether `pairs_kernel` takes these: CPU tensors of one float dtype, outside a torch.compile trace
+    (which the torch ops serve), with the compiled pass at hand (numba installed, its check passed)."""
     dtypes = {tensor.dtype for tensor in tensors}
     return (
-        numba is not None
-        and all(tensor.device.type == "cpu" for tensor in tensors)
+        all(tensor.device.type == "cpu" for tensor in tensors)
         and len(dtypes) == 1
         and dtypes <= {torch.float32, torch.float64}
         and not torch.compiler.is_compiling()
+        and compiled_pairs() is not None
     )
 
 
 def pairs_kernel(
     quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`closed_form`'s numbers from one compiled pass over the pairs (numba; CPU tensors)."""
+    """`closed_form`'s numbers from one compiled pass over the pairs (CPU tensors; `kernel_applies`)."""
+    pairs = compiled_pairs()
+    assert pairs is not None, "kernel_applies() first"
     q = quantiles.detach().contiguous().numpy()  # (B, N)
     t = targets.detach().contiguous().numpy()  # (B, N')
     tau = taus.detach().expand_as(quantiles).contiguous().numpy()  # (B, N)
     per_sample, grad = np.empty(q.shape[0], dtype=q.dtype), np.empty_like(q)
-    _pairs(q, t, tau, q.dtype.type(kappa), per_sample, grad)
+    pairs(q, t, tau, q.dtype.type(kappa), per_sample, grad)
     return torch.from_numpy(per_sample), torch.from_numpy(grad)
 
 
-if numba is not None:
+_compiled: dict[str, Callable[..., None] | None] = {}  # {"pairs": the pass, or None where it cannot serve}
 
-    def _jit(function):
-        """Compiled once and cached beside this file (or in the user's cache), else compiled every run.
-        fastmath only lets the sums be reordered (and vectorized): NaN and inf keep their meaning."""
-        options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz", "arcp"}}
+
+def compiled_pairs() -> Callable[..., None] | None:
+    """The compiled pass, built and checked against the torch ops at the first call; None without
+    numba, or where the check fails (said once in the log: the torch ops serve)."""
+    if "pairs" not in _compiled:
         try:
-            return numba.njit(cache=True, **options)(function)
-        except RuntimeError:  # no cache locator: nowhere writable to keep the machine code
-            return numba.njit(**options)(function)
+            _compiled["pairs"] = check(compile_pairs())
+        except ImportError:  # no numba: the torch ops serve, as they do on CUDA
+            _compiled["pairs"] = None
+        except Exception as error:  # a numba that compiles it wrong or not at all
+            log.warning("speed: the quantile Huber loss takes torch ops on the CPU (%s)", error)
+            _compiled["pairs"] = None
+    return _compiled["pairs"]
 
-    @_jit
-    def _pairs(q, t, tau, kappa, per_sample, grad):  # pragma: no cover - numba compiles it
-        batch, n = q.shape
-        n_prime = t.shape[1]
-        scale = 1.0 / (kappa * n_prime)
-        for b in range(batch):
-            total = 0.0
-            for i in range(n):
-                loss_i, grad_i = 0.0, 0.0
-                for j in range(n_prime):
-                    u = t[b, j] - q[b, i]
-                    c = min(max(u, -kappa), kappa)
-                    g = abs(c) * (tau[b, i] - 0.5) + 0.5 * c  # d loss_ij / d u_ij
-                    loss_i += (u - 0.5 * c) * g
-                    grad_i += g
-                total += loss_i
-                grad[b, i] = -grad_i * scale
-            per_sample[b] = total * scale
+
+def pairs(q, t, tau, kappa, per_sample, grad):  # pragma: no cover - run compiled (compile_pairs)
+    """q, tau (B, N); t (B, N'): each sample's loss into per_sample (B,), its gradient into grad (B, N)."""
+    batch, n = q.shape
+    n_prime = t.shape[1]
+    scale = 1.0 / (kappa * n_prime)
+    for b in range(batch):
+        total = 0.0
+        for i in range(n):
+            loss_i, grad_i = 0.0, 0.0
+            for j in range(n_prime):
+                u = t[b, j] - q[b, i]
+                c = min(max(u, -kappa), kappa)
+                g = abs(c) * (tau[b, i] - 0.5) + 0.5 * c  # d loss_ij / d u_ij
+                loss_i += (u - 0.5 * c) * g
+                grad_i += g
+            total += loss_i
+            grad[b, i] = -grad_i * scale
+        per_sample[b] = total * scale
+
+
+def compile_pairs() -> Callable[..., None]:
+    """`pairs` compiled by numba (ImportError without it)."""
+    import numba
+
+    # fastmath lets the sums be reordered (and vectorized) only: NaN and inf keep their meaning
+    options: dict = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz", "arcp"}}
+    try:  # compiled once and cached beside this file (or in the user's cache)
+        return numba.njit(cache=True, **options)(pairs)
+    except RuntimeError:  # no cache locator: nowhere writable to keep the machine code
+        return numba.njit(**options)(pairs)
+
+
+def check(pairs: Callable[..., None]) -> Callable[..., None]:
+    """`pairs` where it gives the torch ops' numbers on a small case of each float dtype, else raises."""
+    generator = torch.Generator().manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        quantiles = torch.randn(3, 4, generator=generator, dtype=dtype)
+        targets, taus = (
+            2 * torch.randn(3, 5, generator=generator, dtype=dtype),
+            torch.rand(4, generator=generator, dtype=dtype),
+        )
+        per_sample, grad = np.empty(3, dtype=quantiles.numpy().dtype), np.empty_like(quantiles.numpy())
+        pairs(
+            quantiles.numpy(),
+            targets.numpy(),
+            taus.expand(3, 4).contiguous().numpy(),
+            per_sample.dtype.type(0.7),
+            per_sample,
+            grad,
+        )
+        want_loss, want_grad = closed_form(quantiles, targets, taus, 0.7)
+        assert want_grad is not None
+        if not (
+            np.allclose(per_sample, want_loss.numpy(), rtol=1e-5)
+            and np.allclose(grad, want_grad.numpy(), rtol=1e-5, atol=1e-7)
+        ):
+            raise ArithmeticError(f"its compiled pass differs from the torch ops in {dtype}")
+    return pairs
 
 
 class ClosedFormQuantileHuber(torch.autograd.Function):
     """Each sample's sum_i mean_j of the quantile Huber terms (B,), its gradient saved as it is computed."""
 
     @staticmethod
-    def forward(ctx, quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
+    def forward(
+        ctx, quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float, kernel: bool
+    ) -> torch.Tensor:
         with_grad = ctx.needs_input_grad[0]
-        if kernel_applies(quantiles, targets, taus):
+        if kernel:  # kernel_applies(quantiles, targets, taus)
             per_sample, grad = pairs_kernel(quantiles, targets, taus, kappa)
         else:
             per_sample, grad = closed_form(quantiles, targets, taus, kappa, with_grad)
@@ -115,12 +167,13 @@ class ClosedFormQuantileHuber(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_per_sample: torch.Tensor):
         (grad_quantiles,) = ctx.saved_tensors  # (B, N)
-        return grad_per_sample[:, None] * grad_quantiles, None, None, None
+        return grad_per_sample[:, None] * grad_quantiles, None, None, None, None
 
 
 def per_sample(quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
     """losses.quantile_huber_per_sample's numbers, its gradient into `quantiles` only."""
-    return ClosedFormQuantileHuber.apply(quantiles, targets.detach(), taus.detach(), float(kappa))
+    kernel = kernel_applies(quantiles, targets, taus)
+    return ClosedFormQuantileHuber.apply(quantiles, targets.detach(), taus.detach(), float(kappa), kernel)
 
 
 def probe() -> None:
@@ -131,7 +184,8 @@ def probe() -> None:
     targets = 2 * torch.randn(3, 5, generator=generator, dtype=torch.float64)
     taus = torch.rand(3, 4, generator=generator, dtype=torch.float64)
     kappa = 0.7
-    closed_form = torch.autograd.grad(per_sample(quantiles, targets, taus, kappa).sum(), quantiles)[0]
+    loss = ClosedFormQuantileHuber.apply(quantiles, targets, taus, kappa, False)  # the torch ops (numba: its first use)
+    closed_form = torch.autograd.grad(loss.sum(), quantiles)[0]
     u = targets[:, None, :] - quantiles[:, :, None]  # (B, N, N'), autograd through it
     c = u.clamp(-kappa, kappa)
     g = c.abs() * (taus[:, :, None] - 0.5) + 0.5 * c

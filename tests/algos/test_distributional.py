@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -186,6 +188,44 @@ def test_the_compiled_pass_takes_only_cpu_tensors_of_one_float_dtype():
     assert not quantile_huber.kernel_applies(quantiles.double(), targets, taus)
     assert not quantile_huber.kernel_applies(quantiles.half(), targets.half(), taus.half())
     assert not quantile_huber.kernel_applies(quantiles.to("meta"), targets.to("meta"), taus.to("meta"))
+
+
+def test_a_compiled_pass_that_fails_its_check_leaves_the_torch_ops_and_one_log_line(monkeypatch, caplog):
+    """Built at first use and checked against the torch ops: a wrong pass (here its gradient halved) is
+    never used, and a missing numba is no error."""
+
+    def halved(q, t, tau, kappa, per_sample, grad):
+        quantile_huber.pairs(q, t, tau, kappa, per_sample, grad)  # the pass, uncompiled
+        grad *= 0.5
+
+    quantiles = torch.randn(4, 3, requires_grad=True)
+    targets, taus = torch.randn(4, 5), midpoint_taus(3)
+    with speed.enabled(False):
+        want = torch.autograd.grad(quantile_huber_loss(quantiles, targets, taus).sum(), quantiles)[0]
+    monkeypatch.setattr(quantile_huber, "_compiled", {})
+    monkeypatch.setattr(quantile_huber, "compile_pairs", lambda: halved)
+    with caplog.at_level("WARNING", logger="rl_hydra.speed.quantile_huber"):
+        assert not quantile_huber.kernel_applies(quantiles, targets, taus)
+        got = torch.autograd.grad(quantile_huber_loss(quantiles, targets, taus).sum(), quantiles)[0]
+    torch.testing.assert_close(got, want)
+    assert [r.getMessage() for r in caplog.records] == [
+        "speed: the quantile Huber loss takes torch ops on the CPU "
+        "(its compiled pass differs from the torch ops in torch.float64)"
+    ]
+
+    def no_numba():
+        raise ImportError("No module named 'numba'")
+
+    monkeypatch.setattr(quantile_huber, "_compiled", {})
+    monkeypatch.setattr(quantile_huber, "compile_pairs", no_numba)
+    caplog.clear()
+    assert not quantile_huber.kernel_applies(quantiles, targets, taus) and not caplog.records
+
+
+def test_the_probes_at_start_up_leave_numba_unimported():
+    code = "import sys; from rl_hydra import speed; assert speed.failures() == {}; print('numba' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("fast_paths", [True, False])

@@ -45,7 +45,7 @@ BREAKAGES = {
     "quantile_huber": lambda monkeypatch: monkeypatch.setattr(  # a derivation gone wrong: the gradient halved
         quantile_huber.ClosedFormQuantileHuber,
         "backward",
-        staticmethod(lambda ctx, grad: (0.5 * grad[:, None] * ctx.saved_tensors[0], None, None, None)),
+        staticmethod(lambda ctx, grad: (0.5 * grad[:, None] * ctx.saved_tensors[0], None, None, None, None)),
     ),
 }
 
