@@ -20,8 +20,8 @@ from torch import nn
 
 from rl_hydra.algos.common import num_rows, observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, midpoint_taus, quantile_targets
-from rl_hydra.losses import quantile_huber_loss, weighted_mean
+from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, quantile_targets
+from rl_hydra.losses import midpoint_taus, quantile_huber_loss, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor
 from rl_hydra.runs.rng import restore_generator
 

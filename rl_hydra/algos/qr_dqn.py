@@ -17,13 +17,8 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.losses import quantile_huber_loss, weighted_mean
+from rl_hydra.losses import midpoint_taus, quantile_huber_loss, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
-
-
-def midpoint_taus(num_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """tau_i = (2i + 1) / (2N), i = 0..N-1: the fractions whose quantiles minimise W1 (N,)."""
-    return (2 * torch.arange(num_quantiles, device=device, dtype=torch.float32) + 1) / (2 * num_quantiles)
 
 
 def quantile_targets(

@@ -18,10 +18,10 @@ from torch import nn
 
 from rl_hydra import speed
 from rl_hydra.algos.iqn import IQN
-from rl_hydra.algos.qr_dqn import QRDQN, midpoint_taus
+from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError
-from rl_hydra.losses import quantile_huber_loss
+from rl_hydra.losses import midpoint_taus, quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.speed import quantile_huber
