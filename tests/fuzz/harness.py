@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fuzz.worker import CRASHED, HARNESS, SCRATCH
+from tests.fuzz.worker import CRASHED, HARNESS, SCRATCH, memory_status
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30
@@ -260,8 +260,7 @@ def address_space(extra: int):
     mutation that blows up (once, copying an alias bomb's shared lists one by one) fails its case with a
     MemoryError, where it would take the machine's memory and have pytest's worker killed."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as statm:
-        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    size = memory_status()["VmSize"]
     bound = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
     resource.setrlimit(resource.RLIMIT_AS, (bound, hard))
     try:
