@@ -61,13 +61,20 @@ def pairs_kernel(
     quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`closed_form`'s numbers from one compiled pass over the pairs (CPU tensors; `kernel_applies`)."""
-    pairs = compiled_pairs()
-    assert pairs is not None, "kernel_applies() first"
+    compiled = compiled_pairs()
+    assert compiled is not None, "kernel_applies() first"
+    return run_pass(compiled, quantiles, targets, taus, kappa)
+
+
+def run_pass(
+    compiled: Callable[..., None], quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`compiled` (the pass over the pairs) on these tensors: each sample's loss (B,) and its gradient (B, N)."""
     q = quantiles.detach().contiguous().numpy()  # (B, N)
     t = targets.detach().contiguous().numpy()  # (B, N')
     tau = taus.detach().expand_as(quantiles).contiguous().numpy()  # (B, N)
     per_sample, grad = np.empty(q.shape[0], dtype=q.dtype), np.empty_like(q)
-    pairs(q, t, tau, q.dtype.type(kappa), per_sample, grad)
+    compiled(q, t, tau, q.dtype.type(kappa), per_sample, grad)
     return torch.from_numpy(per_sample), torch.from_numpy(grad)
 
 
@@ -129,20 +136,11 @@ def check(compiled: Callable[..., None]) -> Callable[..., None]:
             2 * torch.randn(3, 5, generator=generator, dtype=dtype),
             torch.rand(4, generator=generator, dtype=dtype),
         )
-        per_sample, grad = np.empty(3, dtype=quantiles.numpy().dtype), np.empty_like(quantiles.numpy())
-        compiled(
-            quantiles.numpy(),
-            targets.numpy(),
-            taus.expand(3, 4).contiguous().numpy(),
-            per_sample.dtype.type(0.7),
-            per_sample,
-            grad,
-        )
+        per_sample, grad = run_pass(compiled, quantiles, targets, taus, 0.7)
         want_loss, want_grad = closed_form(quantiles, targets, taus, 0.7)
         assert want_grad is not None
         if not (
-            np.allclose(per_sample, want_loss.numpy(), rtol=1e-5)
-            and np.allclose(grad, want_grad.numpy(), rtol=1e-5, atol=1e-7)
+            torch.allclose(per_sample, want_loss, rtol=1e-5) and torch.allclose(grad, want_grad, rtol=1e-5, atol=1e-7)
         ):
             raise ArithmeticError(f"its compiled pass differs from the torch ops in {dtype}")
     return compiled
