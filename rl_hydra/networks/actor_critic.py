@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rl_hydra.networks.dropout import dropout
 from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
@@ -232,7 +233,7 @@ class EnsembleMLP(nn.Module):
         for i, (w, b) in enumerate(zip(weights[:-1], biases[:-1])):
             h = torch.baddbmm(b, h, w)  # (K, B, hidden)
             if self.dropout > 0:
-                h = F.dropout(h, self.dropout, training=self.training)
+                h = dropout(h, self.dropout, self.training)
             if self.layer_norm:
                 h = F.layer_norm(h, h.shape[-1:]) * gains[i] + shifts[i]  # (K, B, hidden)
             h = self.activation(h)

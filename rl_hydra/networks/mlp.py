@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rl_hydra import speed
+from rl_hydra.networks.dropout import Dropout
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.noisy import NoisyLinear
@@ -45,7 +46,7 @@ def mlp(
     for size in hidden_sizes:
         layers.append(linear(in_dim, size))
         if dropout > 0:
-            layers.append(nn.Dropout(dropout))
+            layers.append(Dropout(dropout))
         if layer_norm:
             layers.append(nn.LayerNorm(size))
         layers.append(act())
