@@ -66,7 +66,8 @@ class REDQ(SoftActorCritic):
         obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)  # (B, obs_dim) each
         with torch.no_grad():
             next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)  # (B, A), (B,)
-            next_q = self.critic_target(next_obs, next_actions, members=subset)  # (B, M)
+            every = self.subset_size == self.ensemble_size  # SAC, DroQ: the min over all N, in any order
+            next_q = self.critic_target(next_obs, next_actions, members=None if every else subset)  # (B, M)
             next_values = soft_value(next_q, next_log_prob, alpha)  # (B,)
             targets = bellman_target(batch.rewards, batch.terminated, next_values, batch.discounts)  # (B,)
         q_values = self.critic(obs, self.actor.from_env(batch.actions))  # (B, N)

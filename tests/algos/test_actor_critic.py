@@ -27,7 +27,7 @@ CASES = {
     "crossq": ["algo=crossq", "algo.policy_delay=2"],
     "tqc": ["algo=tqc", "algo.ensemble_size=2", "algo.num_quantiles=5", "algo.top_quantiles_to_drop_per_critic=1"],
 }
-# fingerprint(case) as the code before the shared core computed it (commit 12dda6d, CPU): the last
+# fingerprint(case) as the code before the shared core computed it (CPU, DroQ's since, below): the last
 # update's metrics (sorted by name), |actor| and |critic| (sums of absolute weights), two exploring steps
 # fmt: off
 GOLDEN = {
@@ -41,10 +41,12 @@ GOLDEN = {
         27.80434274021536, 103.12782826431794, -1.1510677337646484, 0.028284549713134766, -1.9797731637954712,
         0.4262072443962097, -1.9670628309249878, 0.2293548583984375, 0.07649838924407959, 0.12016338109970093,
     ],
+    # recorded again when DroQ's dropout masks came to be drawn from their gaps (networks/dropout.py)
+    # and its target critics, all of them, to be run in their own order: the same distribution, other draws
     "droq": [
-        -1.7625936269760132, 0.99940025806427, 4.058859825134277, 1.335818886756897, 0.41348761320114136,
-        27.804500533267856, 82.78087759318441, -1.2584960460662842, 0.02489478886127472, 0.7596373558044434,
-        0.49622705578804016, -1.1530332565307617, 0.028209447860717773, -1.9799301624298096, 0.4259973466396332,
+        -1.7613978385925293, 0.99940025806427, 4.2584381103515625, 1.335818886756897, 0.4011452794075012,
+        27.80447502876632, 82.78015489266545, -1.2584960460662842, 0.024894878268241882, 0.7596399784088135,
+        0.4962270259857178, -1.1530331373214722, 0.02820955216884613, -1.9799302816390991, 0.4259974956512451,
     ],
     "td3": [
         -0.19937412440776825, 1.349426507949829, 0.21595564484596252, 25.213127228897065, 49.80764028057456,
