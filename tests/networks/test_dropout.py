@@ -5,6 +5,9 @@ where the networks had F.dropout and nn.Dropout."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,3 +83,12 @@ def test_the_module_is_nn_dropout_in_state_and_repr_and_the_mlp_uses_it():
     assert torch.equal(layer(x), x)
     net = mlp(4, 2, [8, 8], "relu", dropout=0.01)
     assert sum(isinstance(m, Dropout) for m in net) == 2
+
+
+def test_the_benchmark_script_prints_both_ways_and_their_ratio():
+    script = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "dropout.py"
+    args = ["--shapes", "2x8x4", "--p", "0.01", "0.5", "--rounds", "1", "--calls", "2"]
+    lines = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=True).stdout
+    header, *rows = lines.strip().splitlines()
+    assert "gaps / F.dropout" in header and len(rows) == 2
+    assert all(row.split()[0] == "2x8x4" and float(row.split()[-1]) > 0 for row in rows)
