@@ -5,10 +5,10 @@ kept units are scaled by 1 / (1 - p). The dropped positions of such a sequence a
 reached by gaps G_1, G_2, ... ~ Geometric(p) on {1, 2, ...} (the trials up to the next drop):
 drop at G_1 - 1, G_1 + G_2 - 1, and so on. Drawing the gaps costs about n * p random numbers
 instead of n, and torch's CPU generator draws one number at a time: at DroQ's p = 0.01, forward
-and backward take 0.58 of F.dropout's time on the Pendulum preset's (2, 128, 64) critic
-activations and 0.30 on (2, 256, 256) (scripts/benchmarks/dropout.py; about equal at p = 0.3).
-Above GAPS_UP_TO, or off the CPU, this is F.dropout. Both draw from torch's default generator,
-which a run's checkpoint holds.
+and backward take 0.59 of F.dropout's time on the Pendulum preset's (2, 128, 64) critic
+activations and 0.28 on (2, 256, 256) (scripts/benchmarks/dropout.py; about equal at p = 0.3).
+Above GAPS_UP_TO, off the CPU, or inside torch.compile (compile=true), this is F.dropout. Both
+draw from torch's default generator, which a run's checkpoint holds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     outside training or at p = 0); gradients pass through the kept units, scaled alike."""
     if not training or p == 0.0:
         return x
-    if p > GAPS_UP_TO or x.device.type != "cpu" or p >= 1.0:
+    if p > GAPS_UP_TO or x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     dropped = dropped_positions(x.numel(), p)  # (D,) int64, increasing
     mask = torch.full(x.shape, 1.0 / (1.0 - p), dtype=x.dtype)

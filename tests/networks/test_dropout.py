@@ -92,3 +92,13 @@ def test_the_benchmark_script_prints_both_ways_and_their_ratio():
     header, *rows = lines.strip().splitlines()
     assert "gaps / F.dropout" in header and len(rows) == 2
     assert all(row.split()[0] == "2x8x4" and float(row.split()[-1]) > 0 for row in rows)
+
+
+@pytest.mark.slow  # torch.compile takes seconds
+def test_inside_torch_compile_it_is_f_dropout():
+    x = torch.ones(64, 64)
+    compiled = torch.compile(lambda t: dropout(t, 0.1), fullgraph=True)  # no graph break: F.dropout's op
+    y = compiled(x)
+    kept = y != 0
+    assert within(float((~kept).sum()), 64 * 64 * 0.1, 64 * 64 * 0.1 * 0.9)
+    torch.testing.assert_close(y[kept], torch.full((int(kept.sum()),), 1 / 0.9))
