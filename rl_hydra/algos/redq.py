@@ -66,7 +66,9 @@ class REDQ(SoftActorCritic):
         obs, next_obs = self.features(batch.obs), self.features(batch.next_obs)  # (B, obs_dim) each
         with torch.no_grad():
             next_actions, next_log_prob = self.actor.sample(next_obs, noise=next_noise)  # (B, A), (B,)
-            every = self.subset_size == self.ensemble_size  # SAC, DroQ: the min over all N, in any order
+            # SAC, DroQ: the min over all N, in any order (the subset is still drawn: the generator's
+            # stream, and so a seed's run, stay as they were)
+            every = self.subset_size == self.ensemble_size
             next_q = self.critic_target(next_obs, next_actions, members=None if every else subset)  # (B, M)
             next_values = soft_value(next_q, next_log_prob, alpha)  # (B,)
             targets = bellman_target(batch.rewards, batch.terminated, next_values, batch.discounts)  # (B,)

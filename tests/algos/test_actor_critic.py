@@ -27,7 +27,7 @@ CASES = {
     "crossq": ["algo=crossq", "algo.policy_delay=2"],
     "tqc": ["algo=tqc", "algo.ensemble_size=2", "algo.num_quantiles=5", "algo.top_quantiles_to_drop_per_critic=1"],
 }
-# fingerprint(case) as the code before the shared core computed it (CPU, DroQ's since, below): the last
+# fingerprint(case) as the code before the shared core computed it (CPU; DroQ's recorded again since): the last
 # update's metrics (sorted by name), |actor| and |critic| (sums of absolute weights), two exploring steps
 # fmt: off
 GOLDEN = {
