@@ -1,27 +1,68 @@
 """Render the docs' result tables and plots from the records in results/.
 
-    python scripts/render_results.py            # rewrite every marked block of docs/*.md, draw docs/img/*.png
-    python scripts/render_results.py --check    # write nothing; list the blocks that differ (exit 1)
+    python scripts/render_results.py                 # rewrite the marked blocks of README.md, docs/*.md; draw docs/img/
+    python scripts/render_results.py --check         # write nothing; list the blocks that differ (exit 1)
+    python scripts/render_results.py --fingerprints  # first recompute each record's fingerprint, mark moved ones stale
 
 A record is results/<name>.json, or results/tried/<name>.json for one that was not adopted (its
 fields: results/README.md). A docs page marks where one goes, between `<!-- results:SPEC -->` and
 `<!-- /results:SPEC -->` (the kinds of SPEC: rl_hydra/runs/results.py). A block whose record does
 not exist yet is left as it is. The tables come only from the records: a doc that disagrees with
 its data fails tests/runs/test_results.py.
+
+--fingerprints trains each fingerprinted record's config for its first few hundred updates
+(rl_hydra/runs/fingerprint.py, seconds each): a record whose fingerprint moved gets `stale` (today's
+date) and renders as stale; one that matches again loses it. tests/runs/test_fingerprints.py fails
+while a record's mark is not what its fingerprint says.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import statistics
 import sys
 import textwrap
 from pathlib import Path
 
-from rl_hydra.runs.results import blocks, differences, load_records, median_problems, read_pages, render_pages
+from rl_hydra.runs.fingerprint import fingerprint, matches
+from rl_hydra.runs.results import (
+    blocks,
+    differences,
+    dump,
+    fingerprints,
+    load_claims,
+    load_records,
+    median_problems,
+    read_pages,
+    record_path,
+    render_pages,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS, DOCS = ROOT / "results", ROOT / "docs"
+RESULTS = ROOT / "results"
+
+
+# --- fingerprints --------------------------------------------------------------------------------
+def mark_stale(records: dict) -> None:
+    """Each fingerprinted record's `stale` mark set (today) where its fingerprint moved, dropped where it
+    matches, and the record's file rewritten where its mark changed."""
+    for name, record in records.items():
+        stored = fingerprints(record)
+        if not stored:
+            continue
+        moved = not all(matches(each, fingerprint(each["overrides"])) for each in stored)
+        if moved == ("stale" in record):
+            continue
+        path = ROOT / record_path(record)
+        on_disk = json.loads(path.read_text())  # as written: without the rows' `from` filled in
+        if moved:
+            on_disk["stale"] = record["stale"] = datetime.date.today().isoformat()
+        else:
+            on_disk.pop("stale"), record.pop("stale")
+        path.write_text(dump(on_disk))
+        print(f"{'marked' if moved else 'unmarked'} {name} stale")
 
 
 # --- plots ---------------------------------------------------------------------------------------
@@ -112,20 +153,23 @@ def draw(record: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block differs")
+    parser.add_argument("--fingerprints", action="store_true", help="first mark the records whose code moved stale")
     args = parser.parse_args(argv)
-    records, pages = load_records(RESULTS), read_pages(DOCS)
+    records, pages, claims = load_records(RESULTS), read_pages(ROOT), load_claims(RESULTS)
+    if args.fingerprints and not args.check:
+        mark_stale(records)
     medians = [problem for record in records.values() for problem in median_problems(record)]
-    found = differences(records, pages) + medians
+    found = differences(records, pages, claims) + medians
     if args.check:
         print("\n".join(found) or "every block matches its record")
         sys.exit(1 if found else 0)
-    for path, text in render_pages(records, pages).items():
+    for path, text in render_pages(records, pages, claims).items():
         if text != pages[path]:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
     plots = {spec[len("plot:") :] for text in pages.values() for spec, _ in blocks(text) if spec.startswith("plot:")}
     for name in sorted(plots & set(records)):
-        draw(records[name], DOCS / "img" / f"{name}.png")
+        draw(records[name], ROOT / "docs" / "img" / f"{name}.png")
     for problem in medians:
         print(f"warning: {problem}", file=sys.stderr)
 

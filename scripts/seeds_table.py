@@ -12,7 +12,10 @@ run's summary.json (the last evaluation's return, the best one, the step it firs
 train.stop_at_return, updates, wall time, steps per second) and, with --at-steps, metrics.csv's
 eval/return_mean at those steps, then the medians. Seeds run one after another so that wall times
 compare; `--jobs 2` runs two at a time (each wall time then includes the other's contention).
-The table is a record in results/' format (results/README.md); --record writes it there.
+The table is a record in results/' format (results/README.md); --record writes it there, with the
+code's fingerprint (rl_hydra/runs/fingerprint.py: the config's first few hundred updates at seed 0),
+so that a later change to what the config computes shows the record as stale. A --record that
+exists is re-made: its title, topic, notes and row keep what they say, the measured parts are new.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rl_hydra.runs.results import dump, seeds_table
+from rl_hydra.runs.fingerprint import fingerprint
+from rl_hydra.runs.results import commit, dump, seeds_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +108,7 @@ def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) ->
         "command": "python scripts/seeds_table.py " + shlex.join(sys.argv[1:]),
         "overrides": overrides,
         "seeds": [run["seed"] for run in runs],
-        "commit": None,
+        "commit": commit(),
         "date": datetime.date.today().isoformat(),
         "machine": {"cpu": os.uname().machine, "cores": os.cpu_count(), "load": f"{os.getloadavg()[0]:.2f} (1 min)"},
         "peer": None,
@@ -117,6 +121,13 @@ def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) ->
         "seed_columns": [{"header": h, "format": f} for h, f in columns if f[1:].split(":")[0] in per_seed],
         "rows": [{"id": "config", "label": " ".join(overrides), "per_seed": per_seed, "summary": summary}],
     }
+
+
+def remade(new: dict, old: dict) -> dict:
+    """`new` in place of the record `old`: old's name, title, topic, notes and plot, its row's id and label."""
+    kept = {key: old[key] for key in ("name", "title", "topic", "notes", "plot") if key in old}
+    row = {**new["rows"][0], **{key: old["rows"][0][key] for key in ("id", "label") if key in old["rows"][0]}}
+    return {**new, **kept, "rows": [row]}
 
 
 def seeds_apart(argv: list[str]) -> list[str]:
@@ -157,8 +168,11 @@ def main() -> None:
             )
     result = record([read_run(d, args.at_steps) for d in run_dirs], overrides, args.at_steps, args)
     if args.record:
+        result["fingerprint"] = fingerprint(overrides)
+        if args.record.is_file():
+            result = remade(result, json.loads(args.record.read_text()))
         args.record.write_text(dump(result))
-    print(seeds_table(result, "config"))
+    print(seeds_table(result, result["rows"][0]["id"]))
     if args.target is not None:
         finals = result["rows"][0]["per_seed"].get("return", [])
         hits = sum(1 for r in finals if r is not None and r >= args.target)

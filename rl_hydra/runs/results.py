@@ -10,6 +10,11 @@ each where it lives. A docs page marks where a record goes, between `<!-- result
     plot:NAME         the record's plot, docs/img/NAME.png (drawn by scripts/render_results.py)
     tried:TOPIC       the records of TOPIC that were not adopted, each with its reason
     index:TOPIC       the adopted records of TOPIC that no table or plot shows, with their commands
+    claims:NAME       a table of claims (results/claims/NAME.json), each cell counted from a record's seeds
+
+A record made by scripts/seeds_table.py carries the code's `fingerprint` (rl_hydra/runs/fingerprint.py);
+one whose fingerprint no longer matches today's code is marked `stale` (the date it was found so,
+by scripts/render_results.py --fingerprints) and renders as stale until it is re-made.
 
 A block whose record does not exist yet is left as it is. scripts/render_results.py renders the
 pages; scripts/seeds_table.py and scripts/benchmarks/ measure and write records.
@@ -251,7 +256,26 @@ def footer(record: dict, command: str | None = None) -> str:
     if no_longer_made(record):
         return f"Made by a script since changed or removed: the {link} names the command and its commit."
     command = record.get("rerun") or command or record["command"]
-    return f"`{command}` ({link})" if command else f"The {link} names each row's command."
+    made = f"`{command}` ({link})" if command else f"The {link} names each row's command."
+    return made + code_note(record)
+
+
+def fingerprints(record: dict) -> list[dict]:
+    """The record's code fingerprints (rl_hydra/runs/fingerprint.py): the record's own, or its rows'
+    where each row ran its own config."""
+    return [r["fingerprint"] for r in [record, *record["rows"]] if "fingerprint" in r]
+
+
+def code_note(record: dict) -> str:
+    """What a fingerprinted record says of the code it describes: still today's, or stale since when."""
+    if not fingerprints(record):
+        return ""
+    if "stale" in record:
+        return (
+            f"\n\n**Stale:** made on {record['date']} by code that no longer trains this config the same way "
+            f"(its fingerprint moved; found on {record['stale']}): these figures wait to be made again."
+        )
+    return f" Made on {record['date']}; today's code trains it the same way (its fingerprint matches)."
 
 
 def rows_table(record: dict) -> str:
@@ -314,10 +338,45 @@ def index_list(records: dict, topic: str, shown: set[str]) -> str:
     )
 
 
+# --- claims --------------------------------------------------------------------------------------
+def load_claims(folder: Path) -> dict[str, dict]:
+    """The claims tables of `folder` (a results/ folder): results/claims/NAME.json by NAME."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted((folder / "claims").glob("*.json"))}
+
+
+def claim_cell(claim: dict, records: dict) -> str:
+    """One claim, counted from its record's seeds: "{label}: {text} on {hits} of {seeds}" where the
+    claim names a per-seed `key` and the level `at_least` that counts, else its `text` alone; linked
+    to the record, and saying so where the record is stale or was made before records carried the
+    code's fingerprint."""
+    record = records[claim["record"]]
+    text = f"{claim['label']}: {claim['text']}" if claim.get("label") else claim["text"]
+    if "key" in claim:
+        row = next(r for r in record["rows"] if r["id"] == claim.get("row", record["rows"][0]["id"]))
+        values = row["per_seed"][claim["key"]]
+        hits = sum(1 for v in values if v is not None and v >= claim["at_least"])
+        text += f" on {hits} of {len(values)}"
+    status = "stale" if "stale" in record else None if fingerprints(record) else "not yet re-checked"
+    return f"[{text}]({record_path(record)})" + (f" ({status})" if status else "")
+
+
+def claims_table(table: dict, records: dict) -> str:
+    """A claims table: a line per row, each column its row's `field`, the field `claims` filled by `claim_cell`s."""
+
+    def value(row: dict, field: str) -> str:
+        return "; ".join(claim_cell(c, records) for c in row["claims"]) if field == "claims" else row[field]
+
+    lines = [[value(row, column["field"]) for column in table["columns"]] for row in table["rows"]]
+    columns = [{"header": column["header"], "align": "left"} for column in table["columns"]]
+    return markdown(columns, lines) + ("\n\n" + table["footer"] if table.get("footer") else "")
+
+
 # --- pages ---------------------------------------------------------------------------------------
-def block(spec: str, records: dict, shown: set[str]) -> str | None:
+def block(spec: str, records: dict, shown: set[str], claims: dict) -> str | None:
     """What goes between a block's markers; None where its record does not exist yet."""
-    kind, _, arg = spec.partition(":") if spec.startswith(("plot:", "tried:", "index:")) else ("", "", spec)
+    kind, _, arg = spec.partition(":") if spec.startswith(("plot:", "tried:", "index:", "claims:")) else ("", "", spec)
+    if kind == "claims":
+        return claims_table(claims[arg], records) if arg in claims else None
     if kind == "tried":
         return tried_table(records, arg)
     if kind == "index":
@@ -339,19 +398,19 @@ def shown_records(pages: dict[Path, str]) -> set[str]:
     }
 
 
-def render_pages(records: dict, pages: dict[Path, str]) -> dict[Path, str]:
+def render_pages(records: dict, pages: dict[Path, str], claims: dict | None = None) -> dict[Path, str]:
     shown = shown_records(pages)
 
     def fill(match: re.Match) -> str:
-        body = block(match["spec"], records, shown)
+        body = block(match["spec"], records, shown, claims or {})
         return match.group(0) if body is None else f"{match.group(1)}{body}\n{match.group(4)}"
 
     return {path: BLOCK.sub(fill, text) for path, text in pages.items()}
 
 
-def differences(records: dict, pages: dict[Path, str]) -> list[str]:
+def differences(records: dict, pages: dict[Path, str], claims: dict | None = None) -> list[str]:
     """'page: block' for each block whose text is not what its record renders."""
-    rendered = render_pages(records, pages)
+    rendered = render_pages(records, pages, claims)
     found = []
     for path, text in pages.items():
         ours, theirs = dict(blocks(text)), dict(blocks(rendered[path]))
@@ -359,9 +418,9 @@ def differences(records: dict, pages: dict[Path, str]) -> list[str]:
     return found
 
 
-def read_pages(docs: Path) -> dict[Path, str]:
-    """The docs pages of `docs` (a docs/ folder) by path."""
-    return {path: path.read_text() for path in sorted(docs.glob("*.md"))}
+def read_pages(root: Path) -> dict[Path, str]:
+    """The pages of the repository at `root` by path: README.md and docs/*.md."""
+    return {path: path.read_text() for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ hyperparameters: one runner for every comparison.
     python scripts/benchmarks/benchmark.py suite continuous --algos tqc td3 --rows tqc_pendulum td3_pendulum
     python scripts/benchmarks/benchmark.py suite continuous --peer sbx --rows sac_pendulum droq_pendulum redq_pendulum
     python scripts/benchmarks/benchmark.py cartpole --peer sbx --algos dqn   # SBX has no QR-DQN
+    python scripts/benchmarks/benchmark.py cartpole --algos qr_dqn --rows qr_dqn_curves --seeds 5   # read at 500 too
     python scripts/benchmarks/benchmark.py suite continuous --rows tqc_hopper crossq_hopper --device cuda \
         --seeds 1 --steps 14001 --window 12000 14000   # steps/s on a GPU, after both sides' warm-up
     python scripts/benchmarks/benchmark.py minatar --games Breakout SpaceInvaders --seeds 3
@@ -34,8 +35,8 @@ peer run on one core (XLA_FLAGS below, torch one thread), its JAX compile second
 included in) its wall time. A row named in --rows that the peer lacks runs ours alone.
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
-<out>/record.json and, with --record, to that file, from which scripts/render_results.py renders
-the docs.
+<out>/record.json and, with --record, to that file (each row with the fingerprint of our config,
+rl_hydra/runs/fingerprint.py), from which scripts/render_results.py renders the docs.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Case:
     zoo: object = None  # zoo.Zoo: what the composed config is checked against
     window: list[int] | None = None
     reference: float | None = None
+    stop_at: float | None = None  # ours stops at the first evaluation averaging this; the peer's curve is read alike
 
 
 # --- the sets of cases ---------------------------------------------------------------------------
@@ -131,6 +133,20 @@ def cartpole_cases(args) -> list[Case]:
                     zoo,
                 )
             )
+    if "qr_dqn" in args.algos:  # both sides on the Zoo's values, evaluated alike every 2,500 steps, read at 500
+        zoo = table["qr_dqn_cartpole"]
+        steps = args.steps or zoo.steps
+        cases.append(
+            Case(
+                "qr_dqn_curves",
+                f"qr_dqn, {zoo.source}, {steps:,} steps, evaluated every 2,500",
+                ["algo=qr_dqn", "env=cartpole", "~algo_env", *overrides(zoo), *budget(steps), "train.eval_every=2500"],
+                {**sb3_spec(zoo, "CartPole-v1", steps), "curve": {"every": 2500, "episodes": EVAL_EPISODES}},
+                steps,
+                zoo,
+                stop_at=500.0,
+            )
+        )
     if "dqn" in args.algos:  # our preset stops at the first evaluation averaging 500; the peer runs its zoo budget
         steps = args.steps or table["dqn_cartpole"].steps
         cases.append(
@@ -142,7 +158,12 @@ def cartpole_cases(args) -> list[Case]:
                 steps,
             )
         )
-    return cases
+    unknown = sorted(set(args.rows or []) - {case.id for case in cases})
+    if unknown:
+        raise ConfigError(
+            f"--rows {' '.join(unknown)}: not cases of cartpole; choose among: {', '.join(c.id for c in cases)}"
+        )
+    return [case for case in cases if not args.rows or case.id in args.rows]
 
 
 def suite_cases(args) -> list[Case]:
@@ -486,8 +507,26 @@ def per_seed_values(case: Case, seeds: list[int], args) -> dict[str, list]:
         runs = [Path(job_for(case, "ours", seed, args)[0]["run_dir"]) for seed in seeds]
         curves = {"ours": [eval_curve(run) for run in runs], "peer": [r and r.get("curve") for r in found["peer"]]}
         for side, side_curves in curves.items():
-            values[f"{side}_curve"] = [c["returns"] if c and c["steps"] == steps else None for c in side_curves]
+            values[f"{side}_curve"] = [
+                c["returns"] if c and same_steps(c["steps"], steps) else None for c in side_curves
+            ]
+        for side in ("ours", "peer") if case.stop_at is not None else ():  # each side read as an early stop would
+            solved = [
+                next((step for step, r in zip(steps, curve) if r >= case.stop_at), None) if curve else None
+                for curve in values[f"{side}_curve"]
+            ]
+            values[f"{side}_solved_at"] = solved
+            values[f"{side}_stopped_return"] = [
+                None if curve is None else case.stop_at if at is not None else curve[-1]
+                for curve, at in zip(values[f"{side}_curve"], solved)
+            ]
     return {key: column for key, column in values.items() if any(v is not None for v in column)}
+
+
+def same_steps(found: list[int], expected: list[int]) -> bool:
+    """Whether a curve was evaluated at the expected steps; the last may fall later (SB3 ends a run on a
+    whole number of train_freq steps: 50,176 for 50,000 at train_freq 256)."""
+    return found[:-1] == expected[:-1] and len(found) == len(expected) and found[-1] >= expected[-1]
 
 
 def curve_steps(case: Case) -> list[int]:
@@ -599,6 +638,16 @@ def record(cases: list[Case], seeds: list[int], args, argv: list[str], load_befo
                 *({"header": h, "format": f} for h, f in columns),
                 {"header": "solved at step", "format": "{solved_at:,}"},
             ]
+        if case.stop_at is not None:  # both sides as an early stop at case.stop_at would read them
+            peer_name = PEER_NAMES[args.peer]
+            rows[-1]["seed_columns"] = [
+                *({"header": h, "format": f} for h, f in columns[:2]),
+                {"header": "ours first at 500", "format": "{ours_solved_at:,}"},
+                {"header": f"{peer_name} first at 500", "format": "{peer_solved_at:,}"},
+                {"header": "ours, stopped there", "format": "{ours_stopped_return:,.1f}"},
+                {"header": f"{peer_name}, stopped there", "format": "{peer_stopped_return:,.1f}"},
+                *({"header": h, "format": f} for h, f in columns[2:]),
+            ]
         if case.zoo is not None:
             notes += [f"{case.id}: {note}" for note in expected_config(case.zoo)[1]]
     name = args.record.stem if args.record else f"{args.set}_{args.out.name}"
@@ -664,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="suite and cartpole: the peer side, SB3 / sb3-contrib or SBX (JAX; zoo.SBX's rows: no QR-DQN)",
     )
     parser.add_argument("--steps", type=int, help="every case's budget (atari: the timed steps)")
-    parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>)")
+    parser.add_argument("--rows", nargs="+", help="suite: only these rows (<algo>_<env>); cartpole: these cases")
     parser.add_argument(
         "--window",
         type=int,
@@ -756,6 +805,13 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [s for s in seeds if not args.only_seeds or s in args.only_seeds]
     failed = [] if args.table_only else run_all(cases, chosen, args)
     result = record(cases, seeds, args, argv, load_before)
+    if (
+        args.record and "ours" in args.sides
+    ):  # each row's config as today's code trains it (rl_hydra/runs/fingerprint.py)
+        from rl_hydra.runs.fingerprint import fingerprint  # torch: not in a peer's worker
+
+        for row, case in zip(result["rows"], cases):
+            row["fingerprint"] = fingerprint(case.ours)
     text = dump(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "record.json").write_text(text)

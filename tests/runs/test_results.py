@@ -16,11 +16,12 @@ from tests.conftest import ROOT
 
 RESULTS = ROOT / "results"
 RECORDS = results.load_records(RESULTS)  # raises, naming the file, on a record not well formed or misplaced
-PAGES = results.read_pages(ROOT / "docs")
+PAGES = results.read_pages(ROOT)  # README.md and docs/*.md
+CLAIMS = results.load_claims(RESULTS)
 
 
 def test_every_docs_table_is_what_its_record_renders():
-    found = results.differences(RECORDS, PAGES)
+    found = results.differences(RECORDS, PAGES, CLAIMS)
     assert not found, "docs disagree with results/ (python scripts/render_results.py rewrites them): " + ", ".join(
         found
     )
@@ -84,6 +85,8 @@ def test_every_block_names_a_record_or_topic_that_exists():
             kind, _, name = spec.rpartition(":")
             if kind in ("tried", "index"):
                 assert name in topics, spec
+            elif kind == "claims":
+                assert name in CLAIMS, f"<!-- results:{spec} --> names no results/claims/{name}.json"
             else:
                 name = name.split("/")[0]
                 assert name in RECORDS, f"<!-- results:{spec} --> names no record"
