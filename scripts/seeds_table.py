@@ -93,10 +93,16 @@ def read_run(run_dir: Path, at_steps: list[int]) -> dict:
     return values
 
 
+def median(values: list[float]) -> float:
+    """The median, an int where the values are ints and it is one (a step, a count)."""
+    middle = statistics.median(values)
+    return int(middle) if all(isinstance(v, int) for v in values) and middle == int(middle) else middle
+
+
 def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) -> dict:
     keys = [*KEYS, *(f"return_{step}" for step in at_steps)]
     per_seed = {key: [run[key] for run in runs] for key in keys if any(run[key] is not None for run in runs)}
-    summary = {key: statistics.median([v for v in column if v is not None]) for key, column in per_seed.items()}
+    summary = {key: median([v for v in column if v is not None]) for key, column in per_seed.items()}
     columns = [*COLUMNS, *((f"return @ {step:,}", f"{{return_{step}:,.1f}}") for step in at_steps)]
     name = args.record.stem if args.record else "seeds_table"
     return {

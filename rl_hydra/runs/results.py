@@ -210,7 +210,8 @@ def machine(load_before: float, device: str) -> dict:
 
 # --- cells and tables ----------------------------------------------------------------------------
 def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
-    """`fmt` filled from `context`; `{key*:spec}` is the row's per-seed values of key, joined.
+    """`fmt` filled from `context`; `{key*:spec}` is the row's per-seed values of key, joined, and
+    `{key>=level}` how many of them reach the level ("4 of 5").
     A field with no value makes the whole cell "-"; a list of formats takes the first that fills."""
     if isinstance(fmt, list):
         filled = [cell(f, context, per_seed) for f in fmt]
@@ -219,6 +220,13 @@ def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
     for literal, field, spec, _ in string.Formatter().parse(fmt):
         out.append(literal)
         if field is None:
+            continue
+        if ">=" in field:  # `{key>=level}`: how many of the row's seeds reached the level, "k of n"
+            key, level = field.split(">=")
+            values = per_seed.get(key)
+            if not values:
+                return "-"
+            out.append(f"{sum(1 for v in values if v is not None and v >= float(level))} of {len(values)}")
             continue
         if field.endswith("*"):
             values = per_seed.get(field[:-1])
