@@ -1,5 +1,5 @@
 """Make every learning claim again: each record a claims table names (results/claims/*.json: the
-README's algorithm table) and each record that carries a code fingerprint, by the command it names,
+README's algorithm table) and each adopted record that carries a code fingerprint, by the command it names,
 then render the pages.
 
     python scripts/remake_claims.py                   # all of them, one after another
@@ -21,15 +21,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rl_hydra.runs.results import fingerprints, load_claims, load_records, record_path
+from rl_hydra.runs.results import fingerprints, load_claims, load_records, record_path, tried
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def claimed(records: dict, claims: dict) -> list[str]:
-    """The records behind learning claims: those a claims table names, then the fingerprinted rest."""
+    """The records behind learning claims: those a claims table names, then the rest of the adopted ones
+    that carry a fingerprint."""
     named = [c["record"] for table in claims.values() for row in table["rows"] for c in row["claims"]]
-    names = [*named, *(name for name, record in records.items() if fingerprints(record))]
+    names = [*named, *(name for name, record in records.items() if fingerprints(record) and not tried(record))]
     return list(dict.fromkeys(names))
 
 

@@ -13,7 +13,7 @@ train.stop_at_return, updates, wall time, steps per second) and, with --at-steps
 eval/return_mean at those steps, then the medians. Seeds run one after another so that wall times
 compare; `--jobs 2` runs two at a time (each wall time then includes the other's contention).
 The table is a record in results/' format (results/README.md); --record writes it there, with the
-code's fingerprint (rl_hydra/runs/fingerprint.py: the config's first few hundred updates at seed 0),
+code's fingerprint (rl_hydra/verify/fingerprint.py: the config's first few hundred updates at seed 0),
 so that a later change to what the config computes shows the record as stale. A --record that
 exists is re-made: its title, topic, notes and row keep what they say, the measured parts are new.
 """
@@ -33,8 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rl_hydra.runs.fingerprint import fingerprint
 from rl_hydra.runs.results import commit, dump, seeds_table
+from rl_hydra.verify.fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,8 +130,8 @@ def record(runs: list[dict], overrides: list[str], at_steps: list[int], args) ->
 
 
 def remade(new: dict, old: dict) -> dict:
-    """`new` in place of the record `old`: old's name, title, topic, notes and plot, its row's id and label."""
-    kept = {key: old[key] for key in ("name", "title", "topic", "notes", "plot") if key in old}
+    """`new` in place of the record `old`: old's name, title, topic, status, notes and plot, its row's id and label."""
+    kept = {key: old[key] for key in ("name", "title", "topic", "status", "reason", "notes", "plot") if key in old}
     row = {**new["rows"][0], **{key: old["rows"][0][key] for key in ("id", "label") if key in old["rows"][0]}}
     return {**new, **kept, "rows": [row]}
 

@@ -12,7 +12,7 @@ each where it lives. A docs page marks where a record goes, between `<!-- result
     index:TOPIC       the adopted records of TOPIC that no table or plot shows, with their commands
     claims:NAME       a table of claims (results/claims/NAME.json), each cell counted from a record's seeds
 
-A record made by scripts/seeds_table.py carries the code's `fingerprint` (rl_hydra/runs/fingerprint.py);
+A record made by scripts/seeds_table.py carries the code's `fingerprint` (rl_hydra/verify/fingerprint.py);
 one whose fingerprint no longer matches today's code is marked `stale` (the date it was found so,
 by scripts/render_results.py --fingerprints) and renders as stale until it is re-made.
 
@@ -269,7 +269,7 @@ def footer(record: dict, command: str | None = None) -> str:
 
 
 def fingerprints(record: dict) -> list[dict]:
-    """The record's code fingerprints (rl_hydra/runs/fingerprint.py): the record's own, or its rows'
+    """The record's code fingerprints (rl_hydra/verify/fingerprint.py): the record's own, or its rows'
     where each row ran its own config."""
     return [r["fingerprint"] for r in [record, *record["rows"]] if "fingerprint" in r]
 

@@ -36,7 +36,7 @@ included in) its wall time. A row named in --rows that the peer lacks runs ours 
 
 The result is a record in results/' format (results/README.md): printed as tables, written to
 <out>/record.json and, with --record, to that file (each row with the fingerprint of our config,
-rl_hydra/runs/fingerprint.py), from which scripts/render_results.py renders the docs.
+rl_hydra/verify/fingerprint.py), from which scripts/render_results.py renders the docs.
 """
 
 from __future__ import annotations
@@ -743,6 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="where runs and results go (default: outputs/benchmarks/<set>)")
     parser.add_argument("--record", type=Path, help="also write the record here (results/<name>.json)")
     parser.add_argument("--table-only", action="store_true", help="the record from the results found; run nothing")
+    parser.add_argument(
+        "--no-fingerprint",
+        dest="fingerprint",
+        action="store_false",
+        help="--record without our configs' fingerprints (rl_hydra/verify/fingerprint.py): runs made by other code",
+    )
     parser.add_argument("--title", help="the record's title (default: the set's)")
     parser.add_argument("--topic", help="the record's docs page (results/README.md; default: the set's)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
@@ -805,10 +811,8 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [s for s in seeds if not args.only_seeds or s in args.only_seeds]
     failed = [] if args.table_only else run_all(cases, chosen, args)
     result = record(cases, seeds, args, argv, load_before)
-    if (
-        args.record and "ours" in args.sides
-    ):  # each row's config as today's code trains it (rl_hydra/runs/fingerprint.py)
-        from rl_hydra.runs.fingerprint import fingerprint  # torch: not in a peer's worker
+    if args.record and "ours" in args.sides and args.fingerprint:  # our configs as today's code trains them
+        from rl_hydra.verify.fingerprint import fingerprint  # torch: not in a peer's worker
 
         for row, case in zip(result["rows"], cases):
             row["fingerprint"] = fingerprint(case.ours)

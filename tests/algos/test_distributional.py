@@ -454,7 +454,8 @@ def test_cartpole_presets_apply_and_stay_overridable():
         assert cfg.algo._target_.endswith(".QRDQN" if algo == "qr_dqn" else ".IQN")
         assert cfg.network._target_.startswith("rl_hydra.networks.quantile.")
         assert cfg.buffer._target_ == "rl_hydra.buffers.replay.ReplayBuffer"
-        assert cfg.train.total_steps <= 50000
+        assert cfg.train.stop_at_return == 500 and cfg.train.eval_every == 2500  # stopped at the first 500
+        assert cfg.train.total_steps == {"qr_dqn": 50000, "iqn": 100000}[algo]
     assert compose_config("algo=qr_dqn").algo.num_quantiles != 200  # the CartPole preset
     untuned = ("env=gym", "env.id=Acrobot-v1")  # no preset: the algorithm's own
     assert compose_config("algo=qr_dqn", *untuned).algo.num_quantiles == 200  # the paper's default

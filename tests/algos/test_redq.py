@@ -250,14 +250,6 @@ def test_learns_pendulum_quickly(tmp_path):
     assert sorted(returns)[1] > -500, returns
 
 
-@pytest.mark.slow
-def test_pendulum_preset_reaches_minus_200(tmp_path):
-    """The preset as `python train.py algo=redq env=pendulum` runs it (about 5 minutes)."""
-    summary = run_training(tmp_path, "algo=redq", "env=pendulum", "train.progress=false")
-    assert summary["global_step"] == 3000
-    assert summary["eval_return_mean"] >= -200
-
-
 # --- gSDE: state-dependent exploration (network.actor.gsde) ---------------------------------
 def gsde_actor(**kwargs) -> SquashedGaussianActor:
     torch.manual_seed(0)

@@ -7,7 +7,9 @@ and a digest of its weights and optimizer state after about `UPDATES` updates, a
 with the keys that say how the record's runs were measured (`protocol`: budget, evaluations, early
 stop), which the first updates do not show. `matches` compares a stored fingerprint with one
 computed now; a record whose fingerprint moved is stale, and scripts/render_results.py renders it so
-until it is made again (tests/runs/test_fingerprints.py recomputes every one).
+until it is made again (tests/runs/test_fingerprints.py recomputes every one). The numbers also
+depend on torch, numpy and gymnasium, so a fingerprint says which versions made it, and one made
+with others is not compared (`comparable`).
 
 The comparison allows float rounding (`RTOL`): a change that reorders a sum, or a fast path that is
 its plain path up to rounding, leaves the math and so the record's distribution of returns as it was,
@@ -34,7 +36,7 @@ PROJECTIONS = 4  # random projections of the flat state: the weight digest
 
 def fingerprint(overrides: list[str], updates: int = UPDATES) -> dict[str, Any]:
     """The fingerprint of `python train.py <overrides> seed=0 device=cpu` over its first `updates`
-    updates (rounded up to a whole training phase): {overrides, protocol, steps, losses, weights}."""
+    updates (rounded up to a whole training phase): {overrides, protocol, steps, losses, weights, versions}."""
     from rl_hydra.commands.api import compose_train_config
     from rl_hydra.config import validate_run_config
     from rl_hydra.training import run
@@ -53,7 +55,27 @@ def fingerprint(overrides: list[str], updates: int = UPDATES) -> dict[str, Any]:
             "steps": steps,
             "losses": logged_losses(Path(folder) / "metrics.csv"),
             "weights": digest(torch.load(Path(folder) / "checkpoints" / "last.pt", weights_only=True)["agent"]),
+            "versions": versions(),
         }
+
+
+def versions() -> dict[str, str]:
+    """The libraries whose numbers a fingerprint also holds: where they differ from a stored
+    fingerprint's, the two do not compare (`comparable`)."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("torch", "numpy", "gymnasium")}
+
+
+def comparable(stored: dict[str, Any]) -> str | None:
+    """None where `stored` was made with the libraries installed here, else what differs."""
+    here = versions()
+    differ = [
+        f"{name} {made} (here {here[name]})"
+        for name, made in stored.get("versions", {}).items()
+        if here.get(name) != made
+    ]
+    return ", ".join(differ) or None
 
 
 def protocol(cfg: DictConfig) -> dict[str, Any]:
