@@ -226,7 +226,7 @@ def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
             values = per_seed.get(key)
             if not values:
                 return "-"
-            out.append(f"{sum(1 for v in values if v is not None and v >= float(level))} of {len(values)}")
+            out.append(reached(values, float(level)))
             continue
         if field.endswith("*"):
             values = per_seed.get(field[:-1])
@@ -239,6 +239,11 @@ def cell(fmt: str | list[str], context: dict, per_seed: dict) -> str:
             return "-"
         out.append(format(value, spec or ""))
     return "".join(out)
+
+
+def reached(values: list, level: float) -> str:
+    """How many of a row's per-seed values reach `level`: "4 of 5" (a seed without a value does not)."""
+    return f"{sum(1 for v in values if v is not None and v >= level)} of {len(values)}"
 
 
 def plain(row: dict) -> dict:
@@ -361,9 +366,7 @@ def claim_cell(claim: dict, records: dict) -> str:
     text = f"{claim['label']}: {claim['text']}" if claim.get("label") else claim["text"]
     if "key" in claim:
         row = next(r for r in record["rows"] if r["id"] == claim.get("row", record["rows"][0]["id"]))
-        values = row["per_seed"][claim["key"]]
-        hits = sum(1 for v in values if v is not None and v >= claim["at_least"])
-        text += f" on {hits} of {len(values)}"
+        text += " on " + reached(row["per_seed"][claim["key"]], claim["at_least"])
     status = "stale" if "stale" in record else None if fingerprints(record) else "not yet re-checked"
     return f"[{text}]({record_path(record)})" + (f" ({status})" if status else "")
 

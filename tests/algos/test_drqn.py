@@ -421,6 +421,7 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     cfg = compose_config(
         "algo=drqn",
         "env=cartpole_no_velocity",
+        "network.cell=lstm",  # an LSTM's (h, c); the preset takes a GRU
         *TINY,
         "algo.learning_starts=100000",
         "buffer.sequence_length=6",
