@@ -88,10 +88,10 @@ def protocol(cfg: DictConfig) -> dict[str, Any]:
 def prefix(cfg: DictConfig, updates: int) -> tuple[int, int]:
     """(the env step of the run's first update, the step after which it has made at least `updates`):
     the first multiple of train_every from learning_starts, and as many training phases as the updates need."""
-    algo = cfg.algo
-    every = int(algo.train_every)
-    first = -(-max(int(algo.learning_starts), 1) // every) * every
-    phases = -(-updates // int(algo.gradient_steps))
+    from rl_hydra.training import first_update_step
+
+    first, every = first_update_step(cfg.algo), int(cfg.algo.train_every)
+    phases = -(-updates // int(cfg.algo.gradient_steps))
     return first, first + (phases - 1) * every + int(cfg.env.num_envs)
 
 
