@@ -133,7 +133,8 @@ def cartpole_cases(args) -> list[Case]:
                     zoo,
                 )
             )
-    if "qr_dqn" in args.algos:  # both sides on the Zoo's values, evaluated alike every 2,500 steps, read at 500
+    # only by name (--rows qr_dqn_curves): both sides on the Zoo's values, evaluated every 2,500 steps, read at 500
+    if "qr_dqn" in args.algos and "qr_dqn_curves" in (args.rows or []):
         zoo = table["qr_dqn_cartpole"]
         steps = args.steps or zoo.steps
         cases.append(
@@ -160,9 +161,8 @@ def cartpole_cases(args) -> list[Case]:
         )
     unknown = sorted(set(args.rows or []) - {case.id for case in cases})
     if unknown:
-        raise ConfigError(
-            f"--rows {' '.join(unknown)}: not cases of cartpole; choose among: {', '.join(c.id for c in cases)}"
-        )
+        known = dict.fromkeys([*(case.id for case in cases), *(["qr_dqn_curves"] if "qr_dqn" in args.algos else [])])
+        raise ConfigError(f"--rows {' '.join(unknown)}: not cases of cartpole; choose among: {', '.join(known)}")
     return [case for case in cases if not args.rows or case.id in args.rows]
 
 

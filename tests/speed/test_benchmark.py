@@ -502,3 +502,23 @@ def test_a_tiny_sbx_droq_run_reports_its_compile_seconds(tmp_path):
     found = json.loads(line.removeprefix(benchmark.RESULT))
     assert found["steps"] == 60 and found["updates"] == 20  # 10 phases of 2 updates after 50 random steps
     assert 0 < found["compile_s"] < found["wall_s"] and found["eval_return"] < 0
+
+
+def test_the_qr_dqn_curves_case_reads_both_sides_as_an_early_stop_at_500_would(tmp_path):
+    """Only by name; both sides evaluated every 2,500 steps; each side's first evaluation at 500 and what
+    a stop there keeps, from the curves (SB3's last evaluation falls at 50,176, a whole number of phases)."""
+    assert "qr_dqn_curves" not in [c.id for c in benchmark.cartpole_cases(parse("cartpole", "--algos", "qr_dqn"))]
+    args = parse("cartpole", "--algos", "qr_dqn", "--rows", "qr_dqn_curves", "--seeds", "2", out=tmp_path)
+    (case,) = benchmark.cartpole_cases(args)
+    assert case.stop_at == 500 and case.peer["curve"] == {"every": 2500, "episodes": 10}
+    assert "train.eval_every=2500" in case.ours and "train.stop_at_return=null" in case.ours
+    steps = benchmark.curve_steps(case)
+    curves = {0: [100.0] * 9 + [500.0] + [300.0] * 10, 1: [100.0] * 20}  # seed 0 reaches 500 at 25,000
+    for seed, returns in curves.items():
+        job, path = benchmark.job_for(case, "peer", seed, args)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        curve = {"steps": [*steps[:-1], 50_176], "returns": returns}
+        path.write_text(json.dumps({"wall_s": 1.0, "steps": 50_176, "eval_return": returns[-1], "curve": curve}))
+    values = benchmark.per_seed_values(case, [0, 1], args)
+    assert values["peer_solved_at"] == [25_000, None]
+    assert values["peer_stopped_return"] == [500.0, 100.0]
