@@ -38,7 +38,6 @@ from rl_hydra.runs.results import (
     record_path,
     render_pages,
 )
-from rl_hydra.verify.fingerprint import comparable, fingerprint, matches
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -48,11 +47,13 @@ RESULTS = ROOT / "results"
 def mark_stale(records: dict) -> None:
     """Each fingerprinted record's `stale` mark set (today) where its fingerprint moved, dropped where it
     matches, and the record's file rewritten where its mark changed."""
+    from rl_hydra.verify.fingerprint import comparable, fingerprint, matches  # torch: only for --fingerprints
+
     for name, record in records.items():
         stored = fingerprints(record)
         if not stored:
             continue
-        elsewhere = [comparable(each) for each in stored if comparable(each) is not None]
+        elsewhere = [why for why in map(comparable, stored) if why is not None]
         if elsewhere:  # made with other library versions: these numbers do not compare
             print(f"{name}: not compared, made with {elsewhere[0]}")
             continue

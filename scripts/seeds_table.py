@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rl_hydra.runs.results import commit, dump, seeds_table
+from rl_hydra.runs.results import commit, dump, reached, seeds_table
 from rl_hydra.verify.fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +162,8 @@ def main() -> None:
     args, overrides = parser.parse_known_args(seeds_apart(sys.argv[1:]))
     if any(o.startswith("seed=") for o in overrides):
         parser.error("pass seeds with --seeds, not seed=")
+    if args.record and args.record.is_file() and len(json.loads(args.record.read_text())["rows"]) > 1:
+        parser.error(f"--record {args.record}: its record has several rows, and this command makes one")
     if args.runs:
         run_dirs = args.runs
     else:
@@ -181,8 +183,7 @@ def main() -> None:
     print(seeds_table(result, result["rows"][0]["id"]))
     if args.target is not None:
         finals = result["rows"][0]["per_seed"].get("return", [])
-        hits = sum(1 for r in finals if r is not None and r >= args.target)
-        print(f"\nfinal eval return >= {args.target:g} on {hits} of {len(finals)} seeds")
+        print(f"\nfinal eval return >= {args.target:g} on {reached(finals, args.target)} seeds")
     print(f"\nrun directories: {', '.join(map(str, sorted({d.parent for d in run_dirs})))}")
 
 

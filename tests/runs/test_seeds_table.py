@@ -48,3 +48,16 @@ def test_finished_runs_become_a_record_with_their_medians(tmp_path):
     assert check_record(record, out.stem) == [] and median_problems(record) == []
     assert record["seeds"] == [0, 1, 2] and record["rows"][0]["summary"] == {"return": 200.0, "updates": 50}
     assert "| median | 200.0 |" in done.stdout
+
+
+def test_a_record_of_several_rows_is_not_remade_in_place_and_nothing_runs(tmp_path):
+    out = tmp_path / "two_rows.json"
+    out.write_text(json.dumps({"rows": [{"id": "a"}, {"id": "b"}]}))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "seeds_table.py"), "--record", str(out), "algo=dqn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "several rows" in done.stderr.splitlines()[-1]
+    assert json.loads(out.read_text()) == {"rows": [{"id": "a"}, {"id": "b"}]}
