@@ -41,8 +41,6 @@ from rl_hydra.runs.run_dir import (
     RunError,
     RunLock,
     WriteFailed,
-    atomic_write_text,
-    no_follow,
     resume_command,
 )
 from rl_hydra.runs.sweep_parent import sweep_job
@@ -202,7 +200,7 @@ def _train(
             directory.remove_temp_files()
             record_config(directory, cfg, overrides, hydra_cfg, config_changes)
             session.append(Session(directory, device, step, config_changes))
-            log_file.append(held.enter_context(log_to_file(directory.path / "train.log")))
+            log_file.append(held.enter_context(log_to_file(directory)))
             early.release(log_file[0])  # what building the run logged (the buffer's size, ...)
             log.info("run directory: %s", directory.path)
 
@@ -257,7 +255,7 @@ def classify(error: Exception, cfg: DictConfig, directory: RunDirectory, committ
         print(trace, end="", file=sys.stderr)
         return RunFailed(f"run failed before it started: {reason} (traceback above)", EXIT_FAILED), "failed"
     with contextlib.suppress(OSError, RunError):
-        atomic_write_text(directory.path / "traceback.txt", trace)
+        directory.write_text(directory.path / "traceback.txt", trace)
         directory.write_summary({"status": "failed", "reason": reason, **directory.identity(cfg, algo_class_name(cfg))})
     return RunFailed(f"run failed: {reason} (traceback in {directory.path / 'traceback.txt'})", EXIT_FAILED), "failed"
 
@@ -322,12 +320,12 @@ class HeldBackLog:
 
 
 @contextlib.contextmanager
-def log_to_file(path: Path) -> Iterator[logging.Handler]:
-    """Send the log (INFO and up: rl_hydra's and whatever else reaches the root logger) to `path`
-    for the duration. Hydra's job logging writes to the console only (conf/hydra/job_logging):
+def log_to_file(directory: RunDirectory) -> Iterator[logging.Handler]:
+    """Send the log (INFO and up: rl_hydra's and whatever else reaches the root logger) to the
+    run's train.log for the duration. Hydra's job logging writes to the console only (conf/hydra/job_logging):
     the file is opened here, once the run has the directory."""
     logger, root = logging.getLogger("rl_hydra"), logging.getLogger()
-    handler = QuietFileHandler(path)
+    handler = QuietFileHandler(directory)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.setLevel(logging.INFO)
     level = logger.level
@@ -345,10 +343,15 @@ def log_to_file(path: Path) -> Iterator[logging.Handler]:
 class QuietFileHandler(logging.FileHandler):
     """A FileHandler that, when its file cannot be written (a full disk), says so in one line and
     stops, instead of printing a traceback for every record; the run's own writes then report it.
-    It never follows a symbolic link (the log stays in the run directory)."""
+    It appends to the run's own train.log, reached by the run's handle (RunDirectory.append): never
+    through a link, never into a file with a second name."""
+
+    def __init__(self, directory: RunDirectory):
+        self.directory = directory
+        super().__init__(directory.path / "train.log", encoding="utf-8")
 
     def _open(self):
-        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=no_follow)
+        return self.directory.append(self.directory.path / "train.log")
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
         error = sys.exc_info()[1]

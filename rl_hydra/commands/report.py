@@ -106,16 +106,19 @@ def evaluate_one(run_dir: Path, cfg, writes: list | None = None) -> dict[str, An
     run = load_run(run_dir, checkpoint=cfg.checkpoint, device=cfg.device)
     result = run.evaluate(episodes=cfg.episodes, seed=cfg.seed)
     result.update(checkpoint=cfg.checkpoint, step=run.step, run=str(run_dir))
+    video = None
     if cfg.video:  # before the JSON: a run whose video fails is reported failed, with nothing written
-        from rl_hydra.commands.video import record_gif
+        from rl_hydra.commands.video import gif_bytes
 
-        record_gif(run, run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", seed=cfg.seed)
+        video = (run_dir / "eval" / "videos" / f"{cfg.checkpoint}_seed{cfg.seed}.gif", gif_bytes(run, seed=cfg.seed))
     out = run_dir / "eval" / f"{setting(cfg)}.json"
     replaced = out.is_file()
     text = (json.dumps(result, indent=2) + "\n").encode()
 
-    def write() -> None:
-        atomic_write_bytes(out, lambda f: f.write(text))
+    def write() -> None:  # by the run's handle: a link at or above these names is replaced, never followed
+        if video is not None:
+            run.directory.write_bytes(video[0], lambda f: f.write(video[1]))
+        run.directory.write_bytes(out, lambda f: f.write(text))
 
     if writes is None:
         write()

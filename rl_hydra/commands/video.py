@@ -3,6 +3,7 @@ frames: classic control renders with pygame (the video extra); ALE and MinAtar r
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_hydra.envs import make_env
-from rl_hydra.runs.run_dir import RunError
+from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 
 MIN_SIDE = 160  # smaller frames (MinAtar's 10x10 grid) are enlarged, each cell a block of pixels
 
@@ -29,6 +30,15 @@ def gif_frame(frame: np.ndarray) -> np.ndarray:
 
 
 def record_gif(run, path: Path, seed: int = 0, max_frames: int = 1000, fps: int = 30) -> Path:
+    """Record a greedy episode into the GIF `path` (written whole, by a rename)."""
+    data = gif_bytes(run, seed, max_frames, fps)
+    atomic_write_bytes(path, lambda f: f.write(data))
+    return path
+
+
+def gif_bytes(run, seed: int = 0, max_frames: int = 1000, fps: int = 30) -> bytes:
+    """A greedy episode of `run` as the bytes of an animated GIF, made in memory: the caller
+    writes it where it belongs (evaluate: into the run's eval/videos/, by handle)."""
     # offscreen rendering: keep SDL from looking for a display or a sound card
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -57,6 +67,6 @@ def record_gif(run, path: Path, seed: int = 0, max_frames: int = 1000, fps: int 
     if frames[0] is None:
         raise RunError(f"env {run.cfg.env.id} rendered no rgb_array frame")
     images = [Image.fromarray(gif_frame(frame)) for frame in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
-    return path
+    out = io.BytesIO()
+    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    return out.getvalue()

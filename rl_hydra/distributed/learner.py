@@ -45,7 +45,7 @@ from rl_hydra.loops import session
 from rl_hydra.loops.monitor import EpisodeStats, StopRequested
 from rl_hydra.loops.runner import Runner
 from rl_hydra.runs import provenance
-from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text, resume_command
+from rl_hydra.runs.run_dir import RunDirectory, RunError, resume_command
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class Learner:
         if not record or not record["sessions"]:
             return
         record["sessions"][-1]["distributed"] = self.cluster.describe()
-        atomic_write_text(self.run_dir.provenance_json, json.dumps(record, indent=2) + "\n")
+        self.run_dir.write_text(self.run_dir.provenance_json, json.dumps(record, indent=2) + "\n")
 
 
 def waiting(floor: float | None, given: float | str | None) -> str:

@@ -17,7 +17,7 @@ class CSVLogger:
 
     def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         # rows after `step` are stale, also from a first attempt killed before its first checkpoint
-        self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step)
+        self.file = MetricsCSV(run_dir.metrics_csv, columns, resume_from_step=step, directory=run_dir)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         assert self.file is not None, "log() before start()"

@@ -8,26 +8,36 @@ import csv
 import io
 import logging
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_hydra.runs.run_dir import RunDirectory, WriteFailed, atomic_write_text, no_follow
+from rl_hydra.runs.run_dir import RunDirectory, WriteFailed
 
 log = logging.getLogger("rl_hydra")
 
 
 class MetricsCSV:
-    def __init__(self, csv_path: Path, columns: Iterable[str], resume_from_step: int | None = None):
+    def __init__(
+        self,
+        csv_path: Path,
+        columns: Iterable[str],
+        resume_from_step: int | None = None,
+        directory: RunDirectory | None = None,
+    ):
+        """Append to `csv_path` (in `directory`, reached by its handle: the run's own file, never
+        through a link or into a file with a second name)."""
         self.columns = ["step", *columns]
         self.csv_path = csv_path
+        self.directory = directory if directory is not None else RunDirectory(csv_path.parent)
         try:
             if resume_from_step is not None and csv_path.is_file():
                 self._truncate_after(resume_from_step)
-            new_file = not csv_path.is_file() or csv_path.stat().st_size == 0
-            self.file = open(csv_path, "a", newline="", opener=no_follow)
+            self.file = self.directory.append(csv_path, encoding="utf-8")
+            new_file = os.fstat(self.file.fileno()).st_size == 0
             self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
             if new_file:
                 self.writer.writeheader()
@@ -60,7 +70,7 @@ class MetricsCSV:
         writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(kept)
-        atomic_write_text(self.csv_path, out.getvalue())
+        self.directory.write_text(self.csv_path, out.getvalue())
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
         try:

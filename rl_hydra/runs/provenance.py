@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text, read_json_object
+from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 
 PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy", "hydra": "hydra-core"}
 # what may explain why the same config gives other numbers; `rl-hydra-verify` names the ones that differ
@@ -126,7 +126,7 @@ class Session:
     def _write(self, change) -> None:
         record = read(self.directory) or {"sessions": []}
         change(record["sessions"])
-        atomic_write_text(self.directory.provenance_json, json.dumps(record, indent=2) + "\n")
+        self.directory.write_text(self.directory.provenance_json, json.dumps(record, indent=2) + "\n")
 
 
 def mark_killed(session: dict[str, Any]) -> None:

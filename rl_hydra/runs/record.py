@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
-from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, atomic_write_text, resume_command
+from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, resume_command
 from rl_hydra.runs.trust import read_config_data, read_overrides
 
 log = logging.getLogger("rl_hydra")
@@ -75,11 +76,12 @@ def record_config(
     if directory.config_yaml.is_file():
         overrides = [*read_overrides(directory), *overrides]
         hydra_cfg = None  # Hydra's config is the one the run began with
-    atomic_write_text(directory.config_yaml, OmegaConf.to_yaml(resolved(cfg)))
-    atomic_write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))
+    directory.write_text(directory.config_yaml, OmegaConf.to_yaml(resolved(cfg)))
+    directory.write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))
     if hydra_cfg is not None:
-        atomic_write_text(directory.hydra / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
-    (directory.hydra / "run_config.yaml").unlink(missing_ok=True)  # an older version's second copy
+        directory.write_text(directory.hydra / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
+    with directory.folder(directory.hydra) as hydra:
+        hydra.unlink("run_config.yaml")  # an older version's second copy
 
 
 def resolved(cfg: DictConfig) -> Any:
@@ -120,10 +122,12 @@ def remove_refused_run(directory: RunDirectory) -> None:
     a directory that was there), and so are the folders made for it (outputs/<date>/) that it
     leaves empty, up to the working directory."""
     with contextlib.suppress(OSError):
-        if directory.path.stat().st_mtime < STARTED - 1:
-            return
-        if [p.name for p in directory.path.iterdir()] == [directory.lock_file.name]:
-            directory.lock_file.unlink()
+        with directory.folder() as folder:
+            if os.fstat(folder.fd).st_mtime < STARTED - 1:
+                return
+            if folder.names() == [directory.lock_file.name]:
+                folder.unlink(directory.lock_file.name)
+        directory.forget_handle()
         directory.path.rmdir()
         here = Path.cwd().resolve()
         for parent in directory.path.resolve().parents:

@@ -3,6 +3,7 @@ and named when it fails; one writer at a time (RunLock)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -10,7 +11,6 @@ import os
 import shlex
 import socket
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from rl_hydra.runs import trust
 from rl_hydra.runs.data import load_json_object
 from rl_hydra.runs.errors import RunError
+from rl_hydra.runs.files import TEMP_PREFIX, TEMP_SUFFIX, Folder, NotOwnFile
+from rl_hydra.runs.files import refusal as files_refusal
 from rl_hydra.runs.sweep_parent import ORPHAN_STOP_S, POLL_S, orphaned, sweep_process
 
 if TYPE_CHECKING:
@@ -67,40 +69,42 @@ class _Recording:
         return getattr(self.file, name)
 
 
-TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
 TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")  # what trackers write in a run or sweep directory
+# the files a run writes in place (the lock's content, appended lines): each must be its own file
+WRITTEN_IN_PLACE = (".lock", "train.log", "metrics.csv")
+
+
+def replace_in(folder: Folder, path: Path, write) -> None:
+    """Write `path` (named `path.name` in the open `folder`) through a temp file and a rename
+    (files.Folder.replace); an OSError, also one torch.save wraps, raises WriteFailed naming `path`."""
+    recording: list[_Recording] = []
+
+    def through(f) -> None:
+        recording.append(_Recording(f))
+        try:
+            write(recording[0])
+        except Exception as error:
+            if recording[0].error is not None and not isinstance(error, OSError):
+                raise recording[0].error from error
+            raise
+
+    try:
+        folder.replace(path.name, through)
+    except OSError as error:
+        raise WriteFailed(path, error) from error
 
 
 def atomic_write_bytes(path: Path, write) -> None:
-    """Write through a temp file in the same directory, then rename over `path`.
-
-    A crash or kill mid-write leaves the previous file intact (and a temp file that the next
-    writer of the run removes: RunDirectory.remove_temp_files). The file gets the mode any new
-    file gets under the process's umask (mkstemp alone would make it 0600, unreadable to others
-    on a shared cluster). An OSError, also one torch.save wraps, raises WriteFailed naming `path`.
-    """
-    tmp = None
+    """Write `path` whole, atomically: a crash or kill mid-write leaves the previous file intact.
+    Its folder is opened once and the file replaced by a rename (a link or hard link at `path`
+    is replaced, never written through). A run directory's own files go through RunDirectory's
+    `write_bytes`, which reaches the folder from the run's handle."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.", suffix=TEMP_SUFFIX)
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as f:
-            recording = _Recording(f)
-            try:
-                write(recording)
-                f.flush()
-                os.fsync(f.fileno())
-            except Exception as error:
-                if recording.error is not None and not isinstance(error, OSError):
-                    raise recording.error from error
-                raise
-        os.replace(tmp, path)
-    except BaseException as error:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise WriteFailed(path, error) from error
-        raise
+        folder = Folder.open(path.parent, create=True)
+    except OSError as error:
+        raise WriteFailed(path, error) from error
+    with folder:
+        replace_in(folder, path, write)
 
 
 def no_follow(path: str, flags: int) -> int:
@@ -133,14 +137,11 @@ SUMMARY_KEYS = (
 )
 
 
-def current_umask() -> int:
-    """The process's umask (the only way to read it is to set it, so it is set back at once)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 class RunDirectory:
+    """A run directory. Its files are reached from one handle on the directory, opened at first
+    use (files.py: no link below it is followed, a write is a rename or an append to the run's
+    own file); the `Path` attributes name them in messages and for reading."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
@@ -151,6 +152,44 @@ class RunDirectory:
         self.config_yaml = self.hydra / "config.yaml"
         self.provenance_json = self.path / "provenance.json"
         self.lock_file = self.path / ".lock"
+        self.handle: Folder | None = None
+
+    def folder(self, path: str | Path | None = None, create: bool = False) -> Folder:
+        """The open folder at `path` (the run directory, or a folder below it named from
+        `self.path`), reached from the run's handle one name at a time; the caller closes it."""
+        if self.handle is None or self.handle.fd < 0:
+            self.handle = Folder.open(self.path, create=create)
+        relative = Path(path).relative_to(self.path) if path is not None else Path()
+        return self.handle.at(relative, create=create)
+
+    def forget_handle(self) -> None:
+        """Close the handle (the directory was removed, or the process is done with it)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+    def write_bytes(self, path: Path, write) -> None:
+        """Write the run's file `path` whole, atomically (a temp file and a rename in its folder,
+        reached by handle): a crash mid-write leaves the previous file; WriteFailed names `path`."""
+        try:
+            folder = self.folder(path.parent, create=True)
+        except OSError as error:
+            raise WriteFailed(path, error) from error
+        with folder:
+            replace_in(folder, path, write)
+
+    def write_text(self, path: Path, text: str) -> None:
+        self.write_bytes(path, lambda f: f.write(text.encode()))
+
+    def append(self, path: Path, encoding: str | None = "utf-8"):
+        """The run's file `path` opened to append: its own regular file only (files.Folder.open_own)."""
+        try:
+            with self.folder(path.parent, create=True) as folder:
+                return folder.append(path.name, encoding)
+        except RunError:
+            raise
+        except OSError as error:
+            raise WriteFailed(path, error) from error
 
     @property
     def recorded_config(self) -> Path:
@@ -160,51 +199,81 @@ class RunDirectory:
         return legacy if legacy.is_file() else self.config_yaml
 
     def check_links(self) -> None:
-        """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it (a
-        write through it, the lock, train.log, a checkpoint, eval/, would land elsewhere) or in a
-        loop, or anything but files, folders and links (a FIFO would block whoever opens it). Links
-        inside it are fine, and so is anything in a tracker's store (wandb/); the run directory itself
-        may be a link."""
+        """Refuse, in one RunError line, a directory holding a symbolic link that leads out of it or
+        in a loop, anything but files, folders and links (a FIFO would block whoever opens it), a
+        file the run writes in place (WRITTEN_IN_PLACE) that is a link, not a file, or has a second
+        name (a hard link), or folders nested past files.MAX_DEPTH. Links inside it are fine
+        elsewhere (a write replaces a link, never follows it), and so is anything in a tracker's
+        store (wandb/); the run directory itself may be a link. The walk goes by handle, without
+        recursion, so a deep or long-named tree costs no traceback."""
+        if not os.path.lexists(self.path):
+            return  # a new run's directory: nothing in it yet
         root = self.path.resolve()
-        for folder, dirs, files in os.walk(self.path):  # does not descend into linked folders
-            dirs[:] = [name for name in dirs if name not in TRACKER_STORES]  # theirs (W&B links its logs out)
-            for name in (*dirs, *files):
-                path = Path(folder) / name
-                mode = path.lstat().st_mode
-                if stat.S_ISLNK(mode):
-                    try:
-                        inside = path.resolve(strict=True).is_relative_to(root)
-                    except (OSError, RuntimeError):  # a loop, or a link to nothing (a write would make it)
-                        raise RunError(
-                            f"{path} is a symbolic link to {os.readlink(path)}, which leads nowhere or back "
-                            f"to itself; a run directory's files are written in place"
-                        ) from None
-                    if not inside:
-                        raise RunError(
-                            f"{path} is a symbolic link to {os.readlink(path)}, outside the run directory; "
-                            f"nothing was written (a run directory's files are written in place: replace "
-                            f"the link with the file itself)"
-                        )
-                elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    raise RunError(f"{path} is not a file or a folder (a pipe, socket or device): not a run's")
+        try:
+            with self.folder() as top:
+                for folder, name, info in top.walk(skip=TRACKER_STORES):  # theirs (W&B links its logs out)
+                    self.check_entry(Path(folder), name, info, root)
+        except OSError as error:
+            raise RunError(f"{self.path} cannot be read ({error.strerror or type(error).__name__})") from None
+
+    def check_entry(self, folder: Path, name: str, info: os.stat_result, root: Path) -> None:
+        path, mode = folder / name, info.st_mode
+        written_in_place = folder == self.path and name in WRITTEN_IN_PLACE
+        if stat.S_ISLNK(mode):
+            target = os.readlink(path)
+            try:
+                inside = path.resolve(strict=True).is_relative_to(root)
+            except (OSError, RuntimeError):  # a loop, or a link to nothing (a write would make it)
+                raise RunError(
+                    f"{path} is a symbolic link to {target}, which leads nowhere or back "
+                    f"to itself; a run directory's files are written in place"
+                ) from None
+            if not inside:
+                raise RunError(
+                    f"{path} is a symbolic link to {target}, outside the run directory; "
+                    f"nothing was written (a run directory's files are written in place: replace "
+                    f"the link with the file itself)"
+                )
+            if written_in_place:
+                raise RunError(files_refusal(path, f"is a symbolic link to {target}"))
+        elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise RunError(f"{path} is not a file or a folder (a pipe, socket or device): not a run's")
+        elif written_in_place and not stat.S_ISREG(mode):
+            raise RunError(files_refusal(path, "is a folder, not a file"))
+        elif written_in_place and info.st_nlink != 1:
+            raise RunError(files_refusal(path, f"has {info.st_nlink} names (hard links: another may be outside)"))
 
     def holds_output(self) -> bool:
         """Whether a run has trained here (checkpoints or metrics exist)."""
         return self.checkpoints.is_dir() or self.metrics_csv.is_file()
 
+    TEMP_FOLDERS = ("", ".hydra", "checkpoints", "eval")
+
     def temp_files(self) -> list[Path]:
-        """The temp files of atomic writes that a killed process left."""
-        return [
-            tmp
-            for folder in (self.path, self.hydra, self.checkpoints, self.path / "eval")
-            if folder.is_dir()
-            for tmp in folder.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}")
-        ]
+        """The temp files of atomic writes that a killed process left (regular files only: a
+        folder named like one is not this project's)."""
+        found = []
+        for relative in self.TEMP_FOLDERS:
+            try:
+                with self.folder(self.path / relative) as folder:
+                    found += [
+                        folder.path / name
+                        for name in folder.names()
+                        if name.startswith(TEMP_PREFIX)
+                        and name.endswith(TEMP_SUFFIX)
+                        and stat.S_ISREG(getattr(folder.lstat(name), "st_mode", 0))
+                    ]
+            except OSError:  # no such folder (or not one)
+                continue
+        return found
 
     def remove_temp_files(self) -> None:
-        """Remove what `temp_files` finds (call with the lock held)."""
+        """Remove what `temp_files` finds (call with the lock held), by handle."""
         for tmp in self.temp_files():
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError), self.folder(tmp.parent) as folder:
+                info = folder.lstat(tmp.name)
+                if info is not None and stat.S_ISREG(info.st_mode):
+                    folder.unlink(tmp.name)
 
     def checkpoint_step(self, name: str = "last") -> int | None:
         """The env step checkpoint `name` was saved at, or None when there is none (or it is unreadable)."""
@@ -238,7 +307,7 @@ class RunDirectory:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
 
         path = self.checkpoints / f"{name}.pt"
-        atomic_write_bytes(path, lambda f: torch.save(state, f))
+        self.write_bytes(path, lambda f: torch.save(state, f))
         return path
 
     def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -265,7 +334,7 @@ class RunDirectory:
         if unknown:
             raise ValueError(f"summary keys {sorted(unknown)} are not in SUMMARY_KEYS")
         text = json.dumps({key: summary.get(key) for key in SUMMARY_KEYS}, indent=2) + "\n"
-        atomic_write_text(self.summary_json, text)
+        self.write_text(self.summary_json, text)
 
     def read_summary(self) -> dict[str, Any] | None:
         """summary.json, or None where there is none; one RunError line for a damaged or foreign file."""
@@ -427,9 +496,11 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         path = self.directory.lock_file
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666 & ~current_umask())
+        try:  # the run's own regular file (a link, a folder or a second name is refused: files.py)
+            with self.directory.folder(create=True) as folder:
+                fd = folder.open_own(path.name, os.O_RDWR)
+        except NotOwnFile:
+            raise
         except OSError as error:
             raise WriteFailed(path, error) from error
         try:
@@ -458,7 +529,8 @@ class RunLock:
         """Raise RunBusy when another process holds the directory; writes nothing (a refused
         command checks this first, before it builds anything)."""
         try:
-            fd = os.open(directory.lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO: no wait
+            with directory.folder() as folder:  # by handle, no link followed; a FIFO: no wait
+                fd = os.open(directory.lock_file.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder.fd)
         except OSError:
             return  # no lock file: nobody has trained here since locks exist
         try:

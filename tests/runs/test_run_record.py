@@ -251,12 +251,12 @@ def _train_in_child(run_dir: str, config: str, kill_at_replace: int | None) -> N
     if kill_at_replace is not None:
         replace, calls = os.replace, []
 
-        def dying_replace(src, dst):
+        def dying_replace(src, dst, **dir_fds):
             if str(dst).endswith("last.pt"):
                 calls.append(dst)
                 if len(calls) == kill_at_replace:
                     os.kill(os.getpid(), signal.SIGKILL)
-            replace(src, dst)
+            replace(src, dst, **dir_fds)
 
         os.replace = dying_replace
     directory = RunDirectory(run_dir)
