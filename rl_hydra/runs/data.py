@@ -15,7 +15,9 @@ Every failure is a RunError, one line naming the file and, where there is one, t
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -63,24 +65,30 @@ RecordLoader.add_implicit_resolver(
 )
 
 
-def read_bytes(path: Path) -> bytes:
-    """A record file's bytes, refusing one over MAX_BYTES before reading it."""
+def read_bytes(path: Path, directory: Any = None) -> bytes:
+    """A record file's bytes, refusing one over MAX_BYTES before reading it. The file is opened
+    without following a link and must be a regular file (a FIFO is not waited on); in a run's
+    `directory` (a RunDirectory) it is reached from the run's handle (runs/files.py)."""
+    from rl_hydra.runs.files import Folder
+
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise RunError(f"{path} is {size:,} bytes, more than a run writes there (at most {MAX_BYTES:,})")
-        with open(path, "rb") as f:
+        folder = directory.folder(path.parent) if directory is not None else Folder.open(path.parent)
+        with folder, folder.read(path.name) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_BYTES:
+                raise RunError(f"{path} is {size:,} bytes, more than a run writes there (at most {MAX_BYTES:,})")
             data = f.read(MAX_BYTES + 1)
     except OSError as error:
-        raise RunError(f"{path} cannot be read ({error.strerror or type(error).__name__})") from None
+        why = "a symbolic link" if error.errno == errno.ELOOP else error.strerror or type(error).__name__
+        raise RunError(f"{path} cannot be read ({why})") from None
     if len(data) > MAX_BYTES:  # grew while being read
         raise RunError(f"{path} is more than {MAX_BYTES:,} bytes, more than a run writes there")
     return data
 
 
-def load_yaml(path: Path) -> Any:
-    """A YAML file of a record as plain data, or one RunError line."""
-    data = read_bytes(path)
+def load_yaml(path: Path, directory: Any = None) -> Any:
+    """A YAML file of a record as plain data, or one RunError line (`directory`: read_bytes)."""
+    data = read_bytes(path, directory)
     try:
         text = data.decode("utf-8")
         check_events(text)
@@ -125,9 +133,9 @@ def where(event: yaml.Event) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
 
 
-def load_json(path: Path) -> Any:
-    """A JSON file of a record as plain data, or one RunError line."""
-    data = read_bytes(path)
+def load_json(path: Path, directory: Any = None) -> Any:
+    """A JSON file of a record as plain data, or one RunError line (`directory`: read_bytes)."""
+    data = read_bytes(path, directory)
     try:
         value = json.loads(data)
     except RecursionError:
@@ -138,8 +146,8 @@ def load_json(path: Path) -> Any:
     return value
 
 
-def load_json_object(path: Path) -> dict[str, Any]:
-    value = load_json(path)
+def load_json_object(path: Path, directory: Any = None) -> dict[str, Any]:
+    value = load_json(path, directory)
     if not isinstance(value, dict):
         raise RunError(f"{path} holds a JSON {type(value).__name__}, not the object a run writes there")
     return value

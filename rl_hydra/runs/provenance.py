@@ -87,7 +87,7 @@ def read(directory: RunDirectory) -> dict[str, Any] | None:
     path = directory.provenance_json
     if not path.is_file():
         return None
-    record = read_json_object(path)
+    record = read_json_object(path, directory)
     sessions = record.get("sessions")
     if not isinstance(sessions, list) or not all(isinstance(session, dict) for session in sessions):
         raise RunError(f"{path} has no list of sessions: not a run's provenance")
@@ -173,7 +173,7 @@ def read_sessions(directory: RunDirectory) -> list[dict[str, Any]]:
     path = directory.provenance_json
     if not path.is_file():
         return []
-    sessions = read_json_object(path).get("sessions")
+    sessions = read_json_object(path, directory).get("sessions")
     if not isinstance(sessions, list) or not sessions or not all(isinstance(s, dict) for s in sessions):
         raise RunError(f"{path} has no list of sessions: not the provenance a run writes")
     for number, session in enumerate(sessions, start=1):

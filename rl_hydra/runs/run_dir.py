@@ -340,7 +340,7 @@ class RunDirectory:
         """summary.json, or None where there is none; one RunError line for a damaged or foreign file."""
         if not self.summary_json.is_file():
             return None
-        summary = read_json_object(self.summary_json)
+        summary = read_json_object(self.summary_json, self)
         check_summary(summary, self.summary_json)
         return summary
 
@@ -478,10 +478,10 @@ def check_optimizer_state(owner: Any, path: Path) -> None:
                         )
 
 
-def read_json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path, directory: RunDirectory | None = None) -> dict[str, Any]:
     """A JSON file of the run that holds an object, or one RunError line saying what is wrong with it
-    (read as data, bounded in size and depth: runs/data.py)."""
-    return load_json_object(path)
+    (read as data, bounded in size and depth: runs/data.py; in `directory`, by the run's handle)."""
+    return load_json_object(path, directory)
 
 
 class RunLock:

@@ -153,9 +153,10 @@ def check_env_id(tree: dict[str, Any], source: Path, extra: Iterable[str] = ()) 
         )
 
 
-def read_config_data(path: Path) -> dict[str, Any]:
-    """A recorded config as plain data with its references resolved (nothing else: runs/data.py)."""
-    tree = data.load_yaml(path)
+def read_config_data(path: Path, directory: RunDirectory | None = None) -> dict[str, Any]:
+    """A recorded config as plain data with its references resolved (nothing else: runs/data.py;
+    in a run's `directory`, read by its handle)."""
+    tree = data.load_yaml(path, directory)
     if not isinstance(tree, dict) or not tree:
         raise RunError(f"{path} is {'empty' if not tree else 'not a mapping of keys'}: not a run's config")
     buffer = tree.get("buffer")
@@ -228,7 +229,7 @@ def read_config(directory: RunDirectory, extra: Iterable[str] = ()) -> DictConfi
     if not path.is_file():
         raise RunError(f"{directory.path} is not a run directory (no .hydra/config.yaml)")
     directory.check_links()  # links out or in a loop, FIFOs: refused before any file is opened
-    tree = read_config_data(path)
+    tree = read_config_data(path, directory)
     for key in ("env", "train", "algo"):
         if not isinstance(tree.get(key), dict):
             raise RunError(f"{path} has no {key} section: not a run's config")
@@ -253,7 +254,7 @@ def read_overrides(directory: RunDirectory) -> list[str]:
     path = directory.hydra / "overrides.yaml"
     if not path.is_file():
         return []
-    overrides = data.load_yaml(path)
+    overrides = data.load_yaml(path, directory)
     if overrides is None:
         return []
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
@@ -266,7 +267,7 @@ def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     path = directory.hydra / "hydra.yaml"
     if not path.is_file():
         return None
-    tree = data.load_yaml(path)
+    tree = data.load_yaml(path, directory)
     hydra = tree.get("hydra") if isinstance(tree, dict) else None
     runtime = hydra.get("runtime") if isinstance(hydra, dict) else None
     choices = runtime.get("choices") if isinstance(runtime, dict) else None

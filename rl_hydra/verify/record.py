@@ -211,7 +211,7 @@ def check_eval_files(directory: RunDirectory, metrics: Metrics) -> int:
     evaluated = {int(row["step"]) for row in metrics.rows if finite(row.get("eval/return_mean"))}
     last = metrics.steps()[-1] if metrics.rows else 0
     for path in files:
-        found = read_json_object(path)
+        found = read_json_object(path, directory)
         name = f"eval/{path.name}"
         unknown = sorted(set(found) - EVAL_KEYS)
         returns, step = found.get("returns"), found.get("step")
