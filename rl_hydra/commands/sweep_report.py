@@ -53,9 +53,16 @@ def parallel_jobs(n_jobs: int) -> int:
 
 
 def record_failure(sweep_dir: str | Path, job_dir: str | Path) -> None:
-    """Called by a failing job; one short line, appended (safe from parallel jobs)."""
-    with open(Path(sweep_dir) / FAILED_JOBS, "a") as f:
-        f.write(f"{os.environ.get(SWEEP_ID, '')}\t{job_dir}\n")
+    """Called by a failing job; one short line, appended (safe from parallel jobs) to the sweep's
+    own file (files.Folder.append: never through a link, never into a file with a second name)."""
+    from rl_hydra.runs.errors import RunError
+    from rl_hydra.runs.files import Folder
+
+    try:
+        with Folder.open(sweep_dir) as folder, folder.append(FAILED_JOBS, encoding="utf-8") as f:
+            f.write(f"{os.environ.get(SWEEP_ID, '')}\t{job_dir}\n")
+    except (RunError, OSError) as error:  # the job's own failure is reported already
+        print(f"warning: the sweep's list of failed jobs was not written: {error}", file=sys.stderr)
 
 
 def failures_of(record: Path, sweep_id: str) -> list[str]:

@@ -13,10 +13,13 @@ from rl_hydra.runs.run_dir import RunDirectory
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
+    from rl_hydra.runs.files import Folder
+
 
 class TensorBoardLogger:
     def __init__(self) -> None:
         self.writer: SummaryWriter | None = None
+        self.folder: Folder | None = None
 
     def start(self, run_dir: RunDirectory, config: Mapping[str, Any], step: int, columns: Sequence[str]) -> None:  # noqa: ARG002
         from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
@@ -26,7 +29,10 @@ class TensorBoardLogger:
         stale = run_dir.tensorboard.is_dir() and any(run_dir.tensorboard.iterdir())
         if stale:
             wait_until_after(latest_event_file_second(run_dir.tensorboard))
-        self.writer = SummaryWriter(str(run_dir.tensorboard), purge_step=step + 1 if step or stale else None)
+        # the writer names tb/ through the run's handle (files.Folder.by_handle): a link swapped in for
+        # tb/ later cannot redirect its event files
+        self.folder = run_dir.folder(run_dir.tensorboard, create=True)
+        self.writer = SummaryWriter(self.folder.by_handle(), purge_step=step + 1 if step or stale else None)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         assert self.writer is not None, "log() before start()"
@@ -36,6 +42,8 @@ class TensorBoardLogger:
     def finish(self, status: str) -> None:  # noqa: ARG002
         if self.writer is not None:
             self.writer.close()
+        if self.folder is not None:
+            self.folder.close()
 
 
 def latest_event_file_second(directory: Path) -> int:

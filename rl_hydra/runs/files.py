@@ -72,6 +72,13 @@ class Folder:
         except OSError:
             pass
 
+    def by_handle(self) -> str:
+        """A path that names this open folder itself, for a library that takes a path: a link
+        swapped in for the folder's name later is not followed (Linux's /proc/self/fd; elsewhere
+        the folder's path)."""
+        proc = f"/proc/self/fd/{self.fd}"
+        return proc if os.path.isdir(proc) else str(self.path)
+
     def child(self, name: str, create: bool = False) -> Folder:
         """The folder `name` in this one (made with `create`); a link there is an OSError (ELOOP
         or ENOTDIR), never followed."""

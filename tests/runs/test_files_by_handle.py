@@ -226,3 +226,30 @@ def test_a_write_by_handle_refuses_what_is_not_the_runs_own_file(tmp_path, outsi
     assert outside.read_bytes() == b"precious\n" and directory.summary_json.read_text() == "{}\n"
     with pytest.raises(RunError, match="leads out of"):
         directory.folder(directory.path / ".." / "elsewhere")
+
+
+def test_tensorboard_writes_through_the_handle_not_a_link_swapped_in(tmp_path):
+    """Finding 5, for tb/: TensorBoard's writer is given the open folder, not its name."""
+    from rl_hydra.loggers.tensorboard import TensorBoardLogger
+
+    directory = RunDirectory(tmp_path / "run")
+    directory.path.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    logger = TensorBoardLogger()
+    logger.start(directory, {}, 0, ["a"])
+    directory.tensorboard.rename(directory.path / "tb_moved")
+    directory.tensorboard.symlink_to(victim, target_is_directory=True)
+    logger.log(1, {"a": 1.0})
+    logger.finish("completed")
+    assert list(victim.iterdir()) == []
+    assert [p.stat().st_size > 0 for p in (directory.path / "tb_moved").iterdir()] == [True]
+
+
+def test_a_sweeps_failed_jobs_file_is_never_appended_through_a_hard_link(tmp_path, outside, capsys):
+    from rl_hydra.commands.sweep_report import FAILED_JOBS, record_failure
+
+    os.link(outside, tmp_path / FAILED_JOBS)
+    record_failure(tmp_path, tmp_path / "job")
+    assert outside.read_bytes() == b"precious\n"
+    assert "has 2 names" in capsys.readouterr().err
