@@ -185,10 +185,16 @@ def time_limit(env_cfg: DictConfig) -> int | None:
 
 
 def registered_time_limit(env_id: str) -> int | None:
-    """The time limit gymnasium registers for `env_id`, or None (none registered; an unknown id)."""
+    """The time limit gymnasium registers for `env_id`, or None (none registered; an unknown id).
+    For gymnasium's `module:EnvId` form, EnvId's, once the module is imported (it registers EnvId):
+    gymnasium's registry knows EnvId alone, and asked for the whole id it answers none, which would
+    replace the env's own limit by env=gym's fallback."""
+    module, _, name = env_id.rpartition(":")
     try:
-        return gym.spec(env_id).max_episode_steps
-    except gym.error.Error:
+        if module:
+            importlib.import_module(module)  # check_env_id names a module that does not import
+        return gym.spec(name).max_episode_steps
+    except (gym.error.Error, ImportError):
         return None
 
 
