@@ -132,6 +132,15 @@ class Run:
         actions = actions[0] if single else actions
         return (actions, state) if self.recurrent else actions
 
+    def export(self, path: str | Path | None = None, format: str = "onnx") -> Path:
+        """The greedy policy as one file, `format` onnx or torchscript, that acts as `predict` does
+        (observation in, the env's action out; checked against predict before it is written), at
+        `path` or `<run>/export/policy_<checkpoint>.<ext>` (rl_hydra/commands/policy_export.py; docs/export.md).
+        Returns the path written."""
+        from rl_hydra.commands.policy_export import export_run
+
+        return export_run(self, format, path)
+
     def evaluate(self, episodes: int = 10, seed: int = 0, render_mode: str | None = None) -> dict[str, Any]:
         """Greedy episodes on fresh envs built from the run's own config."""
         env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode)
