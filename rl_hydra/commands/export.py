@@ -1,5 +1,5 @@
-"""`rl-hydra-export RUN_DIR [--format onnx|torchscript] [--checkpoint best|last] [--out PATH]`: the run's
-greedy policy as one file that acts as `Run.predict` does (rl_hydra/commands/policy_export.py; docs/export.md)."""
+"""`rl-hydra-export RUN_DIR [--format FORMAT] [--checkpoint best|last] [--out PATH]`: the run's greedy
+policy as one file that acts as `Run.predict` does (rl_hydra/commands/policy_export.py; docs/export.md)."""
 
 from __future__ import annotations
 

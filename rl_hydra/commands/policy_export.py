@@ -1,7 +1,7 @@
-"""A run's greedy policy as one self-contained file, ONNX or TorchScript (`rl-hydra-export`, `Run.export`).
+"""A run's greedy policy as one self-contained file: ONNX, TorchScript or torch.export (`rl-hydra-export`).
 
 The file holds the network and all that `Run.predict` does around it, so that a program without
-this package (onnxruntime, libtorch) acts as predict does: the observation goes in as the run's
+this package (onnxruntime, libtorch, torch.export.load) acts as predict does: the observation goes in as the run's
 env gives it (its own dtype: float32 vectors, uint8 frame stacks, int64 indices; one input per
 part of a Dict or Tuple observation), the run's encoders scale and one-hot it inside the file, and
 the action comes out in the env's scale. Per algorithm (the modules below):
@@ -15,9 +15,11 @@ the action comes out in the env's scale. Per algorithm (the modules below):
 - DRQN: the recurrent state in and out beside the observation, zeros at an episode's start.
 
 Every input and output has a leading batch axis. Before anything is written the file is loaded
-back (onnxruntime, torch.jit.load) and its actions compared with predict's on a batch drawn from
-the run's observation space; the inputs, outputs and where the policy came from are kept inside it
-(ONNX metadata, a TorchScript extra file `policy.json`). The run directory is read as data
+back (onnxruntime, torch.jit.load, torch.export.load) and its actions compared with predict's on
+a batch drawn from the run's observation space; the inputs, outputs and where the policy came from
+are kept inside it (ONNX metadata; for torch, an extra file `policy.json`). TorchScript is traced,
+not scripted, so the numpy fast path (speed/numpy_mirror.py), which torch.jit.script cannot read,
+is never met: outside acting the networks run their torch forward. The run directory is read as data
 (load_run); the file is written atomically, by default to `<run>/export/policy_<checkpoint>.<ext>`.
 """
 
@@ -46,7 +48,8 @@ from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 if TYPE_CHECKING:
     from rl_hydra.commands.run import Run
 
-FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # --format -> the file's suffix
+# --format -> the file's suffix; the writers and loaders of each are below (FORMAT_CODE)
+FORMATS = {"onnx": ".onnx", "torchscript": ".pt", "torch_export": ".pt2"}
 ONNX_MODULES = ("onnx", "onnxruntime")  # the export extra: writing an ONNX file and checking it
 OPSET = 17
 CHECK_ROWS = 16  # observations the exported file is compared with predict on
@@ -61,6 +64,9 @@ class Port:
     name: str
     shape: tuple[int, ...]
     dtype: str
+
+
+Acting = Callable[[list[np.ndarray]], list[np.ndarray]]  # a loaded file: its inputs in, its outputs out
 
 
 # --- the policies as modules: what predict computes, observation in, action out --------------------
@@ -182,7 +188,7 @@ def observation_batch(space: gym.Space, rows: int, seed: int = 0) -> list[np.nda
     return [np.stack([np.asarray(s) for s in samples]).astype(space.dtype, copy=False)]
 
 
-def check_against_predict(run: Run, act: Callable[[list[np.ndarray]], list[np.ndarray]], fmt: str) -> None:
+def check_against_predict(run: Run, act: Acting, fmt: str) -> None:
     """The exported file (`act`: its inputs -> its outputs) gives predict's actions on a drawn batch
     (a recurrent policy: over a few steps, each with the state the step before gave), or RunError."""
     obs = observation_batch(run.observation_space, CHECK_ROWS)
@@ -205,7 +211,7 @@ def check_against_predict(run: Run, act: Callable[[list[np.ndarray]], list[np.nd
             )
 
 
-# --- the two formats ---------------------------------------------------------------------------------
+# --- the three formats: each a writer and a loader (FORMAT_CODE) -----------------------------------------
 def require_onnx() -> None:
     """onnx and onnxruntime are installed (the export extra), or one ConfigError line with the pip command."""
     for module in ONNX_MODULES:
@@ -218,6 +224,21 @@ def require_onnx() -> None:
 def example_inputs(inputs: list[Port], rows: int = 2) -> tuple[torch.Tensor, ...]:
     """Zeros of each input's shape and dtype, `rows` of them: what tracing runs the policy on."""
     return tuple(torch.zeros((rows, *port.shape), dtype=getattr(torch, port.dtype)) for port in inputs)
+
+
+@contextlib.contextmanager
+def saved_without_gradients(module: nn.Module) -> Iterator[None]:
+    """Inside the block the module's weights need no gradient, so a file written there holds them so
+    (its outputs are plain tensors wherever it is loaded); after it, each has its flag back (the
+    agent's own parameters, which the file's trace shares)."""
+    flags = [(param, param.requires_grad) for param in module.parameters()]
+    for param, _ in flags:
+        param.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for param, flag in flags:
+            param.requires_grad_(flag)
 
 
 @contextlib.contextmanager
@@ -239,7 +260,7 @@ def onnx_bytes(module: nn.Module, inputs: list[Port], outputs: list[Port], metad
 
     buffer = io.BytesIO()
     # the TorchScript-based exporter: no onnxscript needed, but it is deprecated
-    with warnings.catch_warnings(), modes_kept(module):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
@@ -257,35 +278,32 @@ def onnx_bytes(module: nn.Module, inputs: list[Port], outputs: list[Port], metad
     return model.SerializeToString()
 
 
-def onnx_runner(data: bytes, inputs: list[Port]) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+def onnx_runner(data: bytes, inputs: list[Port]) -> Acting:
     import onnxruntime  # type: ignore[import-untyped]
 
     session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     return lambda arrays: session.run(None, {p.name: a for p, a in zip(inputs, arrays)})
 
 
-def torchscript_bytes(module: nn.Module, inputs: list[Port], metadata: dict[str, str]) -> bytes:
+def torchscript_bytes(
+    module: nn.Module,
+    inputs: list[Port],
+    outputs: list[Port],  # noqa: ARG001 - the Writer signature: ONNX names its outputs, torch does not
+    metadata: dict[str, str],
+) -> bytes:
     """The module traced to TorchScript (the agent's torch code, not the numpy fast path), with
-    `policy.json` as an extra file. Its weights need no gradient: a copy of the trace, loaded back,
-    is saved with them off (the trace shares the agent's own parameters, which keep theirs)."""
+    `policy.json` as an extra file."""
     # TracerWarnings about the constants a trace keeps, and torch.jit's notice that torch.export follows it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(module, example_inputs(inputs), check_trace=False)
         buffer = io.BytesIO()
-        torch.jit.save(traced, buffer)
-        reloaded = torch.jit.load(io.BytesIO(buffer.getvalue()))
-        for param in reloaded.parameters():
-            param.requires_grad_(False)
-        buffer = io.BytesIO()
-        torch.jit.save(reloaded, buffer, _extra_files={"policy.json": json.dumps(metadata, indent=2)})
+        torch.jit.save(traced, buffer, _extra_files={"policy.json": json.dumps(metadata, indent=2)})
     return buffer.getvalue()
 
 
-def torchscript_runner(data: bytes) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loaded = torch.jit.load(io.BytesIO(data))
+def torch_acting(loaded: Callable[..., Any]) -> Acting:
+    """A loaded torch policy as a function of arrays: its inputs in, its outputs out."""
 
     def act(arrays: list[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
@@ -293,6 +311,46 @@ def torchscript_runner(data: bytes) -> Callable[[list[np.ndarray]], list[np.ndar
         return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
 
     return act
+
+
+def torchscript_runner(data: bytes, inputs: list[Port]) -> Acting:  # noqa: ARG001
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's notice that torch.export follows it
+        return torch_acting(torch.jit.load(io.BytesIO(data)))
+
+
+def torch_export_bytes(
+    module: nn.Module,
+    inputs: list[Port],
+    outputs: list[Port],  # noqa: ARG001 - the Writer signature: ONNX names its outputs, torch does not
+    metadata: dict[str, str],
+) -> bytes:
+    """The module as a torch.export program (TorchScript's successor) with a dynamic batch axis, and
+    `policy.json` as an extra file: torch.export.load(path).module() acts."""
+    batch = torch.export.Dim("batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(
+            module,
+            example_inputs(inputs),
+            dynamic_shapes=(tuple({0: batch} for _ in inputs),),  # forward(*inputs)
+        )
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={"policy.json": json.dumps(metadata, indent=2)})
+    return buffer.getvalue()
+
+
+def torch_export_runner(data: bytes, inputs: list[Port]) -> Acting:  # noqa: ARG001
+    return torch_acting(torch.export.load(io.BytesIO(data)).module())
+
+
+Writer = Callable[[nn.Module, list[Port], list[Port], dict[str, str]], bytes]
+Loader = Callable[[bytes, list[Port]], Acting]
+FORMAT_CODE: dict[str, tuple[Writer, Loader]] = {
+    "onnx": (onnx_bytes, onnx_runner),
+    "torchscript": (torchscript_bytes, torchscript_runner),
+    "torch_export": (torch_export_bytes, torch_export_runner),
+}
 
 
 # --- exporting a run -----------------------------------------------------------------------------------
@@ -324,15 +382,13 @@ def exported_bytes(run: Run, fmt: str) -> bytes:
     check_format(fmt)
     keys = list(run.observation_space.spaces) if isinstance(run.observation_space, gym.spaces.Dict) else None
     module = policy_module(run.agent, keys)
-    with noise_disabled(module), torch.no_grad():
+    # noisy layers with their mean weights, as predict acts; each submodule's mode as predict finds it
+    with noise_disabled(module), saved_without_gradients(module), modes_kept(module), torch.no_grad():
         inputs, outputs = ports(run, module)
-        info = metadata(run, inputs, outputs)  # noisy layers: their mean weights, as predict acts
-        if fmt == "onnx":
-            data = onnx_bytes(module, inputs, outputs, info)
-            act = onnx_runner(data, inputs)
-        else:
-            data = torchscript_bytes(module, inputs, info)
-            act = torchscript_runner(data)
+        info = metadata(run, inputs, outputs)
+        write, load = FORMAT_CODE[fmt]
+        data = write(module, inputs, outputs, info)
+        act = load(data, inputs)
     check_against_predict(run, act, fmt)
     return data
 

@@ -133,10 +133,10 @@ class Run:
         return (actions, state) if self.recurrent else actions
 
     def export(self, path: str | Path | None = None, format: str = "onnx") -> Path:
-        """The greedy policy as one file, `format` onnx or torchscript, that acts as `predict` does
-        (observation in, the env's action out; checked against predict before it is written), at
-        `path` or `<run>/export/policy_<checkpoint>.<ext>` (rl_hydra/commands/policy_export.py; docs/export.md).
-        Returns the path written."""
+        """The greedy policy as one file (`format`: onnx, torchscript or torch_export) that acts as
+        `predict` does: observation in, the env's action out, checked against predict before it is
+        written to `path` (default `<run>/export/policy_<checkpoint>.<ext>`), which it returns
+        (rl_hydra/commands/policy_export.py; docs/export.md)."""
         from rl_hydra.commands.policy_export import export_run
 
         return export_run(self, format, path)

@@ -53,7 +53,7 @@ def loaded(path, fmt: str):
         return lambda arrays: session.run(None, dict(zip(names, arrays)))
     with warnings.catch_warnings():  # torch.jit's notice that torch.export follows it
         warnings.simplefilter("ignore", DeprecationWarning)
-        module = torch.jit.load(str(path))
+        module = torch.jit.load(str(path)) if fmt == "torchscript" else torch.export.load(str(path)).module()
 
     def act(arrays):
         out = module(*map(torch.from_numpy, arrays))
@@ -98,7 +98,7 @@ FAMILIES = [
 
 
 @pytest.mark.parametrize("overrides", FAMILIES, ids=lambda o: " ".join(o))
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("fmt", list(export.FORMATS))
 def test_the_exported_file_acts_as_predict_for_every_family(runs, overrides, fmt, tmp_path):
     run = runs(*overrides)
     path = run.export(tmp_path / f"policy{export.FORMATS[fmt]}", format=fmt)
@@ -125,15 +125,18 @@ def test_the_file_takes_the_observation_as_the_env_gives_it(runs, overrides, tmp
     assert_acts_as_predict(run, path, "onnx")
 
 
-def test_exporting_to_onnx_leaves_predict_as_it_was(runs):
+@pytest.mark.parametrize("fmt", list(export.FORMATS))
+def test_exporting_leaves_the_agent_as_it_was(runs, fmt):
     """torch.onnx.export sets every submodule to its root's mode after: CrossQ's batch
-    renormalization, resting in inference mode, was left normalizing with each batch's statistics."""
+    renormalization, resting in inference mode, was left normalizing with each batch's statistics.
+    The weights are written needing no gradient, and get theirs back for training."""
     run = runs("algo=crossq", "env=pendulum")
     obs = drawn(run.observation_space)[0]
     before = run.predict(obs)
     modes = [m.training for m in run.agent.actor.modules()]
-    run.export(format="onnx")
+    run.export(format=fmt)
     assert [m.training for m in run.agent.actor.modules()] == modes
+    assert all(p.requires_grad for p in run.agent.actor.parameters())
     np.testing.assert_array_equal(run.predict(obs), before)
 
 
@@ -150,15 +153,28 @@ def test_a_file_that_does_not_act_as_predict_is_refused_and_not_written(runs, mo
     assert not (tmp_path / "policy.pt").exists()
 
 
-def test_the_file_says_what_goes_in_and_out_and_where_it_came_from(runs):
-    run = runs("algo=drqn")
-    path = export.export_run(run, "torchscript")
-    assert path == run.path / "export" / "policy_best.pt"
+def metadata_of(path, fmt: str) -> dict[str, str]:
+    """What the file says about itself: ONNX's metadata_props, torch's extra file policy.json."""
+    if fmt == "onnx":
+        import onnx
+
+        return {prop.key: prop.value for prop in onnx.load(str(path)).metadata_props}
     extra = {"policy.json": ""}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.load(str(path), _extra_files=extra)
-    said = json.loads(extra["policy.json"])
+        if fmt == "torchscript":
+            torch.jit.load(str(path), _extra_files=extra)
+        else:
+            torch.export.load(str(path), extra_files=extra)
+    return json.loads(extra["policy.json"])
+
+
+@pytest.mark.parametrize("fmt", list(export.FORMATS))
+def test_the_file_says_what_goes_in_and_out_and_where_it_came_from(runs, fmt):
+    run = runs("algo=drqn")
+    path = export.export_run(run, fmt)
+    assert path == run.path / "export" / f"policy_best{export.FORMATS[fmt]}"
+    said = metadata_of(path, fmt)
     assert json.loads(said["rl_hydra.inputs"]) == [
         {"name": "obs", "shape": [4], "dtype": "float32"},
         *({"name": name, "shape": [run.agent.q_net.lstm_size], "dtype": "float32"} for name in ("h", "c")),
@@ -183,7 +199,10 @@ def test_the_command_writes_into_the_run_directory(runs, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--format", "tflite"], "error: --format=tflite is not allowed; choose one of: onnx, torchscript"),
+        (
+            ["--format", "tflite"],
+            "error: --format=tflite is not allowed; choose one of: onnx, torchscript, torch_export",
+        ),
         (["--checkpoint", "newest"], "error: checkpoint='newest' is not allowed; choose one of: best, last"),
     ],
 )
