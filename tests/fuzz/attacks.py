@@ -1,14 +1,17 @@
-"""The issue's attacks on a run directory, by name: the targeted regression cases
-(test_fuzz_records.py runs each through every entry point), and one draw of the random strategy."""
+"""The issues' attacks on a run directory, by name: the targeted regression cases, and one draw of
+the random strategy. test_fuzz_records.py runs each through every entry point, but for the shapes of
+issue #74 (FOCUS): the default suite runs those through the entry points the issue saw them reach,
+the slow suite through the rest."""
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from tests.fuzz.archive import Archive
 from tests.fuzz.mutations import (
     BEST,
     BOMB,
@@ -24,15 +27,20 @@ from tests.fuzz.mutations import (
     PROVENANCE,
     PYTHON_TAG,
     SUMMARY,
+    Bomb,
     Checkpoint,
     CsvCell,
     CsvLine,
+    Declared,
     Delete,
     Fifo,
+    Folder,
+    HardLink,
     Link,
     Long,
     Raw,
     Set,
+    Swap,
     Tensor,
     Truncate,
     WholeCheckpoint,
@@ -67,6 +75,9 @@ def config(at: str, value) -> Set:
 PLANTED_TARGET = {"_target_": f"{PLANTED}.X"}
 MLFLOW = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": "http://127.0.0.1:1", "experiment": "x"}
 WANDB = {"_target_": "rl_hydra.loggers.wandb.WandbLogger", "mode": "online", "project": "x", "entity": "y", "tags": []}
+MLFLOW_LOCAL = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": None, "experiment": "x"}
+WANDB_OFFLINE = {**WANDB, "mode": "offline", "entity": None}
+GIF = "eval/videos/best_seed0.gif"  # what evaluate video=true writes for the best checkpoint at seed 0
 WEIGHT = "agent/q_net/net.0.weight"
 LEGACY = yaml.safe_dump({"algo": PLANTED_TARGET, "env": {"id": "CartPole-v1"}, "train": {}})
 
@@ -153,6 +164,104 @@ ATTACKS = {
     "distributed_ray": [config("distributed", {"name": "apex", "address": "ray://127.0.0.1:1", "actors": 1})],
     "mlflow_uri": [config("logger/mlflow", MLFLOW)],
     "wandb_online": [config("logger/wandb", WANDB)],
+    # issue #74. Hard links: an outside file linked in (in place of the run's), the run's own linked out
+    "hardlink_lock_in": [HardLink(".lock", "in")],
+    "hardlink_train_log_in": [HardLink("train.log", "in")],
+    "hardlink_gif_in": [HardLink(GIF, "in")],
+    "hardlink_run_files_out": [HardLink(name, "out") for name in (METRICS, SUMMARY, PROVENANCE, ".lock", LAST, BEST)],
+    "link_gif_to_checkpoint": [Link(GIF, "relative:../../checkpoints/last.pt")],
+    "link_train_log_to_summary": [Link("train.log", "inside")],
+    "folder_evil_tmp": [Folder(".evil.tmp")],
+    "folder_lock": [Folder(".lock")],
+    # the checkpoint's pickle: a reference bomb, tensors whose declared shape their bytes do not hold
+    "pickle_reference_bomb": both(lambda name: Checkpoint(name, key("runner/finished_returns"), Bomb(40))),
+    "pickle_bomb_unknown_key": both(lambda name: Checkpoint(name, ("extra",), Bomb(40))),
+    "pickle_declared_shape": both(lambda name: Checkpoint(name, key(WEIGHT), Declared((10**12,), (1,)))),
+    "pickle_declared_stride_0": both(lambda name: Checkpoint(name, key(WEIGHT), Declared((10**6, 10**6), (0, 0)))),
+    "pickle_declared_storage": both(lambda name: Archive(name, "declared_storage")),
+    # the checkpoint's zip archive (tests/fuzz/archive.py)
+    "zip_bomb": both(lambda name: Archive(name, "bomb")),
+    "zip_deflated": both(lambda name: Archive(name, "deflated")),
+    "zip_duplicate_bomb_last": both(lambda name: Archive(name, "duplicate_bomb_last")),
+    "zip_duplicate_bomb_first": both(lambda name: Archive(name, "duplicate_bomb_first")),
+    "zip_duplicate_planted_last": both(lambda name: Archive(name, "duplicate_planted_last")),
+    "zip_duplicate_planted_first": both(lambda name: Archive(name, "duplicate_planted_first")),
+    "zip_dotdot_entry": both(lambda name: Archive(name, "dotdot_entry")),
+    "zip_dotdot_names": both(lambda name: Archive(name, "dotdot_names")),
+    # the checkpoint's env and optimizer states
+    "envstate_render_human": [Checkpoint(LAST, key("env/state/0/attributes/render_mode"), "human")],
+    "envstate_render_rgb_array": [Checkpoint(LAST, key("env/state/0/attributes/render_mode"), "rgb_array")],
+    "envstate_wrong_shape": [Checkpoint(LAST, key("env/state/0/attributes/state"), Tensor("grow"))],
+    "envstate_elapsed_string": [Checkpoint(LAST, key("env/state/0/elapsed_steps/0"), "39")],
+    "optimizer_lr_1e30": [Checkpoint(LAST, key("agent/optimizer/param_groups/0/lr"), 1e30)],
+    "optimizer_betas": [Checkpoint(LAST, key("agent/optimizer/param_groups/0/betas"), [5.0, -3.0])],
+    "optimizer_exp_avg_sq_0_dims": [Checkpoint(LAST, key("agent/optimizer/state/0/exp_avg_sq"), Tensor("scalar"))],
+    # side effects a record must not choose: loggers, compilation, processes
+    "logger_mlflow_local": [config("logger/mlflow", MLFLOW_LOCAL)],
+    "logger_mlflow_environment": [config("logger/mlflow", MLFLOW_LOCAL)],
+    "logger_wandb_offline": [config("logger/wandb", WANDB_OFFLINE)],
+    "compile_true": [config("compile", True)],
+    "vector_async_64": [config("env/num_envs", 64), config("env/vectorization", "async")],
+    # a link swapped in for a folder while the command runs
+    "swap_eval": [Swap("eval")],
+    "swap_checkpoints": [Swap("checkpoints")],
+    "swap_hydra": [Swap(".hydra")],
+    "swap_tb": [Swap("tb")],
+}
+
+
+@dataclass(frozen=True)
+class Focus:
+    """Where the default suite runs an attack of issue #74: its entry points, the base run, the case's
+    timeout, and environment over the case's own (None unsets a name)."""
+
+    entries: tuple[str, ...]
+    base: str = "finished"
+    timeout: float = 30
+    environment: dict = field(default_factory=dict)
+
+
+EVERY = ("evaluate", "load_run", "verify", "resume")
+BOMBS = 20  # s: a bomb shows as a case still running, sooner than the usual 30 s
+NO_MLFLOW_SERVER = {"MLFLOW_TRACKING_URI": None}  # MLflow's default store then: ./outputs/mlflow.db
+FOCUS = {
+    "hardlink_lock_in": Focus(("resume", "evaluate")),
+    "hardlink_train_log_in": Focus(("resume",), "unfinished"),
+    "hardlink_gif_in": Focus(("evaluate_video",)),
+    "hardlink_run_files_out": Focus(("resume", "evaluate"), "unfinished"),
+    "link_gif_to_checkpoint": Focus(("evaluate_video",)),
+    "link_train_log_to_summary": Focus(("resume",), "unfinished"),
+    "folder_evil_tmp": Focus(("resume",), "unfinished"),
+    "folder_lock": Focus(("resume", "evaluate")),
+    "pickle_reference_bomb": Focus(("evaluate", "resume"), "unfinished", BOMBS),
+    "pickle_bomb_unknown_key": Focus(("load_run",), timeout=BOMBS),
+    "pickle_declared_shape": Focus(("evaluate", "resume"), "unfinished"),
+    "pickle_declared_stride_0": Focus(("evaluate", "resume"), "unfinished"),
+    "pickle_declared_storage": Focus(("load_run",)),
+    "zip_bomb": Focus(("evaluate",), timeout=BOMBS),
+    "zip_deflated": Focus(("load_run",)),
+    "zip_duplicate_bomb_last": Focus(("evaluate",), timeout=BOMBS),
+    "zip_duplicate_bomb_first": Focus(("evaluate",), timeout=BOMBS),
+    "zip_duplicate_planted_last": Focus(("load_run",)),
+    "zip_duplicate_planted_first": Focus(("load_run",)),
+    "zip_dotdot_entry": Focus(("load_run",)),
+    "zip_dotdot_names": Focus(("load_run",)),
+    "envstate_render_human": Focus(("resume", "verify"), "unfinished"),
+    "envstate_render_rgb_array": Focus(("resume",), "unfinished"),
+    "envstate_wrong_shape": Focus(("resume",), "unfinished"),
+    "envstate_elapsed_string": Focus(("resume",), "unfinished"),
+    "optimizer_lr_1e30": Focus(("resume",), "unfinished"),
+    "optimizer_betas": Focus(("resume",), "unfinished"),
+    "optimizer_exp_avg_sq_0_dims": Focus(("resume",), "unfinished"),
+    "logger_mlflow_local": Focus(("resume", "verify"), "unfinished", environment=NO_MLFLOW_SERVER),
+    "logger_mlflow_environment": Focus(("resume",), "unfinished", BOMBS),  # MLflow's client retries
+    "logger_wandb_offline": Focus(("resume", "verify"), "unfinished"),
+    "compile_true": Focus(("verify", "resume"), "unfinished", BOMBS),
+    "vector_async_64": Focus(("resume",), "unfinished"),
+    "swap_eval": Focus(("evaluate", "evaluate_video")),
+    "swap_checkpoints": Focus(("resume", "evaluate"), "unfinished"),
+    "swap_hydra": Focus(("resume",), "unfinished"),
+    "swap_tb": Focus(("resume",), "unfinished"),
 }
 
 
@@ -165,3 +274,10 @@ class Attack:
     def apply(self, run: Path, outside: Path) -> str:
         done = [mutation.apply(run, outside) for mutation in ATTACKS[self.name]]
         return f"{self.name}: {'; '.join(d for d in done if d)}"
+
+    def during(self, run: Path, sandbox: Path) -> list:
+        """What its mutations run while the command does (a link swapper)."""
+        found = []
+        for mutation in ATTACKS[self.name]:
+            found += getattr(mutation, "during", lambda *_: [])(run, sandbox)
+        return found

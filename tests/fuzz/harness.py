@@ -1,6 +1,11 @@
 """The fuzzer's harness on pytest's side: the worker (tests/fuzz/worker.py), the baseline runs it
 makes once, and one case: copy a baseline into a fresh sandbox, mutate it, snapshot, run an entry
-point in the worker's guarded child, snapshot again, and list what broke the issue's invariants."""
+point in the worker's guarded child (while a case's concurrent mutation, a link swapper, runs in a
+thread here), snapshot again, and list what broke the issue's invariants.
+
+Side effects are looked for below Python too: the worker's listeners take any connection to the
+ports a library would use, it counts the processes in a case's group from /proc, and where
+`unshare -rn` works the worker runs in a network namespace of its own (loopback only)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ import stat
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
+from collections import Counter
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +30,9 @@ TIMEOUT_S = 30
 ALLOWED = {"evaluate": {0, 2}, "load_run": {0, 2}, "verify": {0, 1, 2}, "resume": {0, 2}}
 ENTRIES = tuple(ALLOWED)
 ALLOWED["probe"] = {0, 2}  # the harness's own tests (worker.probe)
+ALLOWED["evaluate_video"] = {0, 2}  # evaluate video=true, for the cases that aim at its GIF
 READ_ONLY = {"load_run", "verify"}  # they never change a run directory, whatever the outcome
+EVALUATES = {"evaluate", "evaluate_video"}  # they change nothing of a run but its eval/ folder
 APPLY_BYTES = 2 << 30  # address space applying a case's mutations may add to pytest's process
 MEMORY_WORDS = ("can't allocate memory", "Cannot allocate memory", "MemoryError", "std::bad_alloc")
 
@@ -35,18 +43,33 @@ RUN = """train.total_steps=600 train.eval_every=300 train.eval_episodes=2 train.
 BASES = {"finished": None, "unfinished": 450}  # stopped (as by SIGTERM) at step 450: a resume trains on
 
 
+def network_namespace() -> list[str]:
+    """`unshare -rn` where it works: the worker in a user and network namespace of its own, with no
+    interface but the loopback it brings up for its listeners, so that a connection they miss reaches
+    nothing. [] where it does not (CI's machine may refuse user namespaces) or RL_HYDRA_FUZZ_NETNS=0."""
+    if os.environ.get("RL_HYDRA_FUZZ_NETNS") == "0" or not shutil.which("unshare"):
+        return []
+    try:
+        works = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return ["unshare", "-rn"] if works else []
+
+
 class Worker:
     """`python -m tests.fuzz.worker`, one JSON line each way per request."""
 
     def __init__(self, log: Path):
         # one thread (fork-safe), no bytecode written beside a module first imported by a case, and
         # the same verdicts with or without a GPU (a record's device=cuda then has none to use)
+        namespace = network_namespace()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "CUDA_VISIBLE_DEVICES": "", "RL_HYDRA_FUZZ_PARENT": str(os.getpid())}  # fmt: skip
+               "CUDA_VISIBLE_DEVICES": "", "RL_HYDRA_FUZZ_PARENT": str(os.getpid()),
+               "RL_HYDRA_FUZZ_NETNS": "1" if namespace else "0"}  # fmt: skip
         env.pop("RL_HYDRA_TRUST", None)
         self.log = open(log, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.fuzz.worker"],
+            [*namespace, sys.executable, "-m", "tests.fuzz.worker"],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -54,7 +77,7 @@ class Worker:
             stderr=self.log,
             text=True,
         )
-        self.answer()  # {"ready": true}
+        self.ready = self.answer()  # {"ready": true, "netns": ..., and the listeners' environment}
 
     def answer(self) -> dict:
         line = self.process.stdout.readline()
@@ -139,6 +162,7 @@ class Outcome:
 def judge(outcome: Outcome, start: dict) -> list[str]:
     """The issue's invariants, each broken one a line that starts with its category."""
     problems, code, entry = [], outcome.code, outcome.entry
+    problems += below_python(outcome.answer)
     lines = [line for line in outcome.stderr.splitlines() if line.strip()]
     if outcome.answer["timed_out"]:
         problems.append(f"time: still running after {outcome.answer['wall_s']:.0f} s (killed)")
@@ -158,6 +182,8 @@ def judge(outcome: Outcome, start: dict) -> list[str]:
             problems.append(f"stderr: {len(lines)} lines on exit {code}, not one `error: ` line (first: {first!r})")
     if outcome.changed and (code == 2 or entry in READ_ONLY):
         problems.append(f"changed: the run directory on exit {code}: {', '.join(outcome.changed[:6])}")
+    elif entry in EVALUATES and (beyond := [name for name in outcome.changed if not name[1:].startswith("eval")]):
+        problems.append(f"changed: {entry} changed more than eval/: {', '.join(beyond[:6])}")
     written = sorted({f"{name} {path}" for name, path in outcome.of("write_outside")})
     if outcome.outside or written:
         problems.append(f"outside: wrote {', '.join([*outcome.outside[:4], *written[:4]])}")
@@ -176,6 +202,19 @@ def judge(outcome: Outcome, start: dict) -> list[str]:
         problems.append(
             "memory: an allocation past the limit was refused (" + next(w for w in MEMORY_WORDS if w in text) + ")"
         )
+    return problems
+
+
+def below_python(answer: dict) -> list[str]:
+    """What the worker saw that no audit hook does: connections its listeners accepted, and a
+    process group past its limit (killed)."""
+    problems = []
+    taken = Counter(connection["listener"] for connection in answer.get("connections", []))
+    for listener, count in sorted(taken.items()):
+        problems.append(f"connection: {count} to the {listener} listener, made below Python's audit hook")
+    if answer.get("too_many_processes"):
+        count, limit = answer["processes"], answer["process_limit"]
+        problems.append(f"processes: {count} in the case's group, past {limit} (killed)")
     return problems
 
 
@@ -205,30 +244,42 @@ class Fuzzer:
         self.pristine = {name: snapshot(path) for name, path in self.bases.items()}
 
     def run(
-        self, entry: str, mutations=(), base: str = "finished", timeout: float = TIMEOUT_S, source: str = ""
+        self,
+        entry: str,
+        mutations=(),
+        base: str = "finished",
+        timeout: float = TIMEOUT_S,
+        source: str = "",
+        environment: dict | None = None,
     ) -> Outcome:
-        """Open a mutated copy of the `base` run with `entry` (or run `source`: entry "probe")."""
+        """Open a mutated copy of the `base` run with `entry` (or run `source`: entry "probe"), with
+        `environment` over the case's own (a name set to None: unset)."""
         sandbox = Path(tempfile.mkdtemp(prefix="case-", dir=self.root))
+        options = {"timeout": timeout, "source": source, "environment": environment or {}}
         try:
-            return self._run(sandbox, entry, list(mutations), base, {"timeout": timeout, "source": source})
+            return self._run(sandbox, entry, list(mutations), base, options)
         finally:
             shutil.rmtree(sandbox, ignore_errors=True)
 
     def _run(self, sandbox: Path, entry: str, mutations: list, base: str, options: dict) -> Outcome:
         run = sandbox / "run"
         shutil.copytree(self.bases[base], run, symlinks=True)
-        for folder in ("outside", "home", "tmp", "cwd", "capture"):
+        for folder in ("outside", "home", "tmp", "cwd", "capture", "held"):
             (sandbox / folder).mkdir()
         with address_space(APPLY_BYTES):
             applied = [apply(mutation, run, sandbox / "outside") for mutation in mutations]
 
-        def elsewhere(rel: str) -> bool:
-            return rel in ("run", "capture") or rel.startswith(f"tmp/{SCRATCH}")
+        def elsewhere(rel: str) -> bool:  # held/: the run's own folder while a swapper's link stands in
+            return rel in ("run", "capture", "held") or rel.startswith(f"tmp/{SCRATCH}")
 
         before, outside = snapshot(run), snapshot(sandbox, elsewhere)
-        answer = self.worker.ask(
-            {"op": "case", "entry": entry, "run_dir": str(run), "sandbox": str(sandbox), **options}
-        )
+        with ExitStack() as concurrently:  # a link swapper: started here, stopped (and undone) on leaving
+            for mutation in mutations:
+                for during in getattr(mutation, "during", lambda run, sandbox: [])(run, sandbox):
+                    concurrently.enter_context(during)
+            answer = self.worker.ask(
+                {"op": "case", "entry": entry, "run_dir": str(run), "sandbox": str(sandbox), **options}
+            )
         capture = sandbox / "capture"
         events = [json.loads(line) for line in read(capture / "events").splitlines() if line.strip()]
         outcome = Outcome(

@@ -6,10 +6,12 @@ issue's attacks; tests/fuzz/strategies.py draws mutations."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -321,7 +323,53 @@ class Tensor:
             return old.float().to_sparse()
         if self.how == "transpose":
             return old.t() if old.dim() == 2 else old.flip(0) if old.dim() else old
+        if self.how == "scalar":  # 0 dims (an optimizer's exp_avg_sq of one number)
+            return torch.zeros((), dtype=old.dtype)
         return old.to(getattr(torch, self.how))
+
+
+@dataclass(frozen=True)
+class Bomb:
+    """A pickle reference bomb: [L, L] nested `depth` deep, one list per level on disk (the pickle's
+    memo shares it), 2**depth paths to whatever walks it as a tree."""
+
+    depth: int
+
+    def make(self, old):
+        node: list = []
+        for _ in range(self.depth):
+            node = [node, node]
+        return node
+
+
+class DeclaredTensor:
+    """Pickled as torch's _rebuild_tensor_v2 over a one-element storage with the `size` and `stride`
+    it declares: (10**12,) with stride (1,) reads past its storage; stride 0, every element the same."""
+
+    def __init__(self, size: tuple, stride: tuple):
+        self.size, self.stride = size, stride
+
+    def __reduce_ex__(self, protocol):
+        import warnings
+        from collections import OrderedDict
+
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TypedStorage is deprecated, and what torch.save writes
+            storage = torch.storage.TypedStorage(wrap_storage=torch.zeros(1).untyped_storage(), dtype=torch.float32)
+        return torch._utils._rebuild_tensor_v2, (storage, 0, self.size, self.stride, False, OrderedDict())
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A tensor whose declared shape its bytes do not hold (DeclaredTensor)."""
+
+    size: tuple
+    stride: tuple
+
+    def make(self, old):
+        return DeclaredTensor(self.size, self.stride)
 
 
 @dataclass(frozen=True)
@@ -334,24 +382,37 @@ class Big:
         return 10 ** (self.digits - 1)
 
 
-def leaves(node, path=()):
-    """(path, value) of every leaf of a checkpoint's plain tree."""
+def leaves(node, path=(), seen=None):
+    """(path, value) of every leaf of a checkpoint's plain tree; a container met twice (a pickle's
+    shared reference: [L, L] nested 40 deep is 2**40 paths) is walked once."""
+    seen = set() if seen is None else seen
+    if isinstance(node, (dict, list, tuple)) and node:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from leaves(value, (*path, key))
+            yield from leaves(value, (*path, key), seen)
     elif isinstance(node, (list, tuple)) and node:
         for index, value in enumerate(node):
-            yield from leaves(value, (*path, index))
+            yield from leaves(value, (*path, index), seen)
     else:
         yield path, node
 
 
-def tuples_to_lists(node):
-    if isinstance(node, dict):
-        return {key: tuples_to_lists(value) for key, value in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [tuples_to_lists(value) for value in node]
-    return node
+def tuples_to_lists(node, copies=None):
+    """The tree with lists for tuples; a shared container copied once, so that it stays shared."""
+    copies = {} if copies is None else copies
+    if not isinstance(node, (dict, list, tuple)):
+        return node
+    if id(node) not in copies:
+        if isinstance(node, dict):
+            copies[id(node)] = copy = {}
+            copy.update((key, tuples_to_lists(value, copies)) for key, value in node.items())
+        else:
+            copies[id(node)] = copy = []
+            copy.extend(tuples_to_lists(value, copies) for value in node)
+    return copies[id(node)]
 
 
 def get(node, path: tuple):
@@ -393,7 +454,7 @@ class Checkpoint:
             if not path or not drop(state, path):
                 return None
         else:
-            new = self.value.make(old) if isinstance(self.value, (Tensor, Big)) else self.value
+            new = self.value.make(old) if isinstance(self.value, (Tensor, Big, Bomb, Declared)) else self.value
             state = put(state, path, new)
         buffer = io.BytesIO()
         torch.save(state, buffer)
@@ -426,6 +487,8 @@ class Link:
                 shutil.copyfile(entry, target)
             else:
                 target.write_bytes(b"precious\n")
+        elif self.to.startswith("relative:"):  # a link inside the run: eval/videos/x.gif -> ../../checkpoints/last.pt
+            target = Path(self.to.removeprefix("relative:"))
         else:
             target = {"self": entry, "dangling": run / "no-such-file", "inside": run / SUMMARY}.get(self.to, self.to)
         if exists:
@@ -466,3 +529,116 @@ class WholeCheckpoint:
         torch.save(self.value.make(None) if isinstance(self.value, Tensor) else self.value, buffer)
         target.write_bytes(buffer.getvalue())
         return f"{self.name} = torch.save({self.value!r})"
+
+
+@dataclass(frozen=True)
+class HardLink:
+    """A second name for a file (links checks never see: it is a regular file). `in`: a precious
+    file outside made, and hard-linked in at `file` (in place of the run's); `out`: the run's own
+    `file` hard-linked to from outside. Either way the outside name must keep its bytes."""
+
+    file: str
+    way: str
+
+    def apply(self, run: Path, outside: Path) -> str | None:
+        entry, there = run / self.file, outside / f"linked_{self.file.replace('/', '_')}"
+        if there.exists():
+            return None  # linked before
+        if self.way == "out":
+            if not regular(entry):
+                return None
+            os.link(entry, there)
+            return f"{self.file} hard-linked to {there}"
+        there.write_bytes(b"precious\n")
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        if entry.exists() or entry.is_symlink():
+            remove(entry)
+        os.link(there, entry)
+        return f"{there} hard-linked in at {self.file}"
+
+
+@dataclass(frozen=True)
+class Folder:
+    """An empty folder at a name: where a file goes (`.lock`), or a stray one (`.evil.tmp`)."""
+
+    file: str
+
+    def apply(self, run: Path, outside: Path) -> str:
+        entry = run / self.file
+        if entry.exists() or entry.is_symlink():
+            remove(entry)
+        entry.mkdir(parents=True)
+        return f"{self.file} is a folder"
+
+
+@dataclass(frozen=True)
+class Swap:
+    """While the command runs, a thread swaps `folder` for a link to a copy of it outside and back,
+    every `period` seconds: a check that walks paths passes, a write that opens paths later can land
+    outside. The folder is kept in the sandbox's held/ while the link stands in, and put back after."""
+
+    folder: str
+    period: float = 0.002
+
+    def apply(self, run: Path, outside: Path) -> str:
+        copy, real = outside / f"swapped_{self.folder}", run / self.folder
+        if not copy.exists():
+            shutil.copytree(real, copy, symlinks=True) if real.is_dir() and not real.is_symlink() else copy.mkdir()
+        return f"{self.folder} swapped for a link to {copy} every {self.period} s during the command"
+
+    def during(self, run: Path, sandbox: Path) -> list:
+        return [Swapper(run / self.folder, sandbox / "outside" / f"swapped_{self.folder}", sandbox / "held",
+                        self.period)]  # fmt: skip
+
+
+class Swapper:
+    """The thread of a Swap, as a context manager: started on entering, stopped and undone on leaving.
+    The link waits in held/ and trades places with the folder in one step (renameat2's RENAME_EXCHANGE),
+    so that the name never goes missing; where the folder is not there, the link is renamed in and out."""
+
+    def __init__(self, entry: Path, link_to: Path, held: Path, period: float):
+        self.entry, self.held, self.link_to, self.period = entry, held / entry.name, link_to, period
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def __enter__(self):
+        os.symlink(self.link_to, self.held)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        with contextlib.suppress(OSError):
+            self.put_back()
+        if self.held.is_symlink():
+            os.unlink(self.held)
+
+    def ours(self, path: Path) -> bool:
+        return path.is_symlink() and Path(os.readlink(path)) == self.link_to
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(OSError):
+                self.swap_in()
+            self.stop.wait(self.period)
+            with contextlib.suppress(OSError):
+                self.put_back()
+            self.stop.wait(self.period)
+
+    def swap_in(self) -> None:
+        if self.ours(self.held):
+            exchange(self.entry, self.held) if self.entry.exists() else os.rename(self.held, self.entry)
+
+    def put_back(self) -> None:
+        if self.ours(self.entry):
+            exchange(self.entry, self.held) if self.held.exists() else os.rename(self.entry, self.held)
+
+
+def exchange(one: Path, other: Path) -> None:
+    """Trade two names in one step (Linux's renameat2 with RENAME_EXCHANGE)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, os.fsencode(one), -100, os.fsencode(other), 2) != 0:  # -100: AT_FDCWD
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(one))

@@ -1,13 +1,16 @@
 """Hypothesis strategies that draw mutations of a run directory (tests/fuzz/mutations.py): YAML
 and JSON keys set to hostile values or deleted, whole files replaced or cut, metrics.csv's fields and
-lines, checkpoint entries, links, FIFOs, and the named attacks (tests/fuzz/attacks.py). `changes`
-draws one to three of them: what a case applies to its copy of a real run."""
+lines, checkpoint entries (reference bombs and declared shapes among them), checkpoint archives
+(tests/fuzz/archive.py), links, hard links, folders, FIFOs, a link swapped in while the command
+runs, and the named attacks (tests/fuzz/attacks.py). `changes` draws one to three of them: what a
+case applies to its copy of a real run."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tests.fuzz.attacks import ATTACKS, Attack
+from tests.fuzz.archive import HOWS, Archive
+from tests.fuzz.attacks import ATTACKS, GIF, Attack
 from tests.fuzz.mutations import (
     BEST,
     BOMB,
@@ -25,16 +28,21 @@ from tests.fuzz.mutations import (
     PYTHON_TAG,
     SUMMARY,
     Big,
+    Bomb,
     Checkpoint,
     CsvCell,
     CsvLine,
+    Declared,
     Delete,
     Fifo,
+    Folder,
+    HardLink,
     Link,
     Long,
     Raw,
     Remove,
     Set,
+    Swap,
     Tensor,
     Truncate,
     WholeCheckpoint,
@@ -69,8 +77,9 @@ CHECKPOINT_KEYS = keys("""
     agent agent/q_net/net.0.weight agent/q_net/net.4.bias agent/target_net/net.2.weight agent/updates agent/rng
     agent/optimizer/param_groups/0/lr agent/optimizer/state runner runner/global_step runner/best_eval_return
     runner/episodes runner/finished_returns rng/torch rng/action_space env/exact env/state/0/attributes/state
-    env/state/0/attributes/render_mode env/state/0/elapsed_steps env/obs buffer/pos buffer/size
-    buffer/storage/obs buffer/storage/actions buffer/generator""")
+    env/state/0/attributes/render_mode env/state/0/elapsed_steps env/state/0/elapsed_steps/0 env/obs buffer/pos
+    buffer/size buffer/storage/obs buffer/storage/actions buffer/generator agent/optimizer/param_groups/0/betas
+    agent/optimizer/param_groups/0/eps agent/optimizer/state/0/exp_avg_sq agent/optimizer/state/0/step extra""")
 
 # the values
 TARGETS = [
@@ -92,6 +101,7 @@ STRINGS = [
     "ray://127.0.0.1:1", "http://127.0.0.1:1", "https://example.invalid/x", "file:///etc/passwd",
     "sqlite:///pwned.db", "/etc/passwd", "../../outside", "~", "", " ", "\x00", "é", "???", Long("x" * 200_000),
     "cuda", "cuda:99", "meta", "mps", "CartPole-v0", "ALE/Pong-v5", "MountainCar-v0", "LunarLander-v3",
+    "async", "envpool", "human", "rgb_array", "offline", "online",
 ]  # fmt: skip
 NUMBERS = [0, -1, 1, 2**31, 2**63, 2**64, 10**12, -(10**12), 1e300, -1e300, 1e-320, float("inf"), float("nan"), 0.5]
 RAW_YAML = [
@@ -105,9 +115,11 @@ CSV_TEXTS = [
     "²", "٣٠٠", "3e2", "-1", "", "nan", "inf", "1e400", Long("9" * 5000), Long("x" * 200_000), "\ufeff300", " 300",
     "0x12c", "300.0", '"', "a,b", "\r", "\x00",
 ]  # fmt: skip
-TENSORS = "expand expand_all grow empty nan meta sparse transpose float64 float16 int8 uint8 bool complex64".split()
+TENSORS = "expand expand_all grow empty nan meta sparse transpose scalar float64 float16 int8 uint8 bool complex64"
+TENSORS = TENSORS.split()
 WHOLE_FILES = [b"", b"\xff\xfe\x00", b"[]", b"{}", b"null", b"- a\n- b\n", b"seed: 0\n", b"PK\x03\x04" + b"\x00" * 40]
 LINK_TARGETS = ["outside", "self", "dangling", "inside", "/dev/zero", "/etc/passwd", "/"]
+LINKS_IN = ["checkpoints/last.pt", "../checkpoints/last.pt", "../../checkpoints/last.pt", "summary.json", "../.lock"]
 
 names = st.sampled_from(["_target_", "_partial_", "_args_", "_recursive_", "_convert_", "a", "lr", "id", "name"])
 target_node = st.builds(
@@ -126,9 +138,13 @@ def nested(leaf: st.SearchStrategy) -> st.SearchStrategy:
 
 yaml_values = nested(st.one_of(scalars, st.sampled_from(RAW_YAML), target_node))
 json_values = nested(st.one_of(scalars, st.sampled_from(RAW_JSON)))
+DECLARED = [Declared((10**12,), (1,)), Declared((10**6, 10**6), (0, 0)), Declared((-1,), (1,)),
+            Declared((2, 2), (-1, 1))]  # fmt: skip
 checkpoint_values = st.one_of(
     st.builds(Tensor, st.sampled_from(TENSORS)), st.just(Big(5000)), st.sampled_from(NUMBERS), st.just("DELETE"),
     st.integers(), st.sampled_from(["600", "", None, [], {}, [1, 2], {"global_step": 1}, True]), st.text(max_size=4),
+    st.builds(Bomb, st.integers(1, 60)), st.sampled_from(DECLARED),
+    st.sampled_from(["human", "rgb_array", [5.0, -3.0]]),
 )  # fmt: skip
 
 
@@ -154,6 +170,11 @@ mutation = st.one_of(
     st.builds(WholeCheckpoint, st.sampled_from([LAST, BEST]),
               st.sampled_from([[1, 2], None, 3, "x", {"runner": None}, Tensor("expand")])),
     st.builds(Link, st.sampled_from(FILES + FOLDERS), st.sampled_from(LINK_TARGETS)),
+    st.builds(Link, st.sampled_from((*FILES, GIF)), st.sampled_from([f"relative:{RELATIVE}" for RELATIVE in LINKS_IN])),
+    st.builds(HardLink, st.sampled_from((*FILES, GIF, "tb/events")), st.sampled_from(["in", "out"])),
+    st.builds(Folder, st.sampled_from((*FILES, ".evil.tmp", "checkpoints/.x.tmp"))),
+    st.builds(Archive, st.sampled_from([LAST, BEST]), st.sampled_from(HOWS)),
+    st.builds(Swap, st.sampled_from(FOLDERS)),
     st.builds(Fifo, st.sampled_from(FILES)),
     st.builds(Attack, st.sampled_from(sorted(ATTACKS))),
 )  # fmt: skip

@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -56,6 +59,7 @@ WRITES = {
     "os.mknod": (0, 3),
 }
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+PROC_FD = re.compile(r"/proc/\d+/fd")  # a process's descriptors, each a link to what it has open
 SCRATCH = "rl-hydra-verify-"  # the verify command's own scratch directory, in the temp dir
 
 
@@ -128,7 +132,20 @@ def probe(run_dir: str, source: str) -> int:
     return namespace.get("code", 0)
 
 
-ENTRIES = {"evaluate": evaluate, "load_run": load_run, "verify": verify, "resume": resume}
+def evaluate_video(run_dir: str) -> int:
+    """evaluate with video=true: the GIF it writes into eval/videos/ (a hard link or a link there)."""
+    from rl_hydra.commands.report import main
+
+    return main([f"run_dir={run_dir}", "episodes=1", "video=true"])
+
+
+ENTRIES = {
+    "evaluate": evaluate,
+    "load_run": load_run,
+    "verify": verify,
+    "resume": resume,
+    "evaluate_video": evaluate_video,
+}
 
 
 # --- the guard ----------------------------------------------------------------------------------
@@ -149,6 +166,21 @@ class Guard:
         self.fd, self.allowed, self.scratch = events_fd, allowed, scratch
         self.known = {name.partition(".")[0] for name in sys.modules}
         self.busy = False
+        self.opening = threading.local()  # the dir_fd of the os.open in progress (its audit event has none)
+
+    def watch_os_open(self) -> None:
+        """os.open wrapped so that the guard knows the folder a relative name is opened in: the audit
+        event "open" carries no dir_fd, and a run's files are opened relative to its handle."""
+        real_open = os.open
+
+        def os_open(path, flags, mode=0o777, *, dir_fd=None):
+            self.opening.dir_fd = dir_fd
+            try:
+                return real_open(path, flags, mode, dir_fd=dir_fd)
+            finally:
+                self.opening.dir_fd = None
+
+        os.open = os_open
 
     def event(self, kind: str, detail) -> None:
         os.write(self.fd, (json.dumps({"kind": kind, "detail": detail}, default=repr) + "\n").encode())
@@ -185,21 +217,32 @@ class Guard:
                 isinstance(flags, int) and flags & WRITE_FLAGS
             )
             if writes:
-                self.write(name, path, follow=not (isinstance(flags, int) and flags & os.O_NOFOLLOW))
+                follow = not (isinstance(flags, int) and flags & os.O_NOFOLLOW)
+                self.write(name, path, follow, getattr(self.opening, "dir_fd", None))
+        elif name == "os.fork":
+            self.event("fork", os.getpid())
         elif name in WRITES:
             at, dir_fd = WRITES[name]
-            relative_to_fd = dir_fd is not None and len(args) > dir_fd and args[dir_fd] not in (None, -1)
-            if len(args) > at and not relative_to_fd:  # relative to a dir_fd: shutil.rmtree's, of what it removes
-                self.write(name, args[at], follow=False)
+            folder = args[dir_fd] if dir_fd is not None and len(args) > dir_fd else None
+            if len(args) > at:
+                self.write(name, args[at], False, folder if isinstance(folder, int) and folder >= 0 else None)
 
-    def write(self, name: str, path, follow: bool) -> None:
+    def write(self, name: str, path, follow: bool, dir_fd: int | None = None) -> None:
+        """Record a write whose place (a relative name resolved in `dir_fd`'s folder) is outside."""
         if not isinstance(path, (str, bytes, os.PathLike)):
             return  # a file descriptor: opened (and checked) before
         path = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(path):
+            try:
+                path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+            except OSError:
+                return  # not a folder's descriptor: the call itself fails
         if follow:
             where = os.path.realpath(path)
         else:  # the entry itself, not what a link at it points to
             where = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+            if PROC_FD.fullmatch(os.path.dirname(where)):  # /proc/self/fd/N: the folder of a handle, by name
+                where = os.path.realpath(path)
         if where == "/dev/null" or where.startswith(self.scratch):
             return
         if not any(where == root or where.startswith(root + os.sep) for root in self.allowed):
@@ -242,21 +285,29 @@ def child(request: dict, events_fd: int, worker: int) -> None:
         for fd, name in ((1, "stdout"), (2, "stderr")):
             os.dup2(os.open(sandbox / "capture" / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
         os.chdir(sandbox / "cwd")
+        LISTENERS.close()
         os.environ.update(
             HOME=str(sandbox / "home"),
             TMPDIR=str(sandbox / "tmp"),
             RL_HYDRA_FUZZ_MARK=str(sandbox / "capture" / "planted"),
+            **LISTENERS.environment(),
         )
+        for name in ("no_proxy", "NO_PROXY", "XAUTHORITY", "WAYLAND_DISPLAY"):
+            os.environ.pop(name, None)
+        for name, value in request.get("environment", {}).items():  # a case's own: None unsets
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
         tempfile.tempdir = str(sandbox / "tmp")
         start = memory_status()
         limit = start["VmSize"] + LIMIT_BYTES
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         guard = Guard(
             events_fd,
-            [os.path.realpath(request["run_dir"]), str(sandbox / "capture")],
+            # held/: where a case's link swapper keeps a folder of the run while a link stands in for it
+            [os.path.realpath(request["run_dir"]), str(sandbox / "capture"), os.path.realpath(sandbox / "held")],
             os.path.join(os.path.realpath(sandbox / "tmp"), SCRATCH),
         )
         guard.event("start", {**start, "limit": limit})
+        guard.watch_os_open()
         sys.addaudithook(guard)
         try:
             if request["entry"] == "probe":
@@ -287,6 +338,7 @@ def train_child(request: dict, worker: int) -> None:
     code = 0
     try:
         die_with_parent(worker)
+        LISTENERS.close()
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -316,25 +368,44 @@ def train_child(request: dict, worker: int) -> None:
     os._exit(code)
 
 
+def group_size(group: int) -> int:
+    """How many processes are in process group `group` now (from /proc: forks below Python too)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            count += int(fields[2]) == group  # after the command's name: state, ppid, pgrp
+    return count
+
+
 def serve(request: dict) -> dict:
-    """Fork, wait (killing the child's group past the timeout) and describe what happened."""
+    """Fork, wait (killing the child's group past the timeout, or once it holds more than
+    PROCESS_LIMIT processes) and describe what happened, with the connections the listeners took."""
     events_path = Path(request["sandbox"]) / "capture" / "events" if request["op"] == "case" else None
     events_fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if events_path else -1
     sys.stdout.flush()
     sys.stderr.flush()
+    LISTENERS.accepted()  # none is the case's before it starts
     began, worker = time.monotonic(), os.getpid()
     pid = os.fork()
     if pid == 0:
         child(request, events_fd, worker) if request["op"] == "case" else train_child(request, worker)
     if events_fd >= 0:
         os.close(events_fd)
-    deadline, timed_out = began + request.get("timeout", 60), False
+    deadline, timed_out, processes, counted, connections = began + request.get("timeout", 60), False, 1, 0.0, []
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             break
-        if time.monotonic() > deadline:
-            timed_out = True
+        connections += LISTENERS.accepted()
+        if time.monotonic() - counted > 0.1:
+            counted, processes = time.monotonic(), max(processes, group_size(pid))
+        if time.monotonic() > deadline or processes > PROCESS_LIMIT:
+            timed_out = processes <= PROCESS_LIMIT
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             os.kill(pid, signal.SIGKILL)
@@ -348,18 +419,104 @@ def serve(request: dict) -> dict:
         "timed_out": timed_out,
         "wall_s": round(time.monotonic() - began, 3),
         "maxrss": usage.ru_maxrss * 1024,
+        "processes": processes,
+        "too_many_processes": processes > PROCESS_LIMIT,
+        "process_limit": PROCESS_LIMIT,
+        "connections": connections + LISTENERS.accepted(),  # a handshake done is queued until accepted
     }
 
 
+# --- connections below Python ---------------------------------------------------------------------
+
+
+class Listeners:
+    """Local TCP listeners where a library would connect, named in each case's environment: an X11
+    display (DISPLAY=127.0.0.1:N is port 6000 + N), MLflow's and W&B's servers, and an HTTP proxy
+    (what libcurl, Go and requests honour). A connection made in C (pygame's X11, a service binary)
+    never passes the audit hook; a listener that accepted one sees it whatever made it."""
+
+    def __init__(self):
+        self.sockets: dict[str, socket.socket] = {}
+        for number in range(64, 200):  # a display number no X server here is likely to hold
+            with contextlib.suppress(OSError):
+                self.sockets["x11"] = self.listen(6000 + number)
+                break
+        for name in ("mlflow", "wandb", "proxy"):
+            self.sockets[name] = self.listen(0)
+        self.ports = {name: server.getsockname()[1] for name, server in self.sockets.items()}
+
+    @staticmethod
+    def listen(port: int) -> socket.socket:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            server.bind(("127.0.0.1", port))
+            server.listen(64)
+        except OSError:
+            server.close()
+            raise
+        server.setblocking(False)
+        return server
+
+    def port(self, name: str) -> int:
+        return self.ports.get(name, 1)
+
+    def environment(self) -> dict[str, str]:
+        proxy = f"http://127.0.0.1:{self.port('proxy')}"
+        return {
+            "DISPLAY": f"127.0.0.1:{self.port('x11') - 6000}",
+            "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{self.port('mlflow')}",
+            "WANDB_BASE_URL": f"http://127.0.0.1:{self.port('wandb')}",
+            **{name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")},
+        }
+
+    def accepted(self) -> list[dict]:
+        """The connections each listener took since the last call (each closed at once)."""
+        found = []
+        for name, server in self.sockets.items():
+            while True:
+                try:
+                    connection, peer = server.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                connection.close()
+                found.append({"listener": name, "port": self.ports[name], "peer": peer[1]})
+        return found
+
+    def close(self) -> None:
+        """In a child: its copies of the listening sockets closed (the worker alone accepts)."""
+        for server in self.sockets.values():
+            server.close()
+
+
+def loopback_up() -> None:
+    """Bring `lo` up in the network namespace `unshare -rn` made (it starts down, so that the
+    listeners could not be reached): SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(probe, 0x8913, request))[1]
+        fcntl.ioctl(probe, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
+
+
+LISTENERS: Listeners
+PROCESS_LIMIT = (os.cpu_count() or 1) + 2  # the child, a process per core (capped vector envs) and a git
+
+
 def main() -> None:
-    global ANSWERS
+    global ANSWERS, LISTENERS
     ANSWERS = os.dup(1)
     answers = os.fdopen(ANSWERS, "w", buffering=1)
     os.dup2(2, 1)  # whatever an import prints goes to stderr, never into the answers
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # pytest's Ctrl-C ends the worker by closing stdin
     die_with_parent(int(os.environ["RL_HYDRA_FUZZ_PARENT"]))
+    netns = os.environ.get("RL_HYDRA_FUZZ_NETNS") == "1"
+    if netns:
+        loopback_up()
     preload()
-    answers.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    LISTENERS = Listeners()
+    answers.write(json.dumps({"ready": True, "pid": os.getpid(), "netns": netns, **LISTENERS.environment()}) + "\n")
     for line in sys.stdin:
         answers.write(json.dumps(serve(json.loads(line))) + "\n")
 
