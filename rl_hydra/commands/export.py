@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="the file to write (default: RUN_DIR/export/policy_CHECKPOINT.EXT)")
     args = parser.parse_args(argv)
     try:
-        check_format(args.format)  # before the run is loaded: an unknown format costs nothing
+        check_format(args.format)  # before the run is loaded: an unknown format or checkpoint costs nothing
+        if args.checkpoint not in CHECKPOINTS:
+            raise ConfigError(f"--checkpoint={args.checkpoint} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
         run = load_run(args.run_dir, checkpoint=args.checkpoint)
         path = export_run(run, args.format, args.out)
     except (ConfigError, RunError) as error:

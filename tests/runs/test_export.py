@@ -203,7 +203,7 @@ def test_the_command_writes_into_the_run_directory(runs, capsys):
             ["--format", "tflite"],
             "error: --format=tflite is not allowed; choose one of: onnx, torchscript, torch_export",
         ),
-        (["--checkpoint", "newest"], "error: checkpoint='newest' is not allowed; choose one of: best, last"),
+        (["--checkpoint", "newest"], "error: --checkpoint=newest is not allowed; choose one of: best, last"),
     ],
 )
 def test_bad_arguments_are_one_line_and_change_nothing(runs, capsys, args, message):
