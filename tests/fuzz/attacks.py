@@ -201,6 +201,8 @@ ATTACKS = {
     "logger_mlflow_environment": [config("logger/mlflow", MLFLOW_LOCAL)],
     "logger_wandb_offline": [config("logger/wandb", WANDB_OFFLINE)],
     "compile_true": [config("compile", True)],
+    "network_50m_wide": [config("network/hidden_sizes", [50_000_000])],
+    "batch_size_1e12": [config("algo/batch_size", 10**12)],
     "vector_async_64": [config("env/num_envs", 64), config("env/vectorization", "async")],
     # a link swapped in for a folder while the command runs
     "swap_eval": [Swap("eval")],
@@ -222,7 +224,7 @@ class Focus:
 
 
 EVERY = ("evaluate", "load_run", "verify", "resume")
-BOMBS = 20  # s: a bomb shows as a case still running, sooner than the usual 30 s
+BOMBS = 10  # s: a bomb shows as a case still running, sooner than the usual 30 s (the slowest case passing: 4 s)
 NO_MLFLOW_SERVER = {"MLFLOW_TRACKING_URI": None}  # MLflow's default store then: ./outputs/mlflow.db
 FOCUS = {
     "hardlink_lock_in": Focus(("resume", "evaluate")),
@@ -257,6 +259,8 @@ FOCUS = {
     "logger_mlflow_environment": Focus(("resume",), "unfinished", BOMBS),  # MLflow's client retries
     "logger_wandb_offline": Focus(("resume", "verify"), "unfinished"),
     "compile_true": Focus(("verify", "resume"), "unfinished", BOMBS),
+    "network_50m_wide": Focus(("load_run", "resume"), "unfinished"),
+    "batch_size_1e12": Focus(("resume",), "unfinished"),
     "vector_async_64": Focus(("resume",), "unfinished"),
     "swap_eval": Focus(("evaluate", "evaluate_video")),
     "swap_checkpoints": Focus(("resume", "evaluate"), "unfinished"),
