@@ -38,6 +38,7 @@ from tests.fuzz.mutations import (
     HardLink,
     Link,
     Long,
+    Nest,
     Raw,
     Set,
     Swap,
@@ -173,6 +174,7 @@ ATTACKS = {
     "link_train_log_to_summary": [Link("train.log", "inside")],
     "folder_evil_tmp": [Folder(".evil.tmp")],
     "folder_lock": [Folder(".lock")],
+    "folders_nested_1200": [Nest("tb", 1200)],
     # the checkpoint's pickle: a reference bomb, tensors whose declared shape their bytes do not hold
     "pickle_reference_bomb": both(lambda name: Checkpoint(name, key("runner/finished_returns"), Bomb(40))),
     "pickle_bomb_unknown_key": both(lambda name: Checkpoint(name, ("extra",), Bomb(40))),
@@ -235,6 +237,7 @@ FOCUS = {
     "link_train_log_to_summary": Focus(("resume",), "unfinished"),
     "folder_evil_tmp": Focus(("resume",), "unfinished"),
     "folder_lock": Focus(("resume", "evaluate")),
+    "folders_nested_1200": Focus(("resume", "evaluate")),
     "pickle_reference_bomb": Focus(("evaluate", "resume"), "unfinished", BOMBS),
     "pickle_bomb_unknown_key": Focus(("load_run",), timeout=BOMBS),
     "pickle_declared_shape": Focus(("evaluate", "resume"), "unfinished"),

@@ -642,3 +642,20 @@ def exchange(one: Path, other: Path) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.renameat2(-100, os.fsencode(one), -100, os.fsencode(other), 2) != 0:  # -100: AT_FDCWD
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(one))
+
+
+@dataclass(frozen=True)
+class Nest:
+    """`depth` folders one inside the other under `folder` (made one at a time: os.makedirs recurses)."""
+
+    folder: str
+    depth: int
+
+    def apply(self, run: Path, outside: Path) -> str | None:
+        path = run / self.folder
+        if not path.is_dir() or path.is_symlink():
+            return None
+        for _ in range(self.depth):
+            path = path / "d"
+            path.mkdir()
+        return f"{self.folder}: {self.depth} folders nested"

@@ -39,6 +39,7 @@ from tests.fuzz.mutations import (
     HardLink,
     Link,
     Long,
+    Nest,
     Raw,
     Remove,
     Set,
@@ -175,6 +176,7 @@ mutation = st.one_of(
     st.builds(Folder, st.sampled_from((*FILES, ".evil.tmp", "checkpoints/.x.tmp"))),
     st.builds(Archive, st.sampled_from([LAST, BEST]), st.sampled_from(HOWS)),
     st.builds(Swap, st.sampled_from(FOLDERS)),
+    st.builds(Nest, st.sampled_from(FOLDERS), st.sampled_from([65, 1200])),
     st.builds(Fifo, st.sampled_from(FILES)),
     st.builds(Attack, st.sampled_from(sorted(ATTACKS))),
 )  # fmt: skip

@@ -4,13 +4,14 @@ probe (code the worker's guarded child runs in place of an entry point) is named
 from __future__ import annotations
 
 import resource
+import shutil
 import zipfile
 
 import pytest
 
 from tests.fuzz.archive import HOWS, PADDING, Archive
-from tests.fuzz.harness import Outcome, address_space, judge, network_namespace
-from tests.fuzz.mutations import BOMB, CONFIG, LAST, HardLink, Set, Swap, key
+from tests.fuzz.harness import Outcome, address_space, judge, network_namespace, remove_tree, snapshot
+from tests.fuzz.mutations import BOMB, CONFIG, LAST, HardLink, Nest, Set, Swap, key
 
 # a connection made in C, past the audit hook (as pygame's X11 one): to the display $DISPLAY names
 X11_IN_C = """import ctypes, os, socket, struct
@@ -84,6 +85,14 @@ def test_a_write_by_path_during_a_swap_lands_outside_and_the_folder_is_put_back(
     assert all(name.startswith("+checkpoints/x") for name in outcome.changed), outcome.changed
 
 
+def test_the_network_namespace_is_left_out_where_it_is_not_wanted_or_not_there(monkeypatch):
+    monkeypatch.setenv("RL_HYDRA_FUZZ_NETNS", "0")
+    assert network_namespace() == []
+    monkeypatch.delenv("RL_HYDRA_FUZZ_NETNS")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert network_namespace() == []
+
+
 @pytest.mark.skipif(not network_namespace(), reason="unshare -rn does not work here")
 def test_the_worker_runs_in_a_network_namespace_of_its_own(fuzzer):
     source = "import socket\ncode = 0 if [name for _, name in socket.if_nameindex()] == ['lo'] else 3"
@@ -125,6 +134,14 @@ def test_a_second_edit_of_an_alias_bomb_keeps_it_a_bomb(tmp_path):
         Set(CONFIG, key("seed"), 1).apply(tmp_path, tmp_path)
     text = (tmp_path / CONFIG).read_text()
     assert len(text) < 10_000 and "seed: 1" in text and "*" in text
+
+
+def test_a_snapshot_and_a_sandbox_s_removal_take_1200_nested_folders(tmp_path):
+    (tmp_path / "tb").mkdir()
+    Nest("tb", 1200).apply(tmp_path, tmp_path)
+    assert len(snapshot(tmp_path)) == 1201
+    remove_tree(tmp_path / "tb")
+    assert not (tmp_path / "tb").exists()
 
 
 def test_the_harness_memory_bound_fails_a_case_and_is_lifted_after():
