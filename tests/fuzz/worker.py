@@ -5,8 +5,15 @@ A case's child opens one run directory through one entry point, guarded: its own
 stdout and stderr to capture files; cwd, HOME and TMPDIR inside the case's sandbox; an address-space
 limit LIMIT_BYTES above the worker's size; and an audit hook (which cannot be removed, hence a child
 per case) that records, as JSON lines in the events file, and refuses an import of planted code and
-any network use, and records spawned commands, writes outside the run directory and modules the
-worker had not imported. The worker kills the child's group past the case's timeout."""
+any network use, and records spawned commands, forks, writes outside the run directory (a name
+relative to a folder's handle placed in that folder) and modules the worker had not imported.
+
+Below Python, where no audit hook sees: the worker's listeners (Listeners) stand where a library
+would connect, named in each child's environment (DISPLAY, MLFLOW_TRACKING_URI, WANDB_BASE_URL, the
+HTTP proxies), and every connection they accept is in the answer; the worker counts the processes in
+the child's group from /proc. It kills the group past the case's timeout or PROCESS_LIMIT processes.
+Started under `unshare -rn` (tests/fuzz/harness.py), it brings up the loopback of its own network
+namespace, and nothing else is reachable."""
 
 from __future__ import annotations
 
