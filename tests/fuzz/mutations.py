@@ -602,11 +602,15 @@ class Swapper:
         self.thread = threading.Thread(target=self.loop, daemon=True)
 
     def __enter__(self):
-        os.symlink(self.link_to, self.held)
-        self.thread.start()
+        self.active = not (self.held.exists() or self.held.is_symlink())  # not a second swapper of the folder
+        if self.active:
+            os.symlink(self.link_to, self.held)
+            self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if not self.active:
+            return
         self.stop.set()
         self.thread.join()
         with contextlib.suppress(OSError):
