@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_hydra.runs import trust
+from rl_hydra.runs.checkpoint import check_checkpoint  # noqa: F401 - its home was here
 from rl_hydra.runs.data import load_json_object
 from rl_hydra.runs.errors import RunError
 from rl_hydra.runs.files import TEMP_PREFIX, TEMP_SUFFIX, Folder, NotOwnFile
@@ -311,22 +312,13 @@ class RunDirectory:
         return path
 
     def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
-        import torch
+        """checkpoints/`name`.pt as plain data, its cost bounded by its bytes (runs/checkpoint.py)."""
+        from rl_hydra.runs.checkpoint import load_checkpoint_file
 
         path = self.checkpoints / f"{name}.pt"
         if not path.is_file():
             raise RunError(f"no checkpoint {path}; a run directory has checkpoints/last.pt (and best.pt)")
-        try:
-            # weights_only: tensors and plain data only, so loading a stranger's run runs no code;
-            # mmap: a replay buffer of several GB is copied from the file, not read into memory first
-            state = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
-        except Exception as error:  # truncated, corrupt or not a torch file
-            raise RunError(
-                f"checkpoint {path} cannot be read ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
-            ) from None
-        check_checkpoint(state, path, torch.device(map_location).type)
-        return state
+        return load_checkpoint_file(path, map_location)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write summary.json with every key of SUMMARY_KEYS (null where `summary` has none)."""
@@ -373,48 +365,6 @@ def check_summary(summary: dict[str, Any], path: Path) -> None:
             raise RunError(f"{path} has {key}={value}, a negative count")
     if summary.get("status") not in (*STATUSES, None):
         raise RunError(f"{path} has status={summary['status']!r}; a run's is one of: {', '.join(STATUSES)}")
-
-
-def check_checkpoint(state: Any, path: Path, device_type: str = "cpu") -> None:
-    """One RunError line unless `state` is shaped as a run's checkpoint: a mapping with the agent's
-    and the runner's state, a whole number of env steps, and tensors that each are dense, on the
-    device it was loaded to (`device_type`) and hold the bytes they span (an expanded view of one
-    stored value, stride 0, would be gigabytes once copied), so that what a checkpoint can cost to
-    load is bounded by its file's size."""
-    import torch
-
-    runner = state.get("runner") if isinstance(state, dict) else None
-    if not isinstance(state, dict) or not isinstance(state.get("agent"), dict) or not isinstance(runner, dict):
-        raise RunError(f"checkpoint {path} holds no agent and runner state: not a checkpoint a run writes")
-    step = runner.get("global_step")
-    if type(step) is not int or step < 0:
-        raise RunError(f"checkpoint {path} has runner.global_step={step!r}, not a number of env steps")
-    stack: list[Any] = [state]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
-        elif isinstance(node, torch.Tensor):
-            if node.layout != torch.strided or node.device.type != device_type:  # a meta tensor: no values at all
-                raise RunError(
-                    f"checkpoint {path} holds a {node.layout} tensor on device {node.device.type}: "
-                    f"a run saves dense tensors, loaded here to {device_type}"
-                )
-            spans = node.numel() * node.element_size()
-            stored = node.untyped_storage().nbytes() - node.storage_offset() * node.element_size()
-            overlaps = any(stride == 0 and size > 1 for stride, size in zip(node.stride(), node.shape))
-            if spans > stored or overlaps:
-                raise RunError(
-                    f"checkpoint {path} holds a tensor of shape {tuple(node.shape)} over {stored:,} stored bytes "
-                    f"(a view repeating its values): not a tensor a run saves"
-                )
-            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
-                raise RunError(
-                    f"checkpoint {path} holds a tensor of shape {tuple(node.shape)} with NaN or infinite values: "
-                    f"a run stops before it saves those (training diverged)"
-                )
 
 
 def check_fits(fresh: Any, loaded: Any, path: Path, where: str = "") -> None:

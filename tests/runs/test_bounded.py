@@ -1,0 +1,83 @@
+"""Issue #74, bounded by the bytes: what a record costs to read is bounded by its files' sizes
+(a pickle's shared nodes visited once, no compressed zip entries, metrics.csv streamed, sizes in
+a config capped before anything is built, the sweep curve's bootstrap bounded)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import zipfile
+
+import pytest
+import torch
+
+from rl_hydra.runs.run_dir import RunDirectory, RunError
+from tests.runs.test_record_as_data import evaluate, refused_everywhere, resume, verify
+
+
+def reference_bomb(depth: int = 40) -> list:
+    """A list reached by 2**depth paths through `depth` nested pairs: a few hundred pickled bytes."""
+    nested: list = [torch.zeros(1)]
+    for _ in range(depth):
+        nested = [nested, nested]
+    return nested
+
+
+def test_a_pickle_reference_bomb_is_walked_once(run_dir, monkeypatch, capsys):
+    for name in ("best", "last"):
+        path = run_dir / "checkpoints" / f"{name}.pt"
+        state = torch.load(path, weights_only=True)
+        state["runner"]["bomb"] = reference_bomb()
+        torch.save(state, path)
+    started = time.monotonic()
+    state = RunDirectory(run_dir).load_checkpoint("last")  # the walk visits the shared list once
+    assert time.monotonic() - started < 5 and len(state["runner"]["bomb"]) == 2
+    assert evaluate(run_dir, capsys)[0] == 0  # evaluate reads the agent's part only
+    code, lines = verify(run_dir, capsys)
+    assert code == 1 and lines[0].endswith(
+        "checkpoint best.pt (step 300) differs at runner; the code, the libraries and the device are the same"
+    ), lines
+    code, lines = resume(run_dir, monkeypatch, capsys, "train.total_steps=900")
+    assert code == 2 and lines[0].endswith("runner holds 'bomb', which the run's parts do not have"), lines
+    assert time.monotonic() - started < 60  # 2**40 visits each, had the walk followed every path
+
+
+def rewrite(path, compress: str | None = None, padding: int = 0, extra: list[tuple[str, bytes]] = ()) -> None:
+    """Rewrite the zip at `path` entry by entry: `compress` deflated (with `padding` zero bytes
+    after its pickle's end), `extra` entries appended as they are."""
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in [*entries, *extra]:
+            deflate = compress is not None and name.endswith(compress)
+            data = data + bytes(padding) if deflate else data
+            archive.writestr(name, data, zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+
+
+def test_a_zip_bomb_is_refused_without_inflating_it(run_dir, monkeypatch, capsys):
+    for name in ("best", "last"):
+        rewrite(run_dir / "checkpoints" / f"{name}.pt", compress="data.pkl", padding=200_000_000)
+        assert (run_dir / "checkpoints" / f"{name}.pt").stat().st_size < 2_000_000
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"data.pkl' of [0-9,]+ bytes declared to hold 200,"):
+        RunDirectory(run_dir).load_checkpoint("best")
+    assert time.monotonic() - started < 1
+    refused_everywhere(run_dir, monkeypatch, capsys, "(a compressed entry)", verify_code=1)
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        (lambda names: [(names[0], b"x")], "twice: torch.save writes each once"),
+        (lambda names: [("../outside", b"x")], "'../outside', outside the archive's folder"),
+        (lambda names: [("/etc/passwd", b"x")], "'/etc/passwd', outside the archive's folder"),
+    ],
+)
+def test_a_zip_laid_out_unlike_torch_saves_is_one_line(run_dir, extra, why):
+    path = run_dir / "checkpoints" / "last.pt"
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    with pytest.warns(UserWarning) if why.startswith("twice") else contextlib.nullcontext():
+        rewrite(path, extra=extra(names))
+    with pytest.raises(RunError, match=f"checkpoint .*last.pt holds the entry .*{why[:20]}"):
+        RunDirectory(run_dir).load_checkpoint("last")
