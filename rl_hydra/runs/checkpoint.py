@@ -32,7 +32,7 @@ def check_archive(path: Path) -> None:
             entries = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
         raise RunError(
-            f"checkpoint {path} is not a zip archive as torch.save writes one ({type(error).__name__}: "
+            f"checkpoint {path} cannot be read (not a zip archive as torch.save writes one; {type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
         ) from None
     size, seen = path.stat().st_size, set[str]()

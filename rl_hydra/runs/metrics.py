@@ -10,10 +10,10 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, overload
 
 from rl_hydra.runs.run_dir import RunDirectory, WriteFailed
 
@@ -103,36 +103,86 @@ class Differs(Exception):
     """The record differs from what it should hold; the message says where, in one line."""
 
 
+# the longest line a run writes is a few hundred characters; csv's own field limit is 131,072
+MAX_LINE = 65_536
+
+
+class Rows(Sequence[dict[str, str]]):
+    """metrics.csv's checked rows, kept as one string each and made a {column: value} mapping
+    when read: about the file's size in memory, where a dict per row held some 40 times it."""
+
+    def __init__(self, columns: list[str], lines: list[str]):
+        self.columns, self.lines = columns, lines
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, str]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Rows: ...
+    def __getitem__(self, index: int | slice) -> dict[str, str] | Rows:
+        if isinstance(index, slice):
+            return Rows(self.columns, self.lines[index])
+        return dict(zip(self.columns, self.lines[index].split(",")))
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        return (dict(zip(self.columns, line.split(","))) for line in self.lines)
+
+    def step(self, index: int) -> int:
+        line = self.lines[index]
+        return int(line[: line.index(",")] if "," in line else line)
+
+
 @dataclass
 class Metrics:
     columns: list[str]
-    rows: list[dict[str, str]]
+    rows: Rows
 
     def steps(self) -> list[int]:
-        return [int(row["step"]) for row in self.rows]
+        return [self.rows.step(index) for index in range(len(self.rows))]
 
     def up_to(self, step: int) -> list[dict[str, str]]:
-        return [row for row in self.rows if int(row["step"]) <= step]
+        kept = sum(1 for index in range(len(self.rows)) if self.rows.step(index) <= step)  # steps ascend
+        return list(self.rows[:kept])
+
+
+def whole_lines(f: IO[str]) -> Iterator[str]:
+    """`f`'s lines that end in a newline, each read up to MAX_LINE characters: `Differs` for a
+    longer one (a file padded with a gigabyte of NUL bytes is refused, not read whole and then
+    dropped as a cut write); a last line without its newline is a cut write, skipped."""
+    for number, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), ""), start=1):
+        if len(line) > MAX_LINE:
+            raise Differs(f"metrics.csv line {number} is longer than {MAX_LINE:,} characters: not a row a run writes")
+        if line.endswith("\n"):
+            yield line
 
 
 def read_metrics(directory: RunDirectory) -> Metrics:
     """metrics.csv, every row checked against its header: `Differs` for a row with more or fewer
     fields, an empty line, or a step that is not after the one before it (a duplicated row). As on
-    resume (runs/metrics.py), whole lines only: a last line without its newline is a cut write."""
+    resume (runs/metrics.py), whole lines only: a last line without its newline is a cut write.
+    Streamed: one line at a time is parsed, and a checked row is kept as one string."""
     path = directory.metrics_csv
     if not path.is_file():
-        return Metrics([], [])
+        return Metrics([], Rows([], []))
     try:
         with open(path, newline="") as f:
-            lines = list(csv.reader(line for line in f if line.endswith("\n")))
+            return checked_rows(csv.reader(whole_lines(f)))
     except (OSError, UnicodeDecodeError, csv.Error) as error:  # csv.Error: a field over csv's limit, 131,072
         raise Differs(f"metrics.csv cannot be read ({type(error).__name__}: {str(error).splitlines()[0]})") from None
-    if not lines:
-        return Metrics([], [])
-    columns, rows, previous = lines[0], [], -1
+
+
+def checked_rows(lines: Iterator[list[str]]) -> Metrics:
+    """The header and the rows of `lines` (csv's fields), each checked as read_metrics says."""
+    columns = next(lines, None)
+    if columns is None:
+        return Metrics([], Rows([], []))
     if columns[:1] != ["step"]:
         raise Differs(f"metrics.csv's header begins with {columns[:1] or 'nothing'}, not step")
-    for number, fields in enumerate(lines[1:], start=2):
+    kept: list[str] = []
+    previous = -1
+    for number, fields in enumerate(lines, start=2):
         if len(fields) != len(columns):
             raise Differs(f"metrics.csv line {number} has {len(fields)} fields, its header {len(columns)}")
         step = fields[0]
@@ -148,9 +198,9 @@ def read_metrics(directory: RunDirectory) -> Metrics:
                 f"metrics.csv line {number} is at step {step}, not after the line before it "
                 f"(step {previous}): a row repeated or out of order"
             )
-        rows.append(dict(zip(columns, fields)))
+        kept.append(",".join(fields))  # numbers and empty fields only: no comma inside a field
         previous = int(step)
-    return Metrics(columns, rows)
+    return Metrics(columns, Rows(columns, kept))
 
 
 def finite(text: str | None) -> bool:

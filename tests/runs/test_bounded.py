@@ -81,3 +81,29 @@ def test_a_zip_laid_out_unlike_torch_saves_is_one_line(run_dir, extra, why):
         rewrite(path, extra=extra(names))
     with pytest.raises(RunError, match=f"checkpoint .*last.pt holds the entry .*{why[:20]}"):
         RunDirectory(run_dir).load_checkpoint("last")
+
+
+def test_metrics_csv_padded_to_a_gigabyte_is_refused_not_verified(run_dir, capsys):
+    import os
+
+    from rl_hydra.runs.metrics import Differs, read_metrics
+
+    path = run_dir / "metrics.csv"
+    os.truncate(path, path.stat().st_size + 2**30)  # a sparse gigabyte of NUL bytes after the real rows
+    with pytest.raises(Differs, match="line [0-9]+ is longer than 65,536 characters: not a row a run writes"):
+        read_metrics(RunDirectory(run_dir))
+    code, lines = verify(run_dir, capsys)
+    assert code == 1 and "is longer than 65,536 characters" in lines[0], lines
+
+
+def test_metrics_rows_read_back_as_csv_reads_them(run_dir):
+    import csv
+
+    from rl_hydra.runs.metrics import read_metrics
+
+    with open(run_dir / "metrics.csv", newline="") as f:
+        expected = list(csv.DictReader(f))
+    metrics = read_metrics(RunDirectory(run_dir))
+    assert list(metrics.rows) == expected and metrics.rows[-1] == expected[-1] and len(metrics.rows) == len(expected)
+    assert metrics.steps() == [int(row["step"]) for row in expected]
+    assert metrics.up_to(int(expected[1]["step"])) == expected[:2]
