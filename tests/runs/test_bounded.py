@@ -107,3 +107,24 @@ def test_metrics_rows_read_back_as_csv_reads_them(run_dir):
     assert list(metrics.rows) == expected and metrics.rows[-1] == expected[-1] and len(metrics.rows) == len(expected)
     assert metrics.steps() == [int(row["step"]) for row in expected]
     assert metrics.up_to(int(expected[1]["step"])) == expected[:2]
+
+
+def test_the_curve_band_is_the_step_by_step_bootstrap_at_once():
+    import numpy as np
+
+    from rl_hydra.runs.aggregate import bootstrap_ci, curve_band
+
+    grid = np.random.default_rng(3).normal(size=(5, 40))  # (seeds, steps)
+    expected = np.array([bootstrap_ci(column, np.mean, samples=500) for column in grid.T])
+    np.testing.assert_allclose(curve_band(grid), expected, rtol=1e-12)
+
+
+def test_a_curve_of_many_evaluations_is_drawn_at_a_thousand_points():
+    import numpy as np
+
+    from rl_hydra.runs.aggregate import MAX_CURVE_POINTS, thinned
+
+    steps = np.arange(0, 20_000 * 50, 50)
+    drawn = thinned(steps)
+    assert len(drawn) == MAX_CURVE_POINTS and drawn[0] == 0 and drawn[-1] == steps[-1]
+    assert np.all(np.diff(drawn) > 0) and np.array_equal(thinned(steps[:999]), steps[:999])
