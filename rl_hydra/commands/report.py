@@ -22,6 +22,7 @@ from rl_hydra.config import ConfigError, integral, resolve_device
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,
+    cell,
     configuration_of,
     csv_text,
     distinguishing_labels,
@@ -29,6 +30,7 @@ from rl_hydra.runs.aggregate import (
     markdown_table,
     plot_learning_curves,
     run_dirs,
+    shown,
     shown_return,
     tracker_store_in,
 )
@@ -210,14 +212,14 @@ def report(results: list[dict[str, Any]], cfg) -> str:
         value = (
             f"{r['return_mean']:.{decimals}f} +- {r['return_std']:.{decimals}f}"
             if r["status"] == "ok"
-            else f"failed: {r['reason']}"
+            else f"failed: {cell(r['reason'])}"
         )
-        lines.append(f"| {r['run']} | {r['seed']} | {r.get('step', '-')} | {value} |")
+        lines.append(f"| {cell(r['run'])} | {r['seed']} | {r.get('step', '-')} | {value} |")
     text = "\n".join(lines)
     written = [r for r in results if r["status"] == "ok"]
     replaced = sum(r["replaced"] for r in written)
     if len(written) == 1:
-        text += f"\n\nwrote {written[0]['eval_file']}" + (
+        text += f"\n\nwrote {shown(written[0]['eval_file'])}" + (
             " (replacing the earlier result of the same settings)" if replaced else ""
         )
     elif written:
@@ -259,13 +261,13 @@ def markdown_header(results: list[dict[str, Any]], cfg) -> str:
     root = Path(cfg.run_dir)
     _, shared = distinguishing_labels(r["overrides"] for r in results)
     lines = [
-        f"Evaluation of {root.resolve().name}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
+        f"Evaluation of {shown(root.resolve().name)}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
         f"per run with seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}; statistics across the runs (training "
         f"seeds) of each configuration.",
         "",
     ]
     if shared:
-        lines += [f"Every configuration has: `{' '.join(shared)}`", ""]
+        lines += [f"Every configuration has: `{shown(' '.join(shared))}`", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +283,6 @@ def main(argv: list[str] | None = None, defaults: Path | None = None) -> int:
         cfg = parse_args(argv, defaults)
         print(report(evaluate_path(cfg), cfg))
     except (ConfigError, RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {shown(error)}", file=sys.stderr)
         return 2
     return 0

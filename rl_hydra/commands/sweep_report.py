@@ -55,12 +55,13 @@ def parallel_jobs(n_jobs: int) -> int:
 def record_failure(sweep_dir: str | Path, job_dir: str | Path) -> None:
     """Called by a failing job; one short line, appended (safe from parallel jobs) to the sweep's
     own file (files.Folder.append: never through a link, never into a file with a second name)."""
+    from rl_hydra.runs.aggregate import shown
     from rl_hydra.runs.errors import RunError
     from rl_hydra.runs.files import Folder
 
     try:
         with Folder.open(sweep_dir) as folder, folder.append(FAILED_JOBS, encoding="utf-8") as f:
-            f.write(f"{os.environ.get(SWEEP_ID, '')}\t{job_dir}\n")
+            f.write(f"{os.environ.get(SWEEP_ID, '')}\t{shown(job_dir)}\n")  # one line, whatever the name
     except (RunError, OSError) as error:  # the job's own failure is reported already
         print(f"warning: the sweep's list of failed jobs was not written: {error}", file=sys.stderr)
 
@@ -92,9 +93,11 @@ class SweepFailures(Callback):
         record = sweep_dir / FAILED_JOBS
         failed_jobs[:] = failures_of(record, self.sweep_id)
         if failed_jobs:
+            from rl_hydra.runs.aggregate import shown
+
             jobs = len(list(sweep_dir.glob("*/.hydra")))
             print(
                 f"error: {len(failed_jobs)} of {jobs} jobs failed (each one's error is above and in its "
-                f"train.log; listed in {record}): {', '.join(failed_jobs)}",
+                f"train.log; listed in {shown(record)}): {shown(', '.join(failed_jobs))}",
                 file=sys.stderr,
             )

@@ -175,6 +175,19 @@ def shown_return(value: float, digits: int = 4) -> str:
     return f"{value:.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{value:.0f}"
 
 
+def shown(text: object) -> str:
+    """`text` on one line as it is to be printed: a character that is not printable (a newline, a
+    carriage return, a tab, U+2028 ...) written as its Python escape, so that a directory named
+    with a newline cannot add a line, or a row, to what a command prints."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def cell(text: object) -> str:
+    """`text` for one cell of a markdown table: `shown`, with a `|` escaped (it would start a cell)."""
+    return shown(text).replace("|", "\\|")
+
+
 def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
     extra = PROVENANCE_COLUMNS if provenance else []
     lines = [
@@ -189,8 +202,8 @@ def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
             )
         else:
             stats = "- | - | -"
-        versions = "".join(f" {r[c]} |" for c in extra)
-        lines.append(f"| {r['configuration']} | {r['runs']} | {stats} |{versions} {r['failed'] or ''} |")
+        versions = "".join(f" {cell(r[c])} |" for c in extra)
+        lines.append(f"| {cell(r['configuration'])} | {r['runs']} | {stats} |{versions} {cell(r['failed'] or '')} |")
     return "\n".join(lines)
 
 
@@ -205,7 +218,14 @@ def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     except Differs as error:
         raise RunError(f"{run_dir / 'metrics.csv'}: {error}") from None
     rows = [row for row in metrics.rows if row.get("eval/return_mean")]
-    return np.asarray([int(row["step"]) for row in rows]), np.asarray([float(row["eval/return_mean"]) for row in rows])
+    returns = np.asarray([float(row["eval/return_mean"]) for row in rows])
+    if not np.isfinite(returns).all():
+        bad = rows[int(np.flatnonzero(~np.isfinite(returns))[0])]
+        raise RunError(
+            f"{run_dir / 'metrics.csv'} has eval/return_mean={bad['eval/return_mean']} at step {bad['step']}: "
+            "not a return an evaluation gives"
+        )
+    return np.asarray([int(row["step"]) for row in rows]), returns
 
 
 LINE_STYLES, MARKERS = ("-", "--", ":", "-."), ("o", "s", "^", "D")

@@ -128,3 +128,40 @@ def test_a_curve_of_many_evaluations_is_drawn_at_a_thousand_points():
     drawn = thinned(steps)
     assert len(drawn) == MAX_CURVE_POINTS and drawn[0] == 0 and drawn[-1] == steps[-1]
     assert np.all(np.diff(drawn) > 0) and np.array_equal(thinned(steps[:999]), steps[:999])
+
+
+def sweep_of_two(run_dir, second: str):
+    import shutil
+
+    sweep = run_dir.parent / "sweep"
+    shutil.copytree(run_dir, sweep / "0")
+    shutil.copytree(run_dir, sweep / second)
+    return sweep
+
+
+def test_a_member_named_with_a_newline_adds_no_line_to_the_table(run_dir, capsys):
+    from rl_hydra.commands.report import main as evaluate_main
+
+    sweep = sweep_of_two(run_dir, "1\n| injected | 0 | 0 | 1.0 +- 0.0 |\u2028")
+    assert evaluate_main([f"run_dir={sweep}", "episodes=1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("| injected") for line in printed), printed
+    assert "| 1\\n\\| injected \\| 0 \\| 0 \\| 1.0 +- 0.0 \\|\\u2028 |" in "\n".join(printed)
+    assert "\n| injected" not in (sweep / "eval" / "results_best_1ep_seed0.md").read_text()
+
+
+@pytest.mark.filterwarnings("error")
+def test_an_infinite_eval_return_in_a_members_metrics_is_one_line(run_dir, capsys):
+    from rl_hydra.commands.report import main as evaluate_main
+
+    sweep = sweep_of_two(run_dir, "1")
+    path = sweep / "1" / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    column = lines[0].rstrip("\n").split(",").index("eval/return_mean")
+    row = next(number for number, line in enumerate(lines) if number and line.split(",")[column])
+    fields = lines[row].split(",")
+    lines[row] = ",".join([*fields[:column], "inf", *fields[column + 1 :]])
+    path.write_text("".join(lines))
+    assert evaluate_main([f"run_dir={sweep}", "episodes=1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"has eval/return_mean=inf at step {fields[0]}: not a return an evaluation gives" in err[0]
