@@ -4,7 +4,7 @@ family's shared keys in a base. `targets` names the classes a schema declares th
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import Rule, key
+from rl_hydra.schema.keys import LARGEST_BATCH, LARGEST_COUNT, Rule, key
 
 TD_LOSSES = ("huber", "mse")
 
@@ -38,7 +38,9 @@ class ScheduleKeys:
     """When an agent learns (rl_hydra/protocols.py's Agent reads these)."""
 
     _target_: str = key(help="the agent's class")
-    batch_size: int = key(help="samples (sequences for DRQN) per update", integer=True, minimum=1)
+    batch_size: int = key(
+        help="samples (sequences for DRQN) per update", integer=True, minimum=1, maximum=LARGEST_BATCH
+    )
     learning_starts: int = key(help="env steps of random acting before the first update", integer=True, minimum=0)
     train_every: int = key(help="env steps between training phases", integer=True, minimum=1)
     gradient_steps: int = key(help="updates per training phase", integer=True, minimum=1)
@@ -75,7 +77,7 @@ class DQNKeys(DQNFamilyKeys):
 class QRDQNKeys(DQNFamilyKeys):
     stored_as: ClassVar[str] = "algo/qr_dqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.qr_dqn.QRDQN",)
-    num_quantiles: int = key(help="N quantiles per action", integer=True, minimum=1)
+    num_quantiles: int = key(help="N quantiles per action", integer=True, minimum=1, maximum=LARGEST_COUNT)
     kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
 
 
@@ -83,9 +85,15 @@ class QRDQNKeys(DQNFamilyKeys):
 class IQNKeys(DQNFamilyKeys):
     stored_as: ClassVar[str] = "algo/iqn"
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.iqn.IQN",)
-    num_tau_samples: int = key(help="N: fractions for the online quantiles of each update", integer=True, minimum=1)
-    num_tau_prime_samples: int = key(help="N': fractions for the target samples", integer=True, minimum=1)
-    num_quantile_samples: int = key(help="K: fractions averaged to pick an action", integer=True, minimum=1)
+    num_tau_samples: int = key(
+        help="N: fractions for the online quantiles of each update", integer=True, minimum=1, maximum=LARGEST_COUNT
+    )
+    num_tau_prime_samples: int = key(
+        help="N': fractions for the target samples", integer=True, minimum=1, maximum=LARGEST_COUNT
+    )
+    num_quantile_samples: int = key(
+        help="K: fractions averaged to pick an action", integer=True, minimum=1, maximum=LARGEST_COUNT
+    )
     kappa: float = key(help="Huber threshold of the quantile loss", minimum=0.0, above=True)
 
 
@@ -96,7 +104,7 @@ class C51Keys(DQNFamilyKeys):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("v_max", "v_min"), lambda high, low: high > low, "v_max > v_min (the atoms span the returns between)"),
     )
-    num_atoms: int = key(help="N atoms of the support", integer=True, minimum=2)
+    num_atoms: int = key(help="N atoms of the support", integer=True, minimum=2, maximum=LARGEST_COUNT)
     v_min: float = key(help="the support's lower end", number=True)
     v_max: float = key(help="the support's upper end (> v_min)", number=True)
 
@@ -117,7 +125,7 @@ class EntropyKeys(ScheduleKeys):
     """What SAC's family shares: a squashed Gaussian actor, a learned temperature, three optimizers."""
 
     targets: ClassVar[tuple[str, ...]] = ()
-    ensemble_size: int = key(help="N critics", integer=True, minimum=1)
+    ensemble_size: int = key(help="N critics", integer=True, minimum=1, maximum=LARGEST_COUNT)
     policy_delay: int = key(help="critic updates per actor (and alpha) update", integer=True, minimum=1)
     initial_alpha: float = key(help="the entropy temperature at step 0", minimum=0.0, above=True)
     learn_alpha: bool = key(help="learn alpha toward target_entropy (false: keep initial_alpha)", choices=(True, False))
@@ -142,7 +150,9 @@ class REDQKeys(EntropyKeys):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("subset_size", "ensemble_size"), lambda m, n: m <= n, "subset_size <= ensemble_size"),
     )
-    subset_size: int = key(help="M target critics the min is taken over (<= ensemble_size)", integer=True, minimum=1)
+    subset_size: int = key(
+        help="M target critics the min is taken over (<= ensemble_size)", integer=True, minimum=1, maximum=LARGEST_COUNT
+    )
     tau: float = target_rate()
     actor_q: str = key(
         help="what the actor ascends: the mean over the critics (REDQ) or their min (SAC)", choices=("mean", "min")
@@ -160,7 +170,7 @@ class TQCKeys(EntropyKeys):
             "top_quantiles_to_drop_per_critic < num_quantiles (each critic keeps an atom)",
         ),
     )
-    num_quantiles: int = key(help="M quantiles per critic", integer=True, minimum=1)
+    num_quantiles: int = key(help="M quantiles per critic", integer=True, minimum=1, maximum=LARGEST_COUNT)
     top_quantiles_to_drop_per_critic: int = key(
         help="d: the target keeps the N * (M - d) smallest pooled atoms", integer=True, minimum=0
     )
@@ -175,7 +185,9 @@ class CrossQKeys(EntropyKeys):
     stored_as: ClassVar[str] = "algo/crossq"
 
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.algos.crossq.CrossQ",)
-    batch_size: int = key(help="B: the critics see 2B rows; batch statistics need B >= 2", integer=True, minimum=2)
+    batch_size: int = key(
+        help="B: the critics see 2B rows; batch statistics need B >= 2", integer=True, minimum=2, maximum=LARGEST_BATCH
+    )
 
 
 @dataclass

@@ -19,6 +19,13 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 # no integer key of a run needs more: a budget, a capacity or a size past this is a typo (1e100)
 LARGEST_INT = 10**12
+# sizes that memory scales with, refused while composing (before a run directory is taken), far
+# above what a run uses: a layer's width (two layers of it are 268M weights, 1 GB, 4 GB with
+# Adam's moments; a wide run's is 4096), a batch (each update holds a few tensors of it per layer)
+# and the count of quantiles, atoms, fractions or critics each row of a batch is widened by
+LARGEST_WIDTH = 16_384
+LARGEST_BATCH = 65_536
+LARGEST_COUNT = 4_096
 
 
 class ConfigError(ValueError):

@@ -4,7 +4,7 @@ the observation and action spaces, so no size that the env decides is here."""
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rl_hydra.schema.keys import Rule, key
+from rl_hydra.schema.keys import LARGEST_WIDTH, Rule, key
 
 ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}  # torch.nn's class of each
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
@@ -13,7 +13,7 @@ BOOL = (True, False)
 
 
 def sizes(help: str) -> Any:
-    return key(help=help, integer=True, minimum=1, each=True)
+    return key(help=help, integer=True, minimum=1, maximum=LARGEST_WIDTH, each=True)
 
 
 @dataclass
@@ -24,7 +24,11 @@ class NetworkKeys:
     activation: str = key(help="the hidden layers' activation", choices=tuple(ACTIVATIONS))
     encoder: str = key(help="what reads the observation (docs/pixels.md)", choices=ENCODERS)
     discrete_embedding: int | None = key(
-        help="null: Discrete parts one-hot; d: a learned embedding of d each", integer=True, minimum=1, nullable=True
+        help="null: Discrete parts one-hot; d: a learned embedding of d each",
+        integer=True,
+        minimum=1,
+        maximum=LARGEST_WIDTH,
+        nullable=True,
     )
 
 
@@ -66,7 +70,7 @@ class ImplicitQuantileNetworkKeys(NetworkKeys):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(("hidden_sizes",), lambda sizes: len(sizes) >= 1, "at least one width, for the state features psi(s)"),
     )
-    embedding_dim: int = key(help="cosine basis size", integer=True, minimum=1)
+    embedding_dim: int = key(help="cosine basis size", integer=True, minimum=1, maximum=LARGEST_WIDTH)
     hidden_sizes: list[int] = sizes("psi(s)'s widths")
     head_hidden_sizes: list[int] = sizes("the head's widths, after the product")
     dueling: bool = key(help="V and A streams in the head", choices=BOOL)
@@ -80,7 +84,7 @@ class RecurrentQNetworkKeys(NetworkKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.networks.recurrent.RecurrentQNetwork",)
     encoder_sizes: list[int] = sizes("the MLP before the core")
     cell: str = key(help="the recurrent core (docs/drqn.md)", choices=tuple(CELLS))
-    lstm_size: int = key(help="the core's hidden size (a GRU's too)", integer=True, minimum=1)
+    lstm_size: int = key(help="the core's hidden size (a GRU's too)", integer=True, minimum=1, maximum=LARGEST_WIDTH)
     head_sizes: list[int] = sizes("the MLP after the core")
 
 
