@@ -153,10 +153,10 @@ def check_record(directory: RunDirectory) -> None:
     provenance.json, summary.json, .hydra's overrides and choices, metrics.csv, the checkpoints
     (one RunError line otherwise, and nothing is written)."""
     from rl_hydra.runs.metrics import Differs, read_metrics
-    from rl_hydra.runs.provenance import read_sessions
+    from rl_hydra.runs.provenance import read_sessions, running_misfit
     from rl_hydra.runs.trust import read_choices, read_overrides
 
-    read_sessions(directory)
+    sessions = read_sessions(directory)
     summary = directory.read_summary() or {}
     read_overrides(directory)
     read_choices(directory)
@@ -174,6 +174,9 @@ def check_record(directory: RunDirectory) -> None:
             f"{directory.path}'s summary.json says the run completed at step {summary.get('global_step')!r}, "
             f"but checkpoints/last.pt is at step {steps['last']}: the record does not hold together"
         )
+    running = running_misfit(summary, sessions, steps.get("last"))  # an extension killed or stopped by a full disk
+    if running:
+        raise RunError(f"{directory.path}'s {running}: the record does not hold together")
     if "best" in steps and recorded and steps["best"] not in recorded:
         raise RunError(
             f"{directory.path}'s checkpoints/best.pt is from step {steps['best']}, at which metrics.csv logged "

@@ -46,6 +46,7 @@ def train(runner: Runner, loop: Callable[[], None], failures: tuple[type[Excepti
     with log_through_progress_bar(runner.reporter.show_progress):
         try:
             with stop_at_step_boundary(runner):
+                mark_running(runner)
                 runner.start()
                 loop()
             runner.save_checkpoint("last")
@@ -72,6 +73,17 @@ def train(runner: Runner, loop: Callable[[], None], failures: tuple[type[Excepti
         finally:
             runner.close(status)
     return summary
+
+
+def mark_running(runner: Runner) -> None:
+    """A session that follows an ended one (a resume; an extension of a completed run) first rewrites
+    summary.json as `running` at the step it starts from, before its first step and its first
+    checkpoint: a kill -9 or a full disk later in the session then leaves a summary that no longer
+    says the run ended at an older step than checkpoints/last.pt's, and the record resumes and
+    verifies. A first session writes none until it ends, as before."""
+    if runner.run_dir.summary_json.is_file():
+        why = f"training on from step {runner.global_step}; if no process is, it was killed: resume it"
+        runner.run_dir.write_summary(runner.summary("running", reason=why))
 
 
 def log_through_progress_bar(progress: bool):

@@ -186,3 +186,23 @@ def read_sessions(directory: RunDirectory) -> list[dict[str, Any]]:
         if not isinstance(changes, dict) or not all(isinstance(c, list) and len(c) == 2 for c in changes.values()):
             raise RunError(f"{path}: session {number} has config_changes that are not {{key: [old, new]}}")
     return sessions
+
+
+def running_misfit(summary: dict[str, Any], sessions: list[dict[str, Any]], last_step: int | None) -> str | None:
+    """Why a summary.json marked `running` does not hold together with the rest of the record, or None.
+    A session that follows an ended one writes it at the step it starts from (rl_hydra/loops/session.py),
+    so a resumed session started at its step, and checkpoints/last.pt is there or later."""
+    step = summary.get("global_step")
+    if summary.get("status") != "running":
+        return None
+    if not any(session.get("start_step") == step for session in sessions[1:]):
+        return (
+            f"summary.json says a session trains on from step {step!r}, but provenance.json has no resumed "
+            f"session that started there"
+        )
+    if last_step is not None and isinstance(step, int) and last_step < step:
+        return (
+            f"summary.json says a session trains on from step {step}, but checkpoints/last.pt is at step "
+            f"{last_step}, before it"
+        )
+    return None

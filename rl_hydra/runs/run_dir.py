@@ -337,7 +337,8 @@ class RunDirectory:
         return summary
 
 
-STATUSES = ("completed", "failed", "interrupted")
+# running: a session that follows an ended one trains (or was killed: resume it); rl_hydra/loops/session.py
+STATUSES = ("completed", "failed", "interrupted", "running")
 SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "reason": (str,),

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.commands.resume import RESUMABLE
 from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
-from rl_hydra.runs.provenance import read_sessions  # noqa: F401 - verify's names
+from rl_hydra.runs.provenance import read_sessions, running_misfit  # noqa: F401 - verify's names
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 from rl_hydra.runs.trust import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
@@ -110,7 +110,8 @@ def read_checkpoints(
 ) -> dict[str, dict[str, Any]]:
     """The checkpoints the run holds, loaded (tensors only). One that exists but does not load, or
     that the record says exists but is missing (`expected_checkpoints`), is `Differs`; so is a
-    completed run whose summary, last.pt and last logged row are not at the same step."""
+    completed run whose summary, last.pt and last logged row are not at the same step, and a summary
+    that says a resumed session is running where none started or after last.pt's step."""
     summary = directory.read_summary() or {}
     status = summary.get("status")
     loaded = {}
@@ -130,6 +131,9 @@ def read_checkpoints(
         )
     if "last" in loaded and metrics.rows and step_of(loaded["last"]) > metrics.steps()[-1] + cfg.train.log_every:
         raise Differs(f"checkpoint last.pt is from step {step_of(loaded['last'])}, past metrics.csv's last row")
+    running = running_misfit(summary, sessions, step_of(loaded["last"]) if "last" in loaded else None)
+    if running:
+        raise Differs(running)
     for name, because in expected_checkpoints(summary, metrics, cfg, sessions).items():
         if name not in loaded:
             raise Differs(f"{directory.checkpoints / name}.pt is missing, though {because}")
