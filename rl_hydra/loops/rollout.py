@@ -103,8 +103,24 @@ class Rollout:
             )
             return
         restore_env_state(self.env, state["state"])
-        self.obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())
+        check_episode_state(state, self.env.num_envs)
+        obs = spaces.apply(state["obs"], lambda part: part.numpy().copy())
+        if not self.env.observation_space.contains(obs):
+            raise ValueError("the checkpoint's observations do not lie in the env's observation space")
+        self.obs = obs
         self.episodes.episode_return[:] = state["episode_return"].numpy()
         self.episodes.episode_length[:] = state["episode_length"].numpy()
         self.actor_state = tuple(state["actor_state"]) if "actor_state" in state else None
         self._restored = True
+
+
+def check_episode_state(state: dict[str, Any], num_envs: int) -> None:
+    """ValueError unless the episodes under way are one finite return and one whole length >= 0 per
+    env (a checkpoint's values, checked before the run takes its directory)."""
+    for key in ("episode_return", "episode_length"):
+        value = state.get(key)
+        if not torch.is_tensor(value) or tuple(value.shape) != (num_envs,):
+            shown = f"of shape {tuple(value.shape)}" if torch.is_tensor(value) else f"a {type(value).__name__}"
+            raise ValueError(f"the checkpoint's {key} is {shown}, not one value for each of the {num_envs} envs")
+        if not bool(torch.isfinite(value.double()).all()) or (key == "episode_length" and bool((value < 0).any())):
+            raise ValueError(f"the checkpoint's {key} holds a value out of range")

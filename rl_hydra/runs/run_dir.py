@@ -7,6 +7,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import shlex
 import socket
@@ -386,6 +387,8 @@ def check_fits(fresh: Any, loaded: Any, path: Path, where: str = "") -> None:
             refuse(f"holds {unknown[0]!r}, which the run's parts do not have")
         for key in [key for key in fresh if key in loaded]:
             check_fits(fresh[key], loaded[key], path, f"{where}.{key}")
+        if "param_groups" in fresh and isinstance(loaded.get("param_groups"), (list, tuple)):
+            check_hyperparameters(fresh["param_groups"], loaded["param_groups"], path, f"{where}.param_groups")
     elif isinstance(fresh, torch.Tensor):
         if not isinstance(loaded, torch.Tensor):
             refuse(f"is a {type(loaded).__name__}, not a tensor")
@@ -411,9 +414,55 @@ def check_fits(fresh: Any, loaded: Any, path: Path, where: str = "") -> None:
             refuse(f"is {type(loaded).__name__}, not {type(fresh).__name__}")
 
 
+IMPLEMENTATION_FLAGS = ("foreach", "fused", "capturable", "differentiable")  # torch's, per parameter group
+
+
+def check_hyperparameters(fresh: Any, loaded: Any, path: Path, where: str) -> None:
+    """An optimizer's hyperparameters come from the run's config, never from its checkpoint: each
+    parameter group's values (betas, eps, weight_decay, ...) equal those the config builds, and lr
+    lies between 0 and the config's (algo.final_lr_fraction only lowers it as the run goes)."""
+    if len(loaded) != len(fresh):
+        raise RunError(f"checkpoint {path} does not fit the run's config: {where.lstrip('.')} has {len(loaded)} groups")
+    for index, (mine, theirs) in enumerate(zip(fresh, loaded)):
+        if not isinstance(theirs, dict):
+            raise RunError(
+                f"checkpoint {path} does not fit the run's config: {where.lstrip('.')}[{index}] is not a mapping"
+            )
+        for key, value in mine.items():
+            given = theirs.get(key)
+            if key == "params" or key not in theirs:  # an older torch's checkpoint: torch fills its default
+                continue
+            if key in IMPLEMENTATION_FLAGS:  # how torch runs the step (a CUDA run's fused kernel), not its math
+                fits = given is None or isinstance(given, bool)
+            elif key == "lr" and isinstance(value, float):
+                fits = isinstance(given, (int, float)) and not isinstance(given, bool) and 0.0 <= given <= value
+            else:
+                fits = plain_value(given) == plain_value(value)
+            if not fits:
+                raise RunError(
+                    f"checkpoint {path} sets {where.lstrip('.')}[{index}].{key}={given!r}, but the run's config "
+                    f"builds {value!r}: a checkpoint cannot change an optimizer's hyperparameters"
+                )
+
+
+def plain_value(value: Any) -> Any:
+    """A hyperparameter compared as data: tuples as lists (betas), a 0-dim tensor as its number."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.tolist() if value.numel() <= 16 else value
+    return [plain_value(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
+# per-parameter optimizer state that a square root or a division takes: never below zero
+NON_NEGATIVE_STATE = ("exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_delta", "step")
+
+
 def check_optimizer_state(owner: Any, path: Path) -> None:
-    """After a checkpoint loaded: each optimizer's per-parameter state (Adam's moments) has its
-    parameter's shape; torch checks only the parameter groups, and a misfit would fail mid-update."""
+    """After a checkpoint loaded, before the run takes its directory: each optimizer's
+    per-parameter state (Adam's moments) has its parameter's shape and dtype, finite values, no
+    negative second moment, and a step count that is a whole number >= 0 (a 0-dim tensor); torch
+    checks only the parameter groups, and a misfit would fail mid-update or train on NaN."""
     import torch
 
     for name, optimizer in vars(owner).items():
@@ -422,11 +471,34 @@ def check_optimizer_state(owner: Any, path: Path) -> None:
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 for key, value in optimizer.state.get(parameter, {}).items():
-                    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
-                        raise RunError(
-                            f"checkpoint {path} does not fit the run's config: {name}'s {key} has shape "
-                            f"{tuple(value.shape)} for a parameter of shape {tuple(parameter.shape)}"
-                        )
+                    problem = optimizer_state_problem(key, value, parameter)
+                    if problem:
+                        raise RunError(f"checkpoint {path} does not fit the run's config: {name}'s {key} {problem}")
+
+
+def optimizer_state_problem(key: str, value: Any, parameter: Any) -> str | None:
+    """What is wrong with one optimizer state value of `parameter` (None: nothing)."""
+    import torch
+
+    if key == "step":
+        number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+        if isinstance(value, torch.Tensor) and value.dim() != 0:
+            return f"is a tensor of shape {tuple(value.shape)}, not a step count"
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            return f"is {type(value).__name__}, not a step count"
+        return None if math.isfinite(number) and number >= 0 and float(number).is_integer() else f"is {number!r}"
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.shape != parameter.shape or value.dtype != parameter.dtype:
+        return (
+            f"is a {value.dtype} tensor of shape {tuple(value.shape)} for a parameter of "
+            f"{parameter.dtype} {tuple(parameter.shape)}"
+        )
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        return "holds a value that is not finite"
+    if key in NON_NEGATIVE_STATE and bool((value < 0).any()):
+        return "holds a negative value"
+    return None
 
 
 def read_json_object(path: Path, directory: RunDirectory | None = None) -> dict[str, Any]:
