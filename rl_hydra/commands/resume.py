@@ -33,6 +33,7 @@ RESUMABLE = (
     "flush_denormal",
     "fast_paths",
     "distributed.address",  # where the cluster is, not what trains: a record never chooses it
+    "env.vectorization",  # sync and async step the same transitions (envs/vector.py); envpool is refused below
 )
 
 
@@ -54,8 +55,7 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
     if not config_file.is_file():
         fail(f"resume={directory.path} is not a run directory (no .hydra/config.yaml)", EXIT_CONFIG)
     try:
-        cfg = read_config(directory)  # data, never code: rl_hydra/runs/trust.py
-        check_record(directory)
+        cfg = read_record(directory)
     except RunError as error:
         fail(str(error), EXIT_CONFIG)
     OmegaConf.set_struct(cfg, True)
@@ -114,11 +114,86 @@ def resume_config(directory: RunDirectory, overrides: list[str]) -> tuple[DictCo
             fail(type_refusal(error) or f"{override.input_line}: {str(error).splitlines()[0]}", EXIT_CONFIG)
         if plain(OmegaConf.select(cfg, key)) != old:
             changes[key] = [old, plain(OmegaConf.select(cfg, key))]
+    named = {key for key in changes} | {o.key_or_group for o in parsed}
     try:
-        check_destinations(cfg, {key for key in changes} | {o.key_or_group for o in parsed})
+        check_destinations(cfg, named)
+        check_processes(cfg, named, directory)
     except RunError as error:
         fail(str(error), EXIT_CONFIG)
+    machine = machine_settings(cfg, named)
+    if changes:  # rewritten into the record with the changes the command line made (none: nothing is rewritten)
+        changes.update(machine)
     return cfg, changes
+
+
+def machine_settings(cfg: DictConfig, given: set[str]) -> dict[str, list]:
+    """What the record may not choose for this machine, unless the command line repeats it:
+    compile=true (torch.compile runs a C++ compiler and fills its cache) is off, torch_threads is
+    at most this machine's CPU count. The math is the same; {key: [recorded, used]} of what changed."""
+    import os
+
+    used = {
+        "compile": bool(cfg.get("compile", False)) and "compile" in given,
+        "torch_threads": min(int(cfg.torch_threads), os.cpu_count() or 1) if "torch_threads" not in given else None,
+    }
+    changed = {}
+    for key, value in used.items():
+        recorded = OmegaConf.select(cfg, key, default=None)
+        if key in cfg and value is not None and recorded is not None and value != recorded:
+            OmegaConf.update(cfg, key, value)
+            changed[key] = [recorded, value]
+    return changed
+
+
+def check_processes(cfg: DictConfig, given: set[str], directory: RunDirectory) -> None:
+    """Before any env is made: a record's env.vectorization=async starts one process per env, so
+    more than this machine's CPUs is refused unless the command line asks for it; envpool's thread
+    pool is the same; and the checkpoint's envs must be as many as env.num_envs."""
+    import os
+
+    how, count, cpus = cfg.env.get("vectorization"), int(cfg.env.num_envs), os.cpu_count() or 1
+    if how in ("async", "envpool") and count > cpus and "env.vectorization" not in given:
+        raise RunError(
+            f"the run records env.vectorization={how} with env.num_envs={count}: {count} worker "
+            f"{'processes' if how == 'async' else 'threads'}, more than this machine's {cpus} CPUs; give "
+            f"env.vectorization=sync (the same transitions, in this process) or env.vectorization={how} to start them"
+        )
+    held = checkpoint_env_count(directory)
+    if held is not None and held != count:
+        raise RunError(
+            f"checkpoint {directory.checkpoints / 'last.pt'} holds the state of {held} envs, but the run's config "
+            f"has env.num_envs={count}: the record does not hold together"
+        )
+
+
+def checkpoint_env_count(directory: RunDirectory) -> int | None:
+    """How many envs last.pt's exact env state is of (None: no checkpoint, or no exact env state)."""
+    import torch
+
+    if not (directory.checkpoints / "last.pt").is_file():
+        return None
+    env = directory.load_checkpoint("last").get("env")
+    episodes = env.get("episode_return") if isinstance(env, dict) else None
+    return int(episodes.shape[0]) if isinstance(episodes, torch.Tensor) and episodes.dim() == 1 else None
+
+
+def read_record(directory: RunDirectory) -> DictConfig:
+    """The run's config, once every file of the record holds together (check_record). A record
+    that does not, while another process has taken the run meanwhile (a second resume that checked
+    the lock a moment before the first took it), is RunBusy: that process is writing it. Once that
+    writer is gone, the record is judged again, as it then is."""
+    from rl_hydra.runs.run_dir import RunLock
+
+    def judged() -> DictConfig:
+        cfg = read_config(directory)  # data, never code: rl_hydra/runs/trust.py
+        check_record(directory)
+        return cfg
+
+    try:
+        return judged()
+    except RunError:
+        RunLock.check_free(directory)  # RunBusy: the record is in flux under its writer
+    return judged()
 
 
 # where a run connects to: a record never chooses it (docs/runs.md, 'Opening someone else's run')
@@ -192,14 +267,18 @@ def plain(value):
 def resume_main(run_dir: str, overrides: list[str]) -> None:
     """`train.py resume=<run_dir> [key=value ...]`: continue a run in place with its saved config.
     Its changes are checked as a fresh run's are, and written only once the run is under way."""
+    from rl_hydra.loggers import started_from_record
+
     directory = RunDirectory(run_dir)
     cfg, changes = resume_config(directory, overrides)
     console = logging.StreamHandler(sys.stdout)  # as Hydra's job logging does; launch adds train.log
     console.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger().addHandler(console)
     logging.getLogger().setLevel(logging.INFO)
+    repeated = {o.split("=", 1)[0].split(".")[1] for o in overrides if o.startswith("logger.") and o.count(".") >= 2}
     try:
-        launch(cfg, directory.path, resume=True, overrides=overrides, config_changes=changes)
+        with started_from_record(repeated):
+            launch(cfg, directory.path, resume=True, overrides=overrides, config_changes=changes)
     except RunFailed as error:
         fail(str(error), error.code)
     finally:

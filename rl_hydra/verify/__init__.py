@@ -53,6 +53,8 @@ from rl_hydra.verify.record import (
 from rl_hydra.verify.scratch import scratch_directory, stop_on_signal, stopped_line
 
 DEFAULT_STEPS = 5000  # the default window's length, unless the first update falls later: a check, not a rerun
+# the default window never ends past this many steps, whatever the record's config says: past it, --steps
+MAX_DEFAULT_STEPS = 20 * DEFAULT_STEPS
 CUDA_RTOL = 1e-3  # on CUDA, values within this relative difference count as equal
 EXIT_CODES = (
     f"exit status: 0 verified (a provenance that differs is named), {EXIT_FAILED} the record differs, "
@@ -138,7 +140,12 @@ def window(
         target = recorded[-1]
     elif steps is None:
         best = step_of(checkpoints["best"]) if "best" in checkpoints else None
-        target = default_window(cfg, recorded, best)
+        target = min(default_window(cfg, recorded, best), MAX_DEFAULT_STEPS)
+        if recorded[0] > target:
+            raise RunError(
+                f"metrics.csv's first row is at step {recorded[0]}, past verify's default window of at most "
+                f"{MAX_DEFAULT_STEPS} steps; give --steps {recorded[0]} (or --steps all) to re-run that far"
+            )
     else:
         target = int(steps)
     if limit is not None:
@@ -190,9 +197,16 @@ def quiet() -> Iterator[None]:
 
 def rerun_config(cfg: DictConfig, device: str) -> DictConfig:
     """`cfg` as the re-run trains it: on `device`, with metrics.csv the only logger (no TensorBoard,
-    and nothing sent to MLflow or W&B) and no progress bar; checked as a launch checks it."""
+    and nothing sent to MLflow or W&B) and no progress bar; and what the record may not choose for
+    this machine (the math is the same): no torch.compile, async envs stepped in this process (the
+    same transitions), at most this machine's CPUs as torch threads. Checked as a launch checks it."""
+    import os
+
     cfg = cfg.copy()
-    cfg.device, cfg.logger, cfg.train.progress = device, {}, False
+    cfg.device, cfg.logger, cfg.train.progress, cfg.compile = device, {}, False, False
+    cfg.torch_threads = min(int(cfg.torch_threads), os.cpu_count() or 1)
+    if cfg.env.get("vectorization") == "async":
+        cfg.env.vectorization = "sync"
     try:
         validate_run_config(cfg)
         cfg.algo.learning_starts = check_int("algo.learning_starts", cfg.algo.get("learning_starts"), minimum=0)
