@@ -14,7 +14,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from rl_hydra.commands.cli import main as cli_main
-from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock
+from rl_hydra.runs.run_dir import RunDirectory, RunError
 
 
 def plant(run_dir, key: str, value) -> None:
@@ -80,14 +80,22 @@ def built_loggers(monkeypatch) -> list[str]:
 
 
 MLFLOW = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": None, "experiment": "x"}
+WANDB = {
+    "_target_": "rl_hydra.loggers.wandb.WandbLogger",
+    "mode": "offline",
+    "project": "p",
+    "entity": None,
+    "tags": [],
+}
 
 
-def test_a_recorded_mlflow_logger_is_not_started_by_a_resume(run_dir, monkeypatch, tmp_path):
-    plant(run_dir, "logger.mlflow", MLFLOW)
+@pytest.mark.parametrize(("name", "node"), [("mlflow", MLFLOW), ("wandb", WANDB)])
+def test_a_recorded_tracker_is_not_started_by_a_resume(run_dir, monkeypatch, tmp_path, name, node):
+    plant(run_dir, f"logger.{name}", node)
     built = built_loggers(monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert resume(run_dir, monkeypatch, "train.total_steps=450") == 0
-    assert "mlflow" not in built and "csv" in built
+    assert name not in built and "csv" in built
     assert not (tmp_path / "outputs").exists()
 
 
@@ -208,20 +216,28 @@ def test_a_checkpoint_never_chooses_rendering(run_dir, tmp_path):
 def test_a_resume_that_meets_the_record_mid_write_says_in_use(run_dir, monkeypatch, capsys):
     """A second resume checked the lock a moment before the first took it: the record it then reads
     may be in flux, so it says the run is in use, not that the record does not hold together."""
-    import rl_hydra.commands.resume as resume_module
+    import subprocess
 
-    held = []
+    import rl_hydra.commands.resume as resume_module
+    from tests.conftest import ROOT
+
+    held: list[subprocess.Popen] = []
+    pipes = {"cwd": ROOT, "stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
 
     def first_resume_takes_the_run(directory):
-        held.append(RunLock(directory).__enter__())
+        """Another process takes the lock while this one reads a record it is rewriting."""
+        take = f"from rl_hydra.runs.run_dir import *; RunLock(RunDirectory({str(directory.path)!r})).__enter__()"
+        first = subprocess.Popen([sys.executable, "-c", f"{take}; print('held', flush=True); input()"], **pipes)
+        held.append(first)
+        assert first.stdout.readline().strip() == "held"
         raise RunError(f"{directory.path}: the record does not hold together")
 
     monkeypatch.setattr(resume_module, "check_record", first_resume_takes_the_run)
     try:
         assert resume(run_dir, monkeypatch, "train.total_steps=450") == 2
     finally:
-        for lock in held:
-            lock.__exit__(None, None, None)
+        for first in held:
+            first.communicate("\n", timeout=30)
     err = capsys.readouterr().err
     assert "in use" in err and "does not hold together" not in err
 
