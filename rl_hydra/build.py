@@ -16,7 +16,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from torch import nn
 
 from rl_hydra import speed
@@ -108,6 +108,48 @@ def seed_everything(seed: int) -> None:
     random.seed(global_seed)
     np.random.seed(global_seed)
     torch.manual_seed(global_seed)
+
+
+def layer_weights(node: Any) -> tuple[int, str]:
+    """(how many weights the widths in a network node make at least, the key with the most): for
+    each list of widths (hidden_sizes, head_sizes, an actor's and critics' below), the products of
+    consecutive widths, and a recurrent core's hidden-to-hidden matrix (lstm_size squared). A lower
+    bound of the network's size, read without building it (the input and output layers left out)."""
+    total, largest, where = 0, 0, ""
+    stack: list[tuple[str, Any]] = [("network", node)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{name}.{key}", item) for key, item in value.items())
+            continue
+        widths = value if isinstance(value, list) else [value, value] if name.endswith(".lstm_size") else []
+        if not all(type(width) is int for width in widths):
+            continue
+        weights = sum(a * b for a, b in zip(widths, widths[1:]))
+        total += weights
+        largest, where = (weights, name) if weights > largest else (largest, where)
+    return total, where
+
+
+def check_widths_fit(cfg: DictConfig, agent_state: dict[str, Any], path: Any) -> None:
+    """One RunError line unless the checkpoint's agent state holds at least the weights the config's
+    widths make: a record whose config names wider layers than the network that saved it would
+    build gigabytes (50 million units: 5.7 GB) before its shapes are compared with the checkpoint."""
+    from rl_hydra.runs.checkpoint import tensors_once
+    from rl_hydra.runs.errors import RunError
+
+    needed, where = layer_weights(plain(cfg.network))
+    held = sum(tensor.numel() for tensor in tensors_once(agent_state, path))
+    if needed > held:
+        raise RunError(
+            f"checkpoint {path} holds {held:,} numbers in its agent's state, fewer than the {needed:,} weights "
+            f"the config's widths make ({where}={shown_value(OmegaConf.select(cfg, where))}): the config is not "
+            f"the one that saved it"
+        )
+
+
+def shown_value(value: Any) -> Any:
+    return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:

@@ -20,6 +20,7 @@ from rl_hydra.build import (
     build_agent,
     build_components,
     cfg_choice,
+    check_widths_fit,
     compile_agent,
     compiles,
     flushes_denormals,
@@ -43,6 +44,7 @@ __all__ = [
     "build_agent",
     "build_components",
     "cfg_choice",
+    "check_widths_fit",
     "compile_agent",
     "compiles",
     "first_update_step",
@@ -141,6 +143,8 @@ def _run(
     cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready, stop_after
 ) -> dict[str, Any]:
     checkpoint = run_dir.load_checkpoint("last") if resume else None
+    if checkpoint is not None:  # widths the checkpoint cannot hold are refused before they are built
+        check_widths_fit(cfg, checkpoint["agent"], run_dir.checkpoints / "last.pt")
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)

@@ -25,7 +25,7 @@ class Run:
     """`cfg`, `agent`, `summary`, plus `predict` and `evaluate`, for one run directory."""
 
     def __init__(self, path: str | Path, checkpoint: str = "best", device: str = "cpu", trust: Iterable[str] = ()):
-        from rl_hydra.training import build_agent
+        from rl_hydra.training import build_agent, check_widths_fit
 
         self.path = Path(path)
         self.directory = RunDirectory(self.path)
@@ -36,6 +36,7 @@ class Run:
         self.checkpoint = checkpoint
         self.device = resolve_device(device)
         state = self.directory.load_checkpoint(checkpoint, map_location=self.device)
+        check_widths_fit(self.cfg, state["agent"], self.directory.checkpoints / f"{checkpoint}.pt")
         env = make_env(self.cfg.env, seed=0, num_envs=1, vectorization="sync")  # its spaces and wrappers
         assert isinstance(env, gym.vector.SyncVectorEnv)
         self.observation_space = env.single_observation_space

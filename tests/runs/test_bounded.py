@@ -5,6 +5,7 @@ a config capped before anything is built, the sweep curve's bootstrap bounded)."
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import zipfile
 
@@ -165,3 +166,27 @@ def test_an_infinite_eval_return_in_a_members_metrics_is_one_line(run_dir, capsy
     assert evaluate_main([f"run_dir={sweep}", "episodes=1"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"has eval/return_mean=inf at step {fields[0]}: not a return an evaluation gives" in err[0]
+
+
+def test_a_records_width_past_the_limit_is_refused_before_a_network_is_built(run_dir, monkeypatch, capsys):
+    from tests.runs.test_trust import plant
+
+    plant(run_dir, "network.hidden_sizes", [50_000_000])  # 5.7 GB of weights, had it been built
+    refused_everywhere(run_dir, monkeypatch, capsys, "network.hidden_sizes[0]=50000000 is out of range")
+
+
+def test_widths_the_checkpoint_cannot_hold_are_refused_before_they_are_built(run_dir, monkeypatch, capsys):
+    from rl_hydra import load_run
+    from tests.runs.test_record_as_data import snapshot
+    from tests.runs.test_trust import plant
+
+    plant(run_dir, "network.hidden_sizes", [2048, 2048])  # 4M weights, more than the checkpoint holds (as 16,384 x 8)
+    why = (
+        "weights the config's widths make (network.hidden_sizes=[2048, 2048]): the config is not the one that saved it"
+    )
+    before = snapshot(run_dir)
+    with pytest.raises(RunError, match=re.escape(why)):
+        load_run(run_dir)
+    for code, lines in (evaluate(run_dir, capsys), resume(run_dir, monkeypatch, capsys, "train.total_steps=900")):
+        assert code == 2 and len(lines) == 1 and why in lines[0], lines
+    assert snapshot(run_dir) == before
