@@ -155,6 +155,7 @@ class RunDirectory:
         self.provenance_json = self.path / "provenance.json"
         self.lock_file = self.path / ".lock"
         self.handle: Folder | None = None
+        self.choices: dict[str, Any] | None = None  # .hydra/hydra.yaml's, once read
 
     def folder(self, path: str | Path | None = None, create: bool = False) -> Folder:
         """The open folder at `path` (the run directory, or a folder below it named from
@@ -285,8 +286,11 @@ class RunDirectory:
             return None
 
     def config_choice(self, group: str) -> str | None:
-        """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml."""
-        return (trust.read_choices(self) or {}).get(group)
+        """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml,
+        read once (a run's later summaries name what it began with, whatever happens to the file)."""
+        if self.choices is None:
+            self.choices = trust.read_choices(self)  # None until a launch has written it
+        return (self.choices or {}).get(group)
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
         """What a run is, for summary.json: the algo and env options it chose (without
