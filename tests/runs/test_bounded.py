@@ -190,3 +190,22 @@ def test_widths_the_checkpoint_cannot_hold_are_refused_before_they_are_built(run
     for code, lines in (evaluate(run_dir, capsys), resume(run_dir, monkeypatch, capsys, "train.total_steps=900")):
         assert code == 2 and len(lines) == 1 and why in lines[0], lines
     assert snapshot(run_dir) == before
+
+
+def test_a_shape_declared_past_its_stored_bytes_is_one_line_without_allocating(tmp_path):
+    import struct
+
+    from rl_hydra.runs.checkpoint import load_checkpoint_file
+
+    path = tmp_path / "last.pt"
+    torch.save({"agent": {}, "runner": {"global_step": 1}, "x": torch.zeros(12345)}, path)
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries:
+            if name.endswith("data.pkl"):  # the pickle's second 12345 is the tensor's shape: 2**31 - 1 floats (8 GB)
+                at = data.index(b"M" + struct.pack("<H", 12345), data.index(b"M" + struct.pack("<H", 12345)) + 1)
+                data = data[:at] + b"J" + struct.pack("<i", 2**31 - 1) + data[at + 3 :]
+            archive.writestr(name, data)
+    with pytest.raises(RunError, match="last.pt cannot be read .*storage"):
+        load_checkpoint_file(path)
