@@ -21,7 +21,6 @@ exists is re-made: its title, topic, notes and row keep what they say, the measu
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -33,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rl_hydra.runs.aggregate import eval_curve
 from rl_hydra.runs.results import commit, dump, reached, seeds_table
 from rl_hydra.verify.fingerprint import fingerprint
 
@@ -84,10 +84,8 @@ def read_run(run_dir: Path, at_steps: list[int]) -> dict:
     values = {key: summary.get(name) for key, name in KEYS.items()}
     by_step = {}
     if at_steps and (run_dir / "metrics.csv").is_file():
-        with open(run_dir / "metrics.csv", newline="") as f:
-            by_step = {
-                int(r["step"]): float(r["eval/return_mean"]) for r in csv.DictReader(f) if r.get("eval/return_mean")
-            }
+        steps, returns = eval_curve(run_dir)  # streamed and checked as a record is read
+        by_step = dict(zip(steps.tolist(), returns.tolist()))
     values.update({f"return_{step}": by_step.get(step) for step in at_steps})
     values["seed"] = summary.get("seed", run_dir.name)
     return values

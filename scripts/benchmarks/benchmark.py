@@ -62,8 +62,11 @@ from minatar_sb3 import our_overrides as minatar_overrides
 from minatar_sb3 import peer_spec as minatar_peer
 from zoo import EVAL_EPISODES, PEER_LABELS, PEERS, expected_config, mismatches, overrides, per_step, sb3_spec
 
+from rl_hydra.runs.aggregate import eval_curve as logged_curve
 from rl_hydra.runs.aggregate import interquartile_mean, median_interval
+from rl_hydra.runs.metrics import read_metrics
 from rl_hydra.runs.results import commit, dump, machine, rows_table, seeds_table
+from rl_hydra.runs.run_dir import RunDirectory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -460,7 +463,6 @@ def worker(side: str, job: dict) -> dict:
 
         evaluation = spawn_seeds(job["seed"]).evaluation  # our run's evaluation stream: the same initial states
         return sb3_peer.run(job["spec"], job["seed"], job["eval_episodes"], job["device"], evaluation)
-    import csv
 
     from rl_hydra.commands.api import train
 
@@ -477,8 +479,8 @@ def worker(side: str, job: dict) -> dict:
         "solved_at_step": summary.get("solved_at_step"),
     }
     if job.get("window"):
-        with open(run_dir / "metrics.csv", newline="") as f:
-            elapsed = {int(r["step"]): float(r["time/elapsed_s"]) for r in csv.DictReader(f) if r.get("time/elapsed_s")}
+        rows = read_metrics(RunDirectory(run_dir)).rows  # streamed and checked as a record is read
+        elapsed = {int(r["step"]): float(r["time/elapsed_s"]) for r in rows if r.get("time/elapsed_s")}
         start_step, end_step = job["window"]
         result["window_sps"] = (end_step - start_step) / (elapsed[end_step] - elapsed[start_step])
     return result
@@ -537,13 +539,10 @@ def curve_steps(case: Case) -> list[int]:
 
 def eval_curve(run_dir: Path) -> dict | None:
     """{"steps", "returns"}: the evaluations our run logged (metrics.csv), None before it has any."""
-    import csv
-
     if not (run_dir / "summary.json").is_file():
         return None
-    with open(run_dir / "metrics.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("eval/return_mean")]
-    return {"steps": [int(r["step"]) for r in rows], "returns": [float(r["eval/return_mean"]) for r in rows]}
+    steps, returns = logged_curve(run_dir)  # streamed and checked as a record is read
+    return {"steps": steps.tolist(), "returns": returns.tolist()}
 
 
 def summary_of(per_seed: dict) -> dict:
