@@ -69,7 +69,7 @@ def test_an_integral_number_in_scientific_notation_is_that_integer_in_the_python
         ("train.total_steps=1e13", "train.total_steps=10000000000000 is out of range; expected an integer >= 1"),
         (
             "network.hidden_sizes=64",
-            "network.hidden_sizes=64 is not a list; expected a list, each item an integer >= 1, "
+            "network.hidden_sizes=64 is not a list; expected a list, each item an integer >= 1 and <= 16384, "
             "e.g. network.hidden_sizes=[64,64] (the hidden layers' widths)",
         ),
     ],
