@@ -134,6 +134,9 @@ def run(
     """
     device = resolve_device(cfg.device)
     if distributed.requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
+        if resume:  # widths the checkpoint cannot hold are refused before the learner builds them
+            directory = RunDirectory(run_dir)
+            check_widths_fit(cfg, directory.load_checkpoint("last")["agent"], directory.checkpoints / "last.pt")
         return distributed.run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
     with process_settings(cfg):
         return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)

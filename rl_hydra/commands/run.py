@@ -143,8 +143,9 @@ class Run:
         return export_run(self, format, path)
 
     def evaluate(self, episodes: int = 10, seed: int = 0, render_mode: str | None = None) -> dict[str, Any]:
-        """Greedy episodes on fresh envs built from the run's own config."""
-        env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode)
+        """Greedy episodes on fresh envs built from the run's own config, stepped in this process (a
+        record never chooses how many processes opening it starts; sync and async step the same)."""
+        env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode, vectorization="sync")
         try:
             returns, lengths = evaluate(self.agent, env, seed, epsilon=self.cfg.env.get("eval_epsilon", 0.0))
         finally:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "sqlite:///outputs/mlflow.db"
-STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}  # summary.json's -> MLflow's
+# summary.json's -> MLflow's; a summary left `running` is a session killed while it extended the run
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED", "running": "KILLED"}
 RUN_DIR_TAG = "rl_hydra.run_dir"
 
 
@@ -219,7 +220,8 @@ class MLflowSweep(Callback):
         if not record or record.get("tracking_uri") != logger.tracking_uri:
             return
         statuses = {json.loads(p.read_text()).get("status") for p in sweep_dir.glob("*/summary.json")}
-        status = "FAILED" if "failed" in statuses else "KILLED" if "interrupted" in statuses else "FINISHED"
+        killed = {"interrupted", "running"} & statuses  # running: a member killed while it was extended
+        status = "FAILED" if "failed" in statuses else "KILLED" if killed else "FINISHED"
         try:
             from mlflow import MlflowClient
 

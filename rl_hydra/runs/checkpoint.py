@@ -21,21 +21,26 @@ if TYPE_CHECKING:
 # objects (mappings, sequences, tensors, values) in one checkpoint: a run's holds a few thousand,
 # its replay buffer being a few tensors; a budget keeps a walk short whatever a file claims
 MAX_NODES = 1_000_000
+# containers within containers: a run's state nests about 8 deep (an optimizer's per-parameter
+# state, a wrapper chain's env state); what restores a deeper one would walk a tree, not a graph
+MAX_DEPTH = 32
 
 
-def check_archive(path: Path) -> None:
-    """One RunError line unless `path` is a zip archive laid out as torch.save writes one: every
-    entry stored (uncompressed, so no entry holds more than the file's own bytes), each name once,
-    relative and without `..`. Only the zip's directory is read."""
+def check_archive(path: Path, source: str | Path | None = None) -> None:
+    """One RunError line unless `path` (read from `source`, a path naming the opened file, where
+    given) is a zip archive laid out as torch.save writes one: every entry stored (uncompressed, so
+    no entry holds more than the file's own bytes), each name once, relative and without `..`.
+    Only the zip's directory is read."""
+    source = path if source is None else source
     try:
-        with zipfile.ZipFile(path) as archive:  # the central directory only; no entry is read
+        with zipfile.ZipFile(source) as archive:  # the central directory only; no entry is read
             entries = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
         raise RunError(
             f"checkpoint {path} cannot be read (not a zip archive as torch.save writes one; {type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else 'corrupt'})"
         ) from None
-    size, seen = path.stat().st_size, set[str]()
+    size, seen = Path(source).stat().st_size, set[str]()
     for entry in entries:
         name = entry.filename
         if entry.compress_type != zipfile.ZIP_STORED or max(entry.file_size, entry.compress_size) > size:
@@ -51,16 +56,20 @@ def check_archive(path: Path) -> None:
         seen.add(name)
 
 
-def load_checkpoint_file(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint_file(
+    path: Path, map_location: str | torch.device = "cpu", source: str | Path | None = None
+) -> dict[str, Any]:
     """The checkpoint at `path`, loaded as plain data (weights_only: no code runs) and checked
-    (check_archive before, check_checkpoint after), or one RunError line."""
+    (check_archive before, check_checkpoint after), or one RunError line. `source`: a path that
+    names the file already opened (RunDirectory.load_checkpoint: /proc/self/fd/N), read instead."""
     import torch
 
-    check_archive(path)
+    source = path if source is None else source
+    check_archive(path, source)
     try:
         # weights_only: tensors and plain data only, so loading a stranger's run runs no code;
         # mmap: a replay buffer of several GB is copied from the file, not read into memory first
-        state = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+        state = torch.load(source, map_location=map_location, weights_only=True, mmap=True)
     except Exception as error:  # truncated, corrupt or not a torch file
         raise RunError(
             f"checkpoint {path} cannot be read ({type(error).__name__}: "
@@ -88,14 +97,15 @@ def check_checkpoint(state: Any, path: Path, device_type: str = "cpu") -> None:
 
 def tensors_once(state: Any, path: Path) -> list[torch.Tensor]:
     """Every tensor in `state`, found by a walk that visits each container once (by identity, as
-    the pickle shares it), or one RunError line past MAX_NODES objects."""
+    the pickle shares it), or one RunError line past MAX_NODES objects or MAX_DEPTH levels (a
+    restore that walks the state as a tree would expand `[L, L]` nested 40 deep to 2**40 nodes)."""
     import torch
 
     seen: set[int] = set()
-    stack: list[Any] = [state]
+    stack: list[tuple[Any, int]] = [(state, 1)]
     found: list[torch.Tensor] = []
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
@@ -104,10 +114,15 @@ def tensors_once(state: Any, path: Path) -> list[torch.Tensor]:
                 f"checkpoint {path} holds more than {MAX_NODES:,} objects (a run's holds a few thousand): "
                 f"not a checkpoint a run writes"
             )
+        if isinstance(node, (dict, list, tuple)) and depth > MAX_DEPTH:
+            raise RunError(
+                f"checkpoint {path} nests containers more than {MAX_DEPTH} deep (a run's nest about 8): "
+                f"not a checkpoint a run writes"
+            )
         if isinstance(node, dict):
-            stack.extend(node.values())
+            stack.extend((child, depth + 1) for child in node.values())
         elif isinstance(node, (list, tuple)):
-            stack.extend(node)
+            stack.extend((child, depth + 1) for child in node)
         elif isinstance(node, torch.Tensor):
             found.append(node)
     return found

@@ -139,6 +139,13 @@ SUMMARY_KEYS = (
 )
 
 
+def by_descriptor(fd: int, path: Path) -> str | Path:
+    """A path naming the open file `fd` itself, for a library that opens by path (torch.load with
+    mmap, zipfile): Linux's /proc/self/fd; elsewhere `path`."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.exists(proc) else path
+
+
 class RunDirectory:
     """A run directory. Its files are reached from one handle on the directory, opened at first
     use (files.py: no link below it is followed, a write is a rename or an append to the run's
@@ -323,7 +330,11 @@ class RunDirectory:
         path = self.checkpoints / f"{name}.pt"
         if not path.is_file():
             raise RunError(f"no checkpoint {path}; a run directory has checkpoints/last.pt (and best.pt)")
-        return load_checkpoint_file(path, map_location)
+        try:  # by the run's handle, no link followed: the file read is the one opened here
+            with self.folder(self.checkpoints) as folder, folder.read(path.name) as opened:
+                return load_checkpoint_file(path, map_location, by_descriptor(opened.fileno(), path))
+        except OSError as error:
+            raise RunError(f"checkpoint {path} cannot be read ({error.strerror or type(error).__name__})") from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write summary.json with every key of SUMMARY_KEYS (null where `summary` has none)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra.build import check_widths_fit
 from rl_hydra.commands.resume import RESUMABLE
 from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
 from rl_hydra.runs.provenance import read_sessions, running_misfit  # noqa: F401 - verify's names
@@ -120,6 +121,7 @@ def read_checkpoints(
         if path.exists():
             try:
                 loaded[name] = directory.load_checkpoint(name)
+                check_widths_fit(cfg, loaded[name]["agent"], path)  # before the re-run builds them
             except RunError as error:
                 raise Differs(str(error)) from None
             if type(step_of(loaded[name])) is not int:

@@ -24,22 +24,25 @@ def reference_bomb(depth: int = 40) -> list:
     return nested
 
 
-def test_a_pickle_reference_bomb_is_walked_once(run_dir, monkeypatch, capsys):
+def test_a_pickle_reference_bomb_is_refused_in_a_moment(run_dir, monkeypatch, capsys):
+    """Finding 9: the walk visits each shared object once and refuses containers nested past
+    MAX_DEPTH (a restore walking the state as a tree, runner.finished_returns, hung or ran out of
+    memory once the run had taken its directory)."""
     for name in ("best", "last"):
         path = run_dir / "checkpoints" / f"{name}.pt"
         state = torch.load(path, weights_only=True)
-        state["runner"]["bomb"] = reference_bomb()
+        state["runner"]["finished_returns"] = reference_bomb()
         torch.save(state, path)
     started = time.monotonic()
-    state = RunDirectory(run_dir).load_checkpoint("last")  # the walk visits the shared list once
-    assert len(state["runner"]["bomb"]) == 2
-    assert evaluate(run_dir, capsys)[0] == 0  # evaluate reads the agent's part only
+    with pytest.raises(RunError, match="nests containers more than 32 deep"):
+        RunDirectory(run_dir).load_checkpoint("last")
+    assert evaluate(run_dir, capsys)[0] == 2
     code, lines = verify(run_dir, capsys)
-    assert code == 1 and lines[0].endswith(
-        "checkpoint best.pt (step 300) differs at runner; the code, the libraries and the device are the same"
-    ), lines
+    assert code == 1 and "nests containers more than 32 deep" in lines[0], lines
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     code, lines = resume(run_dir, monkeypatch, capsys, "train.total_steps=900")
-    assert code == 2 and lines[0].endswith("runner holds 'bomb', which the run's parts do not have"), lines
+    assert code == 2 and "nests containers more than 32 deep" in lines[0], lines
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
     assert time.monotonic() - started < 60  # 2**40 visits each, had the walk followed every path
 
 

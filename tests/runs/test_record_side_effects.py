@@ -258,3 +258,27 @@ def test_verify_default_window_is_bounded_by_what_the_files_hold():
     assert window(cfg, rows, {}, None, None) <= MAX_DEFAULT_STEPS
     with pytest.raises(RunError, match="--steps"):
         window(cfg, SimpleNamespace(steps=lambda: [10**9]), {}, None, None)
+
+
+def test_evaluate_steps_its_episodes_in_this_process_whatever_the_record_says(run_dir, monkeypatch):
+    """A record's env.vectorization=async made evaluate start a worker process per episode."""
+    import gymnasium as gym
+
+    from rl_hydra import load_run
+
+    plant(run_dir, "env.vectorization", "async")
+    made = []
+    original = gym.vector.AsyncVectorEnv.__init__
+    monkeypatch.setattr(
+        gym.vector.AsyncVectorEnv, "__init__", lambda self, *a, **k: made.append(1) or original(self, *a, **k)
+    )
+    assert load_run(run_dir).evaluate(episodes=3)["episodes"] == 3
+    assert made == []
+
+
+def test_verify_refuses_widths_its_checkpoint_cannot_hold_before_building_them(run_dir, capsys):
+    from rl_hydra.verify import main as verify_main
+
+    plant(run_dir, "network.hidden_sizes", [16384, 16384])
+    assert verify_main([str(run_dir)]) == 1
+    assert "fewer than the" in capsys.readouterr().err
