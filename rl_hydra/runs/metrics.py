@@ -47,30 +47,42 @@ class MetricsCSV:
 
     def _truncate_after(self, step: int) -> None:
         """Keep the whole rows up to `step` (those after it belong to progress a resume replays),
-        replacing the file atomically: a kill during the rewrite leaves the old file."""
-        with open(self.csv_path, newline="") as f:
-            lines = f.read().splitlines(keepends=True)
-        whole = [line for line in lines if line.endswith("\n")]  # a killed writer may leave the last one cut
-        if len(whole) < len(lines):
+        replacing the file atomically (a kill during the rewrite leaves the old file) and row by row:
+        memory stays one row, whatever the file's size."""
+        cut: list[str] = []
+
+        def whole_lines(text: Iterable[str]) -> Iterator[str]:
+            for line in text:
+                if line.endswith("\n"):
+                    yield line
+                else:  # a killed writer may leave the last one cut
+                    cut.append(line)
+
+        def rewrite(f) -> None:
+            out = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
+            writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")
+            writer.writeheader()
+            with self.directory.folder(self.csv_path.parent) as folder, folder.read(self.csv_path.name) as raw:
+                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+                for row in csv.DictReader(whole_lines(text)):
+                    if (
+                        None not in row
+                        and None not in row.values()
+                        and row["step"].isascii()
+                        and row["step"].isdigit()
+                        and int(row["step"]) <= step
+                    ):
+                        writer.writerow(row)
+            out.flush()
+            out.detach()
+
+        self.directory.write_bytes(self.csv_path, rewrite)
+        if cut:
             log.warning(
                 "%s ended in a half-written row (%r, left by a process killed while it wrote): dropped",
                 self.csv_path,
-                lines[-1][:60],
+                cut[-1][:60],
             )
-        kept = [
-            row
-            for row in csv.DictReader(whole)
-            if None not in row
-            and None not in row.values()
-            and row["step"].isascii()
-            and row["step"].isdigit()
-            and int(row["step"]) <= step
-        ]
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(kept)
-        self.directory.write_text(self.csv_path, out.getvalue())
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
         try:
