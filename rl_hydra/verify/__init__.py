@@ -274,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steps",
         default=None,
-        help=f"env steps to re-run: a number, or 'all' (default: up to the first checkpoint, at most "
-        f"{DEFAULT_STEPS}, and always past the first gradient update and to best.pt's step)",
+        help=f"env steps to re-run: a number, or 'all' (default: to the first checkpoint, at most {DEFAULT_STEPS} "
+        f"steps unless the first gradient update falls later (then to the first checkpoint and logged row after "
+        f"it); to best.pt's step only when it lies within that or within {DEFAULT_STEPS}; never past "
+        f"{MAX_DEFAULT_STEPS} steps or the record's last row)",
     )
     parser.add_argument(
         "--rtol",

@@ -524,3 +524,32 @@ def test_verify_is_an_installed_command_whose_help_gives_its_exit_codes():
     assert "1 the record differs, 2 it cannot be verified, 130 stopped by Ctrl-C or SIGTERM" in " ".join(
         result.stdout.split()
     )
+
+
+def test_verify_help_says_what_the_default_window_does(capsys):
+    """#77: the help said the default always re-runs to best.pt's step; with checkpoints every 10,000
+    and best.pt at 27,500 it re-ran 10,000 steps. The help now says when best.pt is reached."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from rl_hydra.verify import DEFAULT_STEPS, MAX_DEFAULT_STEPS, main, window
+
+    cfg = OmegaConf.create(
+        {
+            "algo": {"learning_starts": 1000, "train_every": 1},
+            "env": {"num_envs": 1},
+            "train": {"checkpoint_every": 10_000},
+        }
+    )
+    rows = SimpleNamespace(steps=lambda: list(range(2500, 50_001, 2500)))
+    far, near = {"best": {"runner": {"global_step": 27_500}}}, {"best": {"runner": {"global_step": 2500}}}
+    assert window(cfg, rows, far, None, None) == 10_000  # best.pt past the window: not reached
+    assert window(cfg, rows, near, None, None) == 10_000
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"to best.pt's step only when it lies within that or within {DEFAULT_STEPS}" in text
+    assert (
+        f"never past {MAX_DEFAULT_STEPS} steps" in text and "always" not in text.split("--steps")[1].split("--rtol")[0]
+    )
