@@ -13,6 +13,7 @@ import shlex
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,9 +77,11 @@ TRACKER_STORES = ("mlartifacts", "mlruns", "wandb")  # what trackers write in a 
 WRITTEN_IN_PLACE = (".lock", "train.log", "metrics.csv")
 
 
-def replace_in(folder: Folder, path: Path, write) -> None:
-    """Write `path` (named `path.name` in the open `folder`) through a temp file and a rename
-    (files.Folder.replace); an OSError, also one torch.save wraps, raises WriteFailed naming `path`."""
+def write_whole(open_folder: Callable[[], Folder], path: Path, write) -> None:
+    """Write `path` (named `path.name` in the folder `open_folder` opens) whole, through a temp file
+    and a rename (files.Folder.replace): a crash mid-write leaves the previous file, and a link or
+    hard link at `path` is replaced, never written through. An OSError, also one torch.save wraps,
+    raises WriteFailed naming `path`."""
     recording: list[_Recording] = []
 
     def through(f) -> None:
@@ -91,27 +94,16 @@ def replace_in(folder: Folder, path: Path, write) -> None:
             raise
 
     try:
-        folder.replace(path.name, through)
+        with open_folder() as folder:
+            folder.replace(path.name, through)
     except OSError as error:
         raise WriteFailed(path, error) from error
 
 
 def atomic_write_bytes(path: Path, write) -> None:
-    """Write `path` whole, atomically: a crash or kill mid-write leaves the previous file intact.
-    Its folder is opened once and the file replaced by a rename (a link or hard link at `path`
-    is replaced, never written through). A run directory's own files go through RunDirectory's
-    `write_bytes`, which reaches the folder from the run's handle."""
-    try:
-        folder = Folder.open(path.parent, create=True)
-    except OSError as error:
-        raise WriteFailed(path, error) from error
-    with folder:
-        replace_in(folder, path, write)
-
-
-def no_follow(path: str, flags: int) -> int:
-    """An `opener` for open(): a symbolic link at `path` is an OSError (ELOOP), never followed."""
-    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+    """`write_whole` into `path`'s folder, opened by its path once. A run directory's own files go
+    through RunDirectory's `write_bytes`, which reaches the folder from the run's handle."""
+    write_whole(lambda: Folder.open(path.parent, create=True), path, write)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -179,14 +171,8 @@ class RunDirectory:
             self.handle = None
 
     def write_bytes(self, path: Path, write) -> None:
-        """Write the run's file `path` whole, atomically (a temp file and a rename in its folder,
-        reached by handle): a crash mid-write leaves the previous file; WriteFailed names `path`."""
-        try:
-            folder = self.folder(path.parent, create=True)
-        except OSError as error:
-            raise WriteFailed(path, error) from error
-        with folder:
-            replace_in(folder, path, write)
+        """Write the run's file `path` whole, atomically (`write_whole`), in its folder reached by handle."""
+        write_whole(lambda: self.folder(path.parent, create=True), path, write)
 
     def write_text(self, path: Path, text: str) -> None:
         self.write_bytes(path, lambda f: f.write(text.encode()))

@@ -7,14 +7,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 
 import pytest
 
-from rl_hydra.commands.cli import main as cli_main
 from rl_hydra.commands.report import main as evaluate_main
 from rl_hydra.runs.files import MAX_DEPTH, Folder, NotOwnFile
 from rl_hydra.runs.run_dir import RunDirectory, RunError
+from tests.runs.test_record_side_effects import resume
 
 
 def digest(root) -> dict[str, str]:
@@ -26,15 +25,6 @@ def digest(root) -> dict[str, str]:
         elif path.is_file():
             out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
-
-
-def resume(monkeypatch, run_dir, *overrides: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["train.py", f"resume={run_dir}", *overrides])
-    try:
-        cli_main()
-    except SystemExit as stopped:
-        return int(stopped.code or 0)
-    return 0
 
 
 def remove_deep(folder: Folder, name: str) -> None:
@@ -71,8 +61,8 @@ def test_a_hard_link_to_an_outside_file_is_never_written(run_dir, outside, name,
     entry.unlink(missing_ok=True)
     os.link(outside, entry)
     before = digest(run_dir)
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") == 2
-    assert resume(monkeypatch, run_dir) == 2  # "not training again" wrote the lock too
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 2
+    assert resume(run_dir, monkeypatch) == 2  # "not training again" wrote the lock too
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert all("has 2 names (hard links" in line for line in errors), errors
     assert outside.read_bytes() == b"precious\n"
@@ -83,7 +73,7 @@ def test_the_lock_as_a_folder_is_refused_as_bad_input(run_dir, monkeypatch, caps
     """Finding 17: `.lock` as a directory exited 1, as if the run had failed."""
     (run_dir / ".lock").unlink(missing_ok=True)
     (run_dir / ".lock").mkdir()
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") == 2
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 2
     assert ".lock is a folder, not a file" in capsys.readouterr().err
 
 
@@ -92,7 +82,7 @@ def test_train_log_linked_to_the_summary_is_refused_before_anything_is_taken(run
     (run_dir / "train.log").unlink()
     (run_dir / "train.log").symlink_to("summary.json")
     before = digest(run_dir)
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") == 2
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 2
     assert "train.log is a symbolic link to summary.json" in capsys.readouterr().err
     assert digest(run_dir) == before
 
@@ -101,7 +91,7 @@ def test_a_folder_named_like_a_temp_file_is_left_alone(run_dir, monkeypatch):
     """Finding 8: `.evil.tmp` as a folder made the temp-file cleanup fail after the directory was taken."""
     (run_dir / ".evil.tmp").mkdir()
     (run_dir / ".hydra" / ".x.tmp").mkdir()
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") == 0
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 0
     assert (run_dir / ".evil.tmp").is_dir() and RunDirectory(run_dir).checkpoint_step() == 450
 
 
@@ -182,7 +172,7 @@ def test_resume_never_writes_checkpoints_through_a_folder_swapped_for_a_link(run
         swap(run_dir, "checkpoints", victim)
 
     monkeypatch.setattr(RunDirectory, "remove_temp_files", remove_then_swap)
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") != 0
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") != 0
     assert digest(victim) == before
 
 
@@ -195,7 +185,7 @@ def test_a_deep_tree_is_refused_in_one_line(run_dir, monkeypatch, capsys):
             inner, outer = inner.child("d", create=True), inner
             outer.close()
         inner.close()
-    assert resume(monkeypatch, run_dir, "train.total_steps=450") == 2
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(errors) == 1 and f"nested more than {MAX_DEPTH} folders deep" in errors[0]
     assert deep.is_dir()

@@ -10,23 +10,11 @@ import sys
 
 import pytest
 import torch
-import yaml
 from omegaconf import OmegaConf
 
 from rl_hydra.commands.cli import main as cli_main
 from rl_hydra.runs.run_dir import RunDirectory, RunError
-
-
-def plant(run_dir, key: str, value) -> None:
-    """Set dotted `key` of the run's recorded config to `value`."""
-    path = run_dir / ".hydra" / "config.yaml"
-    cfg = yaml.safe_load(path.read_text())
-    *parents, last = key.split(".")
-    at = cfg
-    for part in parents:
-        at = at.setdefault(part, {})
-    at[last] = value
-    path.write_text(yaml.safe_dump(cfg))
+from tests.runs.test_trust import plant
 
 
 def alter_checkpoint(run_dir, change) -> None:
