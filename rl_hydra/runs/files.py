@@ -73,11 +73,8 @@ class Folder:
             pass
 
     def by_handle(self) -> str:
-        """A path that names this open folder itself, for a library that takes a path: a link
-        swapped in for the folder's name later is not followed (Linux's /proc/self/fd; elsewhere
-        the folder's path)."""
-        proc = f"/proc/self/fd/{self.fd}"
-        return proc if os.path.isdir(proc) else str(self.path)
+        """A path that names this open folder itself, for a library that takes a path (by_descriptor)."""
+        return str(by_descriptor(self.fd, self.path))
 
     def child(self, name: str, create: bool = False) -> Folder:
         """The folder `name` in this one (made with `create`); a link there is an OSError (ELOOP
@@ -194,6 +191,14 @@ class Folder:
         finally:
             for folder, _ in stack:
                 folder.close()
+
+
+def by_descriptor(fd: int, path: Path) -> str | Path:
+    """A path naming the open file or folder `fd` itself, for a library that opens by path
+    (TensorBoard's writer, zipfile, torch.load with mmap): a link swapped in for its name later is
+    not followed. Linux's /proc/self/fd; elsewhere `path`."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.exists(proc) else path
 
 
 def refusal(path: Path, why: str) -> str:

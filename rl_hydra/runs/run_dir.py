@@ -21,7 +21,7 @@ from rl_hydra.runs import trust
 from rl_hydra.runs.checkpoint import check_checkpoint  # noqa: F401 - its home was here
 from rl_hydra.runs.data import load_json_object
 from rl_hydra.runs.errors import RunError
-from rl_hydra.runs.files import TEMP_PREFIX, TEMP_SUFFIX, Folder, NotOwnFile
+from rl_hydra.runs.files import TEMP_PREFIX, TEMP_SUFFIX, Folder, NotOwnFile, by_descriptor
 from rl_hydra.runs.files import refusal as files_refusal
 from rl_hydra.runs.sweep_parent import ORPHAN_STOP_S, POLL_S, orphaned, sweep_process
 
@@ -129,13 +129,6 @@ SUMMARY_KEYS = (
     "wall_time_s",
     "steps_per_second",
 )
-
-
-def by_descriptor(fd: int, path: Path) -> str | Path:
-    """A path naming the open file `fd` itself, for a library that opens by path (torch.load with
-    mmap, zipfile): Linux's /proc/self/fd; elsewhere `path`."""
-    proc = f"/proc/self/fd/{fd}"
-    return proc if os.path.exists(proc) else path
 
 
 class RunDirectory:
