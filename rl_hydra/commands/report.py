@@ -25,10 +25,16 @@ from rl_hydra.runs.aggregate import (
     cell,
     configuration_of,
     csv_text,
+    curves_csv_text,
     distinguishing_labels,
     eval_curve,
+    final_returns,
+    improvement_csv_text,
     markdown_table,
+    performance_profiles,
     plot_learning_curves,
+    plot_performance_profiles,
+    profiles_csv_text,
     run_dirs,
     shown,
     shown_return,
@@ -45,7 +51,8 @@ USAGE = """usage: rl-hydra-eval run_dir=<run or sweep directory> [key=value ...]
 
 Evaluates a run, or every run under a sweep directory, from its directory alone. Writes
 <run>/eval/<checkpoint>_<episodes>ep_seed<seed>.json; for a sweep also
-<sweep>/eval/results_<checkpoint>_<episodes>ep_seed<seed>.csv and .md, and learning_curves.png.
+<sweep>/eval/results_<checkpoint>_<episodes>ep_seed<seed>.csv and .md, improvement_<...>.csv (P(X > Y)),
+profiles_<...>.csv and plots, and learning_curves.csv, .png, .pdf and .svg.
 
 keys (conf/evaluate.yaml sets them; rl_hydra/schema/evaluate.py declares them):"""
 
@@ -232,7 +239,8 @@ def report(results: list[dict[str, Any]], cfg) -> str:
 
 
 def sweep_report(results: list[dict[str, Any]], cfg) -> str:
-    """The sweep's tables (named by what they measured) and learning curves, and what they replaced."""
+    """The sweep's tables (named by what they measured), learning curves, probability of improvement
+    and performance profiles, and what they replaced."""
     root = Path(cfg.run_dir)
     rows = aggregate(results, provenance=cfg.provenance)
     table = markdown_table(rows, provenance=cfg.provenance)
@@ -245,15 +253,40 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     curves = defaultdict(list)
     for r in results:
         curves[r["configuration"]].append(r["curve"])  # read by evaluate_path before anything was written
-    plot_learning_curves(curves, out / "learning_curves.png")
+    drawn = plot_learning_curves(curves, out / "learning_curves.png")
+    atomic_write_bytes(out / "learning_curves.csv", lambda f: f.write(curves_csv_text(drawn).encode()))
     lines = [
         table,
         "",
         f"wrote {csv_file} and {md_file.name}"
         + (" (replacing an earlier evaluation with the same settings)" if replaced else ""),
-        f"wrote {out / 'learning_curves.png'} (training's own evaluations, from each run's metrics.csv)",
+        f"wrote {out / 'learning_curves'}.png, .pdf, .svg and .csv (training's own evaluations, from each run's "
+        "metrics.csv: mean, IQM, 95% band per step)",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + comparisons(results, cfg, columns))
+
+
+def comparisons(results: list[dict[str, Any]], cfg, columns: dict[str, Any]) -> list[str]:
+    """Probability of improvement between every two configurations and the performance profiles, over
+    the evaluated returns of the runs (rliable's measures, by numpy); the lines saying what was written."""
+    returns = final_returns(results)
+    if not returns:
+        return []
+    out, lines = Path(cfg.run_dir) / "eval", []
+    if len(returns) > 1:
+        improvement = out / f"improvement_{setting(cfg)}.csv"
+        atomic_write_bytes(improvement, lambda f: f.write(improvement_csv_text(returns, columns).encode()))
+        lines.append(f"wrote {improvement} (P(X > Y) over runs' returns, 95% bootstrap CI, every two configurations)")
+    thresholds, profiles = performance_profiles(returns)
+    runs = {name: len(values) for name, values in returns.items()}
+    stem = out / f"profiles_{setting(cfg)}"
+    atomic_write_bytes(
+        stem.with_suffix(".csv"), lambda f: f.write(profiles_csv_text(thresholds, profiles, runs, columns).encode())
+    )
+    title = f"Performance profiles ({measured(cfg)}): band = 95% bootstrap CI over runs"
+    plot_performance_profiles(thresholds, profiles, runs, title, stem.with_suffix(".png"))
+    lines.append(f"wrote {stem}.csv, .png, .pdf and .svg (fraction of runs above each return)")
+    return lines
 
 
 def markdown_header(results: list[dict[str, Any]], cfg) -> str:

@@ -17,6 +17,9 @@ import numpy as np
 from rl_hydra.runs.provenance import code_version
 from rl_hydra.runs.run_dir import TRACKER_STORES, atomic_write_bytes
 
+# fewer seeds than this and the IQM (floor(n/4) cut at each end) is the mean
+IQM_MIN_SEEDS = 4
+
 
 def interquartile_mean(values: Iterable[float]) -> float:
     """Mean of the middle 50%: drop floor(n/4) values at each end (all kept below 4 values)."""
@@ -188,23 +191,36 @@ def cell(text: object) -> str:
     return shown(text).replace("|", "\\|")
 
 
+def seed_count(row: dict[str, Any]) -> int:
+    """How many runs a row's statistics are over (its seeds that did not fail)."""
+    return len(row["seeds"].split())
+
+
 def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
+    """The sweep's table. The IQM column is left out when no configuration has 4 seeds or more (there
+    the IQM is the mean, and the interval is the mean's), and says "= mean" in a row where it is; a
+    line under the table says so once."""
     extra = PROVENANCE_COLUMNS if provenance else []
+    counted = [seed_count(r) for r in rows if "mean" in r]
+    with_iqm = any(n >= IQM_MIN_SEEDS for n in counted)
+    interval = "IQM [95% CI]" if with_iqm else "95% CI of the mean"
     lines = [
-        "| configuration | runs | mean | std | IQM [95% CI] | " + "".join(f"{c} | " for c in extra) + "failed |",
+        f"| configuration | runs | mean | std | {interval} | " + "".join(f"{c} | " for c in extra) + "failed |",
         "|---|---|---|---|---|" + "---|" * len(extra) + "---|",
     ]
     for r in rows:
         if "mean" in r:
+            iqm = shown_return(r["iqm"]) + " " if seed_count(r) >= IQM_MIN_SEEDS else "= mean " if with_iqm else ""
             stats = (
-                f"{shown_return(r['mean'])} | {shown_return(r['std'])} | {shown_return(r['iqm'])} "
+                f"{shown_return(r['mean'])} | {shown_return(r['std'])} | {iqm}"
                 f"[{shown_return(r['iqm_ci_low'])}, {shown_return(r['iqm_ci_high'])}]"
             )
         else:
             stats = "- | - | -"
         versions = "".join(f" {cell(r[c])} |" for c in extra)
         lines.append(f"| {cell(r['configuration'])} | {r['runs']} | {stats} |{versions} {cell(r['failed'] or '')} |")
-    return "\n".join(lines)
+    note = iqm_note(counted)
+    return "\n".join(lines) + (f"\n\n{note}" if note else "")
 
 
 def eval_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -270,45 +286,225 @@ def curve_band(grid: np.ndarray, samples: int = 500, confidence: float = 0.95, s
     return np.stack([np.percentile(means, tail, axis=0), np.percentile(means, 100 - tail, axis=0)], axis=1)
 
 
-def plot_learning_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: Path) -> None:
-    """Mean evaluation return per configuration with a 95% bootstrap band across seeds.
+def interquartile_means(grid: np.ndarray) -> np.ndarray:
+    """interquartile_mean of each column of `grid` (seeds, steps), all columns at once."""
+    ordered = np.sort(grid, axis=0)
+    cut = len(grid) // 4
+    return ordered[cut : len(grid) - cut].mean(axis=0)
+
+
+def aggregated_curves(curves: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> dict[str, dict[str, Any]]:
+    """Per configuration, what the learning-curve plot draws and learning_curves.csv holds: the
+    steps (thinned to MAX_CURVE_POINTS), and at each the mean, the IQM and the 95% bootstrap band
+    of the mean over its seeds, each seed's curve carried onto the common steps by interpolation."""
+    aggregated = {}
+    for name, runs in sorted(curves.items()):
+        runs = [(s, r) for s, r in runs if len(s)]
+        if not runs:
+            continue
+        steps = thinned(np.unique(np.concatenate([s for s, _ in runs])))
+        grid = np.stack([np.interp(steps, s, r) for s, r in runs])  # (seeds, steps)
+        band = curve_band(grid)
+        aggregated[name] = {
+            "steps": steps,
+            "mean": grid.mean(axis=0),
+            "iqm": interquartile_means(grid),
+            "low": band[:, 0],
+            "high": band[:, 1],
+            "seeds": len(runs),
+        }
+    return aggregated
+
+
+def iqm_note(seeds: Iterable[int]) -> str:
+    """The one line that says the IQM is the mean where it is, instead of a column repeating it."""
+    seeds = list(seeds)
+    if seeds and all(n < IQM_MIN_SEEDS for n in seeds):
+        return f"No IQM: with fewer than {IQM_MIN_SEEDS} seeds per configuration the IQM is the mean."
+    if any(n < IQM_MIN_SEEDS for n in seeds):
+        return f"IQM shown only for configurations with {IQM_MIN_SEEDS} seeds or more: with fewer it is the mean."
+    return ""
+
+
+def curves_csv_text(aggregated: dict[str, dict[str, Any]]) -> str:
+    """learning_curves.csv: a row per configuration and step (step, mean, IQM, the band, seeds). The
+    iqm column is there only when some configuration has 4 seeds or more, and blank where it is
+    the mean."""
+    with_iqm = any(a["seeds"] >= IQM_MIN_SEEDS for a in aggregated.values())
+    columns = ["configuration", "step", "mean"] + (["iqm"] if with_iqm else []) + ["ci_low", "ci_high", "seeds"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for name, a in aggregated.items():
+        for i, step in enumerate(a["steps"]):
+            row = {"configuration": name, "step": int(step), "mean": rounded(a["mean"][i]), "seeds": a["seeds"]}
+            row.update(ci_low=rounded(a["low"][i]), ci_high=rounded(a["high"][i]))
+            if with_iqm:
+                row["iqm"] = rounded(a["iqm"][i]) if a["seeds"] >= IQM_MIN_SEEDS else ""
+            writer.writerow(row)
+    return out.getvalue()
+
+
+FIGURE_FORMATS = ("png", "pdf", "svg")
+PNG_DPI = 200  # a 7-inch figure 1,400 pixels wide: sharp in a slide; a paper takes the PDF
+
+
+def save_figure(fig: Any, png: Path) -> list[Path]:
+    """`fig` as `png` (PNG_DPI) and as vector PDF and SVG beside it, each written atomically
+    (no creation date in the vector files)."""
+    written = []
+    for fmt in FIGURE_FORMATS:
+        path = png.with_suffix(f".{fmt}")
+        metadata = {"png": None, "pdf": {"CreationDate": None}, "svg": {"Date": None}}[fmt]
+        atomic_write_bytes(
+            path,
+            lambda f, fmt=fmt, metadata=metadata: fig.savefig(
+                f, format=fmt, dpi=PNG_DPI, bbox_inches="tight", metadata=metadata
+            ),
+        )
+        written.append(path)
+    return written
+
+
+def plot_learning_curves(
+    curves: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: Path
+) -> dict[str, dict[str, Any]]:
+    """Mean evaluation return per configuration with a 95% bootstrap band across seeds, as `path`
+    (PNG) and PDF and SVG beside it; returns what it drew (aggregated_curves), for the CSV.
 
     Drawn on a bare matplotlib Figure (no pyplot, no backend switch: nothing process-wide
     changes). A configuration evaluated at one step only is a point with an error bar; the
     legend sits under the plot, so that many configurations do not cover the curves."""
     from matplotlib.figure import Figure
 
-    drawn = {name: [(s, r) for s, r in runs if len(s)] for name, runs in sorted(curves.items())}
-    drawn = {name: runs for name, runs in drawn.items() if runs}
-    labels = [legend_label(name, len(runs)) for name, runs in drawn.items()]
+    drawn = aggregated_curves(curves)
+    labels = [legend_label(name, a["seeds"]) for name, a in drawn.items()]
     columns = 2 if len(labels) > 6 and max(len(label) for label in labels) <= 40 else 1
     fig = Figure(figsize=(7, 4.5))  # the legend below adds to the saved image (bbox_inches="tight"), not the axes
     ax = fig.subplots()
-    for runs, label, (color, style, marker) in zip(drawn.values(), labels, line_styles(len(drawn))):
-        steps = thinned(np.unique(np.concatenate([s for s, _ in runs])))
-        # each seed's curve on the common step grid (carried forward where a seed logged less)
-        grid = np.stack([np.interp(steps, s, r) for s, r in runs])  # (seeds, steps)
-        mean = grid.mean(axis=0)
-        bands = curve_band(grid)
+    for a, label, (color, style, marker) in zip(drawn.values(), labels, line_styles(len(drawn))):
+        steps, mean = a["steps"], a["mean"]
         if len(steps) == 1:
             # yerr as one (2, n) array: given a list of arrays, matplotlib 3.10 takes math.isfinite of
             # a 1-element array, a DeprecationWarning from NumPy 1.25 on
-            ax.errorbar(
-                steps,
-                mean,
-                yerr=np.stack([mean - bands[:, 0], bands[:, 1] - mean]),
-                fmt=marker,
-                color=color,
-                capsize=4,
-                label=label,
-            )
+            yerr = np.stack([mean - a["low"], a["high"] - mean])
+            ax.errorbar(steps, mean, yerr=yerr, fmt=marker, color=color, capsize=4, label=label)
         else:
             ax.plot(steps, mean, color=color, linestyle=style, label=label)
-            ax.fill_between(steps, bands[:, 0], bands[:, 1], alpha=0.15, color=color)
+            ax.fill_between(steps, a["low"], a["high"], alpha=0.15, color=color)
     ax.set_title("Evaluation return: mean over seeds, band = 95% bootstrap CI of the mean", fontsize=10)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
     ax.grid(alpha=0.3)
     if drawn:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
-    atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight"))
+    save_figure(fig, path)
+    return drawn
+
+
+def probability_of_improvement(
+    x: Iterable[float], y: Iterable[float], samples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """P(X > Y) as rliable defines it (one task): the chance that a run of X scores above a run of Y,
+    ties counting half, over every pair of their runs; with the percentile interval of a bootstrap
+    that resamples X's runs and Y's runs each with replacement (all resamples at once)."""
+    x, y = np.asarray(list(x), dtype=float), np.asarray(list(y), dtype=float)
+
+    def pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (..., n), (..., m) -> (...)
+        diff = a[..., :, None] - b[..., None, :]
+        return ((diff > 0) + 0.5 * (diff == 0)).mean(axis=(-2, -1))
+
+    rng = np.random.default_rng(seed)
+    xs = x[rng.integers(len(x), size=(samples, len(x)))]
+    ys = y[rng.integers(len(y), size=(samples, len(y)))]
+    # 100 resamples at a time: the pairs of a resample are runs x runs
+    stats = np.concatenate([pairwise(xs[i : i + 100], ys[i : i + 100]) for i in range(0, samples, 100)])
+    tail = (1 - confidence) / 2 * 100
+    return float(pairwise(x, y)), float(np.percentile(stats, tail)), float(np.percentile(stats, 100 - tail))
+
+
+def final_returns(results: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each configuration's evaluated returns, one per run that did not fail."""
+    returns: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        if r["status"] == "ok":
+            returns[r["configuration"]].append(float(r["return_mean"]))
+    return dict(sorted(returns.items()))
+
+
+def improvement_csv_text(returns: dict[str, list[float]], measured: dict[str, Any]) -> str:
+    """A row per ordered pair of configurations: P(X > Y) with its 95% bootstrap interval."""
+    columns = ["x", "y", "p_x_above_y", "ci_low", "ci_high", "seeds_x", "seeds_y", *measured]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for x, x_returns in returns.items():
+        for y, y_returns in returns.items():
+            if x != y:
+                p, low, high = probability_of_improvement(x_returns, y_returns)
+                stats = {"p_x_above_y": rounded(p), "ci_low": rounded(low), "ci_high": rounded(high)}
+                seeds = {"seeds_x": len(x_returns), "seeds_y": len(y_returns)}
+                writer.writerow({"x": x, "y": y, **stats, **seeds, **measured})
+    return out.getvalue()
+
+
+def performance_profiles(
+    returns: dict[str, list[float]], points: int = 101, samples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """rliable's performance profiles (score distributions): at each return threshold from the lowest
+    return to the highest, the fraction of a configuration's runs scoring above it, with the 95%
+    percentile-bootstrap interval over its runs. Returns (thresholds, {configuration: (3, points)
+    of fraction, low, high})."""
+    every = np.concatenate([np.asarray(v, dtype=float) for v in returns.values()])
+    thresholds = np.linspace(every.min(), every.max(), points)
+    tail = (1 - confidence) / 2 * 100
+    rng = np.random.default_rng(seed)
+    profiles = {}
+    for name, values in returns.items():
+        v = np.asarray(values, dtype=float)
+        resampled = v[rng.integers(len(v), size=(samples, len(v)))]  # (samples, runs)
+        fractions = (resampled[:, :, None] > thresholds).mean(axis=1)  # (samples, points)
+        profiles[name] = np.stack(
+            [
+                (v[:, None] > thresholds).mean(axis=0),
+                np.percentile(fractions, tail, axis=0),
+                np.percentile(fractions, 100 - tail, axis=0),
+            ]
+        )
+    return thresholds, profiles
+
+
+def profiles_csv_text(thresholds: np.ndarray, profiles: dict[str, np.ndarray], runs: dict[str, int], measured) -> str:
+    """A row per configuration and threshold: the fraction of its runs above it, and the interval."""
+    columns = ["configuration", "threshold", "fraction_above", "ci_low", "ci_high", "runs", *measured]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for name, (fraction, low, high) in profiles.items():
+        for i, threshold in enumerate(thresholds):
+            stats = {"fraction_above": rounded(fraction[i]), "ci_low": rounded(low[i]), "ci_high": rounded(high[i])}
+            writer.writerow(
+                {"configuration": name, "threshold": rounded(threshold), **stats, "runs": runs[name], **measured}
+            )
+    return out.getvalue()
+
+
+def plot_performance_profiles(
+    thresholds: np.ndarray, profiles: dict[str, np.ndarray], runs: dict[str, int], title: str, png: Path
+) -> None:
+    """The profiles as steps with their bands, as `png` and PDF and SVG beside it (save_figure)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for (name, (fraction, low, high)), (color, style, _) in zip(profiles.items(), line_styles(len(profiles))):
+        ax.step(thresholds, fraction, where="post", color=color, linestyle=style, label=legend_label(name, runs[name]))
+        ax.fill_between(thresholds, low, high, step="post", alpha=0.15, color=color)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("evaluation return threshold")
+    ax.set_ylabel("fraction of runs with a higher return")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if profiles:
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    save_figure(fig, png)

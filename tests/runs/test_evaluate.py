@@ -185,13 +185,18 @@ def test_evaluations_with_other_settings_sit_beside_each_other(sweep, capsys):
     out = capsys.readouterr().out
     assert "replacing" not in out
     assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first
-    assert sorted(p.name for p in (sweep / "eval").iterdir()) == [
-        "learning_curves.png",
-        "results_best_3ep_seed0.csv",
-        "results_best_3ep_seed0.md",
-        "results_last_2ep_seed0.csv",
-        "results_last_2ep_seed0.md",
+    by_setting = [
+        f"{kind}_{setting}.{ext}"
+        for setting in ("best_3ep_seed0", "last_2ep_seed0")
+        for kind, ext in (
+            ("improvement", "csv"),
+            *(("profiles", ext) for ext in ("csv", "pdf", "png", "svg")),
+            ("results", "csv"),
+            ("results", "md"),
+        )
     ]
+    curves = [f"learning_curves.{ext}" for ext in ("csv", "pdf", "png", "svg")]
+    assert sorted(p.name for p in (sweep / "eval").iterdir()) == sorted(curves + by_setting)
     assert sorted(p.name for p in (sweep / "algo.gamma=0.9,seed=0" / "eval").iterdir()) == [
         "best_3ep_seed0.json",
         "last_2ep_seed0.json",
