@@ -111,7 +111,7 @@ def pick_loop(agent: Agent) -> Callable[[Runner], None]:
 
 def run(
     cfg: DictConfig,
-    run_dir: str | Path,
+    run_dir: str | Path | RunDirectory,
     resume: bool = False,
     *,
     on_ready: Callable[[int, torch.device], None] | None = None,
@@ -133,13 +133,13 @@ def run(
     interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """
     device = resolve_device(cfg.device)
+    directory = RunDirectory.of(run_dir)  # a launch's own object: what it read before the lock is not read again
     if distributed.requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
         if resume:  # widths the checkpoint cannot hold are refused before the learner builds them
-            directory = RunDirectory(run_dir)
             check_widths_fit(cfg, directory.load_checkpoint("last")["agent"], directory.checkpoints / "last.pt")
-        return distributed.run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
+        return distributed.run(cfg, directory, device, resume, on_ready, stop_after)
     with process_settings(cfg):
-        return _run(cfg, RunDirectory(run_dir), device, resume, on_ready, stop_after)
+        return _run(cfg, directory, device, resume, on_ready, stop_after)
 
 
 def _run(
@@ -151,7 +151,7 @@ def _run(
     agent, env, buffer = build_components(cfg, device)
     if cfg.get("compile", False):
         compile_agent(agent)
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, run_dir.path, stop_after=stop_after)
+    runner = Runner(run_settings(cfg, agent), agent, env, buffer, run_dir, stop_after=stop_after)
     if checkpoint is not None:
         session.restore(runner, checkpoint, run_dir.checkpoints / "last.pt")
     if on_ready is not None:

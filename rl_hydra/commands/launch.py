@@ -108,6 +108,8 @@ def _launch(
         validate_run_config(cfg)
         RunLock.check_free(directory)
         directory.check_links()
+        if directory.config_yaml.is_file():
+            directory.read_hydra_record()  # before the lock: no later read of .hydra/ can refuse
         if config_changes:  # as validated: `3e3` given for an integer key is 3000
             config_changes = {key: [old, OmegaConf.select(cfg, key)] for key, (old, _) in config_changes.items()}
         finished = check_directory(directory, cfg, resume, overrides, config_changes)
@@ -205,7 +207,7 @@ def _train(
             log.info("run directory: %s", directory.path)
 
         try:
-            summary = run(cfg, directory.path, resume=resume, on_ready=take_directory)
+            summary = run(cfg, directory, resume=resume, on_ready=take_directory)
         except AlreadyFinished as done:
             return done.summary
         except Exception as error:  # noqa: BLE001 - every failure becomes one line and an exit code

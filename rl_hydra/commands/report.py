@@ -40,7 +40,7 @@ from rl_hydra.runs.aggregate import (
     shown_return,
     tracker_store_in,
 )
-from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_bytes
+from rl_hydra.runs.run_dir import RunDirectory, RunError, WriteFailed, atomic_write_bytes
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema import type_refusal
 from rl_hydra.schema.evaluate import EvaluateKeys
@@ -125,9 +125,9 @@ def evaluate_one(run_dir: Path, cfg, writes: list | None = None) -> dict[str, An
     text = (json.dumps(result, indent=2) + "\n").encode()
 
     def write() -> None:  # by the run's handle: a link at or above these names is replaced, never followed
+        run.directory.write_bytes(out, lambda f: f.write(text))  # the result first, its picture after
         if video is not None:
             run.directory.write_bytes(video[0], lambda f: f.write(video[1]))
-        run.directory.write_bytes(out, lambda f: f.write(text))
 
     if writes is None:
         write()
@@ -315,6 +315,9 @@ def main(argv: list[str] | None = None, defaults: Path | None = None) -> int:
     try:
         cfg = parse_args(argv, defaults)
         print(report(evaluate_path(cfg), cfg))
+    except WriteFailed as error:  # a full disk, a folder swapped for a link: a failure, not a refusal
+        print(f"error: {shown(error)}", file=sys.stderr)
+        return 1
     except (ConfigError, RunError) as error:
         print(f"error: {shown(error)}", file=sys.stderr)
         return 2

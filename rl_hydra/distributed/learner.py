@@ -166,7 +166,7 @@ class Learner:
         # Ray last: a config it cannot run is refused above whether Ray is installed or not
         self.cluster = Cluster(require_ray(), settings, RunParts.of(cfg), self.recurrent, self.prioritized)
         self.experience = RemoteExperience(self.cluster, settings.actors)
-        self.runner = Runner(run_settings(cfg, agent), agent, None, None, run_dir.path, experience=self.experience)
+        self.runner = Runner(run_settings(cfg, agent), agent, None, None, run_dir, experience=self.experience)
 
     # --- training ---------------------------------------------------------------------
     def train(self, resume: bool, on_ready: Callable[[int, torch.device], None] | None) -> dict[str, Any]:

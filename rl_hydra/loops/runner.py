@@ -43,14 +43,14 @@ class Runner:
         agent: Agent,
         env,
         buffer: Buffer | None,
-        run_dir: str | Path,
+        run_dir: str | Path | RunDirectory,
         stop_after: int | None = None,
         *,
         experience: Experience | None = None,
     ):
         self.settings, self.agent, self.env = settings, agent, env
         self.buffer = cast(Buffer, buffer)  # None for a distributed learner, which never reads it
-        self.run_dir = RunDirectory(run_dir)
+        self.run_dir = RunDirectory.of(run_dir)  # the launch's own: what it has read of the record, it keeps
         self.schedule = Schedule(
             settings.total_steps, settings.eval_every, settings.log_every, settings.checkpoint_every
         )

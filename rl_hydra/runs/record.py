@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import flat_config
 from rl_hydra.runs.run_dir import RunDirectory, RunError, RunLock, resume_command
-from rl_hydra.runs.trust import read_config_data, read_overrides
+from rl_hydra.runs.trust import read_config_data
 
 log = logging.getLogger("rl_hydra")
 STARTED = time.time()  # a run directory made after this, and left empty by a refusal, is removed
@@ -74,7 +74,7 @@ def record_config(
     if directory.config_yaml.is_file() and not config_changes:
         return
     if directory.config_yaml.is_file():
-        overrides = [*read_overrides(directory), *overrides]
+        overrides = [*directory.recorded_overrides(), *overrides]
         hydra_cfg = None  # Hydra's config is the one the run began with
     directory.write_text(directory.config_yaml, OmegaConf.to_yaml(resolved(cfg)))
     directory.write_text(directory.hydra / "overrides.yaml", yaml.safe_dump(list(overrides)))

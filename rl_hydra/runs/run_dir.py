@@ -148,6 +148,12 @@ class RunDirectory:
         self.lock_file = self.path / ".lock"
         self.handle: Folder | None = None
         self.choices: dict[str, Any] | None = None  # .hydra/hydra.yaml's, once read
+        self.overrides: list[str] | None = None  # .hydra/overrides.yaml's, once read
+
+    @classmethod
+    def of(cls, run_dir: str | Path | RunDirectory) -> RunDirectory:
+        """`run_dir` itself when it is a RunDirectory (one object per run in a process), else a new one."""
+        return run_dir if isinstance(run_dir, RunDirectory) else cls(run_dir)
 
     def folder(self, path: str | Path | None = None, create: bool = False) -> Folder:
         """The open folder at `path` (the run directory, or a folder below it named from
@@ -277,6 +283,19 @@ class RunDirectory:
         if self.choices is None:
             self.choices = trust.read_choices(self)  # None until a launch has written it
         return (self.choices or {}).get(group)
+
+    def recorded_overrides(self) -> list[str]:
+        """.hydra/overrides.yaml's command-line overrides, read once ([] without the file)."""
+        if self.overrides is None:
+            self.overrides = trust.read_overrides(self)
+        return self.overrides
+
+    def read_hydra_record(self) -> None:
+        """Read what a launch uses of an existing .hydra/ now (the choices, the overrides), so that
+        nothing after the lock is taken reads it: a file swapped there later cannot refuse a run
+        that has begun writing."""
+        self.choices = trust.read_choices(self) or {}
+        self.recorded_overrides()
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
         """What a run is, for summary.json: the algo and env options it chose (without

@@ -32,7 +32,10 @@ ENTRIES = tuple(ALLOWED)
 ALLOWED["probe"] = {0, 2}  # the harness's own tests (worker.probe)
 ALLOWED["evaluate_video"] = {0, 2}  # evaluate video=true, for the cases that aim at its GIF
 READ_ONLY = {"load_run", "verify"}  # they never change a run directory, whatever the outcome
-EVALUATES = {"evaluate", "evaluate_video"}  # they change nothing of a run but its eval/ folder
+EVALUATES = {"evaluate", "evaluate_video"}
+# a write the attack made fail (a folder swapped for a link as it is opened): exit 1, as docs/runs.md's
+# table gives a failed write, by the commands that write (the outside and below-Python checks still hold)
+WRITE_FAILED = ("error: writing ", " failed: ")  # they change nothing of a run but its eval/ folder
 APPLY_BYTES = 2 << 30  # address space applying a case's mutations may add to pytest's process
 MEMORY_WORDS = ("can't allocate memory", "Cannot allocate memory", "MemoryError", "std::bad_alloc")
 
@@ -178,6 +181,11 @@ class Outcome:
         )
 
 
+def failed_writing(lines: list[str]) -> bool:
+    """stderr is the one line of a write that failed (`error: writing <path> failed: <why>`)."""
+    return len(lines) == 1 and lines[0].startswith(WRITE_FAILED[0]) and WRITE_FAILED[1] in lines[0]
+
+
 def judge(outcome: Outcome, start: dict) -> list[str]:
     """The issue's invariants, each broken one a line that starts with its category."""
     problems, code, entry = [], outcome.code, outcome.entry
@@ -191,7 +199,8 @@ def judge(outcome: Outcome, start: dict) -> list[str]:
         problems.append(f"harness: {detail.strip().splitlines()[-1]}")
     for raised in outcome.of("raised"):
         problems.append(f"traceback: {raised}")
-    if code not in ALLOWED[entry] and code not in (CRASHED, HARNESS) and not outcome.answer["timed_out"]:
+    allowed = ALLOWED[entry] | ({1} if entry not in READ_ONLY and failed_writing(lines) else set())
+    if code not in allowed and code not in (CRASHED, HARNESS) and not outcome.answer["timed_out"]:
         problems.append(f"exit: {code} (allowed: {sorted(ALLOWED[entry])})")
     if "Traceback (most recent call last)" in outcome.stderr and not outcome.of("raised"):
         problems.append(f"traceback: printed on stderr ({lines[-1][:150] if lines else ''})")

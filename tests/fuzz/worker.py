@@ -241,15 +241,25 @@ class Guard:
         path = os.fsdecode(path)
         if dir_fd is not None and not os.path.isabs(path):
             try:
-                path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+                folder = os.readlink(f"/proc/self/fd/{dir_fd}")  # the kernel's name of the open folder
             except OSError:
                 return  # not a folder's descriptor: the call itself fails
+            if not follow and os.sep not in path:
+                # a name in the open folder lands there: looking the folder up again by its path would
+                # follow a link swapped in for it since (the write itself went by the handle)
+                self.check_place(name, os.path.join(folder, path))
+                return
+            path = os.path.join(folder, path)
         if follow:
             where = os.path.realpath(path)
         else:  # the entry itself, not what a link at it points to
             where = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
             if PROC_FD.fullmatch(os.path.dirname(where)):  # /proc/self/fd/N: the folder of a handle, by name
                 where = os.path.realpath(path)
+        self.check_place(name, where)
+
+    def check_place(self, name: str, where: str) -> None:
+        """Record the write `name` at `where` when that lies outside the places a command may write."""
         if where == "/dev/null" or where.startswith(self.scratch):
             return
         if not any(where == root or where.startswith(root + os.sep) for root in self.allowed):

@@ -86,6 +86,18 @@ def test_evaluate_script_bad_arguments_exit_2(tmp_path, capsys):
     assert "video='maybe' is not allowed; choose one of: true, false" in errors[3]
 
 
+def test_a_write_that_fails_is_exit_1_not_a_refusal(dqn_run, monkeypatch, capsys):
+    """A full disk (or a folder swapped for a link) as the result is written: the evaluation failed,
+    exit 1 as docs/runs.md's table gives a failed write; 2 is for what was refused before any write."""
+    from tests.runs.test_run_record import DiskFull
+
+    DiskFull(monkeypatch, "best_2ep_seed77.json")  # settings no other test evaluates
+    assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=2", "checkpoint=best", "seed=77"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: writing ") and "the disk is full" in lines[0], lines
+    assert not (dqn_run.path / "eval" / "best_2ep_seed77.json").exists()
+
+
 def test_a_typo_gets_the_closest_key_in_its_one_line(tmp_path, capsys):
     assert evaluate_main([f"run_dir={tmp_path}", "episode=3"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -176,6 +176,26 @@ def test_resume_never_writes_checkpoints_through_a_folder_swapped_for_a_link(run
     assert digest(victim) == before
 
 
+def test_a_resume_reads_hydra_only_before_it_takes_the_directory(run_dir, tmp_path, monkeypatch, capsys):
+    """CI's fuzz race: .hydra/ swapped for a link after the lock was taken made the summary's read of
+    hydra.yaml fail, a refusal (exit 2) after train.log and provenance.json were written. The resume
+    reads .hydra/ before the lock; its write of the extended config is refused (a failed write, exit
+    1, the last checkpoint kept), and nothing goes through the link."""
+    victim = tmp_path / "victim"
+    shutil.copytree(run_dir / ".hydra", victim)
+    before = digest(victim)
+    remove_temp_files = RunDirectory.remove_temp_files
+
+    def remove_then_swap(self):
+        remove_temp_files(self)
+        swap(run_dir, ".hydra", victim)
+
+    monkeypatch.setattr(RunDirectory, "remove_temp_files", remove_then_swap)
+    assert resume(run_dir, monkeypatch, "train.total_steps=450") == 1
+    assert "config.yaml failed" in capsys.readouterr().err
+    assert digest(victim) == before
+
+
 def test_a_deep_tree_is_refused_in_one_line(run_dir, monkeypatch, capsys):
     """Finding 15: 1,200 nested folders under tb/ were a RecursionError traceback."""
     deep = run_dir / "tb"
