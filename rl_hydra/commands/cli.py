@@ -52,6 +52,7 @@ USER_GROUPS = {
     "buffer": "default: the algorithm's own",
     "logger": "a list, e.g. logger=[csv,tensorboard,mlflow]",
     "distributed": "none: one process; apex: actors and replay on Ray (docs/distributed.md)",
+    "protocol": "preset: each preset's own budget and schedule; shared: one for all, to compare algorithms",
     "hparams_search": "with -m: an Optuna search, +hparams_search=<name>",
 }
 

@@ -1,7 +1,7 @@
 """Evaluate a run or a whole sweep from its directory; tables, JSON and learning curves.
 
 Every file an evaluation writes is named by what it measured, `<checkpoint>_<episodes>ep_seed<seed>`
-(`best_20ep_seed0`), so that evaluations with other settings sit beside each other; the same
+(`last_20ep_seed0`), so that evaluations with other settings sit beside each other; the same
 settings again replace their files, and the report says so."""
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from rl_hydra.runs.aggregate import (
     shown_return,
     tracker_store_in,
 )
+from rl_hydra.runs.comparison import Protocol, mismatch
 from rl_hydra.runs.run_dir import RunDirectory, RunError, WriteFailed, atomic_write_bytes
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema import type_refusal
@@ -105,7 +106,7 @@ def parse_args(argv: list[str], defaults: Path) -> DictConfig:
 
 
 def setting(cfg) -> str:
-    """What an evaluation measured, as it names its files: best_20ep_seed0."""
+    """What an evaluation measured, as it names its files: last_20ep_seed0."""
     return f"{cfg.checkpoint}_{cfg.episodes}ep_seed{cfg.seed}"
 
 
@@ -175,6 +176,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
             "configuration": labels[configurations[run_dir]],
             "overrides": configurations[run_dir],
             "seed": configs[run_dir].get("seed"),
+            "protocol": Protocol.of(configs[run_dir]),
             "provenance": provenance.latest(RunDirectory(run_dir)),
         }
         try:
@@ -205,8 +207,18 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
     return results
 
 
+BEST_MEANS = "the maximum over training's evaluations, an optimistic figure"
+
+
 def measured(cfg) -> str:
-    return f"{cfg.checkpoint}, {cfg.episodes} episodes, seed {cfg.seed}"
+    checkpoint = f"best: {BEST_MEANS}" if cfg.checkpoint == "best" else cfg.checkpoint
+    return f"{checkpoint}, {cfg.episodes} episodes, seed {cfg.seed}"
+
+
+def protocol_line(results: list[dict[str, Any]]) -> str | None:
+    """The line a sweep's table gets when its runs were not trained under one protocol."""
+    ok = [r for r in results if r["status"] == "ok"]
+    return mismatch([r["protocol"] for r in results], [r["step"] for r in ok])
 
 
 def report(results: list[dict[str, Any]], cfg) -> str:
@@ -242,8 +254,9 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     """The sweep's tables (named by what they measured), learning curves, probability of improvement
     and performance profiles, and what they replaced."""
     root = Path(cfg.run_dir)
-    rows = aggregate(results, provenance=cfg.provenance)
+    rows = aggregate(results, provenance=cfg.provenance, checkpoint=cfg.checkpoint)
     table = markdown_table(rows, provenance=cfg.provenance)
+    warning = protocol_line(results)
     out = root / "eval"
     csv_file, md_file = out / f"results_{setting(cfg)}.csv", out / f"results_{setting(cfg)}.md"
     replaced = csv_file.is_file() or md_file.is_file()
@@ -257,6 +270,7 @@ def sweep_report(results: list[dict[str, Any]], cfg) -> str:
     atomic_write_bytes(out / "learning_curves.csv", lambda f: f.write(curves_csv_text(drawn).encode()))
     lines = [
         table,
+        *([] if warning is None else ["", warning]),
         "",
         f"wrote {csv_file} and {md_file.name}"
         + (" (replacing an earlier evaluation with the same settings)" if replaced else ""),
@@ -293,12 +307,16 @@ def markdown_header(results: list[dict[str, Any]], cfg) -> str:
     """What the table measured and the overrides every configuration shares, said once."""
     root = Path(cfg.run_dir)
     _, shared = distinguishing_labels(r["overrides"] for r in results)
+    checkpoint = "best (" + BEST_MEANS + ")" if cfg.checkpoint == "best" else f"{cfg.checkpoint} (the final policy)"
     lines = [
-        f"Evaluation of {shown(root.resolve().name)}: checkpoint {cfg.checkpoint}, {cfg.episodes} greedy episodes "
+        f"Evaluation of {shown(root.resolve().name)}: checkpoint {checkpoint}, {cfg.episodes} greedy episodes "
         f"per run with seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}; statistics across the runs (training "
         f"seeds) of each configuration.",
         "",
     ]
+    warning = protocol_line(results)
+    if warning is not None:
+        lines += [warning, ""]
     if shared:
         lines += [f"Every configuration has: `{shown(' '.join(shared))}`", ""]
     return "\n".join(lines) + "\n"

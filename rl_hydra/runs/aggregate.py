@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rl_hydra.runs.comparison import checkpoint_label, shown_protocols
 from rl_hydra.runs.provenance import code_version
 from rl_hydra.runs.run_dir import TRACKER_STORES, atomic_write_bytes
 
@@ -113,9 +114,12 @@ def _versions(values: Iterable[str | None]) -> str:
     return " ".join(known + (["unknown"] if any(not v for v in values) else []))
 
 
-def aggregate(results: list[dict[str, Any]], provenance: bool = False) -> list[dict[str, Any]]:
+def aggregate(
+    results: list[dict[str, Any]], provenance: bool = False, checkpoint: str = "last"
+) -> list[dict[str, Any]]:
     """Group per-run results by configuration; failed runs are counted and listed, not averaged.
-    With `provenance`, each row also gets the code and torch versions of its runs."""
+    Each row names the policy its returns come from (`checkpoint` at the steps its runs reached) and
+    the protocol its runs were trained under. With `provenance`, also the code and torch versions."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in results:
         groups[result["configuration"]].append(result)
@@ -128,6 +132,10 @@ def aggregate(results: list[dict[str, Any]], provenance: bool = False) -> list[d
             "runs": len(runs),
             "seeds": " ".join(str(r["seed"]) for r in ok),
             "failed": " ".join(r["run"] for r in runs if r["status"] != "ok"),
+            "policy": checkpoint_label(
+                checkpoint, [r["step"] for r in ok if "step" in r], [len(r["curve"][0]) for r in ok if "curve" in r]
+            ),
+            "protocol": shown_protocols(r["protocol"] for r in runs if "protocol" in r),
         }
         if means:
             low, high = bootstrap_ci(means)
@@ -147,7 +155,19 @@ def aggregate(results: list[dict[str, Any]], provenance: bool = False) -> list[d
     return rows
 
 
-COLUMNS = ["configuration", "runs", "seeds", "mean", "std", "iqm", "iqm_ci_low", "iqm_ci_high", "failed"]
+COLUMNS = [
+    "configuration",
+    "runs",
+    "seeds",
+    "mean",
+    "std",
+    "iqm",
+    "iqm_ci_low",
+    "iqm_ci_high",
+    "failed",
+    "policy",
+    "protocol",
+]
 PROVENANCE_COLUMNS = ["code", "torch"]
 STATISTICS = ("mean", "std", "iqm", "iqm_ci_low", "iqm_ci_high")
 
@@ -205,8 +225,10 @@ def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
     with_iqm = any(n >= IQM_MIN_SEEDS for n in counted)
     interval = "IQM [95% CI]" if with_iqm else "95% CI of the mean"
     lines = [
-        f"| configuration | runs | mean | std | {interval} | " + "".join(f"{c} | " for c in extra) + "failed |",
-        "|---|---|---|---|---|" + "---|" * len(extra) + "---|",
+        f"| configuration | policy | protocol | runs | mean | std | {interval} | "
+        + "".join(f"{c} | " for c in extra)
+        + "failed |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(extra) + "---|",
     ]
     for r in rows:
         if "mean" in r:
@@ -218,7 +240,8 @@ def markdown_table(rows: list[dict[str, Any]], provenance: bool = False) -> str:
         else:
             stats = "- | - | -"
         versions = "".join(f" {cell(r[c])} |" for c in extra)
-        lines.append(f"| {cell(r['configuration'])} | {r['runs']} | {stats} |{versions} {cell(r['failed'] or '')} |")
+        named = f"{cell(r['configuration'])} | {cell(r.get('policy', ''))} | {cell(r.get('protocol', ''))}"
+        lines.append(f"| {named} | {r['runs']} | {stats} |{versions} {cell(r['failed'] or '')} |")
     note = iqm_note(counted)
     return "\n".join(lines) + (f"\n\n{note}" if note else "")
 

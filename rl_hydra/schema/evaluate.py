@@ -12,7 +12,10 @@ CHECKPOINTS = ("best", "last")
 class EvaluateKeys:
     run_dir: str = key(help="a run directory, or a folder of runs (a sweep, outputs/); tracker stores are skipped")
     episodes: int = key(help="greedy episodes per run", integer=True, minimum=1, maximum=LARGEST_EPISODES)
-    checkpoint: str = key(help="the checkpoint evaluated", choices=CHECKPOINTS)
+    checkpoint: str = key(
+        help="last: the final policy; best: the best of training's evaluations (their maximum, optimistic)",
+        choices=CHECKPOINTS,
+    )
     seed: int = key(
         help="evaluation episodes use seeds seed, seed+1, ...", integer=True, minimum=0, maximum=LARGEST_SEED
     )

@@ -107,7 +107,7 @@ def test_failing_jobs_end_alone_and_the_sweep_aggregate_lists_them(tmp_path, mon
 
     monkeypatch.setenv("RL_HYDRA_TRUST", "tests.helpers.RaiseAfter")  # evaluate reads every job's config
     assert evaluate_main([f"run_dir={tmp_path}", "episodes=2"]) == 0
-    with open(tmp_path / "eval" / "results_best_2ep_seed0.csv", newline="") as f:
+    with open(tmp_path / "eval" / "results_last_2ep_seed0.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(row["failed"] for row in rows if row["failed"]) == sorted(set(runs) - set(healthy))
     assert [bool(row["mean"]) for row in rows].count(True) == 1

@@ -149,7 +149,7 @@ def test_a_member_named_with_a_newline_adds_no_line_to_the_table(run_dir, capsys
     printed = capsys.readouterr().out.splitlines()
     assert not any(line.startswith("| injected") for line in printed), printed
     assert "| 1\\n\\| injected \\| 0 \\| 0 \\| 1.0 +- 0.0 \\|\\u2028 |" in "\n".join(printed)
-    assert "\n| injected" not in (sweep / "eval" / "results_best_1ep_seed0.md").read_text()
+    assert "\n| injected" not in (sweep / "eval" / "results_last_1ep_seed0.md").read_text()
 
 
 @pytest.mark.filterwarnings("error")

@@ -70,7 +70,7 @@ def test_evaluating_a_run_names_it_and_says_where_it_wrote(dqn_run, capsys):
         assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=2"]) == 0
         out = capsys.readouterr().out
         assert f"| {dqn_run.path.name} | 0 |" in out, out
-        wrote = f"wrote {dqn_run.path / 'eval' / 'best_2ep_seed0.json'}"
+        wrote = f"wrote {dqn_run.path / 'eval' / 'last_2ep_seed0.json'}"  # the final policy by default
         assert wrote in out and (("replacing the earlier result" in out) == (time == "again")), out
 
 
@@ -164,7 +164,7 @@ def test_evaluate_script_aggregates_a_two_config_two_seed_sweep(sweep, capsys):
     assert evaluate_main([f"run_dir={sweep}", "episodes=2"]) == 0
     out = capsys.readouterr().out
     assert "non-finite loss" in out
-    rows = read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")
+    rows = read_csv(sweep / "eval" / "results_last_2ep_seed0.csv")
     assert list(rows[0])[:9] == [
         "configuration",
         "runs",
@@ -178,12 +178,12 @@ def test_evaluate_script_aggregates_a_two_config_two_seed_sweep(sweep, capsys):
     ]
     # only what differs between the configurations labels them; the shared overrides are said once
     assert [row["configuration"] for row in rows] == ["algo.gamma=0.9", "algo.gamma=0.99"]
-    assert {(row["checkpoint"], row["episodes"], row["eval_seed"]) for row in rows} == {("best", "2", "0")}
+    assert {(row["checkpoint"], row["episodes"], row["eval_seed"]) for row in rows} == {("last", "2", "0")}
     for row in rows:
         for column in ("mean", "std", "iqm", "iqm_ci_low", "iqm_ci_high"):
             assert len(row[column].lstrip("-").replace(".", "").lstrip("0")) <= 6, row[column]
-    markdown = (sweep / "eval" / "results_best_2ep_seed0.md").read_text()
-    assert "checkpoint best, 2 greedy episodes per run with seeds 0..1" in markdown
+    markdown = (sweep / "eval" / "results_last_2ep_seed0.md").read_text()
+    assert "checkpoint last (the final policy), 2 greedy episodes per run with seeds 0..1" in markdown
     assert "Every configuration has: `algo.gradient_steps=2 algo.learning_starts=100" in markdown
     assert "algo.gamma=0.99,seed=2" in markdown and markdown.count("train.eval_every=150") == 1
     png = (sweep / "eval" / "learning_curves.png").read_bytes()
@@ -192,14 +192,14 @@ def test_evaluate_script_aggregates_a_two_config_two_seed_sweep(sweep, capsys):
 
 def test_evaluations_with_other_settings_sit_beside_each_other(sweep, capsys):
     assert evaluate_main([f"run_dir={sweep}", "episodes=3"]) == 0
-    first = (sweep / "eval" / "results_best_3ep_seed0.csv").read_text()
-    assert evaluate_main([f"run_dir={sweep}", "episodes=2", "checkpoint=last"]) == 0
+    first = (sweep / "eval" / "results_last_3ep_seed0.csv").read_text()
+    assert evaluate_main([f"run_dir={sweep}", "episodes=2", "checkpoint=best"]) == 0
     out = capsys.readouterr().out
     assert "replacing" not in out
-    assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first
+    assert (sweep / "eval" / "results_last_3ep_seed0.csv").read_text() == first
     by_setting = [
         f"{kind}_{setting}.{ext}"
-        for setting in ("best_3ep_seed0", "last_2ep_seed0")
+        for setting in ("last_3ep_seed0", "best_2ep_seed0")
         for kind, ext in (
             ("improvement", "csv"),
             *(("profiles", ext) for ext in ("csv", "pdf", "png", "svg")),
@@ -210,15 +210,15 @@ def test_evaluations_with_other_settings_sit_beside_each_other(sweep, capsys):
     curves = [f"learning_curves.{ext}" for ext in ("csv", "pdf", "png", "svg")]
     assert sorted(p.name for p in (sweep / "eval").iterdir()) == sorted(curves + by_setting)
     assert sorted(p.name for p in (sweep / "algo.gamma=0.9,seed=0" / "eval").iterdir()) == [
-        "best_3ep_seed0.json",
-        "last_2ep_seed0.json",
+        "best_2ep_seed0.json",
+        "last_3ep_seed0.json",
     ]
     # the same settings again replace their files, and say so
     assert evaluate_main([f"run_dir={sweep}", "episodes=3"]) == 0
     out = capsys.readouterr().out
-    assert "wrote eval/best_3ep_seed0.json in 4 run directories (4 replacing earlier results" in out
-    assert "results_best_3ep_seed0.csv and results_best_3ep_seed0.md (replacing an earlier evaluation" in out
-    assert (sweep / "eval" / "results_best_3ep_seed0.csv").read_text() == first  # the same seeds, the same figures
+    assert "wrote eval/last_3ep_seed0.json in 4 run directories (4 replacing earlier results" in out
+    assert "results_last_3ep_seed0.csv and results_last_3ep_seed0.md (replacing an earlier evaluation" in out
+    assert (sweep / "eval" / "results_last_3ep_seed0.csv").read_text() == first  # the same seeds, the same figures
 
 
 def provenance(commit, dirty=False, version="0.1.0", torch="2.13.0") -> dict:
@@ -239,14 +239,14 @@ def test_provenance_columns_name_each_configurations_code_and_torch(sweep):
     (sweep / "algo.gamma=0.99,seed=0" / "provenance.json").write_text(json.dumps(provenance(None)))
     (sweep / "algo.gamma=0.99,seed=1" / "provenance.json").write_text("{not json")  # tolerated as unknown
     assert evaluate_main([f"run_dir={sweep}", "episodes=2"]) == 0
-    assert "code" not in read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")[0]  # off by default
+    assert "code" not in read_csv(sweep / "eval" / "results_last_2ep_seed0.csv")[0]  # off by default
     assert evaluate_main([f"run_dir={sweep}", "episodes=2", "provenance=true"]) == 0
-    rows = read_csv(sweep / "eval" / "results_best_2ep_seed0.csv")
+    rows = read_csv(sweep / "eval" / "results_last_2ep_seed0.csv")
     assert [(row["code"], row["torch"]) for row in rows] == [
         ("0123abcd-dirty", "2.13.0"),
         ("0.1.0 unknown", "2.13.0 unknown"),
     ]
-    markdown = (sweep / "eval" / "results_best_2ep_seed0.md").read_text()
+    markdown = (sweep / "eval" / "results_last_2ep_seed0.md").read_text()
     assert "| code | torch | failed |" in markdown and "| 0123abcd-dirty | 2.13.0 |" in markdown
 
 
@@ -304,7 +304,7 @@ def test_learning_curves_draw_every_configuration_without_touching_matplotlibs_b
 def test_video_records_a_gif(dqn_run):
     pytest.importorskip("pygame")
     assert evaluate_main([f"run_dir={dqn_run.path}", "episodes=1", "video=true", "seed=2"]) == 0
-    assert (dqn_run.path / "eval" / "videos" / "best_seed2.gif").read_bytes().startswith(b"GIF8")
+    assert (dqn_run.path / "eval" / "videos" / "last_seed2.gif").read_bytes().startswith(b"GIF8")
 
 
 def test_interquartile_mean_and_bootstrap_by_hand():

@@ -16,6 +16,7 @@ from rl_hydra.runs.aggregate import (
     performance_profiles,
     probability_of_improvement,
 )
+from rl_hydra.runs.comparison import Protocol
 
 STEPS = np.arange(100, 1001, 100)
 
@@ -36,6 +37,8 @@ def results(seeds: dict[str, int]) -> list[dict]:
                     "return_mean": 10.0 * offset + seed,
                     "curve": (STEPS, STEPS / 10.0 * (offset + 1) + seed**2),
                     "provenance": {},
+                    "step": int(STEPS[-1]),
+                    "protocol": Protocol(int(STEPS[-1]), 100, 10, None),
                 }
             )
     return made

@@ -247,11 +247,11 @@ def test_a_malformed_overrides_file_is_one_line_in_evaluate(run_dir, monkeypatch
 def test_verify_refuses_a_forged_eval_file(run_dir, capsys):
     assert evaluate_main([f"run_dir={run_dir}", "episodes=2"]) == 0
     capsys.readouterr()
-    path = next((run_dir / "eval").glob("best_2ep_seed0.json"))
+    path = next((run_dir / "eval").glob("last_2ep_seed0.json"))
     written = json.loads(path.read_text())
     path.write_text(json.dumps({**written, "return_mean": 500.0}))
     code, lines = verify(run_dir, capsys)
-    assert code == 1 and "eval/best_2ep_seed0.json's episodes and return_mean do not match" in lines[0], lines
+    assert code == 1 and "eval/last_2ep_seed0.json's episodes and return_mean do not match" in lines[0], lines
     path.write_text(json.dumps({**written, "step": 10**6}))
     code, lines = verify(run_dir, capsys)
     assert code == 1 and "is of step 1000000, a checkpoint this record never had" in lines[0], lines

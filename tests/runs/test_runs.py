@@ -121,7 +121,7 @@ def test_installed_train_and_eval_commands_work_from_an_empty_directory(tmp_path
         env={**os.environ},
     )
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "run" / "eval" / "best_2ep_seed0.json").is_file()
+    assert (tmp_path / "run" / "eval" / "last_2ep_seed0.json").is_file()
     bad = subprocess.run(
         ["rl-hydra-eval", "run_dir=run", "episode=2"],
         cwd=tmp_path,
