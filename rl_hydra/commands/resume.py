@@ -229,7 +229,7 @@ def check_record(directory: RunDirectory) -> None:
     (one RunError line otherwise, and nothing is written)."""
     from rl_hydra.runs.metrics import Differs, read_metrics
     from rl_hydra.runs.provenance import read_sessions, running_misfit
-    from rl_hydra.runs.trust import read_choices, read_overrides
+    from rl_hydra.runs.run_dir import read_choices, read_overrides
 
     sessions = read_sessions(directory)
     summary = directory.read_summary() or {}

@@ -81,8 +81,7 @@ def run_dirs(root: Path) -> list[Path]:
 def overrides_of(run_dir: Path) -> dict[str, str]:
     """The run's overrides other than seed, by key. A resume appends its `key=value`s to
     overrides.yaml, so a key can come more than once: the last one is what the run ended with."""
-    from rl_hydra.runs.run_dir import RunDirectory
-    from rl_hydra.runs.trust import read_overrides
+    from rl_hydra.runs.run_dir import RunDirectory, read_overrides
 
     by_key = {o.split("=", 1)[0].lstrip("+~"): o for o in read_overrides(RunDirectory(run_dir))}
     by_key.pop("seed", None)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl_hydra.runs import trust
+from rl_hydra.runs import data
 from rl_hydra.runs.checkpoint import check_checkpoint  # noqa: F401 - its home was here
 from rl_hydra.runs.data import load_json_object
 from rl_hydra.runs.errors import RunError
@@ -281,20 +281,20 @@ class RunDirectory:
         """The option the run chose for a config group (`algo=iqn` -> "iqn"), from .hydra/hydra.yaml,
         read once (a run's later summaries name what it began with, whatever happens to the file)."""
         if self.choices is None:
-            self.choices = trust.read_choices(self)  # None until a launch has written it
+            self.choices = read_choices(self)  # None until a launch has written it
         return (self.choices or {}).get(group)
 
     def recorded_overrides(self) -> list[str]:
         """.hydra/overrides.yaml's command-line overrides, read once ([] without the file)."""
         if self.overrides is None:
-            self.overrides = trust.read_overrides(self)
+            self.overrides = read_overrides(self)
         return self.overrides
 
     def read_hydra_record(self) -> None:
         """Read what a launch uses of an existing .hydra/ now (the choices, the overrides), so that
         nothing after the lock is taken reads it: a file swapped there later cannot refuse a run
         that has begun writing."""
-        self.choices = trust.read_choices(self) or {}
+        self.choices = read_choices(self) or {}
         self.recorded_overrides()
 
     def identity(self, cfg, algo_name: str | None = None) -> dict[str, Any]:
@@ -622,3 +622,30 @@ def describe_holder(text: str) -> str:
         return f"pid {holder['pid']} on host {holder['host']}, since {holder['since']}"
     except (ValueError, KeyError, TypeError):
         return "a process that has not yet said which"
+
+
+def read_overrides(directory: RunDirectory) -> list[str]:
+    """.hydra/overrides.yaml: the command lines' overrides, a list of text ([] without the file)."""
+    path = directory.hydra / "overrides.yaml"
+    if not path.is_file():
+        return []
+    overrides = data.load_yaml(path, directory)
+    if overrides is None:
+        return []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise RunError(f"{path} is not a list of overrides (key=value text), as a run writes there")
+    return overrides
+
+
+def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
+    """The config-group choices in .hydra/hydra.yaml (`algo: iqn`), as data; None without the file."""
+    path = directory.hydra / "hydra.yaml"
+    if not path.is_file():
+        return None
+    tree = data.load_yaml(path, directory)
+    hydra = tree.get("hydra") if isinstance(tree, dict) else None
+    runtime = hydra.get("runtime") if isinstance(hydra, dict) else None
+    choices = runtime.get("choices") if isinstance(runtime, dict) else None
+    if not isinstance(choices, dict) or not all(isinstance(v, (str, type(None))) for v in choices.values()):
+        raise RunError(f"{path} has no mapping of config-group choices under hydra.runtime.choices")
+    return choices

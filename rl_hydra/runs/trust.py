@@ -247,30 +247,3 @@ def read_value(value: Any, source: Path, key: str, extra: Iterable[str] = ()) ->
     data.check_no_interpolation(value, source, (key,))
     check_targets(value, source, extra, tuple(key.split(".")))
     return value
-
-
-def read_overrides(directory: RunDirectory) -> list[str]:
-    """.hydra/overrides.yaml: the command lines' overrides, a list of text ([] without the file)."""
-    path = directory.hydra / "overrides.yaml"
-    if not path.is_file():
-        return []
-    overrides = data.load_yaml(path, directory)
-    if overrides is None:
-        return []
-    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-        raise RunError(f"{path} is not a list of overrides (key=value text), as a run writes there")
-    return overrides
-
-
-def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
-    """The config-group choices in .hydra/hydra.yaml (`algo: iqn`), as data; None without the file."""
-    path = directory.hydra / "hydra.yaml"
-    if not path.is_file():
-        return None
-    tree = data.load_yaml(path, directory)
-    hydra = tree.get("hydra") if isinstance(tree, dict) else None
-    runtime = hydra.get("runtime") if isinstance(hydra, dict) else None
-    choices = runtime.get("choices") if isinstance(runtime, dict) else None
-    if not isinstance(choices, dict) or not all(isinstance(v, (str, type(None))) for v in choices.values()):
-        raise RunError(f"{path} has no mapping of config-group choices under hydra.runtime.choices")
-    return choices

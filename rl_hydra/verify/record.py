@@ -17,7 +17,7 @@ from rl_hydra.commands.resume import RESUMABLE
 from rl_hydra.runs.metrics import Differs, Metrics, finite, read_metrics  # noqa: F401 - verify's names
 from rl_hydra.runs.provenance import read_sessions, running_misfit  # noqa: F401 - verify's names
 from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
-from rl_hydra.runs.trust import read_choices as read_hydra_choices
+from rl_hydra.runs.run_dir import read_choices as read_hydra_choices
 from rl_hydra.runs.trust import read_config, read_value
 from rl_hydra.schema.evaluate import CHECKPOINTS
 
