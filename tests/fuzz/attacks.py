@@ -78,7 +78,7 @@ MLFLOW = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": "h
 WANDB = {"_target_": "rl_hydra.loggers.wandb.WandbLogger", "mode": "online", "project": "x", "entity": "y", "tags": []}
 MLFLOW_LOCAL = {"_target_": "rl_hydra.loggers.mlflow.MLflowLogger", "tracking_uri": None, "experiment": "x"}
 WANDB_OFFLINE = {**WANDB, "mode": "offline", "entity": None}
-GIF = "eval/videos/best_seed0.gif"  # what evaluate video=true writes for the best checkpoint at seed 0
+GIF = "eval/videos/last_seed0.gif"  # what evaluate video=true writes for the last checkpoint at seed 0
 WEIGHT = "agent/q_net/net.0.weight"
 LEGACY = yaml.safe_dump({"algo": PLANTED_TARGET, "env": {"id": "CartPole-v1"}, "train": {}})
 

@@ -67,6 +67,7 @@ WRITES = {
 }
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROC_FD = re.compile(r"/proc/\d+/fd")  # a process's descriptors, each a link to what it has open
+IN_HANDLE = re.compile(r"(?P<folder>/proc/(?:self|\d+)/fd/\d+)/(?P<rest>[^/]+)")  # one name below a handle
 SCRATCH = "rl-hydra-verify-"  # the verify command's own scratch directory, in the temp dir
 
 
@@ -250,6 +251,14 @@ class Guard:
                 self.check_place(name, os.path.join(folder, path))
                 return
             path = os.path.join(folder, path)
+        handle = IN_HANDLE.fullmatch(path)
+        if handle is not None and not (follow and os.path.islink(path)):  # a name in a handle's folder
+            try:
+                folder = os.readlink(handle["folder"])  # the kernel's name, not looked up again by path
+            except OSError:
+                return  # not an open folder: the call itself fails
+            self.check_place(name, os.path.join(folder, handle["rest"]))
+            return
         if follow:
             where = os.path.realpath(path)
         else:  # the entry itself, not what a link at it points to

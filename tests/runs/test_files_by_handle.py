@@ -98,7 +98,7 @@ def test_a_folder_named_like_a_temp_file_is_left_alone(run_dir, monkeypatch):
 def test_a_hard_linked_gif_is_replaced_not_written_through(run_dir, outside):
     """Finding 1: PIL saved the GIF in place, into the outside file it was a second name of."""
     pytest.importorskip("pygame")
-    gif = run_dir / "eval" / "videos" / "best_seed0.gif"
+    gif = run_dir / "eval" / "videos" / "last_seed0.gif"
     gif.parent.mkdir(parents=True)
     os.link(outside, gif)
     assert evaluate_main([f"run_dir={run_dir}", "episodes=1", "video=true"]) == 0
@@ -107,11 +107,11 @@ def test_a_hard_linked_gif_is_replaced_not_written_through(run_dir, outside):
 
 
 def test_a_gif_linked_to_the_checkpoint_replaces_the_link(run_dir):
-    """Finding 7: `best_seed0.gif -> ../../checkpoints/last.pt` made evaluate write a GIF over last.pt."""
+    """Finding 7: `last_seed0.gif -> ../../checkpoints/last.pt` made evaluate write a GIF over last.pt."""
     pytest.importorskip("pygame")
     last = run_dir / "checkpoints" / "last.pt"
     checkpoint = last.read_bytes()
-    gif = run_dir / "eval" / "videos" / "best_seed0.gif"
+    gif = run_dir / "eval" / "videos" / "last_seed0.gif"
     gif.parent.mkdir(parents=True)
     gif.symlink_to("../../checkpoints/last.pt")
     assert evaluate_main([f"run_dir={run_dir}", "episodes=1", "video=true"]) == 0
