@@ -1,16 +1,20 @@
-"""Build a run's parts from a composed config: the agent, env and buffer, the process-wide settings a
-run holds while it trains, and the settings its loop is told. Below both rl_hydra/training.py (one
-process) and rl_hydra/distributed/ (Ray actors and the learner), so that imports only run downward."""
+"""Build a run from a composed config: `build_runner` puts its parts (the agent, where its experience
+comes from, the settings its loop is told) into the one Runner, for every way a run starts (a launch, a
+resume, verify's prefix, a distributed learner); and the process-wide settings a run holds while it
+trains. Below both rl_hydra/training.py (one process) and rl_hydra/distributed/ (Ray actors and the
+learner), so that imports only run downward."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -25,9 +29,15 @@ from rl_hydra.buffers.device import build_on_device
 from rl_hydra.config import ConfigError, run_updates
 from rl_hydra.envs import make_env
 from rl_hydra.fit import algo_options, check_fit, import_class
+from rl_hydra.loops.experience import Experience, LocalExperience
+from rl_hydra.loops.runner import Runner
 from rl_hydra.loops.settings import RunSettings
-from rl_hydra.protocols import Agent
+from rl_hydra.protocols import Agent, Capabilities
 from rl_hydra.runs.rng import spawn_seeds
+from rl_hydra.runs.run_dir import RunDirectory
+
+# {"observation_space": ..., "action_space": ...}: what an agent and a buffer are built for
+Spaces = dict[str, gym.Space]
 
 
 def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
@@ -214,27 +224,67 @@ def agent_node(cfg: DictConfig) -> DictConfig:
     return trimmed.algo
 
 
-def build_components(cfg: DictConfig, device: torch.device):
-    """(agent, env, buffer) for a validated config, once the groups are known to fit (rl_hydra/fit.py)."""
-    seeds = spawn_seeds(cfg.seed)  # one stream each: the agent's is spawned in AgentRecipe.build
-    env = make_env(cfg.env, seed=seeds.env)
-    spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
+def build_runner(
+    cfg: DictConfig,
+    run_dir: str | Path | RunDirectory,
+    device: torch.device,
+    stop_after: int | None = None,
+    remote: Callable[[Agent, Spaces], Experience] | None = None,
+) -> Runner:
+    """The run `cfg` describes, ready to train into `run_dir` (its config validated: rl_hydra/config.py).
+    Its experience is this process's env and buffer, or what `remote(agent, spaces)` gives (a
+    distributed learner's actors and replay). `stop_after`: the Runner ends there (verify's prefix)."""
+    if remote is None:
+        agent, env, buffer = build_components(cfg, device)
+        experience: Experience = LocalExperience(env, buffer)
+    else:
+        env = make_env(cfg.env, seed=spawn_seeds(cfg.seed).env)
+        agent, spaces, _ = fitted_agent(cfg, env, device)
+        env.close()  # it told the spaces; the actors make their own
+        experience = remote(agent, spaces)
+    return Runner(run_settings(cfg, agent), agent, experience, run_dir, stop_after)
+
+
+def build_components(cfg: DictConfig, device: torch.device) -> tuple[Agent, Any, Any]:
+    """(agent, env, buffer) of a run in this process: what its Runner is given, for a caller that
+    drives them itself (a benchmark, a test)."""
+    env = make_env(cfg.env, seed=spawn_seeds(cfg.seed).env)
+    agent, spaces, capabilities = fitted_agent(cfg, env, device)
+    return agent, env, build_buffer(cfg, spaces, env.num_envs, device, capabilities)
+
+
+def fitted_agent(cfg: DictConfig, env: Any, device: torch.device) -> tuple[Agent, Spaces, Capabilities]:
+    """The agent for `env`'s spaces, once the config's groups are known to fit them (rl_hydra/fit.py),
+    compiled with `compile=true`; the spaces, and its capabilities."""
+    spaces: Spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
     capabilities = check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
     agent = build_agent(cfg, **spaces, device=device)
-    # a transition buffer builds the discounted n-step returns; a recurrent agent sums them over its sequences
+    if cfg.compile:
+        compile_agent(agent)
+    return agent, spaces, capabilities
+
+
+def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.device, capabilities: Capabilities):
+    """The replay buffer, for `num_envs` envs. A transition buffer builds the discounted n-step returns;
+    a recurrent agent sums them over its sequences."""
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
     if cfg.buffer.get("beta_steps") == "auto":  # prioritized replay anneals beta over the run's updates
         returns["beta_steps"] = run_updates(
             cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
         )
-    buffer = build_on_device(
+    return build_on_device(
         lambda storage: build(
-            cfg.buffer, "buffer", **spaces, num_envs=env.num_envs, device=storage, seed=seeds.buffer, **returns
+            cfg.buffer,
+            "buffer",
+            **spaces,
+            num_envs=num_envs,
+            device=storage,
+            seed=spawn_seeds(cfg.seed).buffer,
+            **returns,
         ),
         cfg.buffer.get("device", "auto"),
         device,
     )
-    return agent, env, buffer
 
 
 def cfg_choice(cfg: DictConfig, group: str) -> str:

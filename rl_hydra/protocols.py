@@ -24,6 +24,17 @@ ObservationTensor: TypeAlias = "torch.Tensor | dict[str, torch.Tensor]"
 """The same on the agent's device (algos/common.py observation_tensor), as its networks read it."""
 
 
+class Update(NamedTuple):
+    """What `Agent.update` returns."""
+
+    metrics: Mapping[str, Any]
+    """`metric_names` -> float or 0-d tensor (tensors are read lazily: a NaN or inf in any of them
+    stops the run with TrainingDiverged)."""
+
+    priorities: torch.Tensor | None = None
+    """(B,) the batch's new priorities, from an agent whose `capabilities.prioritized`; else None."""
+
+
 class Batch(NamedTuple):
     """What a transition buffer's `sample_batches` yields and a feed-forward agent's `update` takes."""
 
@@ -135,11 +146,10 @@ class Agent(Protocol):
         an episode's start. An agent that returns a state other than None is also CarriesState;
         others return it unchanged."""
 
-    def update(self, batch: Any) -> dict[str, Any]:
+    def update(self, batch: Any) -> Update:
         """One gradient step on a batch from the buffer's `sample_batches`; owns its schedules and
-        target syncs. Returns `metric_names` -> float or 0-d tensor (tensors are read lazily: a NaN
-        or inf in any of them stops the run with TrainingDiverged), plus "priorities" when
-        `capabilities.prioritized` (the loop hands them to a prioritized buffer; not a metric)."""
+        target syncs. Returns its metrics and, when `capabilities.prioritized`, the batch's new
+        priorities (the Runner hands them to a prioritized buffer)."""
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, target networks, optimizers, counters,

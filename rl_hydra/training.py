@@ -10,52 +10,13 @@ from typing import Any, Protocol
 import torch
 from omegaconf import DictConfig
 
-from rl_hydra import distributed
-from rl_hydra.build import (
-    AgentRecipe,
-    ProcessSettings,
-    agent_node,
-    algos_that_compile,
-    build,
-    build_agent,
-    build_components,
-    cfg_choice,
-    check_widths_fit,
-    compile_agent,
-    compiles,
-    flushes_denormals,
-    process_settings,
-    run_settings,
-    seed_everything,
-)
+from rl_hydra.build import build_runner, check_widths_fit, process_settings
 from rl_hydra.config import resolve_device
+from rl_hydra.distributed.settings import requested as distributed_requested
 from rl_hydra.loops import off_policy, recurrent, session
 from rl_hydra.loops.runner import Runner
 from rl_hydra.protocols import Agent
 from rl_hydra.runs.run_dir import RunDirectory
-
-# the build helpers live in rl_hydra/build.py (below this module and rl_hydra/distributed); named here too
-__all__ = [
-    "AgentRecipe",
-    "ProcessSettings",
-    "agent_node",
-    "algos_that_compile",
-    "build",
-    "build_agent",
-    "build_components",
-    "cfg_choice",
-    "check_widths_fit",
-    "compile_agent",
-    "compiles",
-    "first_update_step",
-    "flushes_denormals",
-    "pick_loop",
-    "process_settings",
-    "run",
-    "run_settings",
-    "seed_everything",
-    "warn_if_few_updates",
-]
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +95,12 @@ def run(
     """
     device = resolve_device(cfg.device)
     directory = RunDirectory.of(run_dir)  # a launch's own object: what it read before the lock is not read again
-    if distributed.requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
+    if distributed_requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
         if resume:  # widths the checkpoint cannot hold are refused before the learner builds them
             check_widths_fit(cfg, directory.load_checkpoint("last")["agent"], directory.checkpoints / "last.pt")
-        return distributed.run(cfg, directory, device, resume, on_ready, stop_after)
+        from rl_hydra.distributed.learner import run as learn  # Ray and the learner only for such a run
+
+        return learn(cfg, directory, device, resume, on_ready, stop_after)
     with process_settings(cfg):
         return _run(cfg, directory, device, resume, on_ready, stop_after)
 
@@ -148,10 +111,8 @@ def _run(
     checkpoint = run_dir.load_checkpoint("last") if resume else None
     if checkpoint is not None:  # widths the checkpoint cannot hold are refused before they are built
         check_widths_fit(cfg, checkpoint["agent"], run_dir.checkpoints / "last.pt")
-    agent, env, buffer = build_components(cfg, device)
-    if cfg.get("compile", False):
-        compile_agent(agent)
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, run_dir, stop_after=stop_after)
+    runner = build_runner(cfg, run_dir, device, stop_after)
+    agent = runner.agent
     if checkpoint is not None:
         session.restore(runner, checkpoint, run_dir.checkpoints / "last.pt")
     if on_ready is not None:

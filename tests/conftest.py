@@ -152,7 +152,7 @@ def stop_at(monkeypatch, step: int) -> None:
     record_step = Runner.record_step
 
     def stop_once_reached(self):
-        if self.global_step + self.env.num_envs >= step:
+        if self.global_step + self.local.env.num_envs >= step:
             self.stop_requested = True
         record_step(self)
 

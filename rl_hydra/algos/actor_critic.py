@@ -24,7 +24,7 @@ from rl_hydra.algos.common import bounded_box, make_optimizer, observation_tenso
 from rl_hydra.losses import temperature_loss
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Observation
+from rl_hydra.protocols import Batch, Observation, Update
 from rl_hydra.runs.rng import restore_generator
 
 NetworkFactories = Mapping[str, Callable[..., nn.Module]]
@@ -201,13 +201,13 @@ class SoftActorCritic(ActorCritic):
         return torch.randn(shape, generator=self.generator, device=self.device)
 
     # --- the update ---------------------------------------------------------------------
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update(self, batch: Batch) -> Update:
         self.exploration_noise = None  # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
         if self.updates % self.policy_delay == 0:  # the 1st, (1 + d)-th, ... update
             self.last_actor_metrics = self.update_actor_and_alpha(self.features(batch.obs))
         self.updates += 1
-        return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
+        return Update({**metrics, **self.last_actor_metrics, "alpha": self.alpha})
 
     def critic_draws(self, batch_size: int) -> tuple[torch.Tensor, ...]:
         """The random draws `critic_loss` takes after the batch: the next actions' noise (B, A) or gSDE's (F, A)."""

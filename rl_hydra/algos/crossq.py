@@ -26,7 +26,7 @@ from torch import nn
 from rl_hydra.algos.actor_critic import SoftActorCritic
 from rl_hydra.losses import bellman_target, ensemble_mse, soft_actor_loss, soft_value
 from rl_hydra.networks.batch_renorm import batch_statistics
-from rl_hydra.protocols import Batch, Capabilities
+from rl_hydra.protocols import Batch, Capabilities, Update
 
 
 # --- the math -------------------------------------------------------------------------
@@ -62,13 +62,13 @@ class CrossQ(SoftActorCritic):
         """`*args`, `**keys`: the family's (algos/actor_critic.py); the keys' ranges: rl_hydra/schema/algos.py."""
         super().__init__(*args, critic_shape=(ensemble_size,), **keys)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update(self, batch: Batch) -> Update:
         self.exploration_noise = None  # gSDE: the next env step explores with a new matrix
         metrics = self.update_critics(batch)
         self.updates += 1
         if self.updates % self.policy_delay == 0:  # the d-th, 2d-th, ... update (as the paper's code, sb3-contrib)
             self.last_actor_metrics = self.update_actor_and_alpha(self.features(batch.obs))
-        return {**metrics, **self.last_actor_metrics, "alpha": self.alpha}
+        return Update({**metrics, **self.last_actor_metrics, "alpha": self.alpha})
 
     def critic_loss(
         self, batch: Batch, next_noise: torch.Tensor, alpha: torch.Tensor

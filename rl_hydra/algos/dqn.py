@@ -27,7 +27,7 @@ from rl_hydra.networks.acting import argmax_actions
 from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor
+from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor, Update
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class DQN:
         """argmax_a of `action_values` for each row of `obs` (n, ...) -> (n,)."""
         return argmax_actions(self.action_values, observation_tensor(obs, self.device))
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor | float]:
+    def update(self, batch: Batch) -> Update:
         if self.lr_factor.start != self.lr_factor.end:
             factor = self.lr_factor(self.explore_steps)
             for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs):
@@ -168,10 +168,7 @@ class DQN:
         if self.updates % self.target_update_every == 0:
             update_target(self.target_net, self.q_net, self.tau)
         # epsilon: a float, no tensor to build
-        metrics: dict[str, torch.Tensor | float] = {"loss": loss, **step_metrics, "epsilon": self.epsilon}
-        if priorities is not None:  # read by a prioritized buffer, not a metric
-            metrics["priorities"] = priorities
-        return metrics
+        return Update({"loss": loss, **step_metrics, "epsilon": self.epsilon}, priorities)
 
     def gradient_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One optimizer step on the batch's loss; (loss, priorities, metrics) as `loss` gives them.

@@ -23,7 +23,7 @@ from rl_hydra.algos.actor_critic import ActorCritic
 from rl_hydra.algos.common import observation_tensor
 from rl_hydra.losses import bellman_target, ensemble_mse
 from rl_hydra.networks.actor_critic import DeterministicActor
-from rl_hydra.protocols import Batch, Capabilities, Observation
+from rl_hydra.protocols import Batch, Capabilities, Observation, Update
 
 
 # --- the math -------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class TD3(ActorCritic):
         ended = torch.as_tensor(episode_start, dtype=torch.bool, device=ou.device)[:, None]  # (n, 1)
         return (ou.masked_fill(ended, 0.0),)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update(self, batch: Batch) -> Update:
         # the random draws happen here, so that critic_loss is a pure function (compile=true)
         smoothing = torch.randn(
             (batch.rewards.shape[0], self.action_dim), generator=self.generator, device=self.device
@@ -118,7 +118,9 @@ class TD3(ActorCritic):
             self.step_actor(actor_loss)
             self.update_targets()
             self.last_actor_metrics = {"actor_loss": actor_loss.detach()}
-        return {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(), **self.last_actor_metrics}
+        return Update(
+            {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(), **self.last_actor_metrics}
+        )
 
     def critic_loss(self, batch: Batch, smoothing: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both critics' summed MSE to r + gamma * (1 - terminated) * min_i Q'_i(s', a~'), a~' the smoothed

@@ -128,7 +128,7 @@ class ReplayBuffer:
     """Holds the last `capacity` transitions; `add` takes one row per vector env.
 
     `n_step` and `gamma` are the run's `algo.n_step` and `algo.gamma`, handed here and not to a
-    feed-forward agent (training.build_components), which learns from the returns and discounts its
+    feed-forward agent (build.build_components), which learns from the returns and discounts its
     batches carry. A row is drawn only once its next n - 1 steps are stored.
     """
 

@@ -25,7 +25,7 @@ class Run:
     """`cfg`, `agent`, `summary`, plus `predict` and `evaluate`, for one run directory."""
 
     def __init__(self, path: str | Path, checkpoint: str = "best", device: str = "cpu", trust: Iterable[str] = ()):
-        from rl_hydra.training import build_agent, check_widths_fit
+        from rl_hydra.build import build_agent, check_widths_fit
 
         self.path = Path(path)
         self.directory = RunDirectory(self.path)

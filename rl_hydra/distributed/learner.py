@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.device import to_device
-from rl_hydra.build import build_agent, cfg_choice, compile_agent, process_settings, run_settings
+from rl_hydra.build import build_runner, cfg_choice, process_settings
 from rl_hydra.config import ConfigError
 from rl_hydra.distributed.actor import network_weights
 from rl_hydra.distributed.cluster import Cluster, ClusterFault
@@ -39,11 +39,9 @@ from rl_hydra.distributed.settings import (
     require_ray,
     sequence_priorities,
 )
-from rl_hydra.envs import make_env
-from rl_hydra.fit import check_fit, import_class
+from rl_hydra.fit import import_class
 from rl_hydra.loops import session
 from rl_hydra.loops.monitor import EpisodeStats, StopRequested
-from rl_hydra.loops.runner import Runner
 from rl_hydra.runs import provenance
 from rl_hydra.runs.run_dir import RunDirectory, RunError, resume_command
 
@@ -150,23 +148,21 @@ class Learner:
                 f"distributed=apex runs the Q family (algo=dqn, qr_dqn, iqn, c51, rainbow; drqn as "
                 f"R2D2), not algo={cfg_choice(cfg, 'algo')}; use distributed=none"
             )
-        env = make_env(cfg.env, seed=cfg.seed)
-        self.spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
-        env.close()
-        check_fit(cfg, env.single_action_space, lambda group: cfg_choice(cfg, group))
-        agent: Any = build_agent(cfg, **self.spaces, device=device)
-        self.agent = agent
-        if cfg.get("compile", False):
-            compile_agent(agent)
-        self.recurrent = agent.capabilities.recurrent
+        self.runner = build_runner(cfg, run_dir, device, remote=lambda agent, spaces: self.remote(cfg, agent, spaces))
+        self.agent: Any = self.runner.agent
+
+    def remote(self, cfg: DictConfig, agent: Any, spaces: dict[str, Any]) -> RemoteExperience:
+        """The Runner's experience: the actors' and replay shards' (`build_runner`'s `remote`)."""
+        self.spaces, self.recurrent = spaces, agent.capabilities.recurrent
         # R2D2's sequences always; transitions where the run's buffer draws by priority (buffer=prioritized)
         buffer_class = import_class(cfg.buffer._target_, "buffer._target_")
         self.prioritized = self.recurrent or callable(getattr(buffer_class, "update_priorities", None))
+        settings = self.settings
         self.replay_ratio, self.min_replay_ratio = replay_ratios(settings, agent.train_every, agent.gradient_steps)
         # Ray last: a config it cannot run is refused above whether Ray is installed or not
         self.cluster = Cluster(require_ray(), settings, RunParts.of(cfg), self.recurrent, self.prioritized)
         self.experience = RemoteExperience(self.cluster, settings.actors)
-        self.runner = Runner(run_settings(cfg, agent), agent, None, None, run_dir, experience=self.experience)
+        return self.experience
 
     # --- training ---------------------------------------------------------------------
     def train(self, resume: bool, on_ready: Callable[[int, torch.device], None] | None) -> dict[str, Any]:
@@ -265,14 +261,12 @@ class Learner:
         i, sample = drawn
         batch, rows = sample if self.recurrent else (sample, sample.indices)
         batch = to_device(as_tensors(batch), self.device)
-        metrics = self.agent.update(batch)
-        priorities = metrics.pop("priorities", None)
+        priorities = self.runner.update(batch)
         if priorities is not None and self.prioritized:
             if self.recurrent:
                 priorities = sequence_priorities(priorities, self.agent.counted(batch), self.settings.priority_eta)
             # kept on the device until the next sample request; a copy, as a CUDA-graphed step reuses its outputs
             self.cluster.send_priorities(i, np.asarray(rows), priorities.detach().clone())
-        self.runner.record_update(metrics)
         if self.agent.updates % self.settings.publish_every == 0:
             self.publish()
         return True

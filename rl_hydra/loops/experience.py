@@ -38,6 +38,8 @@ class LocalExperience:
         self.env, self.buffer = env, buffer
         self.rollout = Rollout(env)
         self.episodes = self.rollout.episodes
+        # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
+        self.update_priorities = getattr(buffer, "update_priorities", None)
 
     def row(self, step: int, updates: int) -> dict[str, Any]:  # noqa: ARG002
         return {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -68,10 +69,10 @@ class UpdateMonitor:
 
     def __init__(self, agent_on_cpu: bool, hint: str):
         self.agent_on_cpu, self.hint = agent_on_cpu, hint
-        self.latest: dict[str, Any] = {}
+        self.latest: Mapping[str, Any] = {}
         self._first_bad_update: torch.Tensor | None = None  # on the device: -1, or the first bad update
 
-    def record(self, metrics: dict[str, Any], update: int, step: int) -> None:
+    def record(self, metrics: Mapping[str, Any], update: int, step: int) -> None:
         self.latest = metrics
         # one float sum: a NaN or inf anywhere makes it non-finite, with one conversion per metric
         on_host = list(metrics) if self.agent_on_cpu else [k for k, v in metrics.items() if is_on_host(v)]

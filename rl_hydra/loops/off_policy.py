@@ -14,7 +14,7 @@ from rl_hydra.protocols import CarriesState
 
 
 def loop(runner: Runner) -> None:
-    agent, buffer, rollout = runner.agent, runner.buffer, runner.rollout
+    agent, buffer, rollout = runner.agent, runner.local.buffer, runner.local.rollout
     action_space = rollout.env.action_space
     rollout.start()
     while not runner.done:

@@ -16,8 +16,8 @@ from rl_hydra.protocols import RecurrentAgent, SequenceBuffer
 
 def loop(runner: Runner) -> None:
     # the run was built for a recurrent agent and a sequence buffer (fit.py checks capabilities.recurrent)
-    agent, buffer = cast(RecurrentAgent, runner.agent), cast(SequenceBuffer, runner.buffer)
-    rollout = runner.rollout
+    agent, buffer = cast(RecurrentAgent, runner.agent), cast(SequenceBuffer, runner.local.buffer)
+    rollout = runner.local.rollout
     action_space = rollout.env.action_space
     rollout.start()
     if rollout.actor_state is None:  # fresh episodes: no state, and no chunk, carries over

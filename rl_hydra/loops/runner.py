@@ -4,7 +4,7 @@ this one says when each runs.
 
 A loop only acts and fills the buffer. After each vector step it calls `run_due_updates`
 (the training phase, when one falls due) and then `record_step`. A distributed run's learner drives
-the same Runner over its remote experience (loops/experience.py): it calls `record_update` and `record_steps`.
+the same Runner over its remote experience (loops/experience.py): it calls `update` and `record_steps`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -24,7 +24,7 @@ from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonito
 from rl_hydra.loops.reporting import Reporter
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.loops.settings import RunSettings
-from rl_hydra.protocols import Agent, Buffer
+from rl_hydra.protocols import Agent
 from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -34,32 +34,23 @@ __all__ = ["Runner", "StopRequested", "TrainingDiverged"]
 
 
 class Runner:
-    """`settings`: what the run's config says of the loop (loops/settings.py, built by rl_hydra.build).
-    One process passes its `env` and `buffer`; a distributed learner passes its `experience` instead."""
+    """`settings`: what the run's config says of the loop (loops/settings.py); `experience`: where the
+    transitions come from, this process's env and buffer (LocalExperience) or a distributed run's
+    actors. Built by rl_hydra.build.build_runner, for every way a run starts."""
 
     def __init__(
         self,
         settings: RunSettings,
         agent: Agent,
-        env,
-        buffer: Buffer | None,
+        experience: Experience,
         run_dir: str | Path | RunDirectory,
         stop_after: int | None = None,
-        *,
-        experience: Experience | None = None,
     ):
-        self.settings, self.agent, self.env = settings, agent, env
-        self.buffer = cast(Buffer, buffer)  # None for a distributed learner, which never reads it
+        self.settings, self.agent, self.experience = settings, agent, experience
         self.run_dir = RunDirectory.of(run_dir)  # the launch's own: what it has read of the record, it keeps
         self.schedule = Schedule(
             settings.total_steps, settings.eval_every, settings.log_every, settings.checkpoint_every
         )
-        if experience is None:
-            local = LocalExperience(env, self.buffer)
-            self.rollout, experience = local.rollout, local
-        self.experience: Experience = experience
-        # a prioritized buffer's (protocols.PrioritizedBuffer): each update's new priorities go back to it
-        self.update_priorities = getattr(buffer, "update_priorities", None)
         self.monitor = UpdateMonitor(
             torch.device(getattr(agent, "device", "cpu")).type == "cpu", settings.divergence_hint
         )
@@ -105,32 +96,35 @@ class Runner:
             due, self.pending = self.pending, None
             self._on_due(due)
 
+    @property
+    def local(self) -> LocalExperience:
+        """The env, buffer and rollout of a run in this process (the loops'; a distributed learner has none)."""
+        assert isinstance(self.experience, LocalExperience), "a distributed learner's Runner has no env or buffer"
+        return self.experience
+
     # --- called by the loops ----------------------------------------------------------
     def run_due_updates(self) -> None:
         """The training phases that the vector step being taken falls due for, each of
-        `agent.gradient_steps` updates on freshly sampled batches."""
-        agent, buffer = self.agent, self.buffer
-        phases = self.schedule.phases_due(agent, self.env.num_envs)
-        if phases and len(buffer):
-            for batch in buffer.sample_batches(agent.batch_size, phases * agent.gradient_steps):
-                self.update_on(batch)
+        `agent.gradient_steps` updates on freshly sampled batches. A prioritized buffer
+        (protocols.PrioritizedBuffer) gets each batch's new priorities before it draws the next."""
+        agent, local = self.agent, self.local
+        phases = self.schedule.phases_due(agent, local.env.num_envs)
+        if phases and len(local.buffer):
+            for batch in local.buffer.sample_batches(agent.batch_size, phases * agent.gradient_steps):
+                priorities = self.update(batch)
+                if local.update_priorities is not None:
+                    local.update_priorities(batch.indices, priorities)
 
-    def update_on(self, batch) -> None:
-        """One update: a prioritized buffer gets the batch's new priorities (before the next batch
-        is drawn), and the metrics are kept."""
-        metrics = self.agent.update(batch)
-        priorities = metrics.pop("priorities", None)
-        if self.update_priorities is not None:
-            self.update_priorities(batch.indices, priorities)
-        self.record_update(metrics)
-
-    def record_update(self, metrics: dict[str, Any]) -> None:
-        """Keep an update's metrics; a NaN or infinite one stops the run (TrainingDiverged)."""
-        self.monitor.record(metrics, self.agent.updates, self.global_step)
+    def update(self, batch) -> torch.Tensor | None:
+        """One update of the agent: its metrics kept (a NaN or infinite one stops the run with
+        TrainingDiverged), the batch's new priorities returned (None unless the agent is prioritized)."""
+        update = self.agent.update(batch)
+        self.monitor.record(update.metrics, self.agent.updates, self.global_step)
+        return update.priorities
 
     def record_step(self) -> None:
         """Account for the vector step just taken and run whatever falls due."""
-        self.record_steps(self.env.num_envs)
+        self.record_steps(self.local.env.num_envs)
 
     def record_steps(self, steps: int) -> None:
         """Account for `steps` env steps (a vector step's, or an actor's round) and run whatever falls due."""

@@ -25,9 +25,9 @@ from types import SimpleNamespace
 import yaml
 from omegaconf import DictConfig
 
-from rl_hydra import distributed
 from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from rl_hydra.config import ConfigError, check_int, validate_run_config
+from rl_hydra.distributed.settings import requested as distributed_requested
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
 from rl_hydra.verify.compare import (
     compare_checkpoints,
@@ -79,7 +79,7 @@ def verify_run(run_dir: str | Path, steps: int | str | None = None, rtol: float 
     sessions = read_sessions(directory)
     try:
         segments = config_segments(directory, sessions)
-        if distributed.requested(segments[0].cfg):
+        if distributed_requested(segments[0].cfg):
             kind = segments[0].cfg.distributed.name
             raise RunError(
                 f"{directory.path} is a distributed run (distributed={kind}): its actors race each other, "

@@ -41,18 +41,16 @@ def measure(overrides: list[str], updates: int, rounds: int) -> dict:
     import numpy as np
     import torch
 
+    from rl_hydra.build import build_components, process_settings
     from rl_hydra.commands.api import compose_train_config
     from rl_hydra.config import resolve_device, validate_run_config
-    from rl_hydra.training import build_components, compile_agent, process_settings
 
     cfg = compose_train_config(*overrides)
     validate_run_config(cfg)
     device = resolve_device(cfg.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with process_settings(cfg):
-        agent, env, buffer = build_components(cfg, device)
-        if cfg.get("compile", False):
-            compile_agent(agent)
+        agent, env, buffer = build_components(cfg, device)  # compiled with compile=true
         n = env.num_envs
         obs, _ = env.reset(seed=[cfg.seed + i for i in range(n)])
         state = {"obs": obs}

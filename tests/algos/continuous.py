@@ -9,7 +9,7 @@ import torch
 from hydra.utils import instantiate
 
 from rl_hydra.buffers.replay import Batch
-from rl_hydra.training import agent_node
+from rl_hydra.build import agent_node
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
 # asymmetric bounds, so a missed rescaling shows

@@ -80,7 +80,7 @@ def weight_sum(module: torch.nn.Module) -> float:
 def fingerprint(agent) -> list[float]:
     metrics: dict[str, torch.Tensor] = {}
     for step in range(4):
-        metrics = agent.update(random_batch(16, seed=step))
+        metrics = agent.update(random_batch(16, seed=step)).metrics
     obs = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     actions, state = agent.act(obs, None, explore=True)
     actions_again, _ = agent.act(obs, state, explore=True)  # TD3's Ornstein-Uhlenbeck state carried

@@ -111,13 +111,12 @@ def test_update_lowers_the_cross_entropy_and_returns_it_as_priorities():
     torch.manual_seed(0)
     agent = make_c51(batch_size=32, target_update_every=10_000)
     batch = filled_buffer().sample(32)
-    first = agent.update(batch)
-    priorities = first.pop("priorities")
+    first, priorities = agent.update(batch)
     assert tuple(first) == agent.metric_names and priorities.shape == (32,) and bool((priorities > 0).all())
     # the loss is the importance-weighted mean of the per-sample cross-entropies
     torch.testing.assert_close(first["loss"], priorities.mean())
     for _ in range(50):
-        last = agent.update(batch)
+        last = agent.update(batch).metrics
     assert float(last["loss"]) < float(first["loss"])
 
 

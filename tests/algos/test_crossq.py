@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from rl_hydra.algos.crossq import CrossQ
+from rl_hydra.build import build_components
 from rl_hydra.config import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
 from rl_hydra.networks.crossq import BatchRenormActor, BatchRenormCriticEnsemble
-from rl_hydra.training import build_components
 from tests.algos.continuous import ACTION_SPACE, agent_from, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
 
@@ -161,7 +161,7 @@ def test_one_joint_pass_of_the_live_critic_gives_both_halves_and_their_shared_st
     noise = torch.randn((32, 2), generator=copy.deepcopy(agent.generator))  # the update's draw for a'
     calls = []
     agent.critic.register_forward_hook(lambda module, args, out: calls.append((len(args[0]), module.norms[0].training)))
-    metrics = agent.update(batch)
+    metrics = agent.update(batch).metrics
     assert calls == [(64, True)]  # one training-mode pass of 2B rows; no actor update at update 1 of 3
     # by hand: a' from the actor's running statistics, both halves through a copy of the critic at once
     with torch.no_grad():
@@ -191,7 +191,7 @@ def test_the_actor_and_alpha_update_on_every_dth_update_and_only_the_actor_pass_
     moved, alphas = [], []
     for i in range(7):
         before, alpha = copy.deepcopy(agent.actor.state_dict()), agent.log_alpha.item()
-        metrics = agent.update(random_batch(seed=i))
+        metrics = agent.update(random_batch(seed=i)).metrics
         moved.append(not torch.equal(agent.actor.state_dict()["head.weight"], before["head.weight"]))
         alphas.append(agent.log_alpha.item() != alpha)
         assert ("actor_loss" in metrics) == (i >= 2)
@@ -232,7 +232,7 @@ def test_state_dict_keeps_the_running_statistics_and_round_trips_through_a_weigh
     clone.update(random_batch(seed=9))  # diverge before loading
     clone.load_state_dict(torch.load(buffer, weights_only=True))
     for i in range(4, 7):
-        expected, got = agent.update(random_batch(seed=i)), clone.update(random_batch(seed=i))
+        expected, got = agent.update(random_batch(seed=i)).metrics, clone.update(random_batch(seed=i)).metrics
         assert set(expected) == set(got) and all(torch.equal(got[k], expected[k]) for k in expected)
     obs = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(agent.act(obs, explore=True)[0], clone.act(obs, explore=True)[0])

@@ -20,12 +20,12 @@ from rl_hydra import speed
 from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.replay import ReplayBuffer
+from rl_hydra.build import agent_node
 from rl_hydra.config import ConfigError
 from rl_hydra.losses import midpoint_taus, quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.speed import quantile_huber
-from rl_hydra.training import agent_node
 from tests.conftest import algo_keys, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
@@ -408,8 +408,7 @@ def filled_buffer(n: int = 200) -> ReplayBuffer:
 def test_update_returns_the_named_metrics_and_moves_the_parameters(algo):
     agent = make_agent(algo, batch_size=16)
     before = [p.detach().clone() for p in agent.q_net.parameters()]
-    metrics = agent.update(filled_buffer().sample(agent.batch_size))
-    priorities = metrics.pop("priorities")  # each sample's quantile loss, for a prioritized buffer
+    metrics, priorities = agent.update(filled_buffer().sample(agent.batch_size))  # each sample's quantile loss
     assert priorities.shape == (16,) and not priorities.requires_grad and bool((priorities >= 0).all())
     assert tuple(metrics) == agent.metric_names
     assert set(agent.metric_names) == {"loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon"}

@@ -52,8 +52,7 @@ def test_update_returns_named_metrics_and_moves_online_params_only():
     agent = make_dqn()
     before = [p.clone() for p in agent.q_net.parameters()]
     target_before = [p.clone() for p in agent.target_net.parameters()]
-    metrics = agent.update(random_batch())
-    priorities = metrics.pop("priorities")  # per-sample |TD error|, for a prioritized buffer
+    metrics, priorities = agent.update(random_batch())  # per-sample |TD error|, for a prioritized buffer
     assert set(metrics) == set(DQN.metric_names) and priorities.shape == (8,) and bool((priorities >= 0).all())
     assert all(math.isfinite(float(v)) for v in metrics.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.q_net.parameters()))

@@ -13,15 +13,16 @@ import torch
 
 from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.build import build_components, build_runner
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.loops import recurrent
-from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.loops.runner import StopRequested
 from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.runs.run_dir import RunDirectory
-from rl_hydra.training import build_components, pick_loop, run, run_settings
+from rl_hydra.training import pick_loop, run
 from tests.conftest import TINY, compose_config, network_keys, run_training, skip_without_env_extra, stop_at
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -429,8 +430,8 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
         "algo.burn_in=0",
         "train.total_steps=200",
     )
-    agent, env, buffer = build_components(cfg, torch.device("cpu"))
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
+    runner = build_runner(cfg, tmp_path, torch.device("cpu"))
+    agent, buffer = runner.agent, runner.local.buffer
     runner.start()
     recurrent.loop(runner)
     runner.close()

@@ -13,9 +13,9 @@ from conftest import TINY, compose_config, run_cli, run_training
 from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.iqn import IQN
+from rl_hydra.build import build_components
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, noise_disabled
-from rl_hydra.training import build_components
 from tests.conftest import algo_keys, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)

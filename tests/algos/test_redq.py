@@ -122,7 +122,7 @@ def test_update_returns_named_metrics_and_moves_the_parameters():
         name: copy.deepcopy(module.state_dict()) for name, module in (("actor", agent.actor), ("critic", agent.critic))
     }
     log_alpha = agent.log_alpha.detach().clone()
-    metrics = agent.update(random_batch())
+    metrics = agent.update(random_batch()).metrics
     assert tuple(metrics) == ("critic_loss", "q_mean", "actor_loss", "entropy", "alpha")
     assert set(metrics) == set(REDQ.metric_names)
     for value in metrics.values():
@@ -157,7 +157,7 @@ def test_policy_delay_updates_the_actor_on_every_dth_call():
 
 def test_fixed_alpha_stays_put():
     agent = make_agent("algo.learn_alpha=false", "algo.initial_alpha=0.3")
-    metrics = agent.update(random_batch())
+    metrics = agent.update(random_batch()).metrics
     assert math.isclose(float(metrics["alpha"]), 0.3, rel_tol=1e-6)
 
 
@@ -172,7 +172,7 @@ def test_state_dict_round_trips_through_a_weights_only_checkpoint():
     clone.update(random_batch(seed=7))  # diverge from `agent` before loading its state
     clone.load_state_dict(state)
     batch = random_batch(seed=1)
-    expected, got = agent.update(batch), clone.update(batch)
+    expected, got = agent.update(batch).metrics, clone.update(batch).metrics
     for key in expected:
         torch.testing.assert_close(got[key], expected[key])
 

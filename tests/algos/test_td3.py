@@ -85,7 +85,7 @@ def test_actor_and_targets_update_only_every_policy_delay_critic_updates():
     history = []
     for i in range(7):
         before = snapshot(agent)
-        metrics = agent.update(random_batch(seed=i))
+        metrics = agent.update(random_batch(seed=i)).metrics
         after = snapshot(agent)
         history.append(tuple(moved(before[name], after[name]) for name in before))
         if (i + 1) % 3 == 0:  # the targets moved by polyak toward the networks as they are after this update

@@ -144,7 +144,7 @@ def test_update_moves_critics_actor_alpha_and_the_target_by_polyak():
     agent = make_agent("algo.tau=0.1")
     critic, target, actor = (copy.deepcopy(m.state_dict()) for m in (agent.critic, agent.critic_target, agent.actor))
     log_alpha = float(agent.log_alpha.detach())
-    metrics = agent.update(random_batch())
+    metrics = agent.update(random_batch()).metrics
     assert set(metrics) == set(TQC.metric_names) and all(torch.isfinite(v) for v in metrics.values())
     for key, value in agent.critic.state_dict().items():
         assert not torch.equal(value, critic[key]), key

@@ -104,7 +104,7 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
 
     def spy(runner):
         original(runner)
-        captured["buffer"] = runner.buffer
+        captured["buffer"] = runner.local.buffer
 
     monkeypatch.setattr(off_policy, "loop", spy)
     run_training(

@@ -115,7 +115,7 @@ def test_to_device_reaches_into_dicts_and_the_state_tuple_of_a_sequence_batch():
 
 
 def test_a_cpu_run_keeps_its_buffer_unwrapped():
-    from rl_hydra.training import build_components
+    from rl_hydra.build import build_components
 
     _, _, buffer = build_components(compose_config("algo=dqn", "env=cartpole", *TINY), CPU)
     assert isinstance(buffer, ReplayBuffer)

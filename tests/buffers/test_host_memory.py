@@ -14,11 +14,11 @@ import torch
 from rl_hydra import speed
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.build import build_agent
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.speed import host_memory
 from rl_hydra.speed.numpy_mirror import numpy_forward
-from rl_hydra.training import build_agent
 from tests.conftest import compose_config, network_keys
 
 CPU = torch.device("cpu")

@@ -13,10 +13,11 @@ from rl_hydra.buffers.compiled_sum_tree import CompiledSumTree
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.buffers.sum_tree import SumTree
+from rl_hydra.build import build_components
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
-from rl_hydra.training import build_components, run
+from rl_hydra.training import run
 from tests.config.test_protocols import check_members
 from tests.conftest import TINY, buffer_keys, compose_config
 from tests.runs.test_resume import assert_same

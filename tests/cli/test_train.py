@@ -127,7 +127,7 @@ def test_bad_input_raises_one_line_config_error_before_training(tmp_path, args, 
 def settings_seen_by_the_loop(monkeypatch) -> dict:
     """Records the process settings the training loop runs under."""
     import rl_hydra.loops.off_policy as off_policy
-    from rl_hydra.training import flushes_denormals
+    from rl_hydra.build import flushes_denormals
 
     seen, loop = {}, off_policy.loop
 
@@ -149,7 +149,7 @@ def test_flush_denormal_decides_whether_cpu_math_treats_denormals_as_zero(tmp_pa
 def process_state():
     import random
 
-    from rl_hydra.training import flushes_denormals
+    from rl_hydra.build import flushes_denormals
 
     return (
         torch.get_num_threads(),

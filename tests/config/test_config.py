@@ -8,10 +8,10 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra.build import build_components
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import check_env_id
 from rl_hydra.protocols import Capabilities
-from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli, skip_without_env_extra
 
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))

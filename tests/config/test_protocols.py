@@ -10,8 +10,8 @@ import torch
 
 from rl_hydra import train
 from rl_hydra.algos.dqn import DQN
+from rl_hydra.build import build_components
 from rl_hydra.protocols import Agent, Buffer, RecurrentAgent, SequenceBuffer
-from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, TINY, compose_config
 
 ENV_FOR = {

@@ -374,7 +374,7 @@ def train_child(request: dict, worker: int) -> None:
             record_step, stop_at = Runner.record_step, request["stop_at"]
 
             def stop_once_reached(self):
-                if self.global_step + self.env.num_envs >= stop_at:
+                if self.global_step + self.local.env.num_envs >= stop_at:
                     self.stop_requested = True
                 record_step(self)
 

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from torch import nn
 
+from rl_hydra.build import build_components
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.envs.make import check_extra
@@ -28,7 +29,6 @@ from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.speed.numpy_mirror import numpy_forward
-from rl_hydra.training import build_components
 from tests.conftest import CONF_DIR, batch_of, compose_config, network_keys
 
 DQN_FAMILY = ("dqn", "qr_dqn", "iqn", "c51", "rainbow", "dopamine_iqn")
@@ -142,11 +142,11 @@ def test_every_dqn_family_preset_trains_with_dueling_streams(algo, env, parts):
     fill(buffer, observation_space, int(action_space.n), steps=32)
     for _ in range(2):
         batch = buffer.sample(agent.batch_size)
-        metrics = agent.update(batch)
+        metrics, priorities = agent.update(batch)
         assert math.isfinite(float(metrics["loss"])), (algo, env, parts)
         if hasattr(buffer, "update_priorities"):
-            assert torch.isfinite(metrics["priorities"]).all()
-            buffer.update_priorities(batch.indices, metrics["priorities"])
+            assert torch.isfinite(priorities).all()
+            buffer.update_priorities(batch.indices, priorities)
     observation_space.seed(1)
     obs = batch_of(observation_space, 3, seed=None)
     for explore in (True, False):

@@ -154,7 +154,7 @@ def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
         )
     assert buffer.storage["obs"].dtype == torch.bool  # 1 byte per cell, not 4
     batch = buffer.sample(8)
-    metrics = agent.update(batch)
+    metrics = agent.update(batch).metrics
     assert np.isfinite(float(metrics["loss"]))
     greedy, _ = agent.act(rng.random((3, 6, 10, 10)) < 0.2, explore=False)
     assert greedy.shape == (3,)
@@ -186,5 +186,5 @@ def test_drqn_learns_on_frames_from_its_sequence_buffer():
             before,
         )
     assert buffer.steps["obs"].dtype == torch.bool
-    metrics = agent.update(buffer.sample(2))
+    metrics = agent.update(buffer.sample(2)).metrics
     assert np.isfinite(float(metrics["loss"]))

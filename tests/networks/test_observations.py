@@ -20,6 +20,7 @@ from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
+from rl_hydra.build import build_agent
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.envs import spaces, wrappers
 from rl_hydra.envs.wrappers import ObservationParts
@@ -28,7 +29,6 @@ from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_enco
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from rl_hydra.training import build_agent
 from tests.algos.continuous import agent_from
 from tests.conftest import (
     TINY,
@@ -270,7 +270,7 @@ def test_every_q_algorithm_acts_and_learns_on_every_space(algo, space):
         obs = batch_of(space, 2, seed=t)
         actions, _ = agent.act(obs, explore=True)
         buffer.add(obs, actions, np.ones(2), batch_of(space, 2, seed=t + 1), np.zeros(2, bool), np.zeros(2, bool))
-    assert np.isfinite(float(agent.update(buffer.sample(8))["loss"]))
+    assert np.isfinite(float(agent.update(buffer.sample(8)).metrics["loss"]))
     greedy, _ = agent.act(batch_of(space, 3, seed=99), explore=False)
     assert greedy.shape == (3,) and np.array_equal(greedy, agent.act(batch_of(space, 3, seed=99), explore=False)[0])
 
@@ -297,7 +297,7 @@ def test_drqn_acts_and_learns_on_every_space(space):
         buffer.add(
             obs, actions, np.ones(1), batch_of(space, 1, seed=t + 1), np.array([t == 11]), np.zeros(1, bool), before
         )
-    assert np.isfinite(float(agent.update(buffer.sample(2))["loss"]))
+    assert np.isfinite(float(agent.update(buffer.sample(2)).metrics["loss"]))
 
 
 @pytest.mark.parametrize("algo", ["sac", "redq"])
@@ -318,7 +318,7 @@ def test_sac_and_redq_read_indices_and_bits_one_hot(algo, space):
         obs = batch_of(space, 1, seed=t)
         actions, _ = agent.act(obs, explore=True)
         buffer.add(obs, actions, np.ones(1), batch_of(space, 1, seed=t + 1), np.zeros(1, bool), np.zeros(1, bool))
-    assert np.isfinite(float(agent.update(buffer.sample(8))["critic_loss"]))
+    assert np.isfinite(float(agent.update(buffer.sample(8)).metrics["critic_loss"]))
 
 
 def test_sac_refuses_an_image_part_in_one_line():

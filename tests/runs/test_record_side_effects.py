@@ -96,11 +96,11 @@ def test_a_resume_that_repeats_a_logger_key_starts_it(run_dir, monkeypatch, tmp_
 
 
 def test_compile_in_a_record_is_not_run_by_resume_unless_given(run_dir, monkeypatch):
-    import rl_hydra.training as training
+    import rl_hydra.build as build
 
     plant(run_dir, "compile", True)
     compiled: list[object] = []
-    monkeypatch.setattr(training, "compile_agent", compiled.append)
+    monkeypatch.setattr(build, "compile_agent", compiled.append)
     assert resume(run_dir, monkeypatch, "train.total_steps=450") == 0
     assert compiled == []
     assert resume(run_dir, monkeypatch, "train.total_steps=600", "compile=true") == 0

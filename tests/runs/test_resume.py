@@ -10,9 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rl_hydra.loops.runner import Runner, StopRequested
+from rl_hydra.build import build_components, build_runner
+from rl_hydra.loops.runner import StopRequested
 from rl_hydra.runs.run_dir import RunDirectory, RunError
-from rl_hydra.training import build_components, run, run_settings
+from rl_hydra.training import run
 from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli, stop_at
 
 FAST = [
@@ -71,11 +72,10 @@ def test_resume_restores_exactly_the_saved_state(tmp_path, monkeypatch, algo):
     saved = RunDirectory(tmp_path).load_checkpoint("last")
     assert saved["runner"]["global_step"] == 300 and "buffer" in saved
     # a fresh process would build everything anew from the config, then load
-    agent, env, buffer = build_components(cfg, torch.device("cpu"))
+    restored = build_runner(cfg, tmp_path, torch.device("cpu"))
     torch.manual_seed(12345)  # disturb the global stream: resume must restore it
-    restored = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
     restored.load_state_dict(saved)
-    restored.rollout.start()
+    restored.local.rollout.start()
     assert_same(saved, restored.state_dict(with_buffer=True))
 
 
@@ -250,7 +250,6 @@ def test_a_resumed_runs_tensorboard_file_loads_after_one_written_in_the_same_sec
 def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, generator):
     """A CUDA generator's state (seed and offset, 16 bytes) cannot set a CPU generator: the agent
     is seeded from it instead, the same way each time (predicting with a GPU run on a laptop)."""
-    from rl_hydra.training import build_components
 
     cfg = compose_config(f"algo={algo}", f"env={env_option}", *TINY)
     agent = build_components(cfg, torch.device("cpu"))[0]
@@ -265,7 +264,6 @@ def test_a_gpu_run_s_generator_state_loads_on_the_cpu(algo, env_option, key, gen
 
 def test_a_gpu_run_s_buffer_resumes_on_the_cpu():
     """`--resume device=cpu` of a GPU run: the buffer's sampling generator takes the CUDA state's seed."""
-    from rl_hydra.training import build_components
 
     buffer = build_components(compose_config("algo=dqn", "env=cartpole", *TINY), torch.device("cpu"))[2]
     state = buffer.state_dict()

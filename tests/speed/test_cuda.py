@@ -15,9 +15,10 @@ import torch
 import rl_hydra.loops.monitor as monitor_module
 import rl_hydra.loops.runner as runner_module
 from rl_hydra import speed
-from rl_hydra.loops.runner import Runner, TrainingDiverged
+from rl_hydra.build import build_components, build_runner, seed_everything
+from rl_hydra.loops.runner import TrainingDiverged
 from rl_hydra.speed import cuda_graph
-from rl_hydra.training import build_components, pick_loop, run_settings, seed_everything
+from rl_hydra.training import pick_loop
 from tests.conftest import TINY, compose_config, run_training
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
@@ -60,14 +61,13 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 def tiny_run(tmp_path, *overrides: str):
     cfg = compose_config(*TINY_CUDA, *overrides)
-    agent, env, buffer = build_components(cfg, torch.device("cuda"))
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
+    runner = build_runner(cfg, tmp_path, torch.device("cuda"))
     runner.start()
     try:
-        pick_loop(agent)(runner)
+        pick_loop(runner.agent)(runner)
     finally:
         runner.close()
-    return agent, buffer, runner
+    return runner.agent, runner.local.buffer, runner
 
 
 @needs_cuda
@@ -134,8 +134,8 @@ def test_the_continuous_family_trains_on_the_gpu_and_its_run_loads_on_the_cpu(tm
 @pytest.mark.parametrize("algo", ["dqn", "redq"])
 def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, algo):
     cfg = compose_config(*TINY_CUDA, *CASES[algo])
-    agent, env, buffer = build_components(cfg, torch.device("cuda"))
-    runner = Runner(run_settings(cfg, agent), agent, env, buffer, tmp_path)
+    runner = build_runner(cfg, tmp_path, torch.device("cuda"))
+    agent, env, buffer = runner.agent, runner.local.env, runner.local.buffer
     obs, transitions = env.reset()[0], []
     for _ in range(agent.batch_size + 10):
         actions = env.action_space.sample()
@@ -145,7 +145,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
     for transition in transitions[:-10]:
         buffer.add(*transition)
     for _ in range(cuda_graph.WARMUP + 2):  # lazy optimizer state, cuBLAS, the gradient step's CUDA graph
-        runner.update_on(buffer.sample(agent.batch_size))
+        runner.update(buffer.sample(agent.batch_size))
     runner.monitor.check_device(runner.global_step)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -153,7 +153,7 @@ def test_buffer_add_sample_update_and_nan_check_never_sync_the_host(tmp_path, al
         for transition in transitions[-10:]:
             buffer.add(*transition)
         for _ in range(5):
-            runner.update_on(buffer.sample(agent.batch_size))
+            runner.update(buffer.sample(agent.batch_size))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     runner.monitor.check_device(runner.global_step)  # the one sync of a training phase
@@ -282,7 +282,7 @@ def train_on(agent, batches: list, graphs: bool, steps_between: int = 0) -> list
     with speed.enabled(graphs):
         for batch in batches:
             agent.explore_steps += steps_between  # env steps acted between updates (the lr schedule's clock)
-            losses.append(agent.update(batch)["loss"].clone())
+            losses.append(agent.update(batch).metrics["loss"].clone())
     return [float(loss) for loss in losses]
 
 

@@ -18,8 +18,9 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from rl_hydra import speed
+from rl_hydra.build import build_components
 from rl_hydra.speed import foreach, lean_adam, numpy_mirror, quantile_huber, vector_env
-from rl_hydra.training import build_components, run
+from rl_hydra.training import run
 from tests.conftest import TINY, compose_config, metric_rows
 
 
@@ -357,8 +358,8 @@ def test_a_loaded_checkpoint_drops_the_recording(graphs_on_the_cpu):
 
 def test_a_step_that_may_not_be_replayed_runs_as_the_class_s_own_and_says_so_once(caplog):
     from rl_hydra.algos.dqn import DQN
+    from rl_hydra.build import seed_everything
     from rl_hydra.speed import cuda_graph
-    from rl_hydra.training import seed_everything
 
     class CountsSteps(DQN):
         def loss(self, batch):
@@ -375,7 +376,7 @@ def test_a_step_that_may_not_be_replayed_runs_as_the_class_s_own_and_says_so_onc
     batch = random_batch_for(plain)
     with caplog.at_level(logging.INFO, logger="rl_hydra.speed"):
         for _ in range(2):
-            assert torch.equal(plain.update(batch)["loss"], attached.update(batch)["loss"])
+            assert torch.equal(plain.update(batch).metrics["loss"], attached.update(batch).metrics["loss"])
     assert all(torch.equal(a, b) for a, b in zip(plain.q_net.parameters(), attached.q_net.parameters()))
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("rl_hydra.speed")]
     assert lines == [
@@ -412,8 +413,8 @@ def random_batch_for(agent):
 
 def test_an_attached_step_is_not_an_override_and_runs_the_class_s_step_where_graphs_are_off():
     """What `speed.attach` puts on a CUDA agent, tried on the CPU with the graphs off."""
+    from rl_hydra.build import seed_everything
     from rl_hydra.speed import cuda_graph
-    from rl_hydra.training import seed_everything
 
     agents = []
     for _ in range(2):
@@ -423,6 +424,6 @@ def test_an_attached_step_is_not_an_override_and_runs_the_class_s_step_where_gra
     attached.gradient_step = cuda_graph.Step(attached, on=lambda: False)
     batch = random_batch_for(plain)
     assert cuda_graph.why_plain(attached, batch) is None
-    assert torch.equal(plain.update(batch)["loss"], attached.update(batch)["loss"])
+    assert torch.equal(plain.update(batch).metrics["loss"], attached.update(batch).metrics["loss"])
     assert all(torch.equal(a, b) for a, b in zip(plain.q_net.parameters(), attached.q_net.parameters()))
     assert attached not in cuda_graph._steps
