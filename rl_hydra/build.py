@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -183,21 +184,41 @@ class AgentRecipe:
         )
 
     def build(self, observation_space, action_space, device: torch.device) -> Agent:
+        algo = OmegaConf.create(self.algo)
+        # the run's budget goes to an agent with a schedule over it (DQN's exploration and learning rate)
+        budget = (
+            {"total_steps": self.total_steps}
+            if takes(import_class(algo._target_, "algo._target_"), "total_steps")
+            else {}
+        )
         agent = build(
-            OmegaConf.create(self.algo),
+            algo,
             "algo",
             observation_space=observation_space,
             action_space=action_space,
             network=build(OmegaConf.create(self.network), "network"),
             device=device,
-            total_steps=self.total_steps,
             seed=spawn_seeds(self.seed).agent,
+            **budget,
         )
         # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
         speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
         # on CUDA, the gradient step replayed from a CUDA graph where the speed layer finds it may be
         speed.attach(agent)
         return agent
+
+
+def takes(cls: type, keyword: str) -> bool:
+    """Whether `cls(...)` takes `keyword`: its constructor names it, or hands **kwargs on to a base's that does."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters
+        if keyword in parameters:
+            return True
+        if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values()):
+            return False
+    return False
 
 
 def plain(node: DictConfig) -> dict:

@@ -58,11 +58,19 @@ def buffer_keys(option: str, **overrides) -> dict:
     return {**node, **overrides}
 
 
+def from_the_run(returns: bool = True, **overrides) -> dict:
+    """What a run hands a buffer besides its own keys (buffer_keys), as a test builds one by hand: one env,
+    the CPU, seed 0 and, for a transition buffer (`returns`), one-step returns at gamma 0.99; with `overrides`."""
+    given = {"num_envs": 1, "device": "cpu", "seed": 0} | ({"n_step": 1, "gamma": 0.99} if returns else {})
+    return {**given, **overrides}
+
+
 def algo_keys(option: str, **overrides) -> dict:
     """The keys conf/algo/<option>.yaml gives its class (no preset; not its optimizer, and not
-    n_step and gamma, which a feed-forward agent never gets), with `overrides`: what a test that builds an
-    agent by hand passes, since the algorithms' keys have no Python defaults."""
-    return {**_algo_keys(option), **overrides}
+    n_step and gamma, which a feed-forward agent never gets) and what a run hands it (the CPU, seed 0), with
+    `overrides`: what a test that builds an agent by hand passes, since the algorithms' keys have no Python
+    defaults."""
+    return {"device": "cpu", "seed": 0, **_algo_keys(option), **overrides}
 
 
 @functools.cache

@@ -52,7 +52,6 @@ class ActorCritic:
         critic_optimizer: OptimizerFactory,
         *,
         critic_shape: tuple[int, ...],
-        total_steps: int,
         device: str | torch.device,
         seed: int,
         batch_size: int,
@@ -64,7 +63,6 @@ class ActorCritic:
     ):
         """`critic_shape`: what the critic factory takes after the input size, (N,) critics or
         TQC's (N, M) quantile critics."""
-        del total_steps  # no schedule over the run
         self.device = torch.device(device)
         box = bounded_box(action_space, self.name)
         self.action_dim = box.shape[0]

@@ -41,7 +41,7 @@ class IQN(DQN):
         num_tau_prime_samples: int,
         num_quantile_samples: int,
         kappa: float,
-        seed: int = 0,
+        seed: int,
         **kwargs,
     ):
         self.num_tau_samples = num_tau_samples  # N

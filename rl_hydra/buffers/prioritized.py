@@ -49,12 +49,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         capacity: int,
         observation_space: gym.Space,
         action_space: gym.Space,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        n_step: int = 1,
-        gamma: float = 0.99,
         *,
+        num_envs: int,
+        device: str | torch.device,
+        seed: int,
+        n_step: int,
+        gamma: float,
         beta_steps: int | None,
         alpha: float,
         beta: float,
@@ -64,7 +64,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         sum_tree: str,
     ):
         super().__init__(
-            capacity, observation_space, action_space, num_envs, device, seed, n_step, gamma, share_frames=share_frames
+            capacity,
+            observation_space,
+            action_space,
+            num_envs=num_envs,
+            device=device,
+            seed=seed,
+            n_step=n_step,
+            gamma=gamma,
+            share_frames=share_frames,
         )
         self.alpha = alpha  # 0: uniform over the drawable rows
         self.beta = beta

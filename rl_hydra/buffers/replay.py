@@ -141,12 +141,12 @@ class ReplayBuffer:
         capacity: int,
         observation_space: gym.Space,
         action_space: gym.Space,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        n_step: int = 1,
-        gamma: float = 0.99,
         *,
+        num_envs: int,
+        device: str | torch.device,
+        seed: int,
+        n_step: int,
+        gamma: float,
         share_frames: bool | str,
     ):
         self.capacity = capacity

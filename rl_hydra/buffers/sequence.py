@@ -43,10 +43,10 @@ class SequenceBuffer:
         stride: int,
         observation_space: gym.Space,
         action_space: gym.Space,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int = 0,
         *,
+        num_envs: int,
+        device: str | torch.device,
+        seed: int,
         share_frames: bool | str,
     ):
         self.capacity = capacity

@@ -79,6 +79,7 @@ class Actor:
                 observation_space,
                 action_space,
                 num_envs=n,
+                device="cpu",  # the actor's staging, sent on to the shards
                 seed=seeds.buffer,
                 share_frames=False,
             )
@@ -91,6 +92,7 @@ class Actor:
                 observation_space,
                 action_space,
                 num_envs=n,
+                device="cpu",  # the actor's staging, sent on to the shards
                 seed=seeds.buffer,
                 n_step=parts.n_step,
                 gamma=parts.gamma,

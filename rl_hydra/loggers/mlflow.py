@@ -82,7 +82,7 @@ class MLflowLogger:
     (completed, failed, interrupted -> FINISHED, FAILED, KILLED). A later session of the same run
     directory (resume, re-launched sweep) continues the run recorded in its tracking.json."""
 
-    def __init__(self, tracking_uri: str | None = None, experiment: str = "rl-hydra"):
+    def __init__(self, *, tracking_uri: str | None, experiment: str):
         require("mlflow", "mlflow")
         self.tracking_uri, self.experiment = resolve_tracking_uri(tracking_uri), experiment
         self.client: MlflowClient | None = None
@@ -237,6 +237,6 @@ def _sweep_logger(config: DictConfig) -> MLflowLogger | None:
     if node is None:
         return None
     try:
-        return MLflowLogger(node.get("tracking_uri"), node.get("experiment", "rl-hydra"))
+        return MLflowLogger(tracking_uri=node.tracking_uri, experiment=node.experiment)
     except ConfigError:
         return None

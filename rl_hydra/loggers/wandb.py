@@ -30,14 +30,15 @@ class WandbLogger:
 
     def __init__(
         self,
-        project: str = "rl-hydra",
-        entity: str | None = None,
-        mode: str = "offline",
-        tags: Sequence[str] | None = None,
+        *,
+        project: str,
+        entity: str | None,
+        mode: str,
+        tags: Sequence[str],
     ):
         require("wandb", "wandb")
         self.mode: Any = mode  # one of rl_hydra/schema/loggers.py's WANDB_MODES
-        self.project, self.entity, self.tags = project, entity, list(tags or [])
+        self.project, self.entity, self.tags = project, entity, list(tags)
         self.run: Run | None = None
         self.run_dir: RunDirectory | None = None
         self._saved: tuple[dict[str, str], Any] | None = None

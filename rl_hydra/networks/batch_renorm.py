@@ -44,11 +44,11 @@ class BatchRenorm(nn.Module):
         num_features: int,
         members: int | None = None,
         *,
-        momentum: float = 0.01,
-        eps: float = 0.001,
-        warmup_steps: int = 100_000,
-        r_max: float = 3.0,
-        d_max: float = 5.0,
+        momentum: float,
+        eps: float,
+        warmup_steps: int,
+        r_max: float,
+        d_max: float,
     ):
         super().__init__()
         shape = (num_features,) if members is None else (members, num_features)

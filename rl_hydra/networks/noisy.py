@@ -61,7 +61,7 @@ class NoisyLinear(nn.Module):
     scaled_in: torch.Tensor
     scaled_out: torch.Tensor
 
-    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
+    def __init__(self, in_features: int, out_features: int, sigma0: float):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features)

@@ -26,7 +26,6 @@ def agent_from(cfg, observation_space: gym.Space = OBS_SPACE, action_space: gym.
         action_space=action_space,
         network=instantiate(cfg.network),
         device=torch.device("cpu"),
-        total_steps=1000,
         seed=0,
     )
 

@@ -163,7 +163,7 @@ def construct(option: str, action_space: gym.Space = ACTION_SPACE, without: str 
     """The agent built directly from the keys conf/algo/<option>.yaml gives, less the key `without`."""
     cls, network, settings = class_network_and_settings(option)
     kept = {name: value for name, value in settings.items() if name != without}
-    return cls(OBS_SPACE, action_space, network, total_steps=1000, device="cpu", seed=0, **kept)
+    return cls(OBS_SPACE, action_space, network, **kept)
 
 
 @pytest.mark.parametrize("option", CASES)

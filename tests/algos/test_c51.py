@@ -15,7 +15,7 @@ from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError, validate_run_config
 from rl_hydra.networks.categorical import CategoricalNetwork
-from tests.conftest import algo_keys, buffer_keys, compose_config, network_keys
+from tests.conftest import algo_keys, buffer_keys, compose_config, from_the_run, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -85,7 +85,7 @@ def make_c51(**kwargs) -> C51:
 
 def filled_buffer(n: int = 200, **kwargs) -> ReplayBuffer:
     rng = np.random.default_rng(0)
-    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, **buffer_keys("replay", **kwargs))
+    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, **from_the_run(), **buffer_keys("replay", **kwargs))
     for _ in range(n):
         buffer.add(
             rng.normal(size=(1, 4)),

@@ -45,7 +45,8 @@ def renorm_numpy(x, running_mean, running_var, scale, bias, warm, r_max=3.0, d_m
 
 def brn_with_state(shape, warmup_steps, steps, seed=0):
     g = torch.Generator().manual_seed(seed)
-    layer = BatchRenorm(shape[-1], shape[0] if len(shape) == 2 else None, warmup_steps=warmup_steps)
+    members = shape[0] if len(shape) == 2 else None
+    layer = BatchRenorm(shape[-1], members, momentum=0.01, eps=EPS, warmup_steps=warmup_steps, r_max=3.0, d_max=5.0)
     with torch.no_grad():  # running statistics far from a standard batch's, so r and d clip in places
         layer.running_mean.copy_(3.0 * torch.randn(shape, generator=g))
         layer.running_var.copy_(torch.rand(shape, generator=g) * 4.0 + 0.01)

@@ -26,7 +26,7 @@ from rl_hydra.losses import midpoint_taus, quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.speed import quantile_huber
-from tests.conftest import algo_keys, network_keys
+from tests.conftest import algo_keys, from_the_run, network_keys
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)
@@ -391,7 +391,7 @@ def make_agent(algo: str, **kwargs):
 
 def filled_buffer(n: int = 200) -> ReplayBuffer:
     rng = np.random.default_rng(0)
-    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, share_frames="auto")
+    buffer = ReplayBuffer(1000, OBS_SPACE, ACTION_SPACE, **from_the_run(), share_frames="auto")
     for _ in range(n):
         buffer.add(
             rng.normal(size=(1, 4)),
@@ -513,6 +513,8 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path, algo):
         action_space=cartpole.action_space,
         network=instantiate(cfg.network),
         total_steps=cfg.train.total_steps,
+        device="cpu",
+        seed=0,
     )
     fresh.load_state_dict(state["agent"])
     for name, tensor in state["agent"]["q_net"].items():

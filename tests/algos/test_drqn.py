@@ -23,7 +23,15 @@ from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import pick_loop, run
-from tests.conftest import TINY, compose_config, network_keys, run_training, skip_without_env_extra, stop_at
+from tests.conftest import (
+    TINY,
+    compose_config,
+    from_the_run,
+    network_keys,
+    run_training,
+    skip_without_env_extra,
+    stop_at,
+)
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(3)
@@ -102,7 +110,13 @@ def stored(buffer: SequenceBuffer, i: int) -> dict:
 
 def test_chunks_overlap_by_stride_and_pad_after_the_episode_end():
     buffer = SequenceBuffer(
-        10, sequence_length=4, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+        10,
+        **from_the_run(returns=False),
+        sequence_length=4,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        share_frames="auto",
     )
     feed(buffer, [(t, t == 4) for t in range(5)] + [(10 + t, False) for t in range(3)])
     # episode 0 is steps 0..4: chunk [0 1 2 3] when full, then [2 3 4 pad] at its end; episode 1 has no full chunk yet
@@ -119,7 +133,13 @@ def test_chunks_overlap_by_stride_and_pad_after_the_episode_end():
 
 def test_episode_start_flags_and_stored_states_are_the_actors():
     buffer = SequenceBuffer(
-        10, sequence_length=3, stride=1, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+        10,
+        **from_the_run(returns=False),
+        sequence_length=3,
+        stride=1,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        share_frames="auto",
     )
     feed(buffer, [(t, t == 3) for t in range(4)] + [(20 + t, False) for t in range(3)])
     # chunks start at steps 0, 1 (episode 0: full at step 2, end at step 3) and 20 (episode 1)
@@ -134,11 +154,11 @@ def test_episode_start_flags_and_stored_states_are_the_actors():
 def test_envs_assemble_their_own_chunks():
     buffer = SequenceBuffer(
         10,
+        **from_the_run(num_envs=2, returns=False),
         sequence_length=2,
         stride=2,
         observation_space=OBS_SPACE,
         action_space=ACTION_SPACE,
-        num_envs=2,
         share_frames="auto",
     )
     for t in range(3):  # env 0 ends its episode at step 0, env 1 runs on
@@ -159,7 +179,13 @@ def test_envs_assemble_their_own_chunks():
 
 def test_ring_wraps_around_and_sample_is_time_major():
     buffer = SequenceBuffer(
-        3, sequence_length=2, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+        3,
+        **from_the_run(returns=False),
+        sequence_length=2,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        share_frames="auto",
     )
     feed(buffer, [(t, False) for t in range(10)])  # 5 chunks into 3 slots
     assert len(buffer) == 3 and buffer.pos == 2
@@ -175,18 +201,24 @@ def test_ring_wraps_around_and_sample_is_time_major():
 
 def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
     buffer = SequenceBuffer(
-        4, sequence_length=3, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+        4,
+        **from_the_run(returns=False),
+        sequence_length=3,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        share_frames="auto",
     )
     feed(buffer, [(t, t % 5 == 4) for t in range(13)])
     path = tmp_path / "buffer.pt"
     torch.save(buffer.state_dict(), path)
     restored = SequenceBuffer(
         4,
+        **from_the_run(seed=99, returns=False),
         sequence_length=3,
         stride=2,
         observation_space=OBS_SPACE,
         action_space=ACTION_SPACE,
-        seed=99,
         share_frames="auto",
     )
     restored.load_state_dict(torch.load(path, weights_only=True))
@@ -201,7 +233,13 @@ def test_state_dict_round_trip_restores_chunks_and_sampling(tmp_path):
         torch.testing.assert_close(buffer.steps[key], restored.steps[key])
     torch.testing.assert_close(buffer.states[0], restored.states[0])
     wrong = SequenceBuffer(
-        4, sequence_length=5, stride=2, observation_space=OBS_SPACE, action_space=ACTION_SPACE, share_frames="auto"
+        4,
+        **from_the_run(returns=False),
+        sequence_length=5,
+        stride=2,
+        observation_space=OBS_SPACE,
+        action_space=ACTION_SPACE,
+        share_frames="auto",
     )
     with pytest.raises(ValueError, match="sequence_length=5"):
         wrong.load_state_dict(buffer.state_dict())
@@ -242,6 +280,7 @@ def one_episode_batch(agent, env):
     [0..3] (it opens the episode), [2..5], [4..7], [6 7 8 pad]."""
     buffer = SequenceBuffer(
         8,
+        **from_the_run(returns=False),
         sequence_length=4,
         stride=2,
         observation_space=env.single_observation_space,

@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from rl_hydra.buffers.replay import ReplayBuffer, n_step_returns
-from tests.conftest import run_training
+from tests.conftest import from_the_run, run_training
 
 OBS = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(3)
@@ -19,7 +19,7 @@ def add_rows(buffer, values):
 
 
 def test_add_keeps_fields_and_terminated_truncated_apart():
-    buffer = ReplayBuffer(10, OBS, ACTIONS, share_frames="auto")
+    buffer = ReplayBuffer(10, OBS, ACTIONS, **from_the_run(), share_frames="auto")
     add_rows(buffer, [1, 2, 3])
     assert len(buffer) == 3
     s = buffer.storage
@@ -31,12 +31,12 @@ def test_add_keeps_fields_and_terminated_truncated_apart():
 
 
 def test_wrap_around_overwrites_oldest_rows():
-    buffer = ReplayBuffer(4, OBS, ACTIONS, share_frames="auto")
+    buffer = ReplayBuffer(4, OBS, ACTIONS, **from_the_run(), share_frames="auto")
     add_rows(buffer, [1, 2, 3, 4, 5, 6])
     assert len(buffer) == 4 and buffer.pos == 2
     assert sorted(buffer.storage["rewards"].tolist()) == [3.0, 4.0, 5.0, 6.0]
     # a vector step of 3 envs that crosses the end of the ring
-    vector = ReplayBuffer(4, OBS, ACTIONS, num_envs=3, share_frames="auto")
+    vector = ReplayBuffer(4, OBS, ACTIONS, **from_the_run(num_envs=3), share_frames="auto")
     for start in (0, 3):
         obs = np.arange(start, start + 3, dtype=np.float32)[:, None].repeat(2, 1)
         vector.add(obs, np.zeros(3, dtype=np.int64), obs[:, 0], obs, np.zeros(3, bool), np.zeros(3, bool))
@@ -44,7 +44,7 @@ def test_wrap_around_overwrites_oldest_rows():
 
 
 def test_sample_shapes_and_only_filled_rows():
-    buffer = ReplayBuffer(100, OBS, ACTIONS, seed=3, share_frames="auto")
+    buffer = ReplayBuffer(100, OBS, ACTIONS, **from_the_run(seed=3), share_frames="auto")
     add_rows(buffer, [1, 2, 3])
     batch = buffer.sample(256)
     assert batch.obs.shape == (256, 2) and batch.actions.shape == (256,)
@@ -54,8 +54,8 @@ def test_sample_shapes_and_only_filled_rows():
 
 def test_sample_batches_draws_what_repeated_sample_calls_draw():
     one_at_a_time, gathered = (
-        ReplayBuffer(100, OBS, ACTIONS, seed=5, share_frames="auto"),
-        ReplayBuffer(100, OBS, ACTIONS, seed=5, share_frames="auto"),
+        ReplayBuffer(100, OBS, ACTIONS, **from_the_run(seed=5), share_frames="auto"),
+        ReplayBuffer(100, OBS, ACTIONS, **from_the_run(seed=5), share_frames="auto"),
     )
     for buffer in (one_at_a_time, gathered):
         add_rows(buffer, range(40))
@@ -71,7 +71,7 @@ def test_sample_batches_draws_what_repeated_sample_calls_draw():
 
 
 def test_box_actions_are_stored_as_float_vectors():
-    buffer = ReplayBuffer(5, OBS, gym.spaces.Box(-1, 1, (2,)), share_frames="auto")
+    buffer = ReplayBuffer(5, OBS, gym.spaces.Box(-1, 1, (2,)), **from_the_run(), share_frames="auto")
     buffer.add(
         np.zeros((1, 2)), np.array([[0.25, -0.5]]), np.ones(1), np.zeros((1, 2)), np.zeros(1, bool), np.zeros(1, bool)
     )
@@ -79,10 +79,10 @@ def test_box_actions_are_stored_as_float_vectors():
 
 
 def test_state_dict_round_trip_continues_identically():
-    buffer = ReplayBuffer(8, OBS, ACTIONS, seed=1, share_frames="auto")
+    buffer = ReplayBuffer(8, OBS, ACTIONS, **from_the_run(seed=1), share_frames="auto")
     add_rows(buffer, range(11))
     buffer.sample(4)
-    restored = ReplayBuffer(8, OBS, ACTIONS, seed=99, share_frames="auto")
+    restored = ReplayBuffer(8, OBS, ACTIONS, **from_the_run(seed=99), share_frames="auto")
     restored.load_state_dict(buffer.state_dict())
     assert (restored.pos, restored.size) == (buffer.pos, buffer.size)
     for key in buffer.storage:
@@ -174,7 +174,9 @@ def brute_force_n_step(stream, t, n, gamma):
 
 def test_n_step_batches_match_a_brute_force_reading_of_each_envs_stream():
     n, gamma, steps = 3, 0.9, 13
-    buffer = ReplayBuffer(100, OBS, ACTIONS, num_envs=2, seed=0, n_step=n, gamma=gamma, share_frames="auto")
+    buffer = ReplayBuffer(
+        100, OBS, ACTIONS, **from_the_run(num_envs=2, seed=0, n_step=n, gamma=gamma), share_frames="auto"
+    )
     streams = fill_two_envs(buffer, steps)
     assert len(buffer) == 2 * (steps - (n - 1))  # the last n - 1 steps wait for their future
     batch = buffer.sample(500)
@@ -195,7 +197,9 @@ def test_n_step_batches_match_a_brute_force_reading_of_each_envs_stream():
 
 def test_n_step_batches_after_the_ring_wraps_skip_rows_without_their_future():
     n, gamma = 3, 0.5
-    buffer = ReplayBuffer(9, OBS, ACTIONS, num_envs=2, seed=1, n_step=n, gamma=gamma, share_frames="auto")
+    buffer = ReplayBuffer(
+        9, OBS, ACTIONS, **from_the_run(num_envs=2, seed=1, n_step=n, gamma=gamma), share_frames="auto"
+    )
     assert buffer.capacity == 10  # rounded up to whole vector steps
     streams = fill_two_envs(buffer, steps=13)  # steps 8..12 are kept
     assert len(buffer) == 10 - 2 * (n - 1)
@@ -211,7 +215,7 @@ def test_n_step_batches_after_the_ring_wraps_skip_rows_without_their_future():
 
 
 def test_one_step_batches_discount_by_gamma():
-    buffer = ReplayBuffer(10, OBS, ACTIONS, gamma=0.97, share_frames="auto")
+    buffer = ReplayBuffer(10, OBS, ACTIONS, **from_the_run(gamma=0.97), share_frames="auto")
     add_rows(buffer, [1, 2, 3])
     batch = buffer.sample(4)
     assert torch.equal(batch.discounts, torch.full((4,), 0.97)) and torch.equal(batch.weights, torch.ones(4))

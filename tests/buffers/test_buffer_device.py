@@ -14,7 +14,7 @@ import torch
 from rl_hydra.buffers.device import DeviceFeed, DeviceMemoryShort, build_on_device, storage_device, to_device
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.config import ConfigError, validate_run_config
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, from_the_run, run_training
 
 CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (3,), dtype=np.float32), gym.spaces.Discrete(2)
@@ -42,7 +42,7 @@ def short_on_the_gpu(made: list):
         made.append(storage)
         if storage.type == "cuda":
             raise DeviceMemoryShort("buffer.capacity=100 needs 9.0 GB but cuda has 1.0 GB free")
-        return ReplayBuffer(100, OBS, ACTIONS, device=storage, share_frames="auto")
+        return ReplayBuffer(100, OBS, ACTIONS, **from_the_run(device=storage), share_frames="auto")
 
     return make
 
@@ -75,7 +75,7 @@ def test_the_host_memory_check_names_the_capacity_that_fits(tmp_path):
 
 
 def test_a_feed_hands_every_tensor_of_a_batch_to_the_run_device_and_passes_the_rest_through():
-    buffer = ReplayBuffer(100, OBS, ACTIONS, device=CPU, share_frames="auto")
+    buffer = ReplayBuffer(100, OBS, ACTIONS, **from_the_run(device=CPU), share_frames="auto")
     for i in range(20):
         buffer.add(
             np.full((1, 3), i, np.float32),

@@ -15,7 +15,7 @@ from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import final_observations
 from rl_hydra.speed import same_step_vector_env
-from tests.conftest import buffer_keys
+from tests.conftest import buffer_keys, from_the_run
 
 ACTIONS = gym.spaces.Discrete(3)
 
@@ -57,7 +57,14 @@ def fill(buffers, steps: int, num_envs: int = 2, seed: int = 0):
 def pair(capacity: int, num_envs: int = 2, n_step: int = 1, cls=ReplayBuffer, **kwargs):
     space = gym.spaces.Box(0, 255, (4, 6, 7), dtype=np.uint8)
     return [
-        cls(capacity, space, ACTIONS, num_envs=num_envs, seed=0, n_step=n_step, gamma=0.9, share_frames=share, **kwargs)
+        cls(
+            capacity,
+            space,
+            ACTIONS,
+            **from_the_run(num_envs=num_envs, n_step=n_step, gamma=0.9),
+            share_frames=share,
+            **kwargs,
+        )
         for share in (True, False)
     ]
 
@@ -126,8 +133,8 @@ def test_a_checkpoint_holds_only_the_stored_rows_and_no_copy_of_them():
 def test_one_atari_transition_costs_about_one_frame():
     frame = 84 * 84
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
-    shared = ReplayBuffer(1000, atari, ACTIONS, share_frames="auto")
-    naive = ReplayBuffer(1000, atari, ACTIONS, share_frames=False)
+    shared = ReplayBuffer(1000, atari, ACTIONS, **from_the_run(), share_frames="auto")
+    naive = ReplayBuffer(1000, atari, ACTIONS, **from_the_run(), share_frames=False)
     assert shared.bytes_per_row <= 1.1 * frame  # 7,093 bytes: frame, flag, two slots, action, reward, ends
     assert naive.bytes_per_row >= 8 * frame  # both stacks whole
 
@@ -144,7 +151,7 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
     monkeypatch.setattr(replay, "SharedFrames", AllocatedTooSoon)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=1000000 needs 7.1 GB .* lower buffer.capacity"):
-        ReplayBuffer(1_000_000, atari, ACTIONS, share_frames="auto")
+        ReplayBuffer(1_000_000, atari, ACTIONS, **from_the_run(), share_frames="auto")
 
 
 # DRQN's sequence buffer: each env's frames once, in a ring of its own; chunks name their first frame
@@ -153,7 +160,15 @@ def test_a_buffer_the_machine_cannot_hold_is_refused_before_allocating(monkeypat
 def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3):
     space = gym.spaces.Box(0, 255, (4, 6, 7), dtype=np.uint8)
     return [
-        SequenceBuffer(capacity, length, stride, space, ACTIONS, num_envs=num_envs, seed=0, share_frames=share)
+        SequenceBuffer(
+            capacity,
+            length,
+            stride,
+            space,
+            ACTIONS,
+            **from_the_run(num_envs=num_envs, seed=0, returns=False),
+            share_frames=share,
+        )
         for share in (True, False)
     ]
 
@@ -221,7 +236,9 @@ def test_chunks_whose_frames_were_overwritten_are_not_drawn():
 def test_an_atari_step_costs_about_one_frame_in_a_sequence_buffer(caplog):
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with caplog.at_level("INFO"):
-        SequenceBuffer(1000, 16, 8, atari, ACTIONS, share_frames="auto")  # chunks overlapping by half, as by default
+        SequenceBuffer(
+            1000, 16, 8, atari, ACTIONS, **from_the_run(returns=False), share_frames="auto"
+        )  # chunks overlapping by half, as by default
     assert "7.1 KB per step at buffer.stride=8" in caplog.text  # 84 x 84 = 7,056 bytes: one frame
 
 
@@ -249,7 +266,7 @@ def test_sequence_checkpoints_are_views_and_resume_exactly(tmp_path):
 def test_observations_that_are_not_frame_stacks_are_refused():
     vector = gym.spaces.Box(-1, 1, (4,), dtype=np.float32)
     with pytest.raises(ConfigError, match=r"buffer.share_frames=true needs observations that stack uint8 frames"):
-        SequenceBuffer(10, 4, 2, vector, ACTIONS, share_frames=True)
+        SequenceBuffer(10, 4, 2, vector, ACTIONS, **from_the_run(returns=False), share_frames=True)
     shared, _ = sequence_pair(10, num_envs=1, length=2, stride=2)
     obs = np.random.default_rng(0).integers(0, 256, (1, 4, 6, 7), dtype=np.uint8)
     state = (torch.zeros(1, 2),)
@@ -263,4 +280,4 @@ def test_a_sequence_buffer_the_machine_cannot_hold_is_refused_before_allocating(
     monkeypatch.setattr(replay, "available_memory", lambda: 10_000_000)
     atari = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
     with pytest.raises(ConfigError, match=r"buffer.capacity=100000 needs 11.3 GB \(113.\d KB per chunk\)"):
-        SequenceBuffer(100_000, 16, 16, atari, ACTIONS, share_frames="auto")
+        SequenceBuffer(100_000, 16, 16, atari, ACTIONS, **from_the_run(returns=False), share_frames="auto")

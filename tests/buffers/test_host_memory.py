@@ -19,7 +19,7 @@ from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.speed import host_memory
 from rl_hydra.speed.numpy_mirror import numpy_forward
-from tests.conftest import compose_config, network_keys
+from tests.conftest import compose_config, from_the_run, network_keys
 
 CPU = torch.device("cpu")
 OBS, ACTIONS = gym.spaces.Box(-10, 10, (4,), dtype=np.float32), gym.spaces.Discrete(2)
@@ -50,14 +50,14 @@ def in_one_huge_page_mapping(tensors) -> bool:
 
 @linux_huge_pages
 def test_replay_storage_lies_in_one_mapping_advised_for_huge_pages():
-    buffer = ReplayBuffer(100_000, OBS, ACTIONS, share_frames="auto")
+    buffer = ReplayBuffer(100_000, OBS, ACTIONS, **from_the_run(), share_frames="auto")
     assert buffer.storage["obs"].data_ptr() % host_memory.HUGE_PAGE == 0
     assert in_one_huge_page_mapping(buffer.storage.values())  # "hg": madvise(MADV_HUGEPAGE) took
     obs = np.ones((1, 4), np.float32)
     buffer.add(obs, np.array([1]), np.array([2.0]), obs, np.array([False]), np.array([True]))
     batch = buffer.sample(8)
     assert batch.rewards.tolist() == [2.0] * 8 and batch.truncated.tolist() == [1.0] * 8
-    sequences = SequenceBuffer(50, 4, 2, OBS, ACTIONS, share_frames="auto")
+    sequences = SequenceBuffer(50, 4, 2, OBS, ACTIONS, **from_the_run(returns=False), share_frames="auto")
     assert in_one_huge_page_mapping([*sequences.steps.values(), sequences.episode_start])
 
 

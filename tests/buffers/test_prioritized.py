@@ -19,7 +19,7 @@ from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import run
 from tests.config.test_protocols import check_members
-from tests.conftest import TINY, buffer_keys, compose_config
+from tests.conftest import TINY, buffer_keys, compose_config, from_the_run
 from tests.runs.test_resume import assert_same
 
 needs_numba = pytest.mark.skipif(compiled_sum_tree.numba is None, reason='numba is not installed (".[numba]")')
@@ -30,8 +30,14 @@ ACTIONS = gym.spaces.Discrete(3)
 
 
 def make_buffer(capacity=16, **kwargs) -> PrioritizedReplayBuffer:
+    """`kwargs`: what the run hands the buffer (from_the_run) and its own keys, mixed."""
+    given = {key: kwargs.pop(key) for key in ("num_envs", "device", "seed", "n_step", "gamma") if key in kwargs}
     return PrioritizedReplayBuffer(
-        capacity, OBS, ACTIONS, **buffer_keys("prioritized", **{"seed": 0, "beta_steps": 100_000, **kwargs})
+        capacity,
+        OBS,
+        ACTIONS,
+        **from_the_run(**given),
+        **buffer_keys("prioritized", **{"beta_steps": 100_000, **kwargs}),
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from tests.conftest import CONF_DIR, TINY, buffer_keys, run_training
+from tests.conftest import CONF_DIR, TINY, buffer_keys, from_the_run, run_training
 
 # --- the progress bar ------------------------------------------------------------------------
 
@@ -74,29 +74,36 @@ ACTIONS = gym.spaces.Discrete(2)
 @pytest.mark.parametrize(
     "make, kind",
     [
-        (lambda: ReplayBuffer(100, VECTOR, ACTIONS, share_frames="auto"), "uniform replay buffer: 100 transitions x"),
         (
-            lambda: ReplayBuffer(100, FRAMES, ACTIONS, n_step=3, share_frames="auto"),
+            lambda: ReplayBuffer(100, VECTOR, ACTIONS, **from_the_run(), share_frames="auto"),
+            "uniform replay buffer: 100 transitions x",
+        ),
+        (
+            lambda: ReplayBuffer(100, FRAMES, ACTIONS, **from_the_run(n_step=3), share_frames="auto"),
             "uniform replay buffer (3-step returns, frames stored once): 100 transitions x",
         ),
         (
             lambda: PrioritizedReplayBuffer(
-                100, VECTOR, ACTIONS, n_step=3, **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100)
+                100,
+                VECTOR,
+                ACTIONS,
+                **from_the_run(n_step=3),
+                **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100),
             ),
             "prioritized replay buffer (3-step returns): 100 transitions x",
         ),
         (
             lambda: PrioritizedReplayBuffer(
-                100, FRAMES, ACTIONS, **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100)
+                100, FRAMES, ACTIONS, **from_the_run(), **buffer_keys("prioritized", sum_tree="numpy", beta_steps=100)
             ),
             "prioritized replay buffer (frames stored once): 100 transitions x",
         ),
         (
-            lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS, share_frames="auto"),
+            lambda: SequenceBuffer(10, 16, 8, VECTOR, ACTIONS, **from_the_run(returns=False), share_frames="auto"),
             "sequence buffer (16-step chunks): 10 chunks x",
         ),
         (
-            lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS, share_frames="auto"),
+            lambda: SequenceBuffer(10, 16, 8, FRAMES, ACTIONS, **from_the_run(returns=False), share_frames="auto"),
             "sequence buffer (16-step chunks, frames stored once): 10 chunks x",
         ),
     ],
@@ -140,7 +147,7 @@ def test_an_online_wandb_run_logs_its_id_and_address(caplog):
     pytest.importorskip("wandb")
     from rl_hydra.loggers.wandb import WandbLogger
 
-    logger = WandbLogger(mode="online")
+    logger = WandbLogger(project="rl-hydra", entity=None, mode="online", tags=[])
     logger.run = SimpleNamespace(id="abc123", url="https://wandb.ai/me/rl-hydra/runs/abc123")
     with caplog.at_level(logging.INFO, logger="rl_hydra"):
         logger._say_where()

@@ -14,7 +14,7 @@ nothing of a run but eval/.
 The default suite runs every named attack (ATTACKS) through every entry point (those of issue #74
 through the ones in its FOCUS), and a short, derandomized Hypothesis profile; `pytest -m slow
 tests/fuzz` runs issue #74's attacks through the other entry points and a long random campaign that
-collects every distinct failure before it fails (RL_HYDRA_FUZZ_EXAMPLES cases, 400 by default)."""
+collects every distinct failure before it fails (RL_HYDRA_FUZZ_EXAMPLES cases, 200 by default)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ SHORT = settings(
     suppress_health_check=list(HealthCheck),
 )
 LONG = settings(
-    max_examples=int(os.environ.get("RL_HYDRA_FUZZ_EXAMPLES", 400)),
+    max_examples=int(os.environ.get("RL_HYDRA_FUZZ_EXAMPLES", 200)),
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate],

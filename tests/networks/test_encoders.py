@@ -22,7 +22,7 @@ from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
-from tests.conftest import algo_keys, network_keys
+from tests.conftest import algo_keys, from_the_run, network_keys
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
 GRIDS = gym.spaces.Box(0, 1, (6, 10, 10), dtype=np.bool_)
@@ -144,7 +144,7 @@ AGENTS = {
 @pytest.mark.parametrize("algo", sorted(AGENTS))
 def test_agents_act_and_learn_on_raw_grids_kept_as_bool_in_the_buffer(algo):
     agent = AGENTS[algo]()
-    buffer = ReplayBuffer(100, GRIDS, ACTIONS, seed=0, gamma=0.99, share_frames="auto")
+    buffer = ReplayBuffer(100, GRIDS, ACTIONS, **from_the_run(seed=0, gamma=0.99), share_frames="auto")
     rng = np.random.default_rng(0)
     for _ in range(40):
         obs = rng.random((1, 6, 10, 10)) < 0.2
@@ -169,7 +169,7 @@ def test_drqn_learns_on_frames_from_its_sequence_buffer():
         total_steps=100,
         **algo_keys("drqn", batch_size=2),
     )
-    buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS, share_frames="auto")
+    buffer = SequenceBuffer(20, 4, 2, GRIDS, ACTIONS, **from_the_run(returns=False), share_frames="auto")
     rng = np.random.default_rng(0)
     state = None
     for t in range(12):

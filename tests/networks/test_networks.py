@@ -175,7 +175,7 @@ def test_noisy_linear_initialisation():
 
 
 def test_noise_is_factorised_and_the_forward_is_the_papers():
-    layer = NoisyLinear(6, 4)
+    layer = NoisyLinear(6, 4, sigma0=0.5)
     eps_w, eps_b = layer.factorised_noise()
     assert eps_w.shape == (4, 6) and eps_b.shape == (4,)
     torch.testing.assert_close(eps_w, f(layer.epsilon_out)[:, None] * f(layer.epsilon_in)[None, :])
@@ -207,7 +207,7 @@ def test_noise_changes_only_when_resampled_and_is_off_under_noise_disabled(name)
 
 
 def test_noise_disabled_is_the_plain_linear_with_the_mean_weights():
-    layer = NoisyLinear(6, 4)
+    layer = NoisyLinear(6, 4, sigma0=0.5)
     x = torch.randn(B, 6)
     with noise_disabled(layer):
         torch.testing.assert_close(layer(x), x @ layer.weight_mu.T + layer.bias_mu)
@@ -250,7 +250,7 @@ def test_noise_comes_from_torchs_global_rng_and_lives_in_the_state_dict():
 def test_has_noisy_layers():
     assert not has_noisy_layers(QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8])))
     assert has_noisy_layers(QNetwork(OBS_DIM, A, **network_keys("dqn", hidden_sizes=[8], noisy=True)))
-    assert has_noisy_layers(nn.Sequential(nn.Linear(2, 3), NoisyLinear(3, 1)))
+    assert has_noisy_layers(nn.Sequential(nn.Linear(2, 3), NoisyLinear(3, 1, sigma0=0.5)))
     assert not has_noisy_layers(
         ImplicitQuantileNetwork(
             OBS_DIM, A, **network_keys("iqn", embedding_dim=8, hidden_sizes=[8], head_hidden_sizes=[8])
@@ -360,7 +360,7 @@ def test_a_network_built_by_hand_from_network_keys_is_the_one_the_config_builds(
 
 def test_noisy_layers_give_the_same_outputs_for_a_few_rows_and_for_a_batch():
     """A few rows (acting) take the factorised product, a batch builds the noisy weight: same values."""
-    layer = NoisyLinear(32, 8)
+    layer = NoisyLinear(32, 8, sigma0=0.5)
     rows = torch.randn(100, 32)
     eps_w, eps_b = layer.factorised_noise()
     expected = rows @ (layer.weight_mu + layer.weight_sigma * eps_w).T + layer.bias_mu + layer.bias_sigma * eps_b

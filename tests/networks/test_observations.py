@@ -36,6 +36,7 @@ from tests.conftest import (
     batch_of,
     buffer_keys,
     compose_config,
+    from_the_run,
     network_keys,
     run_training,
     skip_without_env_extra,
@@ -86,7 +87,7 @@ def test_each_part_is_stored_in_the_smallest_dtype_that_holds_it(space, dtype):
     "space, obs_bytes", [(DISCRETE, 2), (MULTI_DISCRETE, 3), (MULTI_BINARY, 6), (DICT, 147 + 1 + 2 + 8)]
 )
 def test_replay_keeps_each_part_in_its_column_and_gives_back_what_went_in(space, obs_bytes):
-    buffer = ReplayBuffer(50, space, ACTIONS, num_envs=2, seed=0, share_frames="auto")
+    buffer = ReplayBuffer(50, space, ACTIONS, **from_the_run(num_envs=2, seed=0), share_frames="auto")
     # per transition: the observation twice, an int64 action and three float32 columns
     assert buffer.bytes_per_row == 2 * obs_bytes + 8 + 3 * 4
     obs, next_obs = batch_of(space, 2, seed=1), batch_of(space, 2, seed=2)
@@ -101,8 +102,8 @@ def test_replay_keeps_each_part_in_its_column_and_gives_back_what_went_in(space,
 
 def test_the_buffer_logs_bytes_per_transition_and_the_observation_layout(caplog):
     with caplog.at_level(logging.INFO, logger="rl_hydra.buffers.replay"):
-        ReplayBuffer(1000, DISCRETE, ACTIONS, share_frames="auto")
-        ReplayBuffer(1000, DICT, ACTIONS, share_frames="auto")
+        ReplayBuffer(1000, DISCRETE, ACTIONS, **from_the_run(), share_frames="auto")
+        ReplayBuffer(1000, DICT, ACTIONS, **from_the_run(), share_frames="auto")
     assert "1000 transitions x 24 B = 24.0 KB (an observation: 2 B: int16, stored twice)" in caplog.text
     # gymnasium's Dict sorts its keys
     assert "(an observation: 158 B: bits (2,) bool, direction uint8, image (3, 7, 7) uint8, position (2,) float32" in (
@@ -115,7 +116,7 @@ def test_n_step_and_gathered_batches_of_dict_observations(buffer_class):
     options = buffer_keys("prioritized" if buffer_class is PrioritizedReplayBuffer else "replay", beta_steps=10)
     if buffer_class is ReplayBuffer:
         options.pop("beta_steps")
-    buffer = buffer_class(40, DICT, ACTIONS, num_envs=2, seed=0, n_step=3, gamma=0.9, **options)
+    buffer = buffer_class(40, DICT, ACTIONS, **from_the_run(num_envs=2, n_step=3, gamma=0.9), **options)
     for t in range(12):
         buffer.add(
             batch_of(DICT, 2, seed=t),
@@ -129,7 +130,7 @@ def test_n_step_and_gathered_batches_of_dict_observations(buffer_class):
     assert len(batches) == 3 and all(
         set(b.obs) == set(DICT.spaces) and b.obs["image"].shape == (4, 3, 7, 7) for b in batches
     )
-    restored = buffer_class(40, DICT, ACTIONS, num_envs=2, seed=0, n_step=3, gamma=0.9, **options)
+    restored = buffer_class(40, DICT, ACTIONS, **from_the_run(num_envs=2, n_step=3, gamma=0.9), **options)
     restored.load_state_dict(buffer.state_dict())
     for got, wanted in zip(restored.sample(5), buffer.sample(5)):
         for got_part, wanted_part in zip(spaces.split(got), spaces.split(wanted)):
@@ -138,7 +139,13 @@ def test_n_step_and_gathered_batches_of_dict_observations(buffer_class):
 
 def test_a_sequence_buffer_stores_dict_parts_and_gives_time_major_dicts():
     buffer = SequenceBuffer(
-        10, sequence_length=3, stride=3, observation_space=DICT, action_space=ACTIONS, num_envs=2, share_frames="auto"
+        10,
+        **from_the_run(num_envs=2, returns=False),
+        sequence_length=3,
+        stride=3,
+        observation_space=DICT,
+        action_space=ACTIONS,
+        share_frames="auto",
     )
     state = (torch.zeros(2, 4),)
     for t in range(3):
@@ -265,7 +272,7 @@ def test_every_q_algorithm_acts_and_learns_on_every_space(algo, space):
     algo_class, network, keys = NETWORKS[algo]
     space = SPACES[space]
     agent = algo_class(space, ACTIONS, network, ADAM, total_steps=100, **algo_keys(algo, **keys))
-    buffer = ReplayBuffer(64, space, ACTIONS, num_envs=2, seed=0, gamma=0.99, share_frames="auto")
+    buffer = ReplayBuffer(64, space, ACTIONS, **from_the_run(num_envs=2, seed=0, gamma=0.99), share_frames="auto")
     for t in range(10):
         obs = batch_of(space, 2, seed=t)
         actions, _ = agent.act(obs, explore=True)
@@ -288,7 +295,7 @@ def test_drqn_acts_and_learns_on_every_space(space):
         total_steps=100,
         **algo_keys("drqn", batch_size=2, burn_in=1),
     )
-    buffer = SequenceBuffer(20, 4, 2, space, ACTIONS, share_frames="auto")
+    buffer = SequenceBuffer(20, 4, 2, space, ACTIONS, **from_the_run(returns=False), share_frames="auto")
     state = None
     for t in range(12):
         before = agent.initial_state(1) if state is None else state
@@ -313,7 +320,7 @@ def test_sac_and_redq_read_indices_and_bits_one_hot(algo, space):
         "algo.ensemble_size=2",
     )
     agent = agent_from(cfg, space, action_space)
-    buffer = ReplayBuffer(64, space, action_space, seed=0, share_frames="auto")
+    buffer = ReplayBuffer(64, space, action_space, **from_the_run(seed=0), share_frames="auto")
     for t in range(10):
         obs = batch_of(space, 1, seed=t)
         actions, _ = agent.act(obs, explore=True)
