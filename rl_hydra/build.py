@@ -288,6 +288,7 @@ def fitted_agent(cfg: DictConfig, env: Any, device: torch.device) -> tuple[Agent
 def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.device, capabilities: Capabilities):
     """The replay buffer, for `num_envs` envs. A transition buffer builds the discounted n-step returns;
     a recurrent agent sums them over its sequences."""
+    seed = spawn_seeds(cfg.seed).buffer
     returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
     if cfg.buffer.get("beta_steps") == "auto":  # prioritized replay anneals beta over the run's updates
         returns["beta_steps"] = run_updates(
@@ -300,7 +301,7 @@ def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.d
             **spaces,
             num_envs=num_envs,
             device=storage,
-            seed=spawn_seeds(cfg.seed).buffer,
+            seed=seed,
             **returns,
         ),
         cfg.buffer.get("device", "auto"),
