@@ -27,8 +27,9 @@ from torch import nn
 from rl_hydra import speed
 from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.buffers.device import build_on_device
-from rl_hydra.config import ConfigError, run_updates
+from rl_hydra.config import run_updates
 from rl_hydra.envs import make_env
+from rl_hydra.errors import ConfigError
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops.experience import Experience, LocalExperience
 from rl_hydra.loops.runner import Runner

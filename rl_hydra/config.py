@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema import integer_key, register_schemas, validate_config
-from rl_hydra.schema.envs import LARGEST_ENVS
-from rl_hydra.schema.keys import LARGEST_INT, ConfigError, shown
+from rl_hydra.schema.keys import LARGEST_INT, shown
 from rl_hydra.schema.keys import is_int as _is_int
-from rl_hydra.schema.run import LARGEST_EPISODES, LARGEST_SEED, LARGEST_THREADS
 
-__all__ = ["LARGEST_ENVS", "LARGEST_EPISODES", "LARGEST_INT", "LARGEST_SEED", "LARGEST_THREADS", "ConfigError", "shown"]
 if TYPE_CHECKING:
     import torch
 

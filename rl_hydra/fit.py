@@ -13,7 +13,8 @@ import gymnasium as gym
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from rl_hydra.config import CONF_DIR, ConfigError, compose_option
+from rl_hydra.config import CONF_DIR, compose_option
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Capabilities
 
 ACTION_KINDS = {"discrete": "a discrete action space", "continuous": "a continuous (Box) action space"}

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_hydra"
 
 # floors, bottom to top: a module lives on the floor of its room (the first name under rl_hydra)
 LAYERS = [
-    ["schema", "config", "protocols", "losses", "speed"],  # contracts, pure functions, the speed layer
+    ["errors", "schema", "config", "protocols", "losses", "speed"],  # contracts, pure functions, the speed layer
     ["networks", "buffers", "envs", "runs"],  # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
     ["loops"],

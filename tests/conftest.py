@@ -33,7 +33,7 @@ def compose_config(*overrides: str) -> DictConfig:
     the wrong type for its schema: one ConfigError line, as on the command line)."""
     from hydra.errors import HydraException
 
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
     from rl_hydra.schema import type_refusal
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -125,8 +125,8 @@ def batch_of(space, n: int, seed: int | None = 0):
 def skip_without_env_extra(*overrides: str) -> None:
     """Skip the test unless the install extra of the composed env group (`env.extra`: box2d,
     mujoco, atari, minatar) is installed; the reason is the one line a run would print."""
-    from rl_hydra.config import ConfigError
     from rl_hydra.envs.make import check_extra
+    from rl_hydra.errors import ConfigError
 
     try:
         check_extra(compose_config(*overrides).env)

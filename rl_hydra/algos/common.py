@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError
 from rl_hydra.envs import spaces
 from rl_hydra.envs.spaces import parts
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Observation, ObservationTensor
 
 

@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from rl_hydra.buffers.sum_tree import SumTree
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 
 try:
     import numba

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra.commands.launch import launch
 from rl_hydra.commands.run import Run, load_run
-from rl_hydra.config import ConfigError, hydra_scope, integral_overrides
+from rl_hydra.config import hydra_scope, integral_overrides
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema import type_refusal
 
 

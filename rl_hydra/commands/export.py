@@ -8,7 +8,7 @@ import sys
 
 from rl_hydra.commands.policy_export import FORMATS, check_format, export_run
 from rl_hydra.commands.run import load_run
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunError
 from rl_hydra.schema.evaluate import CHECKPOINTS
 

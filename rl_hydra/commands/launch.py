@@ -23,7 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs import provenance
 from rl_hydra.runs.provenance import Session
 from rl_hydra.runs.record import (

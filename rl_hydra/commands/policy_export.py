@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import shape_of
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 
 if TYPE_CHECKING:

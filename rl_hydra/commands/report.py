@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.commands.run import load_run
-from rl_hydra.config import ConfigError, integral, resolve_device
+from rl_hydra.config import integral, resolve_device
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,

@@ -12,10 +12,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.commands.launch import EXIT_CONFIG, LOG_FORMAT, RunFailed, fail, launch
 from rl_hydra.config import flat_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, RunError
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema import type_refusal
-from rl_hydra.schema.keys import ConfigError, check, fields
+from rl_hydra.schema.keys import check, fields
 
 # the config groups: a resume changes values, never a group's choice
 GROUPS = ("algo", "env", "network", "buffer", "algo_env", "hparams_search", "logger")

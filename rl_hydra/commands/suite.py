@@ -27,7 +27,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rl_hydra.config import CONF_DIR, ConfigError, check_int
+from rl_hydra.config import CONF_DIR, check_int
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
 
 SUITE_DIR = CONF_DIR / "suite"

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl_hydra.config import ConfigError
 from rl_hydra.distributed.actor import Actor
 from rl_hydra.distributed.parts import RunParts
 from rl_hydra.distributed.replay import SequenceShard, TransitionShard
 from rl_hydra.distributed.settings import Settings, actor_epsilons
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunError
 

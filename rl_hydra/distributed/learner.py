@@ -25,7 +25,6 @@ from omegaconf import DictConfig
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.device import to_device
 from rl_hydra.build import build_runner, cfg_choice, process_settings
-from rl_hydra.config import ConfigError
 from rl_hydra.distributed.actor import network_weights
 from rl_hydra.distributed.cluster import Cluster, ClusterFault
 from rl_hydra.distributed.parts import RunParts
@@ -39,6 +38,7 @@ from rl_hydra.distributed.settings import (
     require_ray,
     sequence_priorities,
 )
+from rl_hydra.errors import ConfigError
 from rl_hydra.fit import import_class
 from rl_hydra.loops import session
 from rl_hydra.loops.monitor import EpisodeStats, StopRequested

@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.build import build
-from rl_hydra.config import ConfigError, check_int
+from rl_hydra.config import check_int
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Batch, SequenceBatch
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema.keys import shown
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from rl_hydra.config import ConfigError, check_choice
+from rl_hydra.config import check_choice
+from rl_hydra.errors import ConfigError
 
 LEARNING_KEYS = ("clip_rewards", "terminal_on_life_loss")
 

@@ -16,10 +16,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError, check_choice, check_int, plain_dict
+from rl_hydra.config import check_choice, check_int, plain_dict
 from rl_hydra.envs.learning import learning_signal
 from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
+from rl_hydra.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import shape_of
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema.envs import MINIGRID_ACTIONS
 
 

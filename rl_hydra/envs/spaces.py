@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 
 LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict or Tuple of them"

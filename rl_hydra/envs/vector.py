@@ -23,7 +23,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
 from omegaconf import DictConfig
 
 from rl_hydra import speed
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 
 
 def vector_env(

@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.config import ConfigError, check_int
+from rl_hydra.config import check_int
 from rl_hydra.envs.spaces import is_text
+from rl_hydra.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

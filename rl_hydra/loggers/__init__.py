@@ -18,7 +18,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.loggers.base import Logger
 from rl_hydra.loggers.csv import CSVLogger
 from rl_hydra.loggers.tensorboard import TensorBoardLogger

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, atomic_write_bytes
 
 TRACKING_RECORD = "tracking.json"  # in a run (or sweep) directory: {"mlflow": {"run_id": ...}, "wandb": {...}}

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import ConfigError, flat_config
+from rl_hydra.config import flat_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.loggers.base import numbers, recall, remember, require, sweep_of
 from rl_hydra.runs.run_dir import RunDirectory
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
 from rl_hydra.runs.run_dir import RunError, check_fits, check_optimizer_state, misfit
 

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.spaces import check_observation_space
+from rl_hydra.errors import ConfigError
 
 CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}  # the (height, width) each is built for
 GRID_SIDES = (7, 16)  # grid_cnn's smallest and largest side

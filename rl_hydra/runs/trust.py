@@ -171,7 +171,8 @@ def typed_config(tree: dict[str, Any], source: Path) -> DictConfig:
     """The config typed and checked as a launch's: each node merged onto the schema its `_target_`
     (its name, for `distributed`; its keys, for `env`) declares, then every range checked."""
     from rl_hydra import schema
-    from rl_hydra.config import ConfigError, check_required
+    from rl_hydra.config import check_required
+    from rl_hydra.errors import ConfigError
     from rl_hydra.schema import run as run_schema
 
     try:

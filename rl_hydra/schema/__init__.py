@@ -17,11 +17,11 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema import algos, buffers, distributed, envs, loggers, networks, run
-from rl_hydra.schema.keys import ConfigError, Range, check, check_rules, fields, not_a_list, schema_of, validate
+from rl_hydra.schema.keys import Range, check, check_rules, fields, not_a_list, schema_of, validate
 
 __all__ = [
-    "ConfigError",
     "Range",
     "check",
     "describe",

@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from rl_hydra.errors import ConfigError
+
 # no integer key of a run needs more: a budget, a capacity or a size past this is a typo (1e100)
 LARGEST_INT = 10**12
 # sizes that memory scales with, refused while composing (before a run directory is taken), far
@@ -26,10 +28,6 @@ LARGEST_INT = 10**12
 LARGEST_WIDTH = 16_384
 LARGEST_BATCH = 65_536
 LARGEST_COUNT = 4_096
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message is one user-facing line."""
 
 
 @dataclass(frozen=True)

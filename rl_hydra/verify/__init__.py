@@ -26,8 +26,9 @@ import yaml
 from omegaconf import DictConfig
 
 from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
-from rl_hydra.config import ConfigError, check_int, validate_run_config
+from rl_hydra.config import check_int, validate_run_config
 from rl_hydra.distributed.settings import requested as distributed_requested
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
 from rl_hydra.verify.compare import (
     compare_checkpoints,

@@ -112,7 +112,7 @@ def budget(steps: int) -> list[str]:
 
 
 def cartpole_cases(args) -> list[Case]:
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
 
     table, name = PEERS[args.peer], PEER_NAMES[args.peer]
     lacking = [algo for algo in args.algos if f"{algo}_cartpole" not in table]
@@ -172,7 +172,7 @@ def cartpole_cases(args) -> list[Case]:
 def suite_cases(args) -> list[Case]:
     from rl_hydra.commands.api import compose_train_config
     from rl_hydra.commands.suite import load_suite
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
 
     suite = load_suite(args.name)
     unknown = sorted(set(args.rows or []) - {r.name for r in suite.rows})
@@ -246,7 +246,7 @@ def atari_cases(args) -> list[Case]:
     preset (~algo_env), whose Dopamine values (no gradient clipping, Adam eps 1.5e-4) are not
     SB3's: the general-purpose DQN clips at 10, as SB3 does. IQN and Rainbow (ours only: SB3 has
     neither) run their Atari presets on the same budget."""
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
 
     warmup, steps, n = args.learning_starts, args.steps or 20_000, args.num_envs
     if warmup % n or steps % n or (n % 4 and 4 % n):
@@ -775,7 +775,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("suite needs a suite's name, e.g. discrete_zoo")
     if args.peer != "sb3" and args.set not in ("suite", "cartpole"):
         parser.error(f"--peer {args.peer}: only suite and cartpole rows have its settings (scripts/benchmarks/zoo.py)")
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
 
     try:
         cases = CASES[args.set](args)

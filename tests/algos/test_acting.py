@@ -17,7 +17,8 @@ from torch.nn.utils.parametrizations import spectral_norm
 from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.qr_dqn import QRDQN
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.mlp import QNetwork, mlp
 from rl_hydra.networks.noisy import noise_disabled, resample_noise

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hydra.utils import get_class, instantiate
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from tests.algos.continuous import ACTION_SPACE, OBS_SPACE, agent_from, random_batch
 from tests.conftest import algo_keys, compose_config
 

@@ -13,7 +13,8 @@ from conftest import TINY, run_training
 
 from rl_hydra.algos.c51 import C51, categorical_projection
 from rl_hydra.buffers.replay import ReplayBuffer
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from tests.conftest import algo_keys, buffer_keys, compose_config, from_the_run, network_keys
 

@@ -14,7 +14,7 @@ import torch
 
 from rl_hydra.algos.crossq import CrossQ
 from rl_hydra.build import build_components
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
 from rl_hydra.networks.crossq import BatchRenormActor, BatchRenormCriticEnsemble
 from tests.algos.continuous import ACTION_SPACE, agent_from, random_batch

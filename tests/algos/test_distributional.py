@@ -21,7 +21,7 @@ from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.build import agent_node
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.losses import midpoint_taus, quantile_huber_loss
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
 from rl_hydra.runs.run_dir import RunDirectory

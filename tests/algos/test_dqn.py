@@ -11,7 +11,8 @@ from rl_hydra import speed
 from rl_hydra.algos.common import LinearSchedule
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.buffers.replay import Batch
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.updates import clip_grad_norm
 from tests.conftest import algo_keys, compose_config, network_keys

@@ -14,9 +14,10 @@ import torch
 from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.build import build_components, build_runner
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
+from rl_hydra.errors import ConfigError
 from rl_hydra.loops import recurrent
 from rl_hydra.loops.runner import StopRequested
 from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale

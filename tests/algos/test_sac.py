@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl_hydra.algos.redq import REDQ, actor_q_value
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from tests.algos.continuous import SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, run_training
 

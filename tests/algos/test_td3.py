@@ -10,7 +10,7 @@ import torch
 
 from rl_hydra import load_run, train
 from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target_action
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
 from tests.algos.continuous import ACTION_SPACE, SMALL_NET, agent_from, random_batch
 from tests.conftest import TINY, compose_config, metric_rows, network_keys, run_training

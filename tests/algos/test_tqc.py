@@ -10,7 +10,7 @@ import torch
 
 from rl_hydra import load_run, train
 from rl_hydra.algos.tqc import TQC, truncated_target
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.losses import ensemble_quantile_loss, midpoint_taus
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
 from tests.algos.continuous import SMALL_NET, agent_from, random_batch

@@ -13,7 +13,8 @@ import torch
 
 from rl_hydra.buffers.device import DeviceFeed, DeviceMemoryShort, build_on_device, storage_device, to_device
 from rl_hydra.buffers.replay import ReplayBuffer
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from tests.conftest import TINY, compose_config, from_the_run, run_training
 
 CPU, CUDA, META = torch.device("cpu"), torch.device("cuda"), torch.device("meta")

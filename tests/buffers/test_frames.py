@@ -12,8 +12,8 @@ from gymnasium.wrappers import FrameStackObservation
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import final_observations
+from rl_hydra.errors import ConfigError
 from rl_hydra.speed import same_step_vector_env
 from tests.conftest import buffer_keys, from_the_run
 

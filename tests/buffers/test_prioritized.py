@@ -14,7 +14,8 @@ from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.buffers.sum_tree import SumTree
 from rl_hydra.build import build_components
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import PrioritizedBuffer
 from rl_hydra.runs.run_dir import RunDirectory
 from rl_hydra.training import run

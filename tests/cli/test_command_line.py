@@ -13,7 +13,7 @@ import pytest
 
 from rl_hydra.commands import cli as cli_module
 from rl_hydra.commands.cli import HydraFlags, check_config, command_line
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from tests.conftest import CONF_DIR, TINY
 from tests.runs.test_run_record import cli
 

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_hydra.commands import cli as cli_module
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from tests.conftest import TINY
 from tests.runs.test_run_record import cli
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from rl_hydra.commands import suite
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from tests.conftest import ROOT
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.loops.runner import TrainingDiverged
 from rl_hydra.runs.run_dir import SUMMARY_KEYS
 from tests.conftest import ROOT, TINY, compose_config, run_cli, run_training

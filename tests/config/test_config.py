@@ -9,8 +9,8 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.build import build_components
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import check_env_id
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Capabilities
 from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, run_cli, skip_without_env_extra
 

@@ -164,7 +164,7 @@ def test_evaluate_yaml_sets_exactly_the_keys_its_schema_declares_and_is_checked_
     from omegaconf import OmegaConf
 
     from rl_hydra.commands.report import parse_args
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
     from rl_hydra.schema.evaluate import EvaluateKeys
 
     path = CONF_DIR / "evaluate.yaml"

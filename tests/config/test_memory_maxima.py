@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from rl_hydra.schema import ConfigError, validate_config
+from rl_hydra.errors import ConfigError
+from rl_hydra.schema import validate_config
 from tests.conftest import ROOT, TINY, compose_config
 
 TOO_LARGE = [

@@ -3,7 +3,8 @@ each refusal is one line naming the key, its value, what is allowed and the othe
 
 import pytest
 
-from rl_hydra.schema import ConfigError, validate_config
+from rl_hydra.errors import ConfigError
+from rl_hydra.schema import validate_config
 from tests.conftest import compose_config
 
 BROKEN = [

@@ -16,9 +16,9 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from rl_hydra.config import ConfigError
 from rl_hydra.distributed.replay import SequenceShard, TransitionShard, as_arrays
 from rl_hydra.distributed.settings import actor_epsilons, read_settings, requested, sequence_priorities
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Batch, SequenceBatch
 from rl_hydra.schema import validate_config
 from tests.conftest import TINY, compose_config

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import env_factory, make_env, time_limit
+from rl_hydra.errors import ConfigError
 from rl_hydra.loops import evaluate as evaluation
 from rl_hydra.loops.evaluate import evaluate
 from tests.conftest import CONF_DIR, TINY, compose_config, env_overrides, skip_without_env_extra

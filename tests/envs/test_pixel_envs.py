@@ -14,10 +14,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_hydra.commands.video import record_gif
-from rl_hydra.config import ConfigError
 from rl_hydra.envs import make
 from rl_hydra.envs.learning import LearningSignal, learning_signal
 from rl_hydra.envs.make import env_factory, make_env
+from rl_hydra.errors import ConfigError
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.loops.rollout import Rollout
 from tests.conftest import ROOT, compose_config

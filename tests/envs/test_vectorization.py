@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from omegaconf import open_dict
 
-from rl_hydra.config import ConfigError
 from rl_hydra.envs.make import env_factory
 from rl_hydra.envs.vector import EnvPoolAtari, envpool_atari_options, vector_env
+from rl_hydra.errors import ConfigError
 from rl_hydra.schema import validate_config
 from tests.conftest import TINY, compose_config, run_training, skip_without_env_extra
 

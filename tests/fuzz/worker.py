@@ -105,7 +105,7 @@ def evaluate(run_dir: str) -> int:
 def load_run(run_dir: str) -> int:
     """The Python API: a refusal is RunError or ConfigError (one line), printed here as the CLIs do."""
     from rl_hydra import load_run
-    from rl_hydra.config import ConfigError
+    from rl_hydra.errors import ConfigError
     from rl_hydra.runs.run_dir import RunError
 
     try:

@@ -19,9 +19,10 @@ from hydra.utils import instantiate
 from torch import nn
 
 from rl_hydra.build import build_components
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
 from rl_hydra.envs import make_env
 from rl_hydra.envs.make import check_extra
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import network_input

@@ -16,7 +16,7 @@ from rl_hydra.algos.iqn import IQN
 from rl_hydra.algos.qr_dqn import QRDQN
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.encoders import make_encoder
 from rl_hydra.networks.mlp import QNetwork

@@ -15,7 +15,8 @@ from hydra.utils import instantiate
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.mlp import QNetwork

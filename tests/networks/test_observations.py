@@ -21,9 +21,10 @@ from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.build import build_agent
-from rl_hydra.config import ConfigError, validate_run_config
+from rl_hydra.config import validate_run_config
 from rl_hydra.envs import spaces, wrappers
 from rl_hydra.envs.wrappers import ObservationParts
+from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_encoder, network_input
 from rl_hydra.networks.mlp import QNetwork

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.runs.results import check_record, median_problems, rows_table, seeds_table
 from tests.conftest import ROOT, compose_config
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_hydra.build import build_components, compile_agent, seed_everything
-from rl_hydra.config import ConfigError
+from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Capabilities
 from tests.conftest import TINY, compose_config, run_training
 

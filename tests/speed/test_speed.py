@@ -160,7 +160,8 @@ def test_a_run_whose_fast_paths_all_fail_trains_on_the_plain_path(monkeypatch, t
 
 def test_fast_paths_is_checked_and_may_change_on_resume():
     from rl_hydra.commands.resume import RESUMABLE
-    from rl_hydra.config import ConfigError, validate_run_config
+    from rl_hydra.config import validate_run_config
+    from rl_hydra.errors import ConfigError
 
     assert "fast_paths" in RESUMABLE
     with pytest.raises(ConfigError, match="fast_paths='maybe' is not allowed"):  # (yes and no read as booleans)
