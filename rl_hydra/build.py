@@ -22,7 +22,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
-from torch import nn
 
 from rl_hydra import speed
 from rl_hydra.algos.common import compile_pure_methods
@@ -186,6 +185,7 @@ class AgentRecipe:
 
     def build(self, observation_space, action_space, device: torch.device) -> Agent:
         algo = OmegaConf.create(self.algo)
+        speed.lean_adam_nodes(algo)  # torch's Adam built with the speed layer's lean step where it is on
         # the run's budget goes to an agent with a schedule over it (DQN's exploration and learning rate)
         budget = (
             {"total_steps": self.total_steps}
@@ -202,10 +202,7 @@ class AgentRecipe:
             seed=spawn_seeds(self.seed).agent,
             **budget,
         )
-        # on the CPU, the networks' weights in huge pages, where the update finds them after a step's sampling
-        speed.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
-        # on CUDA, the gradient step replayed from a CUDA graph where the speed layer finds it may be
-        speed.attach(agent)
+        speed.attach(agent)  # the fast paths that stand in for parts of it (rl_hydra/speed)
         return agent
 
 

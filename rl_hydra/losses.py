@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rl_hydra import speed
-from rl_hydra.schema.algos import TD_LOSSES
+from rl_hydra.choices import TD_LOSSES
 
 
 def q_learning_targets(
@@ -85,6 +84,30 @@ def weighted_mean(per_sample: torch.Tensor, weights: torch.Tensor) -> torch.Tens
     return (weights * per_sample).mean()
 
 
+def quantile_targets(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor, discounts: torch.Tensor
+) -> torch.Tensor:
+    """The distributional Bellman target r + discount * (1 - terminated) * z for each next-state
+    sample z (`rewards` may be n-step sums and `discounts` gamma^k)."""
+    # rewards, terminated, discounts: (B,); next_quantiles: (B, N')
+    return rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * next_quantiles  # (B, N')
+
+
+def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """The rows of the chosen actions: values (B, A, T), actions (B,) -> (B, T)."""
+    rows = torch.arange(values.shape[0], device=values.device)  # (B,)
+    return values[rows, actions]  # (B, T)
+
+
+def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Means of the predicted and target distributions and |E[target] - E[Z(s, a)]| (the TD error of Q)."""
+    # quantiles: (B, N); targets: (B, N')
+    q_values = quantiles.detach().mean(dim=1)  # (B,)
+    target_values = targets.mean(dim=1)  # (B,)
+    td_errors = (target_values - q_values).abs()  # (B,)
+    return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(), "td_error_mean": td_errors.mean()}
+
+
 def quantile_huber_loss(
     quantiles: torch.Tensor,
     target_quantiles: torch.Tensor,
@@ -105,7 +128,6 @@ def quantile_huber_loss(
     return per_sample if reduction == "none" else per_sample.mean()
 
 
-@speed.fast_twin("quantile_huber")  # the same numbers with the gradient in closed form (speed/quantile_huber.py)
 def quantile_huber_per_sample(
     quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float
 ) -> torch.Tensor:

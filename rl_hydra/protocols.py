@@ -9,6 +9,7 @@ against it. How to add one: docs/extending.md.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeAlias, runtime_checkable
@@ -18,7 +19,7 @@ import torch
 
 Observation: TypeAlias = "np.ndarray | dict[str, np.ndarray]"
 """What `Agent.act` takes: a batch of observations (num_envs, ...), or a dict of parts
-{part: (num_envs, ...)} of a Dict or Tuple observation (envs/spaces.py)."""
+{part: (num_envs, ...)} of a Dict or Tuple observation (rl_hydra/spaces.py)."""
 
 ObservationTensor: TypeAlias = "torch.Tensor | dict[str, torch.Tensor]"
 """The same on the agent's device (algos/common.py observation_tensor), as its networks read it."""
@@ -54,7 +55,7 @@ class SequenceBatch(NamedTuple):
     """What a sequence buffer's `sample_batches` yields and a recurrent agent's `update` takes."""
 
     obs: torch.Tensor  # (L + 1, B, *obs_shape): obs[t + 1] is the real next observation of step t
-    # (a dict of such tensors for a Dict observation: envs/spaces.py)
+    # (a dict of such tensors for a Dict observation: rl_hydra/spaces.py)
     actions: torch.Tensor  # (L, B) int64 for Discrete
     rewards: torch.Tensor  # (L, B) float32
     terminated: torch.Tensor  # (L, B) float32, 1 where the episode ended in a terminal state
@@ -137,7 +138,7 @@ class Agent(Protocol):
 
     def act(self, obs: Observation, state: Any = None, *, explore: bool) -> tuple[np.ndarray, Any]:
         """Actions (num_envs, ...) for a batch of observations (num_envs, ...), or for a dict of parts
-        {part: (num_envs, ...)} of a Dict or Tuple observation (envs/spaces.py).
+        {part: (num_envs, ...)} of a Dict or Tuple observation (rl_hydra/spaces.py).
 
         `explore=True` while training (epsilon-greedy, a sampled policy, ...; the agent keeps its own
         exploration schedule and RNG), `explore=False` for greedy evaluation and predict, where it
@@ -241,3 +242,17 @@ class PrioritizedBuffer(Buffer, Protocol):
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """New priorities (B,) for the rows `indices` (B,) of a batch it sampled (`Batch.indices`)."""
+
+
+# --- the state_dict contract: a generator's state restores on any device ---------------------
+def restore_generator(generator: torch.Generator, state: torch.Tensor) -> None:
+    """`generator.set_state(state)`; a state saved on another kind of device (a GPU run's,
+    predicted with or resumed on a CPU, or back) belongs to another algorithm, so the generator
+    is seeded from it instead: the draws go on deterministically, though not as they would have there.
+    A state is a byte tensor on the CPU for every generator: a checkpoint loaded onto the GPU
+    (load_run(..., device="cuda")) brings it back first."""
+    state = state.cpu()
+    if state.numel() == generator.get_state().numel():
+        generator.set_state(state)
+    else:
+        generator.manual_seed(int.from_bytes(hashlib.sha256(state.numpy().tobytes()).digest()[:8], "little"))

@@ -18,9 +18,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_hydra"
 
 # floors, bottom to top: a module lives on the floor of its room (the first name under rl_hydra)
 LAYERS = [
-    ["errors", "schema", "config", "protocols", "losses", "speed"],  # contracts, pure functions, the speed layer
+    ["errors", "choices", "schema", "config", "protocols", "spaces", "losses"],  # contracts, pure functions
     ["networks", "buffers", "envs", "runs"],  # building blocks; runs/: the run directory's storage
     ["algos", "loggers"],
+    ["speed"],  # the fast paths, attached to a built run from outside (speed.attach)
     ["loops"],
     ["fit", "build"],  # a run's parts built from its config
     ["distributed"],  # Ray actors and replay shards, and the learner that drives a Runner over them

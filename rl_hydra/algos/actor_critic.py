@@ -20,12 +20,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import bounded_box, make_optimizer, observation_tensor, vector_features
+from rl_hydra.algos.common import (
+    bounded_box,
+    make_optimizer,
+    observation_tensor,
+    optimizer_step,
+    update_target,
+    vector_features,
+)
 from rl_hydra.losses import temperature_loss
 from rl_hydra.networks.actor_critic import SquashedGaussianActor
-from rl_hydra.networks.updates import optimizer_step, update_target
-from rl_hydra.protocols import Batch, Observation, Update
-from rl_hydra.runs.rng import restore_generator
+from rl_hydra.protocols import Batch, Observation, Update, restore_generator
 
 NetworkFactories = Mapping[str, Callable[..., nn.Module]]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]

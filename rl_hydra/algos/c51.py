@@ -18,8 +18,7 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import gather_actions
-from rl_hydra.losses import weighted_mean
+from rl_hydra.losses import gather_actions, weighted_mean
 from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
 
 

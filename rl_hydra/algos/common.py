@@ -1,9 +1,10 @@
-"""Small pieces every algorithm uses: space checks, observations as tensors, schedules, optimizers, compile."""
+"""Small pieces every algorithm uses: space checks, observations as tensors, schedules, how the weights
+change (an optimizer step with clipping, the target networks' syncs), compile."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import overload
 
 import gymnasium as gym
@@ -11,9 +12,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra import speed
-from rl_hydra.envs import spaces
-from rl_hydra.envs.spaces import parts
 from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Observation, ObservationTensor
 
@@ -57,7 +55,8 @@ def vector_features(
     weights, on `device`, that makes one of each observation, or None for a 1-d Box; the vector's
     size). Discrete and MultiDiscrete parts become one-hot, MultiBinary bits floats; an image is one
     ConfigError line."""
-    from rl_hydra.networks.encoders import make_encoder, network_input
+    from rl_hydra.networks.encoders import make_encoder  # an algorithm on vectors needs the encoders only here
+    from rl_hydra.spaces import network_input, parts
 
     observation = network_input(observation_space)
     if isinstance(observation, int):
@@ -75,11 +74,6 @@ def vector_features(
     return encoder, size
 
 
-def num_rows(obs) -> int:
-    """How many observations a batch (an array or a dict of parts) holds."""
-    return spaces.num_rows(obs)
-
-
 def make_optimizer(
     factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor], device: torch.device
 ) -> torch.optim.Optimizer:
@@ -87,7 +81,49 @@ def make_optimizer(
     if isinstance(factory, functools.partial):
         if factory.keywords.get("fused") and device.type not in ("cpu", "cuda"):
             factory = functools.partial(factory, fused=False)
-    return speed.optimizer(factory, params)
+        if "betas" in factory.keywords:  # a list from the config would land in the state_dict
+            factory = functools.partial(factory, betas=tuple(factory.keywords["betas"]))
+    return factory(params)
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Sequence[torch.Tensor], max_grad_norm: float | None
+) -> None:
+    """One step of `optimizer` on the gradient of `loss`, clipped to `max_grad_norm` if given."""
+    for param in params:  # what zero_grad(set_to_none=True) does, without its per-call profiler hooks
+        param.grad = None
+    loss.backward()
+    if max_grad_norm is not None:
+        clip_grad_norm(params, max_grad_norm)
+    optimizer.step()
+
+
+@torch.no_grad()
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale gradients so their global L2 norm is at most `max_norm`; returns the norm before.
+    torch.nn.utils.clip_grad_norm_'s math, without its grouping by device and dtype, which costs more
+    than the math at a small network, and with no host sync."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad) for grad in grads]))
+    scale = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+    for grad in grads:
+        grad.mul_(scale)
+    return total_norm
+
+
+@torch.no_grad()
+def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target; tau = 1 is a hard copy."""
+    move_toward(list(target.parameters()), list(online.parameters()), tau)
+
+
+def move_toward(targets: list[torch.Tensor], sources: list[torch.Tensor], tau: float) -> None:
+    """Each target moved in place a fraction `tau` of the way to its source (tau = 1: a copy)."""
+    for target, source in zip(targets, sources):
+        if tau >= 1.0:
+            target.copy_(source)
+        else:
+            target.lerp_(source, tau)
 
 
 def is_raw_pixels(obs: np.ndarray) -> bool:

@@ -21,15 +21,29 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rl_hydra.algos.common import LinearSchedule, make_optimizer, num_rows, observation_tensor, require_discrete
+from rl_hydra.algos.common import (
+    LinearSchedule,
+    make_optimizer,
+    observation_tensor,
+    optimizer_step,
+    require_discrete,
+    update_target,
+)
 from rl_hydra.losses import q_learning_targets, td_loss, weighted_mean
-from rl_hydra.networks.acting import argmax_actions
-from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.noisy import has_noisy_layers, noise_disabled, resample_noise
-from rl_hydra.networks.updates import optimizer_step, update_target
 from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor, Update
+from rl_hydra.spaces import network_input, num_rows
 
 log = logging.getLogger(__name__)
+
+
+def argmax_actions(action_values: Callable[[ObservationTensor], torch.Tensor], obs: ObservationTensor) -> np.ndarray:
+    """argmax_a action_values(obs)[b, a] for each row b: obs (n, ...) -> actions (n,)."""
+    with torch.no_grad():
+        values = action_values(obs)  # (n, A)
+    if values.is_cpu:  # the same first index of the maximum, without torch's per-op dispatch
+        return values.numpy().argmax(axis=1)
+    return values.argmax(dim=1).cpu().numpy()
 
 
 class DQN:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rl_hydra.algos.common import num_rows, observation_tensor
+from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.losses import (
     inverse_value_rescale,
@@ -25,6 +25,7 @@ from rl_hydra.losses import (
 )
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.protocols import Capabilities, Observation, SequenceBatch
+from rl_hydra.spaces import num_rows
 
 
 def n_step_returns(

@@ -18,12 +18,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.algos.common import num_rows, observation_tensor
+from rl_hydra.algos.common import observation_tensor
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.algos.qr_dqn import distribution_metrics, gather_actions, quantile_targets
-from rl_hydra.losses import midpoint_taus, quantile_huber_loss, weighted_mean
-from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor
-from rl_hydra.runs.rng import restore_generator
+from rl_hydra.losses import (
+    distribution_metrics,
+    gather_actions,
+    midpoint_taus,
+    quantile_huber_loss,
+    quantile_targets,
+    weighted_mean,
+)
+from rl_hydra.protocols import Batch, Capabilities, Observation, ObservationTensor, restore_generator
+from rl_hydra.spaces import num_rows
 
 
 class IQN(DQN):

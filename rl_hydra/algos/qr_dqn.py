@@ -17,23 +17,15 @@ import torch
 from torch import nn
 
 from rl_hydra.algos.dqn import DQN
-from rl_hydra.losses import midpoint_taus, quantile_huber_loss, weighted_mean
+from rl_hydra.losses import (
+    distribution_metrics,
+    gather_actions,
+    midpoint_taus,
+    quantile_huber_loss,
+    quantile_targets,
+    weighted_mean,
+)
 from rl_hydra.protocols import Batch, Capabilities, ObservationTensor
-
-
-def quantile_targets(
-    rewards: torch.Tensor, terminated: torch.Tensor, next_quantiles: torch.Tensor, discounts: torch.Tensor
-) -> torch.Tensor:
-    """The distributional Bellman target r + discount * (1 - terminated) * z for each next-state
-    sample z (`rewards` may be n-step sums and `discounts` gamma^k)."""
-    # rewards, terminated, discounts: (B,); next_quantiles: (B, N')
-    return rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * next_quantiles  # (B, N')
-
-
-def gather_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """The rows of the chosen actions: values (B, A, T), actions (B,) -> (B, T)."""
-    rows = torch.arange(values.shape[0], device=values.device)  # (B,)
-    return values[rows, actions]  # (B, T)
 
 
 class QRDQN(DQN):
@@ -66,12 +58,3 @@ class QRDQN(DQN):
         quantiles = gather_actions(self.q_net(batch.obs), batch.actions)  # (B, N)
         per_sample = quantile_huber_loss(quantiles, targets, self.taus, self.kappa, reduction="none")  # (B,)
         return weighted_mean(per_sample, batch.weights), per_sample.detach(), distribution_metrics(quantiles, targets)
-
-
-def distribution_metrics(quantiles: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Means of the predicted and target distributions and |E[target] - E[Z(s, a)]| (the TD error of Q)."""
-    # quantiles: (B, N); targets: (B, N')
-    q_values = quantiles.detach().mean(dim=1)  # (B,)
-    target_values = targets.mean(dim=1)  # (B,)
-    td_errors = (target_values - q_values).abs()  # (B,)
-    return {"q_value_mean": q_values.mean(), "target_mean": target_values.mean(), "td_error_mean": td_errors.mean()}

@@ -28,8 +28,8 @@ import torch
 
 from rl_hydra import speed
 from rl_hydra.buffers.device import to_device
-from rl_hydra.envs.spaces import shape_of
 from rl_hydra.errors import ConfigError
+from rl_hydra.spaces import shape_of
 
 
 def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:

@@ -2,7 +2,7 @@
 
 Rows are stored as the env produced them, one per env and step; each part of an observation (a
 Dict observation's image and direction, say) in a column of its own, in its own compact dtype
-(envs/spaces.py), and a batch gives them back as a dict. With `n_step` > 1 each sampled
+(rl_hydra/spaces.py), and a batch gives them back as a dict. With `n_step` > 1 each sampled
 row becomes an n-step transition at sample time (`n_step_returns`): the discounted sum of the
 next rewards of the same env, stopped where its episode ended, the observation to bootstrap
 from and the discount gamma^k for the k rewards actually summed.
@@ -17,12 +17,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import speed
+from rl_hydra import spaces, speed
 from rl_hydra.buffers.device import DeviceMemoryShort, to_device
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
-from rl_hydra.envs import spaces
-from rl_hydra.protocols import Batch
-from rl_hydra.runs.rng import restore_generator
+from rl_hydra.protocols import Batch, restore_generator
 
 log = logging.getLogger(__name__)
 

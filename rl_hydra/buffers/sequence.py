@@ -23,12 +23,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import speed
+from rl_hydra import spaces, speed
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column_name, human_bytes
-from rl_hydra.envs import spaces
-from rl_hydra.protocols import SequenceBatch
-from rl_hydra.runs.rng import restore_generator
+from rl_hydra.protocols import SequenceBatch, restore_generator
 
 
 class SequenceBuffer:

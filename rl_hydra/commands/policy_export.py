@@ -41,9 +41,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.envs.spaces import shape_of
 from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
+from rl_hydra.spaces import shape_of
 
 if TYPE_CHECKING:
     from rl_hydra.commands.run import Run

@@ -14,12 +14,12 @@ from omegaconf import DictConfig
 from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import resolve_device
 from rl_hydra.envs import make_env
-from rl_hydra.envs.spaces import shape_of
 from rl_hydra.errors import ConfigError
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.runs.run_dir import RunDirectory, RunError, check_fits, check_optimizer_state, misfit
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema.evaluate import CHECKPOINTS
+from rl_hydra.spaces import shape_of
 
 
 class Run:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.envs.spaces import shape_of
 from rl_hydra.errors import ConfigError
 from rl_hydra.schema.envs import MINIGRID_ACTIONS
+from rl_hydra.spaces import shape_of
 
 
 class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):

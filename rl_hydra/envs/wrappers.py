@@ -16,8 +16,8 @@ import gymnasium as gym
 import numpy as np
 
 from rl_hydra.config import check_int
-from rl_hydra.envs.spaces import is_text
 from rl_hydra.errors import ConfigError
+from rl_hydra.spaces import is_text
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """A Dict or Tuple observation, nested or not, as a flat Dict of its parts, each named by its
     path: "image", "direction" (MiniGrid), "0", "1", "2" (Blackjack's Tuple), "pos.x" (nested).
 
-    What the replay buffer stores part by part and the networks encode part by part (envs/spaces.py).
+    What the replay buffer stores part by part and the networks encode part by part (rl_hydra/spaces.py).
     Text parts (gymnasium's Text, MiniGrid's mission) have no encoder: they are dropped, with a log
     line, or with `keep_text` kept as their first TEXT_WORDS words, each a hashed index in
     1..VOCABULARY (0 pads), a MultiDiscrete part the networks encode as they encode any other.

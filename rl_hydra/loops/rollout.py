@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rl_hydra.envs import spaces
+from rl_hydra import spaces
 from rl_hydra.envs.make import final_observations
 from rl_hydra.envs.state import capture_env_state, restore_env_state
 from rl_hydra.loops.monitor import EpisodeStats

@@ -24,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.networks.dropout import dropout
-from rl_hydra.networks.mlp import activation_class, mlp, note_if_linear
+from rl_hydra.networks.layers import activation_class, dropout, mlp, note_if_linear
 
 LOG_2PI = math.log(2 * math.pi)
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor
 from rl_hydra.networks.batch_renorm import BatchRenorm
-from rl_hydra.networks.mlp import activation_class
+from rl_hydra.networks.layers import activation_class
 
 
 def renorm_factory(

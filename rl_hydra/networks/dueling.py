@@ -12,23 +12,8 @@ the atom logits.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
-
-from rl_hydra import speed
-
-
-def dueling_head_numpy(head: DuelingHead, features: np.ndarray) -> np.ndarray | None:
-    """DuelingHead.forward in numpy."""
-    value, advantage = speed.numpy_forward(head.value, features), speed.numpy_forward(head.advantage, features)
-    if value is None or advantage is None:
-        return None
-    A, K = head.num_actions, head.outputs_per_action
-    value = value.reshape(*value.shape[:-1], 1, K)  # (..., 1, K)
-    advantage = advantage.reshape(*advantage.shape[:-1], A, K)  # (..., A, K)
-    q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # (..., A, K)
-    return q.reshape(*q.shape[:-2], A * K)  # (..., A * K)
 
 
 class DuelingHead(nn.Module):
@@ -43,7 +28,6 @@ class DuelingHead(nn.Module):
         self.value, self.advantage = value, advantage
         self.num_actions, self.outputs_per_action = num_actions, outputs_per_action
 
-    @speed.numpy_twin(dueling_head_numpy)
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         A, K = self.num_actions, self.outputs_per_action
         value = self.value(features).unflatten(-1, (1, K))  # (..., 1, K)

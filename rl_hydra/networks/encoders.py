@@ -13,7 +13,7 @@ Raw uint8 frames and bool grids go in as the env produced them (the replay buffe
 dtype, four or more times smaller than float32); the encoder scales them to [0, 1] itself
 (uint8 by 1/255, or by 1/high where the space declares a smaller bound, as MiniGrid's grid does).
 
-Other spaces (envs/spaces.py) are encoded part by part and the features concatenated:
+Other spaces (rl_hydra/spaces.py) are encoded part by part and the features concatenated:
 - Discrete: the index, one-hot, or a learned embedding of `network.discrete_embedding` features;
 - MultiDiscrete: each dimension so (one multi-hot vector, or one embedding per dimension); a
   (C, H, W) grid of indices (MiniGrid's view: object, colour and state per cell) keeps its layout:
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.envs.spaces import check_observation_space
 from rl_hydra.errors import ConfigError
+from rl_hydra.spaces import check_observation_space
 
 CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}  # the (height, width) each is built for
 GRID_SIDES = (7, 16)  # grid_cnn's smallest and largest side
@@ -323,13 +323,3 @@ def part_encoders(space: gym.Space, kind: str, discrete_embedding: int | None) -
         encoders[name], features = part_encoder(part, kind, discrete_embedding, name)
         size += features
     return PartsEncoder(encoders), size
-
-
-def network_input(observation_space: gym.Space) -> int | gym.Space:
-    """What an algorithm passes a network factory: the size of a vector observation (so that a
-    network on vectors is built exactly as from an int), or the space itself (frames, grids,
-    indices, a Dict of parts). Spaces that have no encoder are one ConfigError line."""
-    check_observation_space(observation_space)
-    if isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1:
-        return int(observation_space.shape[0])
-    return observation_space

@@ -1,66 +1,20 @@
-"""Multi-layer perceptrons and the Q-network built from them, with the Rainbow options:
-a dueling head (networks/dueling.py) and noisy layers (networks/noisy.py)."""
+"""The Q-network built from MLPs (networks/layers.py), with the Rainbow options: a dueling head
+(networks/dueling.py) and noisy layers (networks/noisy.py)."""
 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra import speed
-from rl_hydra.networks.dropout import Dropout
 from rl_hydra.networks.dueling import DuelingHead
 from rl_hydra.networks.encoders import make_encoder
+from rl_hydra.networks.layers import mlp, note_if_linear
 from rl_hydra.networks.noisy import NoisyLinear
-from rl_hydra.schema.networks import ACTIVATIONS
-
-log = logging.getLogger(__name__)
-
-
-def activation_class(name: str) -> type[nn.Module]:
-    """torch.nn's class of an activation the schema allows (`network.activation`)."""
-    return getattr(nn, ACTIVATIONS[name])
-
-
-def mlp(
-    in_dim: int,
-    out_dim: int | None,
-    hidden_sizes: Sequence[int],
-    activation: str,
-    *,
-    layer_norm: bool = False,
-    dropout: float = 0.0,
-    linear: Callable[[int, int], nn.Module] = nn.Linear,
-) -> nn.Sequential:
-    """Hidden layers of `hidden_sizes`, each Linear -> [Dropout] -> [LayerNorm] -> activation
-    (the order of DroQ's critics, Hiraoka et al. 2022), then a final Linear to `out_dim` if given.
-    `linear(in, out)` builds each Linear layer (e.g. a NoisyLinear)."""
-    act = activation_class(activation)
-    layers: list[nn.Module] = []
-    for size in hidden_sizes:
-        layers.append(linear(in_dim, size))
-        if dropout > 0:
-            layers.append(Dropout(dropout))
-        if layer_norm:
-            layers.append(nn.LayerNorm(size))
-        layers.append(act())
-        in_dim = size
-    if out_dim is not None:
-        layers.append(linear(in_dim, out_dim))
-    return nn.Sequential(*layers)
-
-
-def note_if_linear(hidden_sizes: Sequence[int], key: str = "network.hidden_sizes") -> None:
-    """An empty hidden_sizes is allowed on purpose (a linear function of the observation, a
-    common baseline) and said in the log, since it is also an easy slip."""
-    if len(hidden_sizes) == 0:
-        log.info("%s=[]: a linear network (no hidden layer)", key)
 
 
 def linear_layer(noisy: bool, noisy_sigma0: float, bias: bool = True) -> Callable[[int, int], nn.Module]:
@@ -117,19 +71,10 @@ def encode(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
     return obs if encoder is None else encoder(obs)
 
 
-def q_network_numpy(net: QNetwork, obs: np.ndarray) -> np.ndarray | None:
-    """QNetwork.forward in numpy, for vectors (no encoder)."""
-    return None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)  # (B, A)
-
-
-def per_action_network_numpy(net: PerActionNetwork, obs: np.ndarray) -> np.ndarray | None:
-    """PerActionNetwork.forward in numpy, for vectors (no encoder)."""
-    out = None if net.observation_encoder is not None else speed.numpy_forward(net.net, obs)  # (B, A * N)
-    return None if out is None else out.reshape(-1, net.num_actions, net.values_per_action)  # (B, A, N)
-
-
-class QNetwork(nn.Module):
-    """Q(s, .): observation (B, *observation_shape) -> action values (B, num_actions).
+class ActionValueNetwork(nn.Module):
+    """observation (B, *observation_shape) -> action values (B, num_actions) (QNetwork), or with
+    `values_per_action` N the parameters of a return distribution per action (B, num_actions, N):
+    QR-DQN's quantiles, C51's logits (PerActionNetwork).
 
     `observation` is a vector's size, or the observation space (frames, grids, indices, a Dict of
     parts); `encoder` (networks/encoders.py) turns it into the features the MLP reads, with
@@ -137,16 +82,17 @@ class QNetwork(nn.Module):
 
     `dueling`: a shared trunk of hidden_sizes[:-1], then value and advantage streams that each
     have their own copy of the last hidden layer (with hidden_sizes=[], each stream is one Linear
-    of the features), Q = V + A - mean_a A. `noisy`: every Linear is a NoisyLinear (factorised
-    noise, sigma0 = `noisy_sigma0`). `bias=false`: Linear layers without a bias (hidden_sizes=[] on
-    one-hot states is then exactly a Q-table, whose unvisited entries keep their initial values).
-    See `action_value_mlp`.
+    of the features), Q = V + A - mean_a A (per value). `noisy`: every Linear is a NoisyLinear
+    (factorised noise, sigma0 = `noisy_sigma0`). `bias=false`: Linear layers without a bias
+    (hidden_sizes=[] on one-hot states is then exactly a Q-table, whose unvisited entries keep their
+    initial values). See `action_value_mlp`.
     """
 
     def __init__(
         self,
         observation: int | gym.Space,
         num_actions: int,
+        values_per_action: int | None,  # None: one value per action, (B, A)
         *,
         hidden_sizes: Sequence[int],
         activation: str,
@@ -160,11 +106,12 @@ class QNetwork(nn.Module):
         bias: bool,
     ):
         super().__init__()
+        self.num_actions, self.values_per_action = num_actions, values_per_action
         self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
         self.net = action_value_mlp(
             features,
             num_actions,
-            1,
+            values_per_action or 1,
             hidden_sizes,
             activation,
             layer_norm=layer_norm,
@@ -176,52 +123,22 @@ class QNetwork(nn.Module):
         )
         note_if_linear(hidden_sizes)
 
-    @speed.numpy_twin(q_network_numpy)
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # obs: (B, *observation_shape)
-        return self.net(encode(self.observation_encoder, obs))  # (B, A)
+        out = self.net(encode(self.observation_encoder, obs))  # (B, A * N)
+        return out if self.values_per_action is None else out.view(-1, self.num_actions, self.values_per_action)
 
 
-class PerActionNetwork(nn.Module):
-    """observation (B, *observation_shape) -> (B, num_actions, values_per_action): the parameters
-    of a return distribution per action (QR-DQN's quantiles, C51's logits), from QNetwork's MLP
-    with the same options; with `dueling`, value and advantage are combined per value."""
+class QNetwork(ActionValueNetwork):
+    """Q(s, .): observation (B, *observation_shape) -> action values (B, num_actions)."""
 
-    def __init__(
-        self,
-        observation: int | gym.Space,
-        num_actions: int,
-        values_per_action: int,
-        *,
-        hidden_sizes: Sequence[int],
-        activation: str,
-        layer_norm: bool,
-        dropout: float,
-        dueling: bool,
-        noisy: bool,
-        noisy_sigma0: float,
-        encoder: str,
-        discrete_embedding: int | None,
-    ):
-        super().__init__()
-        self.num_actions, self.values_per_action = num_actions, values_per_action
-        self.observation_encoder, features = make_encoder(observation, encoder, discrete_embedding)  # None for vectors
-        self.net = action_value_mlp(
-            features,
-            num_actions,
-            values_per_action,
-            hidden_sizes,
-            activation,
-            layer_norm=layer_norm,
-            dropout=dropout,
-            dueling=dueling,
-            noisy=noisy,
-            noisy_sigma0=noisy_sigma0,
-        )
-        note_if_linear(hidden_sizes)
+    def __init__(self, observation: int | gym.Space, num_actions: int, **keys: Any):
+        super().__init__(observation, num_actions, None, **keys)
 
-    @speed.numpy_twin(per_action_network_numpy)
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # obs: (B, *observation_shape)
-        features = encode(self.observation_encoder, obs)  # (B, F)
-        return self.net(features).view(-1, self.num_actions, self.values_per_action)  # (B, A, N)
+
+class PerActionNetwork(ActionValueNetwork):
+    """observation (B, *observation_shape) -> (B, num_actions, values_per_action), its Linear layers
+    always with a bias."""
+
+    def __init__(self, observation: int | gym.Space, num_actions: int, values_per_action: int, **keys: Any):
+        super().__init__(observation, num_actions, values_per_action, bias=True, **keys)

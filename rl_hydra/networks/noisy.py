@@ -19,34 +19,14 @@ import contextlib
 import math
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from rl_hydra import speed
 
 
 def scale_noise(epsilon: torch.Tensor) -> torch.Tensor:
     """f(x) = sign(x) sqrt(|x|)."""
     return epsilon.sign() * epsilon.abs().sqrt()
-
-
-def noisy_linear_numpy(layer: NoisyLinear, x: np.ndarray) -> np.ndarray | None:
-    """NoisyLinear.forward in numpy: the same products, in the same order, from the same parameters
-    and the noise the layer holds."""
-    names = ("weight_mu", "bias_mu", "weight_sigma", "bias_sigma", "scaled_in", "scaled_out")
-    views = [speed.numpy_view(getattr(layer, name)) for name in names]
-    arrays = [v for v in views if v is not None]
-    if len(arrays) < len(views):
-        return None
-    weight_mu_t, bias_mu, weight_sigma_t, bias_sigma, f_in, f_out = arrays  # (p, q), (q,), (p, q), (q,), (p,), (q,)
-    if not layer.noise_enabled:
-        return np.dot(x, weight_mu_t) + bias_mu
-    bias = bias_mu + bias_sigma * f_out  # (q,)
-    if x.size <= 8 * layer.in_features:
-        return np.dot(x, weight_mu_t) + bias + f_out * np.dot(x * f_in, weight_sigma_t)
-    return np.dot(x, weight_mu_t + weight_sigma_t * np.outer(f_in, f_out)) + bias
 
 
 class NoisyLinear(nn.Module):
@@ -88,7 +68,6 @@ class NoisyLinear(nn.Module):
         """eps_w = f(eps_out) f(eps_in)^T (q, p) and eps_b = f(eps_out) (q,)."""
         return torch.outer(self.scaled_out, self.scaled_in), self.scaled_out
 
-    @speed.numpy_twin(noisy_linear_numpy)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (..., p)
         if not self.noise_enabled:

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from rl_hydra.networks.encoders import make_encoder
-from rl_hydra.networks.mlp import PerActionNetwork, action_value_mlp, activation_class, encode, linear_layer, mlp
+from rl_hydra.networks.layers import activation_class, mlp
+from rl_hydra.networks.mlp import PerActionNetwork, action_value_mlp, encode, linear_layer
 
 
 class QuantileNetwork(PerActionNetwork):

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_hydra.choices import CELLS
 from rl_hydra.networks.encoders import make_encoder
-from rl_hydra.networks.mlp import mlp
+from rl_hydra.networks.layers import mlp
 from rl_hydra.protocols import ObservationTensor
-from rl_hydra.schema.networks import CELLS
 
 # The core's state, each tensor (B, lstm_size): (h, c) for an LSTM, (h,) for a GRU. Batch first,
 # so rows can be stored and reset per env.

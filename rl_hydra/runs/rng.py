@@ -1,13 +1,10 @@
-"""A run's random streams: independent seeds spawned from its one `seed`, and generators' states
-in checkpoints, loaded on whatever device the run now uses."""
+"""A run's random streams: independent seeds spawned from its one `seed`."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 import numpy as np
-import torch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,16 +24,3 @@ def spawn_seeds(seed: int) -> RunSeeds:
     or an evaluation round added to it stays a 32-bit int (EnvPool takes a C int)."""
     streams = np.random.SeedSequence(seed).spawn(len(dataclasses.fields(RunSeeds)))
     return RunSeeds(*(int(stream.generate_state(1, np.uint32)[0]) >> 2 for stream in streams))
-
-
-def restore_generator(generator: torch.Generator, state: torch.Tensor) -> None:
-    """`generator.set_state(state)`; a state saved on another kind of device (a GPU run's,
-    predicted with or resumed on a CPU, or back) belongs to another algorithm, so the generator
-    is seeded from it instead: the draws go on deterministically, though not as they would have there.
-    A state is a byte tensor on the CPU for every generator: a checkpoint loaded onto the GPU
-    (load_run(..., device="cuda")) brings it back first."""
-    state = state.cpu()
-    if state.numel() == generator.get_state().numel():
-        generator.set_state(state)
-    else:
-        generator.manual_seed(int.from_bytes(hashlib.sha256(state.numpy().tobytes()).digest()[:8], "little"))

@@ -4,9 +4,8 @@ family's shared keys in a base. `targets` names the classes a schema declares th
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rl_hydra.choices import TD_LOSSES
 from rl_hydra.schema.keys import LARGEST_BATCH, LARGEST_COUNT, Rule, key
-
-TD_LOSSES = ("huber", "mse")
 
 
 @dataclass

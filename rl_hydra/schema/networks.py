@@ -4,11 +4,10 @@ the observation and action spaces, so no size that the env decides is here."""
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rl_hydra.choices import ACTIVATIONS, CELLS
 from rl_hydra.schema.keys import LARGEST_WIDTH, Rule, key
 
-ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}  # torch.nn's class of each
 ENCODERS = ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn")
-CELLS = {"lstm": "LSTM", "gru": "GRU"}  # torch.nn's class of each
 BOOL = (True, False)
 
 

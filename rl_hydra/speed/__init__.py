@@ -3,22 +3,24 @@
 | fast path | module | plain path | rests on |
 |---|---|---|---|
 | `adam` | lean_adam.py | `torch.optim.Adam(fused=True)` | `torch._fused_adam_`, the hook registries |
-| `mirror` | numpy_mirror.py | the torch forward pass | `nn.Module`'s hook and child dicts |
+| `mirror` | numpy_mirror.py, twins.py | the torch forward pass | `nn.Module`'s hook and child dicts |
 | `host_memory` | host_memory.py | `torch.zeros` | `mmap.MADV_HUGEPAGE`, `torch.frombuffer`, `nn.Module._apply` |
 | `vector_env` | vector_env.py | gymnasium's `SyncVectorEnv.step` | `SyncVectorEnv`'s private step buffers |
 | `cuda_graph` | cuda_graph.py | the agent's `gradient_step`, eager | `torch.cuda.CUDAGraph`, generator registration |
 | `foreach` | foreach.py | a loop over the tensors | `torch._foreach_norm`, `_mul_`, `_copy_`, `_lerp_` |
 | `quantile_huber` | quantile_huber.py | losses.py's formula, through autograd | a hand-derived gradient; numba (CPU) |
 
-The rest of the package calls the functions below and never a fast path itself, so an algorithm
-reads like its paper and its author need not know the layer exists: what a fast path stands in
-for says so where it is defined (a network's forward decorated with its numpy twin, a loss with
-its closed-form twin), or the layer finds it by structure (the methods an agent's gradient step
-runs and what they read, from its class's code: cuda_graph.py). Nothing here names an algorithm. Each
-fast path is probed once per process (`failures`): the private names it uses must be there and a
-small self-check must give the plain path's numbers. One that fails falls back to its plain path,
-said in one log line when a run starts (`log_fallbacks`). `enabled(False)` runs the plain path
-everywhere for a block (`fast_paths=false` on the command line; the tests compare the two).
+Nothing outside this folder and build.py imports it: algorithms, networks, buffers, losses and
+envs are written on the plain path, and `attach` finds what a fast path stands in for in a run
+that is being built (its Adam optimizers, the network classes with a numpy twin that its agent acts
+through, its agent's update, its replay storage, its vector env, its CUDA gradient step) and puts
+the fast path in place, on those objects only: nothing is patched for the process, but the twin
+of the quantile Huber loss and the mirrored forwards, installed for the length of one update or
+one act and put back after it. Each fast path is probed once per process (`failures`): the private
+names it uses must be there and a small self-check must give the plain path's numbers. One that
+fails falls back to its plain path, said in one log line when a run starts (`log_fallbacks`);
+`attach` says in one line what it put in place. `enabled(False)` runs the plain path everywhere
+for a block (`fast_paths=false` on the command line; the tests compare the two).
 """
 
 from __future__ import annotations
@@ -30,12 +32,23 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from omegaconf import DictConfig
 from torch import nn
 
-from rl_hydra.speed import cuda_graph, foreach, host_memory, lean_adam, numpy_mirror, quantile_huber, vector_env
+from rl_hydra import losses
+from rl_hydra.algos import common
+from rl_hydra.speed import (
+    cuda_graph,
+    foreach,
+    host_memory,
+    lean_adam,
+    numpy_mirror,
+    quantile_huber,
+    twins,  # noqa: F401 - it names the networks' numpy twins (numpy_mirror.TWINS)
+    vector_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +125,25 @@ def log_fallbacks() -> None:
 
 
 # --- adam ----------------------------------------------------------------------------------
-def optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-    """`factory(params)`; a `torch.optim.Adam` partial with fused=True (conf/optimizer/adam.yaml) is built
-    as the lean Adam where it is on: the same steps, the same state_dict (lean_adam.py)."""
-    if isinstance(factory, functools.partial) and factory.func is torch.optim.Adam and not factory.args:
-        return adam(params, **{"fused": None, **factory.keywords})  # torch's default, not adam's
-    return factory(params)
+def lean_adam_nodes(algo: DictConfig) -> None:
+    """In the algo node a run's agent is built from (the build's own copy), each torch.optim.Adam with
+    fused=True made `adam` below, which builds the lean Adam where it is on: the same steps and
+    state_dict (lean_adam.py), and no torch._dynamo import (seconds) that torch's constructor makes.
+    One log line names each: the config says the math, the line what runs it."""
+    for key in [str(key) for key in algo.keys()]:
+        node = algo[key]
+        if isinstance(node, DictConfig) and node.get("_target_") == "torch.optim.Adam" and node.get("fused"):
+            if active("adam"):
+                node._target_ = "rl_hydra.speed.adam"
+                log.info("speed: algo.%s, torch.optim.Adam(fused=True), runs the lean Adam step", key)
 
 
 def adam(
     params: Iterable[torch.Tensor] | Iterable[dict], lr: float = 1e-3, fused: bool | None = True, **options: Any
 ) -> torch.optim.Adam:
     """torch.optim.Adam, with the lean step (lean_adam.LeanAdam) where it is on and fused; both keep the
-    same state_dict, so a checkpoint of either loads into the other. (Also the optimizer `_target_`
-    that runs recorded before conf/optimizer/adam.yaml named torch.optim.Adam hold.)"""
+    same state_dict, so a checkpoint of either loads into the other. The optimizer `_target_` that
+    runs recorded before conf/optimizer/adam.yaml named torch.optim.Adam hold."""
     if "betas" in options:
         options["betas"] = tuple(options["betas"])  # a list from the config would land in the state_dict
     if active("adam") and fused:
@@ -134,89 +152,89 @@ def adam(
 
 
 # --- mirror ----------------------------------------------------------------------------------
-def numpy_twin(twin: numpy_mirror.Twin) -> Callable[[Callable], Callable]:
-    """Decorates a module class's `forward` with `twin(module, x)`, the same forward in numpy on a
-    float32 (B, ...) array, None where it cannot answer: while acting (`acting`), the forward runs
-    as its twin where the mirror is on."""
-    return numpy_mirror.twin(twin)
+def mirrored_acting(agent: Any) -> bool:
+    """The agent's `act` run inside `numpy_mirror.mirroring` for the network classes with a numpy twin
+    (twins.py) that it holds, where the mirror is on; whether there are any."""
+    modules = [value for value in vars(agent).values() if isinstance(value, nn.Module)]
+    classes = numpy_mirror.twinned_classes(modules)
+    if not classes or not callable(getattr(agent, "act", None)):
+        return False
+    act = agent.act
+
+    @functools.wraps(act)
+    def act_through_twins(*args: Any, **kwargs: Any) -> Any:
+        with numpy_mirror.mirroring(classes, on=active("mirror")):
+            return act(*args, **kwargs)
+
+    agent.act = act_through_twins
+    return True
 
 
-def acting() -> numpy_mirror.Acting:
-    """A block without autograd in which an agent chooses actions: the forward passes with a numpy
-    twin run in numpy where the mirror is on (the rest of the agent's code runs in torch on their results)."""
-    return numpy_mirror.Acting(active("mirror"))
-
-
-def numpy_forward(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
-    """module(x) in numpy, for a twin that mirrors its submodules; None where they cannot be mirrored."""
-    return numpy_mirror.numpy_forward(module, x)
-
-
-def numpy_view(param: torch.Tensor) -> np.ndarray | None:
-    """A numpy view of a float32 CPU parameter (a weight matrix transposed), for a twin; None elsewhere."""
-    return numpy_mirror.view(param)
-
-
-# --- cuda graph --------------------------------------------------------------------------------
+# --- attach ---------------------------------------------------------------------------------------
 def attach(agent: Any) -> None:
-    """On a CUDA agent whose class has a `gradient_step(batch)` (what its `update` calls): that step,
-    replayed from a CUDA graph where what it runs and reads allows it and nothing it reads has moved
-    since it was recorded, else run as it is (cuda_graph.py). Elsewhere nothing changes."""
+    """The fast paths put in place on a built agent (build.py calls it once, before any step): its
+    networks' CPU weights in huge pages, its acting through the numpy twins, its update through the
+    closed-form quantile Huber loss and one call per list of tensors (STAND_INS), and on CUDA, where
+    its class has a `gradient_step(batch)` (what its `update` calls), that step replayed from a CUDA
+    graph where what it runs and reads allows it (cuda_graph.py). One log line says what was put in
+    place; `fast_paths=false` keeps each on its plain path."""
+    attached = []
+    if active("host_memory"):  # where the update finds them after a step's sampling
+        host_memory.relocate(value for value in vars(agent).values() if isinstance(value, nn.Module))
+    if mirrored_acting(agent) and active("mirror"):
+        attached.append("acting: numpy twins")
+    if callable(getattr(agent, "update", None)):
+        agent.update = with_stand_ins(agent.update)
     if cuda_graph.on_cuda(agent) and callable(getattr(type(agent), "gradient_step", None)):
         agent.gradient_step = cuda_graph.Step(agent, lambda: active("cuda_graph"))
+        attached.append("gradient_step: CUDA graph")
+    if attached:
+        log.info("speed: %s", "; ".join(attached))
 
 
-# --- foreach ------------------------------------------------------------------------------------
-def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The L2 norm of each tensor (0-d tensors)."""
-    return foreach.norms(tensors) if active("foreach") else [torch.linalg.vector_norm(t) for t in tensors]
+# --- stand-ins during an update ---------------------------------------------------------------------
+# (fast path, the module holding the plain function, its name, the fast function): each takes the plain
+# function's arguments and gives its numbers (the quantile Huber loss's up to float rounding)
+STAND_INS: tuple[tuple[str, Any, str, Callable[..., Any]], ...] = (
+    ("quantile_huber", losses, "quantile_huber_per_sample", quantile_huber.per_sample),
+    ("foreach", common, "clip_grad_norm", foreach.clip_grad_norm),
+    ("foreach", common, "move_toward", foreach.move_toward),
+)
 
 
-def mul_(tensors: list[torch.Tensor], factor: torch.Tensor) -> None:
-    """Each tensor multiplied in place by `factor` (a 0-d tensor)."""
-    if active("foreach"):
-        foreach.mul_(tensors, factor)
-    else:
-        for tensor in tensors:
-            tensor.mul_(factor)
+def plain_or_fast(index: int) -> Callable:
+    """STAND_INS[index]'s plain function, or its fast one where that fast path is on (decided at each
+    call: `enabled` may change)."""
+    name, _, _, _ = STAND_INS[index]
+    plain = PLAIN[index]
+
+    @functools.wraps(plain)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return (STAND_INS[index][3] if active(name) else plain)(*args, **kwargs)
+
+    return call
 
 
-def copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
-    """Each target overwritten in place with its source."""
-    if active("foreach"):
-        foreach.copy_(targets, sources)
-    else:
-        for target, source in zip(targets, sources):
-            target.copy_(source)
+# the plain functions, as their modules define them, and what stands in for each during an update
+PLAIN = tuple(getattr(module, attribute) for _, module, attribute, _ in STAND_INS)
+CHOSEN = tuple(plain_or_fast(index) for index in range(len(STAND_INS)))
 
 
-def lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight: float) -> None:
-    """Each target moved in place a fraction `weight` of the way to its end."""
-    if active("foreach"):
-        foreach.lerp_(targets, ends, weight)
-    else:
-        for target, end in zip(targets, ends):
-            target.lerp_(end, weight)
+def with_stand_ins(update: Callable) -> Callable:
+    """`update`, with each function of STAND_INS standing in for by its fast one where that is on, for
+    the length of the call only (its module holds the plain function again after it)."""
 
+    @functools.wraps(update)
+    def update_with_stand_ins(*args: Any, **kwargs: Any) -> Any:
+        for (_, module, attribute, _), chosen in zip(STAND_INS, CHOSEN):
+            setattr(module, attribute, chosen)
+        try:
+            return update(*args, **kwargs)
+        finally:
+            for (_, module, attribute, _), plain in zip(STAND_INS, PLAIN):
+                setattr(module, attribute, plain)
 
-# --- quantile huber -------------------------------------------------------------------------------
-FAST_TWINS: dict[str, Callable[..., Any]] = {"quantile_huber": quantile_huber.per_sample}
-
-
-def fast_twin(name: str) -> Callable[[Callable], Callable]:
-    """Decorates a plain function whose fast twin is fast path `name` (FAST_TWINS: the same arguments
-    and numbers, up to float rounding): calls go to the twin where `name` is on."""
-    if name not in FAST_TWINS:
-        raise KeyError(f"no fast twin {name!r}; the speed layer has: {', '.join(FAST_TWINS)}")
-
-    def decorate(plain: Callable) -> Callable:
-        @functools.wraps(plain)
-        def plain_or_twin(*args: Any, **kwargs: Any) -> Any:
-            return (FAST_TWINS[name] if active(name) else plain)(*args, **kwargs)
-
-        return plain_or_twin
-
-    return decorate
+    return update_with_stand_ins
 
 
 # --- host memory -------------------------------------------------------------------------------
@@ -237,12 +255,6 @@ def zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if active("host_memory"):
         return host_memory.zeros_like(tensors)
     return lean_adam.plain_zeros_like(tensors)
-
-
-def relocate(modules: Iterable[nn.Module]) -> None:
-    """The CPU parameters of `modules` moved into huge pages, values and Parameter objects kept."""
-    if active("host_memory"):
-        host_memory.relocate(modules)
 
 
 # --- vector env ---------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """One call for an operation on a whole list of tensors, where the plain path loops over them.
 
-Gradient clipping and target-network syncs touch every parameter of a network at each update.
+Gradient clipping and target-network syncs (algos/common.py) touch every parameter of a network at
+each update.
 torch's `_foreach_*` functions take the list at once, which spares a Python-level call per tensor
 (on the CPU they run the same per-tensor kernels, so the numbers are the plain loop's; on CUDA
 they fuse the kernels). They are private API: `probe` checks that they are there and give the
@@ -31,6 +32,23 @@ def copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
 
 def lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight: float) -> None:
     FOREACH["_foreach_lerp_"](targets, ends, weight)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """algos/common.py's clip_grad_norm in two calls: one for the norms, one for the scaling."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total_norm = torch.linalg.vector_norm(torch.stack(norms(grads)))
+    mul_(grads, torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
+    return total_norm
+
+
+def move_toward(targets: list[torch.Tensor], sources: list[torch.Tensor], tau: float) -> None:
+    """algos/common.py's move_toward in one call."""
+    if tau >= 1.0:
+        copy_(targets, sources)
+    else:
+        lerp_(targets, sources, tau)
 
 
 def probe() -> None:

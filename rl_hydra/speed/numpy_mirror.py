@@ -4,13 +4,13 @@ At batch 1 a small MLP's torch forward is mostly per-op dispatch; numpy on the s
 memory computes it at a fraction of the cost (figures: docs/benchmark.md). The mirror must
 never answer differently from the torch forward it stands for, so it is exact by construction:
 
-- A module class says its forward has a numpy twin where it is defined (`twin`, decorating its
-  `forward`); nothing here names a network or an algorithm. A subclass that overrides `forward`
+- The speed layer names the module classes whose forward has a numpy twin (`TWINS`, filled by
+  speed/twins.py); a network's own code knows nothing of it. A subclass that overrides `forward`
   defines another function, which has no twin, and torch runs it.
-- Only acting asks (`Acting`, entered for an agent choosing actions): there a module whose
-  forward has a twin runs the twin on a float32 CPU input without gradient; the rest of the
-  agent's method (a mean over quantiles, a softmax over atoms, the argmax) runs in torch on the
-  result. Losses never meet the mirror: their numbers and gradients are torch's.
+- Only acting asks (`mirroring`, around an agent's `act`, where `speed.attach` puts it): there a
+  module whose forward has a twin runs the twin on a float32 CPU input without gradient; the rest
+  of the agent's method (a mean over quantiles, a softmax over atoms, the argmax) runs in torch on
+  the result. Losses never meet the mirror: their numbers and gradients are torch's.
 - It walks the module tree as it is at each call and gives up (returns None, and torch runs) at
   anything it does not know: a module type other than exact `nn.Linear`, the activations below,
   `nn.Sequential` or a forward with a twin; a forward hook or pre-hook (module or global); a
@@ -22,9 +22,10 @@ never answer differently from the torch forward it stands for, so it is exact by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,12 +45,12 @@ _views: dict[int, tuple[int, torch.Size, np.ndarray]] = {}
 
 Twin = Callable[[Any, np.ndarray], "np.ndarray | None"]
 
-# each decorated forward -> its numpy twin; keyed by the function: an override is another function
-TWINS: dict[Callable, Twin] = {}
+# each module class whose forward has a numpy twin -> that twin (speed/twins.py fills it)
+TWINS: dict[type[nn.Module], Twin] = {}
 
 
 class Acting:
-    """A block without autograd in which decorated forwards answer through their twins where they
+    """A block without autograd in which the twinned forwards answer through their twins where they
     can (`on`); `answered` says afterwards whether one did. Nested blocks restore the outer one's
     settings."""
 
@@ -69,30 +70,53 @@ class Acting:
         torch.set_grad_enabled(self.grad)
 
 
-def twin(numpy_twin: Twin) -> Callable[[Callable], Callable]:
-    """Decorates a module class's `forward` with `numpy_twin(module, x)`, the same forward in numpy
-    (None where it cannot answer), for acting and for the mirror's walk through a network."""
-
-    def decorate(forward: Callable) -> Callable:
-        @functools.wraps(forward)
-        def forward_or_twin(module: nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
-            acting = Acting.current
-            if acting is not None and not args and not kwargs:
-                out = answer(numpy_twin, module, x)
-                if out is not None:
-                    acting.answered = True
-                    return out
-            return forward(module, x, *args, **kwargs)
-
-        TWINS[forward_or_twin] = numpy_twin
-        return forward_or_twin
-
-    return decorate
+def twin_for(kind: type) -> Twin | None:
+    """The numpy twin of `kind`'s forward: that of the class defining the forward it runs, or None."""
+    owner = next((klass for klass in kind.__mro__ if "forward" in vars(klass)), None)
+    return TWINS.get(owner) if owner is not None else None
 
 
-def twin_of(forward: Callable) -> Twin | None:
-    """The numpy twin of a module class's forward, or None."""
-    return TWINS.get(forward)
+def forward_or_twin(forward: Callable, numpy_twin: Twin) -> Callable:
+    """`forward`, answered by `numpy_twin` inside an Acting block where the twin can answer."""
+
+    @functools.wraps(forward)
+    def answered(module: nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
+        acting = Acting.current
+        if acting is not None and not args and not kwargs:
+            out = answer(numpy_twin, module, x)
+            if out is not None:
+                acting.answered = True
+                return out
+        return forward(module, x, *args, **kwargs)
+
+    answered.mirrors = forward  # type: ignore[attr-defined]
+    return answered
+
+
+@contextlib.contextmanager
+def mirroring(classes: Iterable[type[nn.Module]], on: bool = True) -> Iterator[Acting]:
+    """An Acting block in which each of `classes` (those of TWINS an agent holds) answers through its
+    twin: their forwards are wrapped for the block's length only, and put back after it."""
+    wrapped = [klass for klass in classes if klass in TWINS and not hasattr(vars(klass)["forward"], "mirrors")]
+    for klass in wrapped:
+        klass.forward = forward_or_twin(vars(klass)["forward"], TWINS[klass])  # type: ignore[method-assign]
+    try:
+        with Acting(on) as acting:
+            yield acting
+    finally:
+        for klass in wrapped:
+            klass.forward = vars(klass)["forward"].mirrors  # type: ignore[method-assign]
+
+
+def twinned_classes(modules: Iterable[nn.Module]) -> set[type[nn.Module]]:
+    """The classes of TWINS whose forward some module of `modules` (or below) runs."""
+    found = set()
+    for module in modules:
+        for sub in module.modules():
+            owner = next((klass for klass in type(sub).__mro__ if "forward" in vars(klass)), None)
+            if owner in TWINS:
+                found.add(owner)
+    return found
 
 
 def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
@@ -115,7 +139,8 @@ def answer(numpy_twin: Twin, module: nn.Module, x: Any) -> torch.Tensor | None:
 def call_mirror(owner: Any, method_name: str, x: np.ndarray) -> np.ndarray | None:
     """`owner.<method_name>(x)` as acting computes it, or None where no forward pass it made ran
     through a twin (torch computed all of it)."""
-    with Acting() as acting:
+    modules = [value for value in vars(owner).values() if isinstance(value, nn.Module)]
+    with mirroring(twinned_classes(modules)) as acting:
         out = getattr(owner, method_name)(torch.from_numpy(x))
     return out.numpy() if acting.answered else None
 
@@ -154,7 +179,7 @@ def forward_tree(module: nn.Module, x: np.ndarray) -> np.ndarray | None:
                 return None
             x = out
         return x
-    twin = twin_of(kind.forward)
+    twin = twin_for(kind)
     return None if twin is None else twin(module, x)
 
 

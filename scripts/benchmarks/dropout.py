@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rl_hydra.networks.dropout import dropout
+from rl_hydra.networks.layers import dropout
 
 
 def per_call_us(way, x: torch.Tensor, p: float, calls: int) -> float:

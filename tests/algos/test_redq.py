@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl_hydra.algos.redq import REDQ, sample_subset
+from rl_hydra.algos.redq import REDQ
+from rl_hydra.algos.sac import sample_subset
 from rl_hydra.errors import ConfigError
 from rl_hydra.networks.actor_critic import CriticEnsemble, SquashedGaussianActor, squashed_gaussian_log_prob
 from tests.algos.continuous import ACTION_SPACE, OBS_SPACE, SMALL_NET, agent_from, random_batch

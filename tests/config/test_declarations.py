@@ -146,7 +146,7 @@ def test_no_module_outside_the_schema_holds_a_second_list_of_allowed_values():
     wanted, found = choice_lists(), []
     assert ("auto", "flat", "nature_cnn", "minatar_cnn", "grid_cnn") in wanted
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "schema" in path.relative_to(PACKAGE).parts:
+        if "schema" in path.relative_to(PACKAGE).parts or path == PACKAGE / "choices.py":  # the schema's words
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):

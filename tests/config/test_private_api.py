@@ -132,7 +132,10 @@ def private_api_forbidden():
         patch.setattr(cuda_graph.GraphedStep, "__init__", forbid("cuda_graph.GraphedStep"))
         for name in foreach.NAMES:
             patch.setitem(foreach.FOREACH, name, forbid(f"torch.{name}"))
-        patch.setitem(speed.FAST_TWINS, "quantile_huber", forbid("the closed-form quantile Huber loss"))
+        stand_ins = tuple(
+            (name, module, attribute, forbid(f"the fast {attribute}")) for name, module, attribute, _ in speed.STAND_INS
+        )
+        patch.setattr(speed, "STAND_INS", stand_ins)
         yield
     speed.forget_probes()
 

@@ -14,8 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_hydra.networks.dropout import GAPS_UP_TO, Dropout, dropout, dropped_positions
-from rl_hydra.networks.mlp import mlp
+from rl_hydra.networks.layers import GAPS_UP_TO, Dropout, dropout, dropped_positions, mlp
 
 
 def within(count: float, expected: float, variance: float, sigmas: float = 5.0) -> bool:

@@ -25,10 +25,10 @@ from rl_hydra.envs.make import check_extra
 from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
 from rl_hydra.networks.dueling import DuelingHead
-from rl_hydra.networks.encoders import network_input
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.noisy import NoisyLinear, has_noisy_layers, noise_disabled, resample_noise
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork, cosine_embedding
+from rl_hydra.spaces import network_input
 from rl_hydra.speed.numpy_mirror import numpy_forward
 from tests.conftest import CONF_DIR, batch_of, compose_config, network_keys
 

@@ -1,5 +1,5 @@
 """Observation spaces beyond Box: Discrete, MultiDiscrete, MultiBinary, Dict and Tuple, stored part by
-part in compact dtypes, encoded part by part, for every algorithm (envs/spaces.py, networks/encoders.py)."""
+part in compact dtypes, encoded part by part, for every algorithm (rl_hydra/spaces.py, networks/encoders.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rl_hydra import spaces
 from rl_hydra.algos.c51 import C51
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.algos.drqn import DRQN
@@ -22,14 +23,15 @@ from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.build import build_agent
 from rl_hydra.config import validate_run_config
-from rl_hydra.envs import spaces, wrappers
+from rl_hydra.envs import wrappers
 from rl_hydra.envs.wrappers import ObservationParts
 from rl_hydra.errors import ConfigError
 from rl_hydra.networks.categorical import CategoricalNetwork
-from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_encoder, network_input
+from rl_hydra.networks.encoders import Embedding, GridIndices, OneHot, make_encoder
 from rl_hydra.networks.mlp import QNetwork
 from rl_hydra.networks.quantile import ImplicitQuantileNetwork, QuantileNetwork
 from rl_hydra.networks.recurrent import RecurrentQNetwork
+from rl_hydra.spaces import network_input
 from tests.algos.continuous import agent_from
 from tests.conftest import (
     TINY,

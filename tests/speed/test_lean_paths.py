@@ -19,6 +19,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
+from rl_hydra import speed
 from rl_hydra.speed.lean_adam import LeanAdam
 from rl_hydra.speed.vector_env import LeanSyncVectorEnv
 from tests.conftest import TINY
@@ -60,11 +61,9 @@ def test_lean_adam_steps_exactly_like_torch_fused_adam(options):
 
 
 def test_the_speed_layer_builds_the_configs_torch_adam_as_lean_adam_with_the_same_steps():
-    from rl_hydra import speed
-
     adam = functools.partial(torch.optim.Adam, lr=1e-2, betas=[0.8, 0.99], fused=True)  # a list, as YAML gives it
     ours, theirs = make_net(), make_net()
-    lean = speed.optimizer(adam, ours.parameters())
+    lean = speed.adam(ours.parameters(), **adam.keywords)
     assert type(lean) is LeanAdam and lean.param_groups[0]["betas"] == (0.8, 0.99)  # a tuple in checkpoints
     train(ours, lean, 20)
     train(theirs, adam(theirs.parameters()), 20)
@@ -73,10 +72,9 @@ def test_the_speed_layer_builds_the_configs_torch_adam_as_lean_adam_with_the_sam
 
 
 def test_a_copied_lean_adam_steps_like_the_original():
-    from rl_hydra import speed
 
     net = make_net()
-    original = speed.optimizer(functools.partial(torch.optim.Adam, lr=1e-2, fused=True), net.parameters())
+    original = speed.adam(net.parameters(), lr=1e-2, fused=True)
     twin_net, twin = copy.deepcopy((net, original))  # before its first step: the moments are not allocated yet
     train(net, original, 5)
     train(twin_net, twin, 5)  # torch's __getstate__ alone dropped the moment allocator: AttributeError

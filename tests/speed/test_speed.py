@@ -56,22 +56,29 @@ def test_every_fast_path_passes_its_probe_here():
     assert set(speed.PROBES) == set(speed.PLAIN_PATHS) == set(BREAKAGES)
 
 
-def test_the_twins_are_registered_where_the_networks_are_defined_and_nothing_in_speed_names_an_algorithm():
+def test_the_speed_layer_names_what_it_accelerates_and_nothing_it_accelerates_names_the_speed_layer():
     from rl_hydra.networks.dueling import DuelingHead
-    from rl_hydra.networks.mlp import PerActionNetwork, QNetwork
+    from rl_hydra.networks.mlp import ActionValueNetwork, PerActionNetwork, QNetwork
     from rl_hydra.networks.noisy import NoisyLinear
 
-    assert {forward.__qualname__ for forward in numpy_mirror.TWINS} >= {
-        "QNetwork.forward",
-        "PerActionNetwork.forward",
-        "DuelingHead.forward",
-        "NoisyLinear.forward",
-    }
+    assert set(numpy_mirror.TWINS) == {ActionValueNetwork, DuelingHead, NoisyLinear}
     for network in (QNetwork, PerActionNetwork, DuelingHead, NoisyLinear):
-        assert numpy_mirror.twin_of(network.forward) is not None
-    speed_sources = " ".join(path.read_text() for path in Path(speed.__file__).parent.glob("*.py"))
+        assert numpy_mirror.twin_for(network) is not None
+
+    class OwnForward(QNetwork):
+        def forward(self, obs):
+            return super().forward(obs) * 2.0
+
+    assert numpy_mirror.twin_for(OwnForward) is None  # another function: torch runs it
+    package = Path(speed.__file__).parents[1]
+    speed_sources = " ".join(path.read_text() for path in (package / "speed").glob("*.py"))
     for algo in ("dqn", "qr_dqn", "iqn", "c51", "drqn", "redq", "sac"):
         assert f"rl_hydra.algos.{algo}" not in speed_sources
+    accelerated = [*package.glob("algos/*.py"), *package.glob("networks/*.py"), *package.glob("buffers/*.py")]
+    accelerated += [*package.glob("envs/*.py"), package / "losses.py", package / "spaces.py"]
+    for path in accelerated:
+        text = path.read_text()
+        assert "rl_hydra.speed" not in text and "from rl_hydra import speed" not in text, path
 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
@@ -95,9 +102,6 @@ def test_fast_paths_false_builds_the_plain_torch_and_gymnasium_objects():
     obs = np.zeros((1, 4), np.float32)
     with speed.enabled(False):
         agent, env, _ = plain_components(cfg)
-        with speed.acting() as acting:
-            agent.act(obs, explore=False)
-        assert not acting.answered
     assert type(agent.optimizer) is torch.optim.Adam and type(env) is SyncVectorEnv
     agent, env, _ = plain_components(cfg)
     assert type(agent.optimizer) is lean_adam.LeanAdam and type(env) is vector_env.LeanSyncVectorEnv
@@ -169,18 +173,37 @@ def test_fast_paths_is_checked_and_may_change_on_resume():
 
 
 # --- adam: the config names torch's Adam, the layer builds its lean step -------------------------------
-def test_the_optimizer_config_names_torch_s_adam_and_the_layer_swaps_in_its_lean_step_where_on():
-    import functools
+def test_the_optimizer_config_names_torch_s_adam_and_the_layer_swaps_in_its_lean_step_where_on(caplog):
+    from omegaconf import OmegaConf
 
     cfg = compose_config("algo=dqn", "env=cartpole", *TINY)
     assert cfg.algo.optimizer._target_ == "torch.optim.Adam"
-    params = [nn.Parameter(torch.ones(3))]
-    adam = functools.partial(torch.optim.Adam, lr=0.1, fused=True)
-    assert type(speed.optimizer(adam, params)) is lean_adam.LeanAdam
+
+    def algo_node():
+        adam = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 0.1}
+        return OmegaConf.create(
+            {
+                "optimizer": {**adam, "fused": True},
+                "unfused": {**adam, "fused": False},
+                "sgd": {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1},
+            }
+        )
+
+    node = algo_node()
+    with caplog.at_level(logging.INFO, logger="rl_hydra.speed"):
+        speed.lean_adam_nodes(node)
+    assert [node.optimizer._target_, node.unfused._target_, node.sgd._target_] == [
+        "rl_hydra.speed.adam",
+        "torch.optim.Adam",
+        "torch.optim.SGD",
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "speed: algo.optimizer, torch.optim.Adam(fused=True), runs the lean Adam step"
+    ]
     with speed.enabled(False):
-        assert type(speed.optimizer(adam, params)) is torch.optim.Adam
-    assert type(speed.optimizer(functools.partial(torch.optim.Adam, lr=0.1), params)) is torch.optim.Adam  # unfused
-    assert type(speed.optimizer(functools.partial(torch.optim.SGD, lr=0.1), params)) is torch.optim.SGD
+        node = algo_node()
+        speed.lean_adam_nodes(node)
+        assert node.optimizer._target_ == "torch.optim.Adam"
 
 
 def test_a_run_recorded_with_the_old_optimizer_target_resumes_and_trains_as_a_new_one(tmp_path):

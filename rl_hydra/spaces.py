@@ -131,3 +131,13 @@ def apply(obs: Any, fn: Callable) -> Any:
 def num_rows(obs: Any) -> int:
     """The leading size of a batched observation (num_envs, or batch)."""
     return len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+
+
+def network_input(observation_space: gym.Space) -> int | gym.Space:
+    """What an algorithm passes a network factory: the size of a vector observation (so that a
+    network on vectors is built exactly as from an int), or the space itself (frames, grids,
+    indices, a Dict of parts). Spaces that have no encoder are one ConfigError line."""
+    check_observation_space(observation_space)
+    if isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1:
+        return int(observation_space.shape[0])
+    return observation_space
