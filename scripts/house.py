@@ -5,12 +5,16 @@ holds the package to its figures: 0 upward, 0 circles.
 
     python scripts/house.py                     # this checkout
     python scripts/house.py --package PATH      # another checkout's rl_hydra/ (e.g. a git worktree)
+    python scripts/house.py --reading rl_hydra.algos.tqc   # what importing a module loads: modules, lines
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,10 +155,33 @@ def draw(package: Path) -> str:
     return "\n".join(out)
 
 
+# what `import rl_hydra.algos.<name>` may load at most: an algorithm reads like its paper, not its framework
+READING_BUDGET = {"modules": 12, "lines": 1500}
+READ_LIKE_PAPERS = ("rl_hydra.algos.tqc", "rl_hydra.algos.sac", "rl_hydra.algos.iqn", "rl_hydra.algos.dqn")
+
+
+def reading_set(module: str) -> dict[str, int]:
+    """{rl_hydra module: its lines} that importing `module` loads, measured in a fresh interpreter."""
+    code = (
+        f"import importlib, json, sys; importlib.import_module({module!r}); "
+        "print(json.dumps({name: sum(1 for _ in open(m.__file__)) for name, m in sys.modules.items() "
+        "if name.split('.')[0] == 'rl_hydra' and getattr(m, '__file__', None)}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    return json.loads(out.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--package", type=Path, default=PACKAGE, help="an rl_hydra/ folder (default: this one)")
-    print(draw(parser.parse_args().package.resolve()))
+    parser.add_argument("--reading", nargs="+", metavar="MODULE", help="print what importing each module loads")
+    args = parser.parse_args()
+    if args.reading:
+        for module in args.reading:
+            loaded = reading_set(module)
+            print(f"{module}: {len(loaded)} modules, {sum(loaded.values())} lines: {', '.join(sorted(loaded))}")
+        return
+    print(draw(args.package.resolve()))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from house import LAYERS, PACKAGE, circles, floor_of, import_graph, room, runtime_nodes, upward  # noqa: E402
+from house import (  # noqa: E402
+    LAYERS,
+    PACKAGE,
+    READ_LIKE_PAPERS,
+    READING_BUDGET,
+    circles,
+    floor_of,
+    import_graph,
+    reading_set,
+    room,
+    runtime_nodes,
+    upward,
+)
 
 
 def test_every_room_of_the_package_is_on_a_floor():
     unplaced = sorted({room(module) for module in import_graph()} - {name for rooms in LAYERS for name in rooms})
     assert not unplaced, f"rooms on no floor of scripts/house.py's LAYERS (add each where it belongs): {unplaced}"
+
+
+@pytest.mark.parametrize("module", READ_LIKE_PAPERS)
+def test_importing_an_algorithm_loads_only_what_it_reads(module):
+    loaded = reading_set(module)
+    assert "rl_hydra.speed" not in loaded and "rl_hydra.config" not in loaded and "rl_hydra.envs" not in loaded
+    assert len(loaded) <= READING_BUDGET["modules"], sorted(loaded)
+    assert sum(loaded.values()) <= READING_BUDGET["lines"], loaded
 
 
 def test_no_module_imports_from_a_floor_above_its_own():
