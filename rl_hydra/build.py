@@ -68,8 +68,8 @@ class ProcessSettings:
         return cls(
             seed=int(cfg.seed),
             torch_threads=int(cfg.torch_threads),
-            flush_denormal=bool(cfg.get("flush_denormal", True)),
-            fast_paths=bool(cfg.get("fast_paths", True)),
+            flush_denormal=bool(cfg.flush_denormal),
+            fast_paths=bool(cfg.fast_paths),
         )
 
 
@@ -287,7 +287,7 @@ def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.d
     """The replay buffer, for `num_envs` envs. A transition buffer builds the discounted n-step returns;
     a recurrent agent sums them over its sequences."""
     seed = spawn_seeds(cfg.seed).buffer
-    returns = {} if capabilities.recurrent else {"n_step": cfg.algo.get("n_step", 1), "gamma": cfg.algo.gamma}
+    returns = {} if capabilities.recurrent else {"n_step": cfg.algo.n_step, "gamma": cfg.algo.gamma}
     if cfg.buffer.get("beta_steps") == "auto":  # prioritized replay anneals beta over the run's updates
         returns["beta_steps"] = run_updates(
             cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
@@ -302,7 +302,7 @@ def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.d
             seed=seed,
             **returns,
         ),
-        cfg.buffer.get("device", "auto"),
+        cfg.buffer.device,
         device,
     )
 
