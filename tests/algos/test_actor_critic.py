@@ -41,7 +41,7 @@ GOLDEN = {
         27.80434274021536, 103.12782826431794, -1.1510677337646484, 0.028284549713134766, -1.9797731637954712,
         0.4262072443962097, -1.9670628309249878, 0.2293548583984375, 0.07649838924407959, 0.12016338109970093,
     ],
-    # recorded again when DroQ's dropout masks came to be drawn from their gaps (networks/dropout.py)
+    # recorded again when DroQ's dropout masks came to be drawn from their gaps (networks/layers.py)
     # and its target critics, all of them, to be run in their own order: the same distribution, other draws
     "droq": [
         -1.7613978385925293, 0.99940025806427, 4.2584381103515625, 1.335818886756897, 0.4011452794075012,

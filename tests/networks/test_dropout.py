@@ -1,4 +1,4 @@
-"""Dropout drawn from the gaps between dropped units (networks/dropout.py): the positions are those
+"""Dropout drawn from the gaps between dropped units (networks/layers.py): the positions are those
 of independent Bernoulli(p) trials, the layer is dropout's (scale, gradient, modes), and it stands
 where the networks had F.dropout and nn.Dropout."""
 
