@@ -99,13 +99,13 @@ def mirroring(classes: Iterable[type[nn.Module]], on: bool = True) -> Iterator[A
     twin: their forwards are wrapped for the block's length only, and put back after it."""
     wrapped = [klass for klass in classes if klass in TWINS and not hasattr(vars(klass)["forward"], "mirrors")]
     for klass in wrapped:
-        klass.forward = forward_or_twin(vars(klass)["forward"], TWINS[klass])  # type: ignore[method-assign]
+        klass.forward = forward_or_twin(vars(klass)["forward"], TWINS[klass])
     try:
         with Acting(on) as acting:
             yield acting
     finally:
         for klass in wrapped:
-            klass.forward = vars(klass)["forward"].mirrors  # type: ignore[method-assign]
+            klass.forward = vars(klass)["forward"].mirrors
 
 
 def twinned_classes(modules: Iterable[nn.Module]) -> set[type[nn.Module]]:
