@@ -10,7 +10,6 @@ target syncs, the optimiser step and checkpoints are DQN's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import ClassVar
 
@@ -63,9 +62,6 @@ class IQN(DQN):
     def sample_taus(self, batch_size: int, num_samples: int) -> torch.Tensor:
         """tau ~ U(0, 1) for each row: (batch_size, num_samples)."""
         return torch.rand(batch_size, num_samples, generator=self.tau_generator, device=self.device)
-
-    def make_network(self, network: Callable[..., nn.Module]) -> nn.Module:
-        return network(self.observation, self.num_actions)
 
     def greedy_actions(self, obs: Observation, explore: bool) -> np.ndarray:
         """Exploring actions average K sampled fractions, as the paper acts. Greedy actions
