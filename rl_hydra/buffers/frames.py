@@ -26,7 +26,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import speed
 from rl_hydra.buffers.device import to_device
 from rl_hydra.errors import ConfigError
 from rl_hydra.spaces import shape_of
@@ -65,7 +64,7 @@ class SharedFrames:
         self.capacity, self.num_envs, self.device = capacity, num_envs, torch.device(device)
         self.stack, *frame_shape = shape_of(observation_space)
         self.frame_shape = tuple(frame_shape)
-        self.frames = speed.zeros({"frames": ((capacity, *frame_shape), torch.uint8)}, self.device)["frames"]
+        self.frames = torch.zeros((capacity, *frame_shape), dtype=torch.uint8, device=self.device)
         self.starts = np.zeros(capacity, dtype=bool)
         # row -> the slot of its whole observation (a start: "first") or next observation (an end: "final")
         self.slots = {kind: np.full(capacity, -1, dtype=np.int64) for kind in ("first", "final")}
@@ -201,9 +200,8 @@ class FrameRings:
     def __init__(self, num_envs: int, frames_per_env: int, observation_space: gym.Space):
         self.stack, *frame_shape = shape_of(observation_space)
         self.frames_per_env = frames_per_env
-        self.frames = speed.zeros(
-            {"frames": ((num_envs, frames_per_env, *frame_shape), torch.uint8)}, torch.device("cpu")
-        )["frames"].numpy()  # (n, K, H, W)
+        # (n, K, H, W): a tensor's memory, indexed through numpy (as ReplayBuffer's host views)
+        self.frames = torch.zeros((num_envs, frames_per_env, *frame_shape), dtype=torch.uint8).numpy()
         self.written = np.zeros(num_envs, dtype=np.int64)  # frames written per env so far
         self.episode_begins = np.ones(num_envs, dtype=bool)  # the next observation starts an episode
 

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import spaces, speed
+from rl_hydra import spaces
 from rl_hydra.buffers.device import DeviceMemoryShort, to_device
 from rl_hydra.buffers.frames import SharedFrames, shares_frames
 from rl_hydra.protocols import Batch, restore_generator
@@ -202,8 +202,10 @@ class ReplayBuffer:
         if share:  # allocated once the check passed: on a GPU the frames take their memory at once
             self.frames = SharedFrames(self.capacity, observation_space, num_envs, self.device)
         # add and sample pair columns with values by position (STORED's order, an observation's
-        # parts in spaces.parts order); on the CPU in huge pages
-        self.storage = speed.zeros(columns, self.rows_device)
+        # parts in spaces.parts order)
+        self.storage = {
+            name: torch.zeros(shape, dtype=dtype, device=self.rows_device) for name, (shape, dtype) in columns.items()
+        }
         assert tuple(self.storage) == tuple(columns)
         # on CPU, numpy views of the same memory make `add` several times cheaper
         self.host_views = (

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra import spaces, speed
+from rl_hydra import spaces
 from rl_hydra.buffers.frames import FrameRings, shares_frames
 from rl_hydra.buffers.replay import action_layout, as_numpy, check_host_memory, column_name, human_bytes
 from rl_hydra.protocols import SequenceBatch, restore_generator
@@ -58,7 +58,7 @@ class SequenceBuffer:
         action_shape, action_dtype = action_layout(action_space)
         share = shares_frames(observation_space, share_frames)
 
-        # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly; on the CPU in huge pages
+        # stored chunks, time-major so that sampling B of them gives (T, B, ...) directly
         steps = lambda t, shape=(), dtype=torch.float32: ((t, capacity, *shape), dtype)  # noqa: E731
         observations = (
             {}
@@ -92,7 +92,7 @@ class SequenceBuffer:
             detail=f" ({human_bytes(total / (capacity * stride))} per step at buffer.stride={stride}, "
             f"plus the actor's state per chunk{observed})",
         )
-        stored = speed.zeros(layout, self.device)
+        stored = {name: torch.zeros(shape, dtype=dtype, device=self.device) for name, (shape, dtype) in layout.items()}
         self.episode_start = stored.pop("episode_start")
         self.steps = stored
         self.states: list[torch.Tensor] = []  # (capacity, ...) per state tensor; shapes known at the first add
@@ -201,7 +201,7 @@ class SequenceBuffer:
             self.open_first[i] += self.stride  # one frame per step within an episode
 
     def _allocate_states(self, state: Sequence[torch.Tensor]) -> None:
-        self.states = speed.zeros_list([((self.capacity, *s.shape[1:]), s.dtype) for s in state], self.device)
+        self.states = [torch.zeros((self.capacity, *s.shape[1:]), dtype=s.dtype, device=self.device) for s in state]
         self.open_states = [
             torch.zeros((self.num_envs, self.sequence_length, *s.shape[1:]), dtype=s.dtype, device=self.device)
             for s in state

@@ -1,6 +1,6 @@
 """How a run's envs are stepped: `env.vectorization=sync|async|envpool`.
 
-- `sync`: every env in this process, one after the other (rl_hydra.speed's SyncVectorEnv).
+- `sync`: every env in this process, one after the other (gymnasium's SyncVectorEnv).
 - `async`: each env in a worker process of its own (gymnasium's AsyncVectorEnv, observations in
   shared memory); the same transitions as `sync` for the same seeds.
 - `envpool`: EnvPool's C++ thread pool (the `envpool` extra), for `env=atari` ids, configured to
@@ -19,10 +19,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from omegaconf import DictConfig
 
-from rl_hydra import speed
 from rl_hydra.errors import ConfigError
 
 
@@ -37,7 +36,7 @@ def vector_env(
     rendering always steps them `sync`, in this process."""
     how = vectorization or env_cfg.get("vectorization") or "sync"  # a run recorded before the key: sync
     if how == "sync" or render_mode is not None:
-        return speed.same_step_vector_env(env_fns)
+        return SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if how == "async":
         return AsyncVectorEnv(env_fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP)
     return EnvPoolAtari(env_cfg, len(env_fns), seed)

@@ -4,19 +4,30 @@ gymnasium's SyncVectorEnv.step iterates, concatenates and deep-copies through it
 utilities, which cost more than a CartPole step itself. For Box observations this step writes
 each env's results straight into the vector env's own buffers and returns what
 SyncVectorEnv.step returns (SAME_STEP autoreset): tests/speed/test_lean_paths.py checks every field.
-It rests on SyncVectorEnv's private step buffers, which `probe` checks at start-up.
+It rests on SyncVectorEnv's private step buffers, which `probe` checks at start-up. `lean` gives
+this step to a SyncVectorEnv a run has built (envs/vector.py builds gymnasium's own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 PRIVATE_BUFFERS = ("_env_obs", "_rewards", "_terminations", "_truncations", "_autoreset_envs")
+
+
+def lean(envs: VectorEnv) -> VectorEnv:
+    """`envs` with the lean step where it is gymnasium's own SyncVectorEnv with SAME_STEP autoreset
+    (this instance's class becomes LeanSyncVectorEnv, which adds nothing but its step and the two
+    flags it reads); any other vector env unchanged. Before or after a reset alike."""
+    if type(envs) is SyncVectorEnv and envs.autoreset_mode == AutoresetMode.SAME_STEP:
+        envs.__class__ = LeanSyncVectorEnv
+        cast(LeanSyncVectorEnv, envs).prepare_lean_step()
+    return envs
 
 
 class LeanSyncVectorEnv(SyncVectorEnv):
@@ -24,6 +35,9 @@ class LeanSyncVectorEnv(SyncVectorEnv):
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        self.prepare_lean_step()
+
+    def prepare_lean_step(self) -> None:
         self._lean = isinstance(self.single_observation_space, gym.spaces.Box)
         # a Python int passes Discrete.contains (which CartPole asserts) faster than a numpy one
         self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
@@ -53,14 +67,17 @@ def probe() -> None:
     """Raises unless the lean step returns what SyncVectorEnv.step returns on two CartPoles, past
     an episode's end (the private buffers it writes are still the ones gymnasium reads)."""
     make = [lambda: gym.make("CartPole-v1")] * 2
-    lean, plain = LeanSyncVectorEnv(make), SyncVectorEnv(make, autoreset_mode=AutoresetMode.SAME_STEP)
+    lean_env = lean(SyncVectorEnv(make, autoreset_mode=AutoresetMode.SAME_STEP))
+    plain = SyncVectorEnv(make, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
+        if type(lean_env) is not LeanSyncVectorEnv:
+            raise TypeError("lean left gymnasium's SyncVectorEnv as it was")
         for name in PRIVATE_BUFFERS:
-            getattr(lean, name)
-        lean.reset(seed=[0, 1]), plain.reset(seed=[0, 1])
+            getattr(lean_env, name)
+        lean_env.reset(seed=[0, 1]), plain.reset(seed=[0, 1])
         ended = False
         for _ in range(60):  # constant pushes end CartPole's episodes within ~10 steps
-            ours, theirs = lean.step(np.ones(2, np.int64)), plain.step(np.ones(2, np.int64))
+            ours, theirs = lean_env.step(np.ones(2, np.int64)), plain.step(np.ones(2, np.int64))
             same = all(np.array_equal(a, b) for a, b in zip(ours[:4], theirs[:4])) and set(ours[4]) == set(theirs[4])
             final = zip(ours[4].get("final_obs", ()), theirs[4].get("final_obs", ()))
             if not same or not all(np.array_equal(a, b) for a, b in final if b is not None):
@@ -69,5 +86,5 @@ def probe() -> None:
         if not ended:
             raise ValueError("no episode ended while it was compared")
     finally:
-        lean.close()
+        lean_env.close()
         plain.close()

@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import FrameStackObservation
 
 from rl_hydra.buffers.prioritized import PrioritizedReplayBuffer
@@ -14,7 +15,6 @@ from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.envs.make import final_observations
 from rl_hydra.errors import ConfigError
-from rl_hydra.speed import same_step_vector_env
 from tests.conftest import buffer_keys, from_the_run
 
 ACTIONS = gym.spaces.Discrete(3)
@@ -37,8 +37,14 @@ class RandomFrames(gym.Env):
         return frame, float(self.t), bool(self.np_random.random() < 0.05), self.t >= 30, {}
 
 
+def frame_stacks(num_envs: int) -> SyncVectorEnv:
+    return SyncVectorEnv(
+        [lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
+    )
+
+
 def fill(buffers, steps: int, num_envs: int = 2, seed: int = 0):
-    env = same_step_vector_env([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
+    env = frame_stacks(num_envs)
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     ends = 0
@@ -175,7 +181,7 @@ def sequence_pair(capacity: int, num_envs: int, length: int = 5, stride: int = 3
 
 def fill_sequences(buffers, steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
     """Steps of `num_envs` frame-stacking envs into `buffers`; returns the episodes begun per env."""
-    env = same_step_vector_env([lambda: FrameStackObservation(RandomFrames(), 4)] * num_envs)
+    env = frame_stacks(num_envs)
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     episodes = np.ones(num_envs, dtype=np.int64)

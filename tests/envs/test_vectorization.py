@@ -8,6 +8,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from omegaconf import open_dict
 
 from rl_hydra.envs.make import env_factory
@@ -43,6 +44,12 @@ def same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+def test_sync_is_gymnasiums_own_sync_vector_env_with_same_step_autoreset():
+    env, _ = make(compose_config("env=cartpole").env, "sync", 2)  # the speed layer leans it in a run's build
+    assert type(env) is SyncVectorEnv and env.autoreset_mode == AutoresetMode.SAME_STEP
+    env.close()
 
 
 @pytest.mark.parametrize("env_option, steps", [("cartpole", 400), ("minatar", 300)])

@@ -1,6 +1,6 @@
 """The hot-path shortcuts give the numbers of the plain code they replace: LeanAdam against
-torch.optim.Adam, SameStepVectorEnv against gymnasium's SyncVectorEnv (the numpy acting
-mirror: tests/algos/test_acting.py)."""
+torch.optim.Adam, a SyncVectorEnv made lean (vector_env.lean) against gymnasium's own (the numpy
+acting mirror: tests/algos/test_acting.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from torch import nn
 
 from rl_hydra import speed
 from rl_hydra.speed.lean_adam import LeanAdam
-from rl_hydra.speed.vector_env import LeanSyncVectorEnv
+from rl_hydra.speed.vector_env import LeanSyncVectorEnv, lean
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,15 +131,23 @@ def test_lean_adam_skips_a_parameter_without_gradient_like_torch():
     assert all(torch.equal(p, b) for p, b in zip(frozen.parameters(), before))
 
 
+def same_step(env_id: str, num_envs: int) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+@pytest.mark.parametrize("lean_after", [0, 30])  # made lean when built, or after a reset and some steps
 @pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2)])
-def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env_id, num_envs):
-    ours = LeanSyncVectorEnv([lambda: gym.make(env_id)] * num_envs)
-    theirs = SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+def test_a_lean_sync_vector_env_returns_what_gymnasium_sync_vector_env_returns(env_id, num_envs, lean_after):
+    ours, theirs = same_step(env_id, num_envs), same_step(env_id, num_envs)
+    if not lean_after:
+        assert lean(ours) is ours and type(ours) is LeanSyncVectorEnv
     seeds = list(range(num_envs))
     assert np.array_equal(ours.reset(seed=seeds)[0], theirs.reset(seed=seeds)[0])
     theirs.action_space.seed(0)
     earlier, ends = [], 0
-    for _ in range(450):  # CartPole episodes end by termination, Pendulum's by truncation at 200
+    for step in range(450):  # CartPole episodes end by termination, Pendulum's by truncation at 200
+        if step == lean_after:
+            assert lean(ours) is ours and type(ours) is LeanSyncVectorEnv
         actions = theirs.action_space.sample()
         mine, reference = ours.step(actions.copy()), theirs.step(actions)
         for got, want in zip(mine[:4], reference[:4]):
@@ -153,6 +161,25 @@ def test_same_step_vector_env_returns_what_gymnasium_sync_vector_env_returns(env
         earlier.append((mine[0], mine[0].copy()))
     assert ends > 0
     assert all(np.array_equal(obs, kept) for obs, kept in earlier)  # each step returned a fresh array
+
+
+def test_lean_leaves_other_vector_envs_and_gymnasiums_class_as_they_are():
+    next_step = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)  # NEXT_STEP autoreset: another contract
+
+    class Own(SyncVectorEnv):  # a subclass may step its own way
+        pass
+
+    own = Own([lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    workers = AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    for envs, kind in ((next_step, SyncVectorEnv), (own, Own), (workers, AsyncVectorEnv)):
+        assert lean(envs) is envs and type(envs) is kind
+        envs.close()
+    leaned = lean(same_step("CartPole-v1", 2))
+    plain = same_step("CartPole-v1", 2)  # another instance, made after: gymnasium's, untouched
+    assert type(leaned) is LeanSyncVectorEnv and type(plain) is SyncVectorEnv and "step" not in vars(plain)
+    assert SyncVectorEnv.step is not LeanSyncVectorEnv.step and SyncVectorEnv.__dict__["step"].__module__.startswith(
+        "gymnasium"
+    )
 
 
 def test_a_training_process_without_compile_never_imports_torch_dynamo(tmp_path):
