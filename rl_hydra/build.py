@@ -267,9 +267,14 @@ def build_runner(
 def build_components(cfg: DictConfig, device: torch.device) -> tuple[Agent, Any, Any]:
     """(agent, env, buffer) of a run in this process: what its Runner is given, for a caller that
     drives them itself (a benchmark, a test)."""
-    env = make_env(cfg.env, seed=spawn_seeds(cfg.seed).env)
+    env = lean_env(cfg.env, seed=spawn_seeds(cfg.seed).env)
     agent, spaces, capabilities = fitted_agent(cfg, env, device)
     return agent, env, build_buffer(cfg, spaces, env.num_envs, device, capabilities)
+
+
+def lean_env(env_cfg: DictConfig, **options: Any) -> Any:
+    """make_env's vector env, with the speed layer's step where it has one (rl_hydra/speed)."""
+    return speed.lean_envs(make_env(env_cfg, **options))
 
 
 def fitted_agent(cfg: DictConfig, env: Any, device: torch.device) -> tuple[Agent, Spaces, Capabilities]:
@@ -292,7 +297,7 @@ def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.d
         returns["beta_steps"] = run_updates(
             cfg.train.total_steps, cfg.algo.learning_starts, cfg.algo.train_every, cfg.algo.gradient_steps
         )
-    return build_on_device(
+    buffer = build_on_device(
         lambda storage: build(
             cfg.buffer,
             "buffer",
@@ -305,6 +310,8 @@ def build_buffer(cfg: DictConfig, spaces: Spaces, num_envs: int, device: torch.d
         cfg.buffer.device,
         device,
     )
+    speed.attach_buffer(buffer)  # its CPU storage in huge pages where the speed layer can
+    return buffer
 
 
 def cfg_choice(cfg: DictConfig, group: str) -> str:
@@ -326,7 +333,7 @@ def cfg_choice(cfg: DictConfig, group: str) -> str:
 
 def run_settings(cfg: DictConfig, agent: Agent) -> RunSettings:
     """What the loop is told of the run (the config stops here): its schedule, evaluation and loggers."""
-    make_eval_env = functools.partial(make_env, cfg.env, say_time_limit=False)  # the training env's build said it
+    make_eval_env = functools.partial(lean_env, cfg.env, say_time_limit=False)  # the training env's build said it
     return RunSettings.from_config(cfg, make_eval_env=make_eval_env, algo_name=agent.name)
 
 

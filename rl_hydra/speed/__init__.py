@@ -238,18 +238,6 @@ def with_stand_ins(update: Callable) -> Callable:
 
 
 # --- host memory -------------------------------------------------------------------------------
-def zeros(layout: host_memory.Layout, device: torch.device) -> dict[str, torch.Tensor]:
-    """Zero tensors {name: (shape, dtype)} on `device`; on the CPU side by side in huge pages."""
-    if active("host_memory"):
-        return host_memory.zeros(layout, device)
-    return {name: torch.zeros(shape, dtype=dtype, device=device) for name, (shape, dtype) in layout.items()}
-
-
-def zeros_list(specs: list[tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> list[torch.Tensor]:
-    """`zeros` for a list of (shape, dtype), in the list's order."""
-    return list(zeros({str(i): spec for i, spec in enumerate(specs)}, device).values())
-
-
 def zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Zeros like each of `tensors`: the contiguous ones side by side in huge pages on the CPU."""
     if active("host_memory"):
@@ -257,10 +245,14 @@ def zeros_like(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return lean_adam.plain_zeros_like(tensors)
 
 
+def attach_buffer(buffer: Any) -> None:
+    """A built, still empty replay buffer's CPU storage moved into huge pages (host_memory.py), no copy."""
+    if active("host_memory"):
+        host_memory.relocate_storage(buffer)
+
+
 # --- vector env ---------------------------------------------------------------------------------
-def same_step_vector_env(env_fns: list[Callable[[], gym.Env]]) -> SyncVectorEnv:
-    """A SyncVectorEnv with SAME_STEP autoreset, whose step skips gymnasium's generic space
-    utilities for Box observations where the fast path is on (the same returns)."""
-    if active("vector_env"):
-        return vector_env.LeanSyncVectorEnv(env_fns)
-    return SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+def lean_envs(envs: Any) -> Any:
+    """A built SAME_STEP SyncVectorEnv with the lean step for Box observations (vector_env.py; this
+    instance only, the same returns); any other vector env as it is."""
+    return vector_env.lean(envs) if active("vector_env") else envs

@@ -125,9 +125,10 @@ def private_api_forbidden():
         patch.setattr(lean_adam, "FUSED_ADAM", forbid("torch._fused_adam_"))
         for name in ("numpy_forward", "forward_tree", "answer", "view"):
             patch.setattr(numpy_mirror, name, forbid(f"numpy_mirror.{name}"))
-        for name in ("zeros", "zeros_like", "relocate"):
+        for name in ("zeros", "zeros_like", "relocate", "relocate_storage"):
             patch.setattr(host_memory, name, forbid(f"host_memory.{name}"))
         patch.setattr(vector_env.LeanSyncVectorEnv, "__init__", forbid("LeanSyncVectorEnv"))
+        patch.setattr(vector_env, "lean", forbid("vector_env.lean"))
         patch.setattr(cuda_graph.Step, "__init__", forbid("cuda_graph.Step"))
         patch.setattr(cuda_graph.GraphedStep, "__init__", forbid("cuda_graph.GraphedStep"))
         for name in foreach.NAMES:
