@@ -31,9 +31,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import gymnasium as gym
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from omegaconf import DictConfig
 from torch import nn
 
