@@ -161,7 +161,9 @@ def mirrored_acting(agent: Any) -> bool:
 
     @functools.wraps(act)
     def act_through_twins(*args: Any, **kwargs: Any) -> Any:
-        with numpy_mirror.mirroring(classes, on=active("mirror")):
+        if not active("mirror"):  # fast_paths=false: the networks' own forwards, untouched
+            return act(*args, **kwargs)
+        with numpy_mirror.mirroring(classes):
             return act(*args, **kwargs)
 
     agent.act = act_through_twins
@@ -224,6 +226,8 @@ def with_stand_ins(update: Callable) -> Callable:
 
     @functools.wraps(update)
     def update_with_stand_ins(*args: Any, **kwargs: Any) -> Any:
+        if not _switch["on"]:  # fast_paths=false: the plain functions, untouched
+            return update(*args, **kwargs)
         for (_, module, attribute, _), chosen in zip(STAND_INS, CHOSEN):
             setattr(module, attribute, chosen)
         try:
