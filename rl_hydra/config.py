@@ -19,8 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.errors import ConfigError
 from rl_hydra.schema import integer_key, register_schemas, validate_config
-from rl_hydra.schema.keys import LARGEST_INT, shown
-from rl_hydra.schema.keys import is_int as _is_int
 
 if TYPE_CHECKING:
     import torch
@@ -181,20 +179,6 @@ def plain_dict(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
     return cast(dict[str, Any], OmegaConf.to_container(node, resolve=resolve))
 
 
-def check_int(key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return `value` as an int if it is one in [minimum, maximum] (maximum: LARGEST_INT unless
-    given), else raise ConfigError. A float with an integral value (`1e5`, as Hydra reads
-    `train.total_steps=1e5`) counts as one."""
-    maximum = LARGEST_INT if maximum is None else maximum
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not _is_int(value):
-        raise ConfigError(f"{key}={shown(value)} is not an integer; {_bounds(minimum, maximum, 'an integer')}")
-    if (minimum is not None and value < minimum) or value > maximum:
-        raise ConfigError(f"{key}={shown(value)} is out of range; {_bounds(minimum, maximum, 'an integer')}")
-    return value
-
-
 # a number in scientific notation as Hydra's grammar reads one: 1e3, 2.5E+4, 1_000e0 (Hydra makes it a float)
 SCIENTIFIC = re.compile(r"(?<![\w.'\"])[+-]?(?:\d(?:_?\d)*(?:\.\d*)?|\.\d+)[eE][+-]?\d+(?![\w.])")
 
@@ -234,20 +218,6 @@ def integral_overrides(overrides: Iterable[str]) -> list[str]:
             text = f"{element}={integral(text[len(element) + 1 :])}"
         written.append(text)
     return written
-
-
-def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
-    choices = list(choices)
-    if value not in choices:
-        raise ConfigError(f"{key}={shown(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
-    return value
-
-
-def _bounds(minimum, maximum, kind: str) -> str:
-    low = None if minimum is None else f">= {minimum}"
-    high = None if maximum is None else f"<= {maximum}"
-    parts = [p for p in (low, high) if p]
-    return f"expected {kind}" + (f" {' and '.join(parts)}" if parts else "")
 
 
 def resolve_device(name: Any) -> torch.device:

@@ -27,12 +27,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rl_hydra.config import CONF_DIR, check_int
+from rl_hydra.config import CONF_DIR
 from rl_hydra.errors import ConfigError
 from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
+from rl_hydra.schema.keys import LARGEST_INT, Range, check
 
 SUITE_DIR = CONF_DIR / "suite"
 TRAIN = [sys.executable, "-m", "rl_hydra.commands.cli"]  # what train.py runs, also where the package is installed
+
+COUNT = Range("integer", minimum=1, maximum=LARGEST_INT)  # a suite's seeds, a row's steps
 
 
 @dataclass
@@ -84,11 +87,13 @@ def load_suite(name: str) -> Suite:
             if not (CONF_DIR / group / f"{choice}.yaml").is_file():
                 raise ConfigError(f"suite {name}: row {i} has {group}={choice}, which is not a config option")
         if row.steps is not None:
-            row.steps = check_int(f"suite {name} row {i} steps", row.steps, minimum=1)
+            check(row.steps, f"suite {name} row {i} steps", COUNT)
         rows.append(row)
     if not rows:
         raise ConfigError(f"suite {name} has no rows")
-    return Suite(name, check_int(f"suite {name} seeds", raw.get("seeds", 5), minimum=1), rows)
+    seeds = raw.get("seeds", 5)  # a suite file is not a run's config: its two counts are checked here
+    check(seeds, f"suite {name} seeds", COUNT)
+    return Suite(name, seeds, rows)
 
 
 def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int) -> list[str]:
@@ -186,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         suite = load_suite(args.suite)
         if args.seeds is not None:
-            suite.seeds = check_int("--seeds", args.seeds, minimum=1)
+            check(args.seeds, "--seeds", COUNT)
+            suite.seeds = args.seeds
         if args.rows:
             unknown = sorted(set(args.rows) - {r.name for r in suite.rows})
             if unknown:

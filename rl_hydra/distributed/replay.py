@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 from rl_hydra.buffers import compiled_sum_tree
 from rl_hydra.build import build
-from rl_hydra.config import check_int
 from rl_hydra.errors import ConfigError
 from rl_hydra.protocols import Batch, SequenceBatch
 
@@ -130,7 +129,7 @@ class SequenceShard:
     p_i)^beta over its sequences, which DRQN's loss scales each sequence's steps by."""
 
     def __init__(self, buffer_cfg: dict, seed: int, alpha: float, beta: float = 0.0, epsilon: float = 1e-6):
-        self.capacity = check_int("buffer.capacity", buffer_cfg["capacity"], minimum=1)
+        self.capacity = int(buffer_cfg["capacity"])  # checked with the run's config (rl_hydra/schema/buffers.py)
         self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
         self.tree = compiled_sum_tree.make_sum_tree(self.capacity, buffer_cfg.get("sum_tree", "auto"))
         self.chunks: dict[str, Any] | None = None  # field -> (T, capacity, ...) tensors, made at the first add

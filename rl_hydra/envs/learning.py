@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import check_choice
 from rl_hydra.errors import ConfigError
+from rl_hydra.schema.envs import LearningKeys
+from rl_hydra.schema.keys import validate
 
 LEARNING_KEYS = ("clip_rewards", "terminal_on_life_loss")
 
@@ -56,7 +57,8 @@ def learning_signal(env_cfg: DictConfig, num_envs: int, reset_info: dict[str, An
     unknown = sorted(set(learning) - set(LEARNING_KEYS))
     if unknown:
         raise ConfigError(f"env.learning.{unknown[0]} is not a key; choose from: {', '.join(LEARNING_KEYS)}")
-    flags = {key: check_choice(f"env.learning.{key}", learning.get(key, False), (True, False)) for key in LEARNING_KEYS}
+    validate(OmegaConf.create(dict(learning)), LearningKeys, "env.learning.")  # any group may add them with +
+    flags = {key: key in learning and bool(learning[key]) for key in LEARNING_KEYS}
     if flags["terminal_on_life_loss"] and "lives" not in reset_info:
         raise ConfigError(
             f"env.learning.terminal_on_life_loss=true needs an env that reports info['lives'] "

@@ -16,7 +16,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rl_hydra.config import check_choice, check_int, plain_dict
+from rl_hydra.config import plain_dict
 from rl_hydra.envs.learning import learning_signal
 from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
@@ -182,7 +182,7 @@ def time_limit(env_cfg: DictConfig) -> int | None:
             f"env.id={env_cfg.id} has no time limit of its own, so an episode could last for ever, and "
             f"env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N"
         )
-    return check_int("env.fallback_max_episode_steps", env_cfg.fallback_max_episode_steps, minimum=1)
+    return int(env_cfg.fallback_max_episode_steps)  # its range: rl_hydra/schema/envs.py
 
 
 def registered_time_limit(env_id: str) -> int | None:
@@ -207,7 +207,7 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     check_env_id(env_cfg.id)
     kwargs = plain_dict(env_cfg.kwargs) if env_cfg.get("kwargs") else {}
     wrappers = build_wrappers(env_cfg)
-    keep_text = check_choice("env.keep_text", env_cfg.get("keep_text", False), (True, False))
+    keep_text = "keep_text" in env_cfg and bool(env_cfg.keep_text)  # env=gym's key (rl_hydra/schema/envs.py)
     max_episode_steps = time_limit(env_cfg)
 
     def factory() -> gym.Env:

@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.config import check_int
 from rl_hydra.errors import ConfigError
+from rl_hydra.schema.keys import Range, check
 from rl_hydra.spaces import is_text
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,9 @@ class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"MaskObservation needs a 1-d Box observation space; the env has {space}")
         size = space.shape[0]
-        self.indices = np.array(
-            [check_int(f"env.wrappers.indices[{k}]", i, 0, size - 1) for k, i in enumerate(indices)], dtype=np.int64
-        )
+        for k, index in enumerate(indices):  # within the observation: only the wrapper, given the env, can check it
+            check(index, f"env.wrappers.indices[{k}]", Range("integer", minimum=0, maximum=size - 1))
+        self.indices = np.array(list(indices), dtype=np.int64)
         low, high = space.low.copy(), space.high.copy()
         low[self.indices] = high[self.indices] = 0.0
         self.observation_space = gym.spaces.Box(low, high, dtype=space.dtype)

@@ -26,7 +26,7 @@ import yaml
 from omegaconf import DictConfig
 
 from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
-from rl_hydra.config import check_int, validate_run_config
+from rl_hydra.config import validate_run_config
 from rl_hydra.distributed.settings import requested as distributed_requested
 from rl_hydra.errors import ConfigError
 from rl_hydra.runs.run_dir import RunDirectory, RunError, atomic_write_text
@@ -210,8 +210,6 @@ def rerun_config(cfg: DictConfig, device: str) -> DictConfig:
         cfg.env.vectorization = "sync"
     try:
         validate_run_config(cfg)
-        cfg.algo.learning_starts = check_int("algo.learning_starts", cfg.algo.get("learning_starts"), minimum=0)
-        cfg.algo.train_every = check_int("algo.train_every", cfg.algo.get("train_every"), minimum=1)
     except ConfigError as error:
         raise RunError(f"the recorded config no longer builds: {error}") from None
     return cfg
