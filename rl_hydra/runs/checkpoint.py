@@ -90,7 +90,8 @@ def check_checkpoint(state: Any, path: Path, device_type: str = "cpu") -> None:
         raise RunError(f"checkpoint {path} holds no agent and runner state: not a checkpoint a run writes")
     step = runner.get("global_step")
     if type(step) is not int or step < 0:
-        raise RunError(f"checkpoint {path} has runner.global_step={step!r}, not a number of env steps")
+        shown = step if type(step) is int else f"<a {type(step).__name__}>"  # a shared list's repr can be 2**55 long
+        raise RunError(f"checkpoint {path} has runner.global_step={shown}, not a number of env steps")
     for tensor in tensors_once(state, path):
         check_tensor(tensor, path, device_type)
 

@@ -46,6 +46,19 @@ def test_a_pickle_reference_bomb_is_refused_in_a_moment(run_dir, monkeypatch, ca
     assert time.monotonic() - started < 60  # 2**40 visits each, had the walk followed every path
 
 
+def test_a_reference_bomb_as_the_global_step_is_named_by_its_type_not_its_repr(run_dir, capsys):
+    """Found by the long fuzz campaign: the refusal's message printed the step with repr, which for a
+    list sharing itself 55 levels deep is 2**55 items long (verify ran until it was killed)."""
+    path = run_dir / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)
+    state["runner"]["global_step"] = reference_bomb(depth=55)
+    torch.save(state, path)
+    with pytest.raises(RunError, match=r"runner.global_step=<a list>, not a number of env steps"):
+        RunDirectory(run_dir).load_checkpoint("last")
+    code, lines = verify(run_dir, capsys)
+    assert code == 1 and "runner.global_step=<a list>" in lines[0], lines
+
+
 def rewrite(path, compress: str | None = None, padding: int = 0, extra: list[tuple[str, bytes]] = ()) -> None:
     """Rewrite the zip at `path` entry by entry: `compress` deflated (with `padding` zero bytes
     after its pickle's end), `extra` entries appended as they are."""
