@@ -90,7 +90,8 @@ def check_checkpoint(state: Any, path: Path, device_type: str = "cpu") -> None:
         raise RunError(f"checkpoint {path} holds no agent and runner state: not a checkpoint a run writes")
     step = runner.get("global_step")
     if type(step) is not int or step < 0:
-        shown = step if type(step) is int else f"<a {type(step).__name__}>"  # a shared list's repr can be 2**55 long
+        scalar = isinstance(step, (int, float, str, bool, type(None)))  # a shared list's repr can be 2**55 long
+        shown = repr(step) if scalar else f"<a {type(step).__name__}>"
         raise RunError(f"checkpoint {path} has runner.global_step={shown}, not a number of env steps")
     for tensor in tensors_once(state, path):
         check_tensor(tensor, path, device_type)
