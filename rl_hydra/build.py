@@ -28,7 +28,7 @@ from rl_hydra.algos.common import compile_pure_methods
 from rl_hydra.buffers.device import build_on_device
 from rl_hydra.config import run_updates
 from rl_hydra.envs import make_env
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import ClassMismatch, ConfigError
 from rl_hydra.fit import algo_options, check_fit, import_class
 from rl_hydra.loops.experience import Experience, LocalExperience
 from rl_hydra.loops.runner import Runner
@@ -50,7 +50,7 @@ def build(node: DictConfig, key: str, **kwargs: Any) -> Any:
         if isinstance(cause, ConfigError):
             raise cause from None
         detail = str(cause) if cause is not None else str(error).splitlines()[-1]
-        raise ConfigError(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
+        raise ClassMismatch(f"cannot build {key} ({node.get('_target_')}): {detail}") from error
 
 
 @dataclass(frozen=True)
@@ -73,16 +73,29 @@ class ProcessSettings:
         )
 
 
+class Holding:
+    """How many process_settings are entered now (0 or 1: a nested one holds nothing)."""
+
+    depth = 0
+
+
 @contextlib.contextmanager
 def process_settings(cfg: DictConfig | ProcessSettings) -> Iterator[None]:
     """A run's process-wide settings, undone when it ends, also on error: its torch CPU threads,
     whether denormal numbers are flushed to zero, and the seeds of Python's, numpy's and torch's
     global generators; and whether the speed layer's fast paths run (rl_hydra/speed).
 
+    Entered inside another (a pack's members inside the pack's: rl_hydra/pack), it only seeds the
+    generators, for the member's build: the outer one holds the settings, and puts them back.
+
     Flushing: Adam's moving averages of weights whose gradient is (nearly) always zero, e.g.
     behind dead ReLUs, decay into the denormal range, and every update then pays for the slow
     arithmetic on them (docs/benchmark.md)."""
     settings = cfg if isinstance(cfg, ProcessSettings) else ProcessSettings.of(cfg)
+    if Holding.depth:  # a pack's member, inside the pack's own: it shares the settings and is seeded alone
+        seed_everything(settings.seed)
+        yield
+        return
     threads, flushing = torch.get_num_threads(), flushes_denormals()
     rng = (
         random.getstate(),
@@ -90,6 +103,7 @@ def process_settings(cfg: DictConfig | ProcessSettings) -> Iterator[None]:
         torch.get_rng_state(),
         torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
     )
+    Holding.depth += 1
     try:
         with speed.enabled(settings.fast_paths):
             speed.log_fallbacks()
@@ -98,6 +112,7 @@ def process_settings(cfg: DictConfig | ProcessSettings) -> Iterator[None]:
             seed_everything(settings.seed)
             yield
     finally:
+        Holding.depth -= 1
         torch.set_num_threads(threads)
         torch.set_flush_denormal(flushing)
         random.setstate(rng[0])
@@ -346,7 +361,7 @@ def compiles(agent_or_class) -> bool:
 def compile_agent(agent: Agent) -> None:
     """`compile=true`: torch.compile the agent's pure loss functions (see compile_pure_methods)."""
     if not compiles(agent):
-        raise ConfigError(
+        raise ClassMismatch(
             f"compile=true is not supported by algo={agent.name}; it works with algo={', '.join(algos_that_compile())}"
         )
     compile_pure_methods(agent)

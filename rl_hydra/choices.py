@@ -4,3 +4,12 @@ acts on them read them. A leaf without torch: the schema runs in a sweep's launc
 TD_LOSSES = ("huber", "mse")
 ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}  # torch.nn's class of each
 CELLS = {"lstm": "LSTM", "gru": "GRU"}  # torch.nn's class of each
+# the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
+ENV_EXTRAS = {
+    "box2d": "Box2D",
+    "mujoco": "mujoco",
+    "atari": ("ale_py", "cv2"),
+    "minatar": "minatar",
+    "popgym": "popgym",
+    "minigrid": "minigrid",
+}

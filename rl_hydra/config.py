@@ -88,7 +88,7 @@ def group_env_id(choice: str) -> str | None:
 def group_id_patterns(choice: str) -> tuple[str, ...]:
     """The patterns of ids an env group is made for (its `ids`, e.g. MiniGrid-*), or ()."""
     env = group_env(choice)
-    return () if env is None else tuple(env.get("ids") or ())
+    return () if env is None or "ids" not in env else tuple(env.ids)  # a family group's key (FamilyEnvKeys)
 
 
 def env_groups_for(env_id: str) -> list[str]:
@@ -138,7 +138,7 @@ register_schemas()  # the schemas (rl_hydra/schema) the group files compose onto
 def check_preset(cfg: DictConfig) -> None:
     """A tuned preset (conf/algo_env/) runs only on the env id it was tuned for (a pattern such
     as MinAtar/*-v1 for a preset of a whole suite)."""
-    preset = cfg.get("preset")
+    preset = cfg.preset
     if not preset or preset.get("env_id") is None or fnmatch.fnmatchcase(cfg.env.id, preset.env_id):
         return
     groups = [g for g in env_groups_for(cfg.env.id) if g not in ENV_ALIASES]

@@ -14,7 +14,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from rl_hydra.config import CONF_DIR, compose_option
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import ClassMismatch, EnvMismatch
 from rl_hydra.protocols import Capabilities
 
 ACTION_KINDS = {"discrete": "a discrete action space", "continuous": "a continuous (Box) action space"}
@@ -37,7 +37,7 @@ def import_class(target: Any, key: str) -> type[Any]:
     try:
         return get_class(str(target))
     except Exception as error:  # noqa: BLE001 - any import failure: one line naming the key
-        raise ConfigError(f"{key}={target!r} cannot be imported ({type(error).__name__}: {error})") from None
+        raise ClassMismatch(f"{key}={target!r} cannot be imported ({type(error).__name__}: {error})") from None
 
 
 def check_fit(cfg: DictConfig, action_space: gym.Space, choice) -> Capabilities:
@@ -46,7 +46,7 @@ def check_fit(cfg: DictConfig, action_space: gym.Space, choice) -> Capabilities:
     algo = import_class(cfg.algo._target_, "algo._target_")
     can: Capabilities | None = getattr(algo, "capabilities", None)
     if can is None:
-        raise ConfigError(
+        raise ClassMismatch(
             f"algo._target_={cfg.algo._target_} declares no `capabilities` (rl_hydra/protocols.py "
             f"Capabilities: action space, network, buffers, n-step); see docs/extending.md"
         )
@@ -55,16 +55,17 @@ def check_fit(cfg: DictConfig, action_space: gym.Space, choice) -> Capabilities:
     if kind != can.actions:
         others = [option for option, other in algo_options().items() if other.capabilities.actions == kind]
         instead = f" or a {kind}-action algo ({', '.join(others)})" if others else ""
-        raise ConfigError(
+        raise EnvMismatch(
             f"algo={name} needs {ACTION_KINDS[can.actions]} but the env has {action_space}; "
             f"use a {can.actions} env ({', '.join(ENV_EXAMPLES[can.actions])}){instead}"
         )
     check_network(cfg.network, can, name, choice("network"))
     check_buffer(cfg, can, name, choice("buffer"))
-    n_step = cfg.algo.get("n_step", 1)
+    # the class's declared capabilities, not a key's range: only the algorithm class can say it
+    n_step = cfg.algo.n_step  # every algorithm's schedule key (rl_hydra/schema/algos.py ScheduleKeys)
     if not can.n_step and isinstance(n_step, int) and n_step > 1:
         takers = [option for option, other in algo_options().items() if other.capabilities.n_step]
-        raise ConfigError(
+        raise ClassMismatch(
             f"algo.n_step={n_step} is not supported by algo={name}, which learns from one-step "
             f"returns; allowed: 1 (n-step returns: {', '.join(takers)})"
         )
@@ -90,9 +91,9 @@ def check_network(network: DictConfig, can: Capabilities, algo: str, option: str
                 )
                 or "no network class"
                 if has_parts
-                else network.get("_target_")
+                else network._target_
             )
-            raise ConfigError(
+            raise ClassMismatch(
                 f"network={option} builds {builds}, but algo={algo} builds on {needs}; "
                 f"leave network= out (algo={algo} picks its own) or give a network of that class"
             )
@@ -102,10 +103,10 @@ def check_buffer(cfg: DictConfig, can: Capabilities, algo: str, option: str) -> 
     buffer = import_class(cfg.buffer._target_, "buffer._target_")
     if can.recurrent != bool(getattr(buffer, "recurrent", False)):
         needs = "a sequence buffer (buffer=sequence)" if can.recurrent else "a transition buffer (buffer=replay)"
-        raise ConfigError(f"algo={algo} needs {needs}; buffer={option} ({cfg.buffer._target_}) does not fit")
+        raise ClassMismatch(f"algo={algo} needs {needs}; buffer={option} ({cfg.buffer._target_}) does not fit")
     if hasattr(buffer, "update_priorities") and not can.prioritized:
         takers = [name for name, other in algo_options().items() if other.capabilities.prioritized]
-        raise ConfigError(
+        raise ClassMismatch(
             f"buffer={option} needs an algo whose update returns per-sample priorities; "
             f"algo={algo} does not (use buffer=replay, or algo={', '.join(takers)})"
         )

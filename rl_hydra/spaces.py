@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import EnvMismatch
 
 LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict or Tuple of them"
@@ -39,7 +39,7 @@ def check_observation_space(space: gym.Space) -> None:
     naming the space and what to do."""
     for name, part in parts(space).items():
         if isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ConfigError(
+            raise EnvMismatch(
                 f"observation part {name!r} is a nested {type(part).__name__}; make the env with "
                 f"rl_hydra.envs.make_env, which flattens Dict and Tuple observations into parts "
                 f"(envs/wrappers.py ObservationParts)"
@@ -51,7 +51,7 @@ def check_observation_space(space: gym.Space) -> None:
                 if name and is_text(part)
                 else ""
             )
-            raise ConfigError(
+            raise EnvMismatch(
                 f"{where} of {part} have no encoder; supported: {SUPPORTED}{text}; add a wrapper "
                 f"to env.wrappers that turns them into one of these (docs/observations.md)"
             )

@@ -15,6 +15,7 @@ from rl_hydra.config import resolve_device
 from rl_hydra.distributed.settings import requested as distributed_requested
 from rl_hydra.loops import off_policy, recurrent, session
 from rl_hydra.loops.runner import Runner
+from rl_hydra.loops.steps import Steps, drive
 from rl_hydra.protocols import Agent
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -65,7 +66,7 @@ def warn_if_few_updates(agent: Agent, total_steps: int, step: int = 0) -> None:
     )
 
 
-def pick_loop(agent: Agent) -> Callable[[Runner], None]:
+def pick_loop(agent: Agent) -> Callable[[Runner], Steps[None]]:
     """The recurrent loop for agents that carry state between steps, else the off-policy loop."""
     return recurrent.loop if agent.capabilities.recurrent else off_policy.loop
 
@@ -78,7 +79,8 @@ def run(
     on_ready: Callable[[int, torch.device], None] | None = None,
     stop_after: int | None = None,
 ) -> dict[str, Any]:
-    """Train one run into `run_dir`; returns the summary (also written to summary.json).
+    """Train one run into `run_dir`; returns the summary (also written to summary.json). `running`'s
+    steps, driven alone (loops/steps.py).
 
     With `resume`, continue from `run_dir/checkpoints/last.pt`. Raises ConfigError
     before any step runs when the config cannot work, TrainingDiverged when a loss
@@ -93,6 +95,18 @@ def run(
     directory as it was. `stop_after`: end after that many env steps, as if the run were
     interrupted there, with the run's own config unchanged (rl-hydra-verify re-runs a prefix).
     """
+    return drive(running(cfg, run_dir, resume, on_ready=on_ready, stop_after=stop_after))
+
+
+def running(
+    cfg: DictConfig,
+    run_dir: str | Path | RunDirectory,
+    resume: bool = False,
+    *,
+    on_ready: Callable[[int, torch.device], None] | None = None,
+    stop_after: int | None = None,
+) -> Steps[dict[str, Any]]:
+    """`run` as steps, for whoever drives them (one run, or a pack's members)."""
     device = resolve_device(cfg.device)
     directory = RunDirectory.of(run_dir)  # a launch's own object: what it read before the lock is not read again
     if distributed_requested(cfg):  # distributed=apex: actors and replay in Ray, this process learns
@@ -102,12 +116,12 @@ def run(
 
         return learn(cfg, directory, device, resume, on_ready, stop_after)
     with process_settings(cfg):
-        return _run(cfg, directory, device, resume, on_ready, stop_after)
+        return (yield from _run(cfg, directory, device, resume, on_ready, stop_after))
 
 
 def _run(
     cfg: DictConfig, run_dir: RunDirectory, device: torch.device, resume: bool, on_ready, stop_after
-) -> dict[str, Any]:
+) -> Steps[dict[str, Any]]:
     checkpoint = run_dir.load_checkpoint("last") if resume else None
     if checkpoint is not None:  # widths the checkpoint cannot hold are refused before they are built
         check_widths_fit(cfg, checkpoint["agent"], run_dir.checkpoints / "last.pt")
@@ -121,7 +135,7 @@ def _run(
         log.info("resuming %s at step %d", run_dir.path, runner.global_step)
     warn_if_few_updates(agent, cfg.train.total_steps, runner.global_step)
     loop = pick_loop(agent)
-    summary = session.train(runner, lambda: loop(runner))
+    summary = yield from session.training(runner, lambda: loop(runner))
     eval_return = summary["eval_return_mean"]
     log.info(
         "finished: eval return %s, %d steps in %.1f s (%.0f steps/s); run directory: %s",

@@ -12,14 +12,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import EnvMismatch
 from rl_hydra.protocols import Observation, ObservationTensor
 
 
 def require_discrete(action_space: gym.Space, algo: str) -> int:
     """Number of actions of a Discrete space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(
+        raise EnvMismatch(
             f"algo={algo} needs a discrete action space but the env has {action_space}; "
             "use a discrete env (cartpole, acrobot, mountain_car, lunar_lander) "
             "or a continuous-action algo (sac, redq)"
@@ -30,7 +30,7 @@ def require_discrete(action_space: gym.Space, algo: str) -> int:
 def require_box(action_space: gym.Space, algo: str) -> int:
     """Action dimension of a 1-d Box space, or a ConfigError naming the algorithm."""
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise ConfigError(
+        raise EnvMismatch(
             f"algo={algo} needs a continuous (Box) action space but the env has {action_space}; "
             "use a continuous env (pendulum, mountain_car_continuous, hopper, ...) "
             "or a discrete-action algo (dqn, qr_dqn, iqn, drqn)"
@@ -44,7 +44,7 @@ def bounded_box(action_space: gym.Space, algo: str) -> gym.spaces.Box:
     require_box(action_space, algo)
     assert isinstance(action_space, gym.spaces.Box)  # require_box refused anything else
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-        raise ConfigError(f"algo={algo} needs finite action bounds to squash into; the env has {action_space}")
+        raise EnvMismatch(f"algo={algo} needs finite action bounds to squash into; the env has {action_space}")
     return action_space
 
 
@@ -64,7 +64,7 @@ def vector_features(
     for name, part in parts(observation_space).items():
         if isinstance(part, gym.spaces.Box) and len(part.shape) > 1:
             where = f"observation part {name!r}" if name else "observations"
-            raise ConfigError(
+            raise EnvMismatch(
                 f"algo={algo} reads vectors, indices and bits, not images ({where}: {part}); use a "
                 f"discrete-action algo (dqn, iqn, ...), or a wrapper in env.wrappers that flattens them"
             )

@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from rl_hydra.buffers.sum_tree import SumTree
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import NotInstalled
 
 try:
     import numba
@@ -38,7 +38,7 @@ def make_sum_tree(capacity: int, backend: str = "auto") -> SumTree:
     """The sum tree for `backend` (buffer.sum_tree): "numba" (compiled; needs numba), "numpy", or
     "auto" (numba if installed, else numpy with a log line naming the install)."""
     if numba is None and backend == "numba":
-        raise ConfigError('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
+        raise NotInstalled('buffer.sum_tree=numba needs numba: pip install -e ".[numba]" (or buffer.sum_tree=auto)')
     if numba is None and backend == "auto":
         log.info(
             'prioritized replay: numpy sum tree, numba not installed (pip install -e ".[numba]" '

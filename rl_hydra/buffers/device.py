@@ -14,19 +14,19 @@ from typing import Any
 
 import torch
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import MachineLimit
 
 log = logging.getLogger(__name__)
 
 
-class DeviceMemoryShort(ConfigError):
+class DeviceMemoryShort(MachineLimit):
     """The buffer does not fit in its device's free memory."""
 
 
 def storage_device(choice: str, run_device: torch.device) -> torch.device:
     """The device `buffer.device` asks for, on a run on `run_device` (auto: the run's own)."""
     if choice == "cuda" and run_device.type != "cuda":
-        raise ConfigError(
+        raise MachineLimit(
             f"buffer.device=cuda needs a CUDA run (device=cuda); this run's device is {run_device}; "
             "use buffer.device=auto or cpu"
         )

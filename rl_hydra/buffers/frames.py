@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from rl_hydra.buffers.device import to_device
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import EnvMismatch
 from rl_hydra.spaces import shape_of
 
 
@@ -42,7 +42,7 @@ def shares_frames(observation_space: gym.Space, setting: bool | str) -> bool:
         and shape[0] >= 2
     )
     if setting is True and not stacks:
-        raise ConfigError(
+        raise EnvMismatch(
             f"buffer.share_frames=true needs observations that stack uint8 frames, (S >= 2, H, W); "
             f"the env has {observation_space} (use buffer.share_frames=auto or false)"
         )

@@ -29,8 +29,8 @@ where it is installed (compiled_sum_tree.py), else in numpy (sum_tree.py); both 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -46,34 +46,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(
         self,
-        capacity: int,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        *,
-        num_envs: int,
-        device: str | torch.device,
+        *args: Any,
         seed: int,
-        n_step: int,
-        gamma: float,
         beta_steps: int | None,
         alpha: float,
         beta: float,
         beta_final: float,
         epsilon: float,
-        share_frames: bool | str,
         sum_tree: str,
+        **kwargs: Any,
     ):
-        super().__init__(
-            capacity,
-            observation_space,
-            action_space,
-            num_envs=num_envs,
-            device=device,
-            seed=seed,
-            n_step=n_step,
-            gamma=gamma,
-            share_frames=share_frames,
-        )
+        super().__init__(*args, seed=seed, **kwargs)  # ReplayBuffer's keys: capacity, the spaces, num_envs, ...
         self.alpha = alpha  # 0: uniform over the drawable rows
         self.beta = beta
         self.beta_final = beta_final

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rl_hydra.commands.launch import launch
 from rl_hydra.commands.run import Run, load_run
 from rl_hydra.config import hydra_scope, integral_overrides
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument
 from rl_hydra.schema import type_refusal
 
 
@@ -29,9 +29,9 @@ def _compose(overrides) -> tuple[DictConfig, DictConfig]:
         try:
             cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
         except HydraException as error:  # a value of the wrong type, a key or option that does not exist
-            raise ConfigError(type_refusal(error.__cause__) or str(error).splitlines()[0]) from None
+            raise BadArgument(type_refusal(error.__cause__) or str(error).splitlines()[0]) from None
         except OverflowError as error:  # a float key given an integer past a float's range
-            raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
+            raise BadArgument(type_refusal(error) or str(error).splitlines()[0]) from None
         hydra_cfg = OmegaConf.create(
             {
                 "run": {"dir": cfg.hydra.run.dir},

@@ -24,7 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rl_hydra.commands import sweep_report
-from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launch
+from rl_hydra.commands.launch import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, fail, launching
 from rl_hydra.commands.resume import resume_main
 from rl_hydra.config import (
     CONF_DIR,
@@ -35,6 +35,8 @@ from rl_hydra.config import (
     hydra_scope,
     integral_overrides,
 )
+from rl_hydra.errors import BadArgument
+from rl_hydra.loops.steps import Steps, drive
 from rl_hydra.runs.names import register_job_dir_resolver
 from rl_hydra.runs.record import remove_refused_run
 from rl_hydra.runs.run_dir import RunDirectory
@@ -108,7 +110,7 @@ def resume_argument(argv: list[str]) -> tuple[str | None, list[str]]:
     if len(path) >= 2 and path[0] == path[-1] and path[0] in "'\"":
         path = path[1:-1]
     if not path:
-        raise ConfigError("resume= needs a run directory: python train.py resume=<run dir> [key=value ...]")
+        raise BadArgument("resume= needs a run directory: python train.py resume=<run dir> [key=value ...]")
     return path, others
 
 
@@ -142,7 +144,7 @@ class HydraFlags(argparse.ArgumentParser):
         )
 
     def error(self, message: str):
-        raise ConfigError(f"{message}; python train.py --hydra-help lists Hydra's flags")
+        raise BadArgument(f"{message}; python train.py --hydra-help lists Hydra's flags")
 
 
 def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
@@ -155,10 +157,10 @@ def command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]]:
     try:
         return args, OverridesParser.create().parse_overrides(args.overrides)
     except OverrideParseException as error:
-        raise ConfigError(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
+        raise BadArgument(f"cannot parse {error.override!r}: {str(error).splitlines()[0]}") from None
     except ValueError:  # Python refuses an integer of over 4,300 digits: the override parser's int() raises
         huge = max(args.overrides, key=len)
-        raise ConfigError(
+        raise BadArgument(
             f"{huge[:30]}... ({len(huge)} characters) holds a number out of range; no key takes a number that large"
         ) from None
 
@@ -191,7 +193,7 @@ def check_config(
             cfg = compose(config_name=config_name, overrides=chosen, return_hydra_config=True)
         except (HydraException, OverflowError) as error:
             refusal = refusal_line(error, overrides, chosen, options, config_name)
-            raise ConfigError(refusal or str(error).splitlines()[0]) from None
+            raise BadArgument(refusal or str(error).splitlines()[0]) from None
     if launches and not multirun:
         check_sweep_only(cfg.hydra.runtime.choices, overrides)
     with open_dict(cfg):
@@ -213,7 +215,7 @@ def check_sweep_only(choices, overrides: list[Override]) -> None:
             continue
         given = next((as_typed(o) for o in overrides if o.key_or_group == group), f"{group}={choice}")
         command = shlex.join(["python", "train.py", "-m", *(as_typed(o) for o in overrides)])
-        raise ConfigError(f"{given} is {what}, which runs only in a sweep: add -m ({command})")
+        raise BadArgument(f"{given} is {what}, which runs only in a sweep: add -m ({command})")
 
 
 def first_job(override: Override, loader, options) -> str:
@@ -234,7 +236,7 @@ def first_job(override: Override, loader, options) -> str:
         value = job.value()
         for choice in value if isinstance(value, list) else [value]:
             if choice is not None and str(choice) not in allowed:
-                raise ConfigError(not_an_option(override.key_or_group, choice, allowed))
+                raise BadArgument(not_an_option(override.key_or_group, choice, allowed))
     return jobs[0] if jobs else as_typed(override)
 
 
@@ -375,15 +377,20 @@ def composed_by_hydra(overrides: list[Override], config_name: str) -> Iterator[N
             os.environ["HYDRA_FULL_ERROR"] = previous
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> float | None:
-    """Train and return the final eval return (what a sweeper optimises).
+def train_job(cfg: DictConfig) -> float | None:
+    """Hydra's task: train and return the final eval return (what a sweeper optimises).
 
     In a multirun a failing job records its failure and returns None so the other
     jobs go on (the Optuna sweeper tells Optuna the trial failed); a
     single run exits non-zero with one line. Parallel jobs would garble each
     other's progress bars, so a multirun has none unless train.progress=true is given.
+    `job_steps`' steps driven alone; the packed launcher drives many jobs' steps at once.
     """
+    return drive(job_steps(cfg))
+
+
+def job_steps(cfg: DictConfig) -> Steps[float | None]:
+    """`train_job` as steps (rl_hydra/loops/steps.py), with Hydra's config of the job set."""
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if not multirun:  # a single run's config was composed by Hydra alone: check_config did not see it
@@ -395,7 +402,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if multirun and not any(o.startswith("train.progress=") for o in hydra_cfg.overrides.task):
         cfg.train.progress = False
     try:
-        summary = launch(
+        summary = yield from launching(
             cfg,
             Path(hydra_cfg.runtime.output_dir),
             keep_refused=multirun,
@@ -409,6 +416,10 @@ def hydra_main(cfg: DictConfig) -> float | None:
             return None
         fail(str(error), error.code)
     return summary["eval_return_mean"]
+
+
+train_job.steps = job_steps  # type: ignore[attr-defined]  # what the packed launcher drives (hydra_plugins)
+hydra_main = hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(train_job)
 
 
 def main() -> None:

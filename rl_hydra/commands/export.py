@@ -8,7 +8,7 @@ import sys
 
 from rl_hydra.commands.policy_export import FORMATS, check_format, export_run
 from rl_hydra.commands.run import load_run
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument, ConfigError
 from rl_hydra.runs.run_dir import RunError
 from rl_hydra.schema.evaluate import CHECKPOINTS
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_format(args.format)  # before the run is loaded: an unknown format or checkpoint costs nothing
         if args.checkpoint not in CHECKPOINTS:
-            raise ConfigError(f"--checkpoint={args.checkpoint} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
+            raise BadArgument(f"--checkpoint={args.checkpoint} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
         run = load_run(args.run_dir, checkpoint=args.checkpoint)
         path = export_run(run, args.format, args.out)
     except (ConfigError, RunError) as error:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_hydra.config import validate_run_config
 from rl_hydra.errors import ConfigError
+from rl_hydra.loops.steps import Steps, Turn, drive
 from rl_hydra.runs import provenance
 from rl_hydra.runs.provenance import Session
 from rl_hydra.runs.record import (
@@ -89,11 +90,35 @@ def launch(
     run keeps) go to .hydra/ when the directory has no config yet; `config_changes` ({key: [old,
     new]}, a resume's key=value changes) rewrite its config. A refused command writes nothing,
     except that a refused sweep job (`keep_refused`) records its config and a failed summary.json
-    in its own new directory, so that the sweep's report lists it."""
+    in its own new directory, so that the sweep's report lists it. `launching`'s steps, driven alone."""
+    return drive(
+        launching(
+            cfg,
+            run_dir,
+            resume=resume,
+            overrides=overrides,
+            hydra_cfg=hydra_cfg,
+            keep_refused=keep_refused,
+            config_changes=config_changes,
+        )
+    )
+
+
+def launching(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    overrides: Sequence[str] | None = None,
+    hydra_cfg: DictConfig | None = None,
+    keep_refused: bool = False,
+    config_changes: dict[str, list[Any]] | None = None,
+) -> Steps[dict[str, Any]]:
+    """`launch` as steps (rl_hydra/loops/steps.py), for whoever drives them: one run, or a pack's member."""
     directory = RunDirectory(run_dir)
     overrides = list(overrides or [])
     with sweep_job():  # a sweep job in a worker process ends with its sweep (kill -9 included)
-        return _launch(cfg, directory, resume, overrides, hydra_cfg, keep_refused, config_changes)
+        return (yield from _launch(cfg, directory, resume, overrides, hydra_cfg, keep_refused, config_changes))
 
 
 def _launch(
@@ -104,7 +129,7 @@ def _launch(
     hydra_cfg: DictConfig | None,
     keep_refused: bool,
     config_changes: dict[str, list[Any]] | None,
-) -> dict[str, Any]:
+) -> Steps[dict[str, Any]]:
     try:
         validate_run_config(cfg)
         RunLock.check_free(directory)
@@ -120,7 +145,7 @@ def _launch(
             )
             remove_debris(directory)
             return finished
-        return _train(cfg, directory, resume, overrides, hydra_cfg, config_changes)
+        return (yield from _train(cfg, directory, resume, overrides, hydra_cfg, config_changes))
     except (ConfigError, RunError) as error:  # RunBusy, RunConflict, a damaged record file
         failure = RunFailed(str(error), EXIT_CONFIG)
         failure.__cause__ = error
@@ -180,10 +205,10 @@ def _train(
     overrides: list[str],
     hydra_cfg: DictConfig | None,
     config_changes: dict[str, list[Any]] | None,
-) -> dict[str, Any]:
+) -> Steps[dict[str, Any]]:
     """Build and train (torch is imported here, in the job, so that the process launching a
     parallel sweep stays light); the directory is taken only once the run is built."""
-    from rl_hydra.training import run
+    from rl_hydra.training import running
 
     checkpointed = (directory.checkpoints / "last.pt").is_file()
     if resume and not checkpointed:
@@ -208,7 +233,7 @@ def _train(
             log.info("run directory: %s", directory.path)
 
         try:
-            summary = run(cfg, directory, resume=resume, on_ready=take_directory)
+            summary = yield from running(cfg, directory, resume=resume, on_ready=take_directory)
         except AlreadyFinished as done:
             return done.summary
         except Exception as error:  # noqa: BLE001 - every failure becomes one line and an exit code
@@ -329,6 +354,7 @@ def log_to_file(directory: RunDirectory) -> Iterator[logging.Handler]:
     the file is opened here, once the run has the directory."""
     logger, root = logging.getLogger("rl_hydra"), logging.getLogger()
     handler = QuietFileHandler(directory)
+    handler.addFilter(TurnFilter())  # in a pack, each member's train.log gets its own lines
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.setLevel(logging.INFO)
     level = logger.level
@@ -341,6 +367,17 @@ def log_to_file(directory: RunDirectory) -> Iterator[logging.Handler]:
         root.removeHandler(handler)
         logger.setLevel(level)
         handler.close()
+
+
+class TurnFilter(logging.Filter):
+    """Passes the records logged while the run that opened the log has its turn (loops/steps.py Turn)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner = Turn.current
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: ARG002
+        return Turn.current is self.owner
 
 
 class QuietFileHandler(logging.FileHandler):

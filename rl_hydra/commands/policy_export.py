@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument, NotInstalled
 from rl_hydra.runs.run_dir import RunError, atomic_write_bytes
 from rl_hydra.spaces import shape_of
 
@@ -216,7 +216,7 @@ def require_onnx() -> None:
     """onnx and onnxruntime are installed (the export extra), or one ConfigError line with the pip command."""
     for module in ONNX_MODULES:
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(
+            raise NotInstalled(
                 f'--format onnx needs the export extra ({module} is not installed): pip install -e ".[export]"'
             )
 
@@ -356,7 +356,7 @@ FORMAT_CODE: dict[str, tuple[Writer, Loader]] = {
 # --- exporting a run -----------------------------------------------------------------------------------
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
-        raise ConfigError(f"--format={fmt} is not allowed; choose one of: {', '.join(FORMATS)}")
+        raise BadArgument(f"--format={fmt} is not allowed; choose one of: {', '.join(FORMATS)}")
     if fmt == "onnx":
         require_onnx()
     return fmt

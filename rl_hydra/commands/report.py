@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rl_hydra.commands.run import load_run
 from rl_hydra.config import integral, resolve_device
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument, ConfigError
 from rl_hydra.runs import provenance
 from rl_hydra.runs.aggregate import (
     aggregate,
@@ -76,13 +76,13 @@ def check_keys(argv: list[str], allowed: list[str]) -> None:
     for arg in argv:
         key, equals, _ = arg.partition("=")
         if arg.startswith("-"):
-            raise ConfigError(f"unknown option {arg}; arguments are key=value (--help lists the keys)")
+            raise BadArgument(f"unknown option {arg}; arguments are key=value (--help lists the keys)")
         if not equals:
-            raise ConfigError(f"{arg!r} is not key=value; e.g. run_dir=outputs/... (--help lists the keys)")
+            raise BadArgument(f"{arg!r} is not key=value; e.g. run_dir=outputs/... (--help lists the keys)")
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}? " if close else ""
-            raise ConfigError(f"{key} is not a key of evaluate; {hint}(keys: {', '.join(allowed)})")
+            raise BadArgument(f"{key} is not a key of evaluate; {hint}(keys: {', '.join(allowed)})")
 
 
 def parse_args(argv: list[str], defaults: Path) -> DictConfig:
@@ -98,9 +98,9 @@ def parse_args(argv: list[str], defaults: Path) -> DictConfig:
         assert isinstance(cfg, DictConfig)  # the schema is a mapping
         cfg.merge_with(OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as error:
-        raise ConfigError(type_refusal(error) or str(error).splitlines()[0]) from None
+        raise BadArgument(type_refusal(error) or str(error).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg, "run_dir"):
-        raise ConfigError("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
+        raise BadArgument("run_dir is required: scripts/evaluate.py run_dir=<run or multirun directory>")
     validate(cfg, EvaluateKeys, "")
     resolve_device(cfg.device)  # a bad device would otherwise fail every run of a sweep one by one
     return cfg
@@ -176,7 +176,7 @@ def evaluate_path(cfg) -> list[dict[str, Any]]:
             "run": name,
             "configuration": labels[configurations[run_dir]],
             "overrides": configurations[run_dir],
-            "seed": configs[run_dir].get("seed"),
+            "seed": configs[run_dir].seed,
             "protocol": Protocol.of(configs[run_dir]),
             "provenance": provenance.latest(RunDirectory(run_dir)),
         }

@@ -134,14 +134,14 @@ def machine_settings(cfg: DictConfig, given: set[str]) -> dict[str, list]:
     import os
 
     used = {
-        "compile": bool(cfg.get("compile", False)) and "compile" in given,
+        "compile": bool(cfg.compile) and "compile" in given,
         "torch_threads": min(int(cfg.torch_threads), os.cpu_count() or 1) if "torch_threads" not in given else None,
     }
     changed = {}
-    for key, value in used.items():
-        recorded = OmegaConf.select(cfg, key, default=None)
-        if key in cfg and value is not None and recorded is not None and value != recorded:
-            OmegaConf.update(cfg, key, value)
+    for key, value in used.items():  # run-level keys every record holds (rl_hydra/schema/run.py)
+        recorded = cfg[key]
+        if value is not None and value != recorded:
+            cfg[key] = value
             changed[key] = [recorded, value]
     return changed
 
@@ -152,7 +152,7 @@ def check_processes(cfg: DictConfig, given: set[str], directory: RunDirectory) -
     pool is the same; and the checkpoint's envs must be as many as env.num_envs."""
     import os
 
-    how, count, cpus = cfg.env.get("vectorization"), int(cfg.env.num_envs), os.cpu_count() or 1
+    how, count, cpus = cfg.env.vectorization, int(cfg.env.num_envs), os.cpu_count() or 1
     if how in ("async", "envpool") and count > cpus and "env.vectorization" not in given:
         raise RunError(
             f"the run records env.vectorization={how} with env.num_envs={count}: {count} worker "

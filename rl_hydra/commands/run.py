@@ -14,8 +14,9 @@ from omegaconf import DictConfig
 from rl_hydra.algos.common import is_raw_pixels
 from rl_hydra.config import resolve_device
 from rl_hydra.envs import make_env
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument
 from rl_hydra.loops.evaluate import evaluate
+from rl_hydra.loops.settings import eval_epsilon
 from rl_hydra.runs.run_dir import RunDirectory, RunError, check_fits, check_optimizer_state, misfit
 from rl_hydra.runs.trust import read_config
 from rl_hydra.schema.evaluate import CHECKPOINTS
@@ -31,7 +32,7 @@ class Run:
         self.path = Path(path)
         self.directory = RunDirectory(self.path)
         if checkpoint not in CHECKPOINTS:
-            raise ConfigError(f"checkpoint={checkpoint!r} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
+            raise BadArgument(f"checkpoint={checkpoint!r} is not allowed; choose one of: {', '.join(CHECKPOINTS)}")
         # data, never code: only targets the project trusts (or `trust`: rl_hydra/runs/trust.py) are built
         self.cfg: DictConfig = read_config(self.directory, trust)
         self.checkpoint = checkpoint
@@ -148,7 +149,7 @@ class Run:
         record never chooses how many processes opening it starts; sync and async step the same)."""
         env = make_env(self.cfg.env, seed=seed, num_envs=episodes, render_mode=render_mode, vectorization="sync")
         try:
-            returns, lengths = evaluate(self.agent, env, seed, epsilon=self.cfg.env.get("eval_epsilon", 0.0))
+            returns, lengths = evaluate(self.agent, env, seed, epsilon=eval_epsilon(self.cfg.env))
         finally:
             env.close()
         return {

@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rl_hydra.config import CONF_DIR
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument, ConfigError
 from rl_hydra.runs.aggregate import bootstrap_ci, interquartile_mean
 from rl_hydra.schema.keys import LARGEST_INT, Range, check
 
@@ -71,26 +71,26 @@ def load_suite(name: str) -> Suite:
     """conf/suite/<name>.yaml, checked: every row names an algo and env option that exists."""
     path = SUITE_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise ConfigError(f"suite {name!r} does not exist; choose one of: {', '.join(suite_names())}")
+        raise BadArgument(f"suite {name!r} does not exist; choose one of: {', '.join(suite_names())}")
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     assert isinstance(raw, dict)  # a suite file is a mapping: rows, seeds
     rows = []
     for i, entry in enumerate(raw.get("rows") or []):
         unknown = set(entry) - set(Row.__dataclass_fields__)
         if unknown:
-            raise ConfigError(
+            raise BadArgument(
                 f"suite {name}: row {i} has unknown keys {sorted(unknown)}; "
                 f"allowed: {', '.join(Row.__dataclass_fields__)}"
             )
         row = Row(**entry)
         for group, choice in (("algo", row.algo), ("env", row.env)):
             if not (CONF_DIR / group / f"{choice}.yaml").is_file():
-                raise ConfigError(f"suite {name}: row {i} has {group}={choice}, which is not a config option")
+                raise BadArgument(f"suite {name}: row {i} has {group}={choice}, which is not a config option")
         if row.steps is not None:
             check(row.steps, f"suite {name} row {i} steps", COUNT)
         rows.append(row)
     if not rows:
-        raise ConfigError(f"suite {name} has no rows")
+        raise BadArgument(f"suite {name} has no rows")
     seeds = raw.get("seeds", 5)  # a suite file is not a run's config: its two counts are checked here
     check(seeds, f"suite {name} seeds", COUNT)
     return Suite(name, seeds, rows)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.rows:
             unknown = sorted(set(args.rows) - {r.name for r in suite.rows})
             if unknown:
-                raise ConfigError(
+                raise BadArgument(
                     f"--rows {' '.join(unknown)}: not rows of suite {suite.name}; "
                     f"choose among: {', '.join(r.name for r in suite.rows)}"
                 )
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         only_seeds = sorted(set(args.only_seeds)) if args.only_seeds else None
         outside = [seed for seed in only_seeds or [] if seed not in range(suite.seeds)]
         if outside:
-            raise ConfigError(
+            raise BadArgument(
                 f"--only-seeds {' '.join(map(str, outside))}: suite {suite.name} has seeds "
                 f"0 to {suite.seeds - 1} (--seeds sets how many)"
             )

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from rl_hydra import speed
 from rl_hydra.algos.common import LinearSchedule
 from rl_hydra.buffers.replay import ReplayBuffer
 from rl_hydra.buffers.sequence import SequenceBuffer
@@ -99,6 +100,7 @@ class Actor:
                 share_frames=False,
             )
             self.rows_added = self.rows_sent = 0
+        speed.attach_buffer(self.local)  # its staging in huge pages, as the learner's buffer (rl_hydra/speed)
 
     def ready(self) -> int:
         """Transitions (sequences) cut and not sent yet."""

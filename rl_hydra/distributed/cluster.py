@@ -19,7 +19,7 @@ from rl_hydra.distributed.actor import Actor
 from rl_hydra.distributed.parts import RunParts
 from rl_hydra.distributed.replay import SequenceShard, TransitionShard
 from rl_hydra.distributed.settings import Settings, actor_epsilons
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import MachineLimit
 from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunError
 
@@ -63,7 +63,7 @@ class Cluster:
             self.start_or_join()
         needed, cpus = settings.actors * settings.cpus_per_actor, ray.cluster_resources().get("CPU", 0)
         if needed > cpus:  # the actors would wait for ever to be placed
-            raise ConfigError(
+            raise MachineLimit(
                 f"distributed.actors={settings.actors} x distributed.cpus_per_actor="
                 f"{settings.cpus_per_actor:g} needs {needed:g} CPUs but the Ray cluster has {cpus:g}; "
                 f"lower distributed.actors or distributed.cpus_per_actor"
@@ -91,7 +91,7 @@ class Cluster:
             else:
                 ray.init(address=settings.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as error:
-            raise ConfigError(
+            raise MachineLimit(
                 f"distributed.address={settings.address}: cannot join a Ray cluster there "
                 f"({str(error).splitlines()[0]})"
             ) from None
@@ -122,7 +122,7 @@ class Cluster:
                 )
         for refused in self.call_shards([shard.ready.remote() for shard in self.shards]):
             if refused is not None:  # its buffer, e.g. too large for the memory of the node it is on
-                raise ConfigError(refused)
+                raise MachineLimit(refused)
         if saved is not None:
             if len(saved) != len(self.shards):
                 raise RunError(

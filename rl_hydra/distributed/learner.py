@@ -38,7 +38,7 @@ from rl_hydra.distributed.settings import (
     require_ray,
     sequence_priorities,
 )
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument, ClassMismatch
 from rl_hydra.fit import import_class
 from rl_hydra.loops import session
 from rl_hydra.loops.monitor import EpisodeStats, StopRequested
@@ -70,7 +70,7 @@ def run(
     `on_ready`, the summary returned and written), the same errors."""
     settings = read_settings(cfg.distributed)
     if stop_after is not None:
-        raise ConfigError("distributed=apex runs cannot be re-run for a prefix (they are not bit-reproducible)")
+        raise BadArgument("distributed=apex runs cannot be re-run for a prefix (they are not bit-reproducible)")
     with process_settings(cfg):
         learner = Learner(cfg, run_dir, device, settings)
         try:
@@ -144,7 +144,7 @@ class Learner:
     def __init__(self, cfg: DictConfig, run_dir: RunDirectory, device: torch.device, settings: Settings):
         self.run_dir, self.device, self.settings = run_dir, device, settings
         if not issubclass(import_class(cfg.algo._target_, "algo._target_"), DQN):
-            raise ConfigError(
+            raise ClassMismatch(
                 f"distributed=apex runs the Q family (algo=dqn, qr_dqn, iqn, c51, rainbow; drqn as "
                 f"R2D2), not algo={cfg_choice(cfg, 'algo')}; use distributed=none"
             )

@@ -40,10 +40,11 @@ class RunParts:
                 env=plain(cfg.env),
                 agent=AgentRecipe.of(cfg),
                 process=ProcessSettings.of(cfg),
-                n_step=int(cfg.algo.get("n_step", 1)),
+                n_step=int(cfg.algo.n_step),
                 gamma=float(cfg.algo.gamma),
-                sequence_length=cfg.buffer.get("sequence_length"),
-                stride=cfg.buffer.get("stride"),
+                # keys of the sequence buffer's schema alone (rl_hydra/schema/buffers.py)
+                sequence_length=cfg.buffer.sequence_length if "sequence_length" in cfg.buffer else None,
+                stride=cfg.buffer.stride if "stride" in cfg.buffer else None,
             ),
         )
 

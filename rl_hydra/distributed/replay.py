@@ -131,7 +131,8 @@ class SequenceShard:
     def __init__(self, buffer_cfg: dict, seed: int, alpha: float, beta: float = 0.0, epsilon: float = 1e-6):
         self.capacity = int(buffer_cfg["capacity"])  # checked with the run's config (rl_hydra/schema/buffers.py)
         self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
-        self.tree = compiled_sum_tree.make_sum_tree(self.capacity, buffer_cfg.get("sum_tree", "auto"))
+        # the sequence buffer's schema has no sum_tree key (prioritized replay's): compiled where numba is installed
+        self.tree = compiled_sum_tree.make_sum_tree(self.capacity, "auto")
         self.chunks: dict[str, Any] | None = None  # field -> (T, capacity, ...) tensors, made at the first add
         self.pos = self.size = self.added = 0
         self.rng = np.random.default_rng(seed)

@@ -11,15 +11,15 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import MachineLimit, NotInstalled
 from rl_hydra.schema.keys import shown
 
 
 def requested(cfg: DictConfig) -> bool:
-    """Whether a (validated) config asks for a distributed run (`distributed=apex`); a config without
-    the group (a run recorded before it existed) is a single-process one."""
-    node = cfg.get("distributed")
-    return node is not None and node.get("name", "none") != "none"
+    """Whether a (validated) config asks for a distributed run (`distributed=apex`); a run recorded
+    before the group existed reads back with `distributed: null` (the schema's default, RunKeys), a
+    single-process one."""
+    return cfg.distributed is not None and cfg.distributed.name != "none"
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def read_settings(node: DictConfig, cpu_count: int | None = None) -> Settings:
     with `actors=auto` counted for this machine and the check that needs that count made (one ConfigError line)."""
     actors = auto_actors(node.cpus_per_actor, cpu_count) if node.actors == "auto" else node.actors
     if node.shards > actors:
-        raise ConfigError(
+        raise MachineLimit(
             f"distributed.shards={shown(node.shards)} is out of range; expected at most one shard per actor "
             f"(distributed.actors={actors})"
         )
@@ -78,11 +78,6 @@ def replay_ratios(settings: Settings, train_every: int, gradient_steps: int) -> 
     that actors outrunning the learner wait for it and a run learns from each step as one process does."""
     cap = settings.max_replay_ratio or gradient_steps / train_every
     floor = cap if settings.min_replay_ratio == "auto" else settings.min_replay_ratio
-    if floor is not None and float(floor) > cap:
-        raise ConfigError(
-            f"distributed.min_replay_ratio={shown(floor)} is out of range; expected a number <= {cap:g}, the cap "
-            f"on updates per env step (distributed.max_replay_ratio, else algo.gradient_steps / algo.train_every)"
-        )
     return cap, None if floor is None else float(floor)
 
 
@@ -95,7 +90,7 @@ def auto_actors(cpus_per_actor: float, cpu_count: int | None = None) -> int:
 def require_ray() -> Any:
     """The ray module, or one ConfigError line saying how to install it."""
     if importlib.util.find_spec("ray") is None:
-        raise ConfigError(
+        raise NotInstalled(
             'distributed=apex needs Ray, which is not installed; pip install -e ".[ray]" '
             "(or distributed=none: one process)"
         )

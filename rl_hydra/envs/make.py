@@ -14,26 +14,16 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from rl_hydra.choices import ENV_EXTRAS
 from rl_hydra.config import plain_dict
 from rl_hydra.envs.learning import learning_signal
 from rl_hydra.envs.vector import vector_env
 from rl_hydra.envs.wrappers import ObservationParts, needs_parts
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import ClassMismatch, ConfigError, EnvMismatch, NotInstalled
 
 log = logging.getLogger(__name__)
-
-
-# the modules that each env extra of pyproject.toml installs (what `env.extra` may name)
-EXTRA_MODULES = {
-    "box2d": "Box2D",
-    "mujoco": "mujoco",
-    "atari": ("ale_py", "cv2"),
-    "minatar": "minatar",
-    "popgym": "popgym",
-    "minigrid": "minigrid",
-}
 
 
 def install_hint(extra: str) -> str:
@@ -42,19 +32,17 @@ def install_hint(extra: str) -> str:
 
 def require_extra(extra: str, env_id: str) -> None:
     """The extra's modules are installed, or one line names the pip command."""
-    modules = EXTRA_MODULES.get(extra)
-    if modules is None:
-        raise ConfigError(f"env.extra={extra!r} is not known; choose one of: {', '.join(EXTRA_MODULES)}")
+    modules = ENV_EXTRAS[extra]  # one of them: the schema's choice
     for module in (modules,) if isinstance(modules, str) else modules:
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(
+            raise NotInstalled(
                 f"env.id={env_id} needs the {extra} extra ({module} is not installed): {install_hint(extra)}"
             )
 
 
 def check_extra(env_cfg: DictConfig) -> None:
     """The env group's install extra (`env.extra`) is installed, or one line names the pip command."""
-    if env_cfg.get("extra") is not None:
+    if env_cfg.extra is not None:
         require_extra(env_cfg.extra, env_cfg.id)
 
 
@@ -114,19 +102,19 @@ def check_env_id(env_id: str) -> None:
         try:
             importlib.import_module(module)
         except ImportError as error:
-            raise ConfigError(f"env.id={env_id!r}: cannot import its module {module!r} ({error})") from None
+            raise NotInstalled(f"env.id={env_id!r}: cannot import its module {module!r} ({error})") from None
     if name in gym.registry:
         return
     close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
     hint = f"did you mean: {', '.join(close)}?" if close else "e.g. CartPole-v1, Acrobot-v1, Pendulum-v1"
     where = f" by module {env_id.split(':')[0]!r}" if ":" in env_id else ""
-    raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium environment{where}; {hint}")
+    raise NotInstalled(f"env.id={env_id!r} is not a registered gymnasium environment{where}; {hint}")
 
 
 def missing_dependency(env_id: str, error: Exception) -> str:
     """One line for an env whose package is missing (env=gym has no `extra` to check ahead)."""
     message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    for extra, modules in EXTRA_MODULES.items():
+    for extra, modules in ENV_EXTRAS.items():
         if any(module.lower() in message.lower() for module in ((modules,) if isinstance(modules, str) else modules)):
             return f"env.id={env_id} needs the {extra} extra ({message}): {install_hint(extra)}"
     return f"env.id={env_id} cannot be made: {message}"
@@ -136,13 +124,8 @@ def build_wrappers(env_cfg: DictConfig) -> list[Callable[[gym.Env], gym.Env]]:
     """`env.wrappers`, each entry a `_partial_` factory built from its `_target_`; an entry that
     cannot be built is one ConfigError naming it and its target."""
     wrappers = []
-    for k, node in enumerate(env_cfg.get("wrappers") or []):
-        target = node.get("_target_") if OmegaConf.is_dict(node) else None
-        if target is None:
-            raise ConfigError(
-                f"env.wrappers[{k}]={node} names no _target_; an entry is "
-                f"{{_target_: <a wrapper class or function>, _partial_: true, <its arguments>}}"
-            )
+    for k, node in enumerate(env_cfg.wrappers or []):
+        target = node._target_  # each entry has one: the schema's check (validate_wrappers)
         try:
             wrappers.append(instantiate(node))
         except InstantiationException as error:
@@ -152,7 +135,7 @@ def build_wrappers(env_cfg: DictConfig) -> list[Callable[[gym.Env], gym.Env]]:
                 if isinstance(cause, ImportError) or cause is None
                 else f"cannot be built ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})"
             )
-            raise ConfigError(f"env.wrappers[{k}]._target_={target} {why}") from None
+            raise ClassMismatch(f"env.wrappers[{k}]._target_={target} {why}") from None
     return wrappers
 
 
@@ -172,13 +155,13 @@ def time_limit(env_cfg: DictConfig) -> int | None:
     `env.fallback_max_episode_steps` (env=gym's), or a ConfigError where that is null. None: no
     limit known, where the group has no fallback because its env ends its episodes itself (ALE's
     frame limit, MiniGrid's max_steps, POPGym's tasks, MinAtar's games)."""
-    if env_cfg.get("max_episode_steps") is not None:
+    if env_cfg.max_episode_steps is not None:
         return env_cfg.max_episode_steps
     own = registered_time_limit(env_cfg.id)
     if own is not None or "fallback_max_episode_steps" not in env_cfg:
         return own
     if env_cfg.fallback_max_episode_steps is None:
-        raise ConfigError(
+        raise EnvMismatch(
             f"env.id={env_cfg.id} has no time limit of its own, so an episode could last for ever, and "
             f"env.fallback_max_episode_steps=null gives it none: give env.max_episode_steps=N"
         )
@@ -205,7 +188,7 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
     observation, `ObservationParts` (a flat dict of parts; text dropped unless `env.keep_text`)."""
     check_extra(env_cfg)
     check_env_id(env_cfg.id)
-    kwargs = plain_dict(env_cfg.kwargs) if env_cfg.get("kwargs") else {}
+    kwargs = plain_dict(env_cfg.kwargs) if env_cfg.kwargs else {}
     wrappers = build_wrappers(env_cfg)
     keep_text = "keep_text" in env_cfg and bool(env_cfg.keep_text)  # env=gym's key (rl_hydra/schema/envs.py)
     max_episode_steps = time_limit(env_cfg)
@@ -216,11 +199,11 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
             rendering: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
             env = gym.make(env_cfg.id, max_episode_steps=max_episode_steps, **rendering, **kwargs)
         except gym.error.DependencyNotInstalled as error:
-            raise ConfigError(missing_dependency(env_cfg.id, error)) from None
+            raise NotInstalled(missing_dependency(env_cfg.id, error)) from None
         except TypeError as error:  # a keyword the env's constructor does not take
             if not kwargs:
                 raise
-            raise ConfigError(
+            raise EnvMismatch(
                 f"env.kwargs={kwargs} does not fit env.id={env_cfg.id} ({str(error).splitlines()[0]})"
             ) from None
         for k, wrap in enumerate(wrappers):
@@ -229,7 +212,7 @@ def env_factory(env_cfg: DictConfig, render_mode: str | None = None) -> Callable
             except ConfigError:  # our own wrappers name the key themselves (env.actions=...)
                 raise
             except (ValueError, TypeError) as error:  # a wrapper library's own check of its arguments
-                raise ConfigError(
+                raise EnvMismatch(
                     f"env.wrappers[{k}] ({env_cfg.wrappers[k]._target_}) does not fit: {str(error).splitlines()[0]}"
                 ) from None
         if needs_parts(env.observation_space):
@@ -270,7 +253,7 @@ def make_env(
     if (
         say_time_limit
         and limit is not None
-        and env_cfg.get("max_episode_steps") is None
+        and env_cfg.max_episode_steps is None
         and registered_time_limit(env_cfg.id) is None
     ):
         log.info(

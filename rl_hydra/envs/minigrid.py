@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import EnvMismatch
 from rl_hydra.schema.envs import MINIGRID_ACTIONS
 from rl_hydra.spaces import shape_of
 
@@ -22,7 +22,7 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Dict) or "image" not in space.spaces or len(shape_of(space["image"])) != 3:
-            raise ConfigError(
+            raise EnvMismatch(
                 f"MiniGridImage needs MiniGrid's Dict observation with an (H, W, 3) image; the env has {space}"
             )
         from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX

@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from omegaconf import DictConfig
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import NotInstalled
 
 
 def vector_env(
@@ -47,12 +47,7 @@ def envpool_atari_options(env_cfg: DictConfig) -> dict[str, Any]:
     skip (with max-pooling of the last two frames, as EnvPool always does), grayscale resize,
     frame stack and episode limit; no FIRE on reset; the game's end (not a lost life) ends an
     episode; raw rewards (the learning signal clips them, envs/learning.py)."""
-    env_id = str(env_cfg.id)
-    if not env_id.startswith("ALE/") or env_cfg.get("preprocessing") is None:
-        raise ConfigError(
-            f"env.vectorization=envpool runs env=atari ids (ALE/<Game>-v5), not env.id={env_id}; "
-            "use env.vectorization=async for other envs"
-        )
+    env_id = str(env_cfg.id)  # an atari id, with the atari group's preprocessing: the schema's check
     pre, kwargs = env_cfg.preprocessing, env_cfg.get("kwargs") or {}
     frames = kwargs.get("max_num_frames_per_episode")
     return {
@@ -82,7 +77,7 @@ class EnvPoolAtari(VectorEnv):
 
     def __init__(self, env_cfg: DictConfig, num_envs: int, seed: int):
         if importlib.util.find_spec("envpool") is None:
-            raise ConfigError('env.vectorization=envpool needs the envpool extra: pip install -e ".[envpool]"')
+            raise NotInstalled('env.vectorization=envpool needs the envpool extra: pip install -e ".[envpool]"')
         import envpool
 
         options = envpool_atari_options(env_cfg)

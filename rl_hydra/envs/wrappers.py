@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import EnvMismatch
 from rl_hydra.schema.keys import Range, check
 from rl_hydra.spaces import is_text
 
@@ -34,7 +34,7 @@ class MaskObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise ConfigError(f"MaskObservation needs a 1-d Box observation space; the env has {space}")
+            raise EnvMismatch(f"MaskObservation needs a 1-d Box observation space; the env has {space}")
         size = space.shape[0]
         for k, index in enumerate(indices):  # within the observation: only the wrapper, given the env, can check it
             check(index, f"env.wrappers.indices[{k}]", Range("integer", minimum=0, maximum=size - 1))
@@ -62,12 +62,10 @@ class ScaleObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or space.shape != (len(scale),):
-            raise ConfigError(
+            raise EnvMismatch(
                 f"ScaleObservation needs {len(scale)} factors for a Box of that length; the env has {space}"
             )
-        self.scale = np.asarray(scale, dtype=space.dtype)
-        if not np.all(np.isfinite(self.scale) & (self.scale > 0)):
-            raise ConfigError(f"env.wrappers.scale={list(scale)} is not allowed; expected finite factors > 0")
+        self.scale = np.asarray(scale, dtype=space.dtype)  # finite factors > 0: the schema's range
         self.observation_space = gym.spaces.Box(space.low * self.scale, space.high * self.scale, dtype=space.dtype)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
@@ -83,7 +81,7 @@ class ChannelsFirst(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
-            raise ConfigError(f"ChannelsFirst needs a 3-d Box observation space (H, W, C); the env has {space}")
+            raise EnvMismatch(f"ChannelsFirst needs a 3-d Box observation space (H, W, C); the env has {space}")
         self.observation_space = gym.spaces.Box(
             np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0), dtype=space.dtype
         )
@@ -141,7 +139,7 @@ class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.ObservationWrapper.__init__(self, env)
         space = env.observation_space
         if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ConfigError(f"ObservationParts needs a Dict or Tuple observation space; the env has {space}")
+            raise EnvMismatch(f"ObservationParts needs a Dict or Tuple observation space; the env has {space}")
         self.keep_text = keep_text
         self.paths: list[tuple[str, tuple, bool]] = []  # (part name, path, is text)
         parts: dict[str, gym.Space] = {}
@@ -156,7 +154,7 @@ class ObservationParts(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
             self.paths.append((name, path, text))
             parts[name] = gym.spaces.MultiDiscrete([self.VOCABULARY + 1] * self.TEXT_WORDS) if text else part
         if not parts:
-            raise ConfigError(
+            raise EnvMismatch(
                 f"observations of {space} have only text parts, which no network encodes; "
                 f"set env.keep_text=true to keep them as word indices"
             )

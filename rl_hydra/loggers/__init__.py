@@ -18,7 +18,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import ClassMismatch, ConfigError
 from rl_hydra.loggers.base import Logger
 from rl_hydra.loggers.csv import CSVLogger
 from rl_hydra.loggers.tensorboard import TensorBoardLogger
@@ -74,4 +74,6 @@ def _build(name: str, spec: Mapping[str, Any]) -> Logger:
     except InstantiationException as error:
         if isinstance(error.__cause__, ConfigError):
             raise error.__cause__ from None
-        raise ConfigError(f"cannot build logger={name} ({spec.get('_target_')}): {error.__cause__ or error}") from None
+        raise ClassMismatch(
+            f"cannot build logger={name} ({spec.get('_target_')}): {error.__cause__ or error}"
+        ) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import NotInstalled
 from rl_hydra.runs.run_dir import RunDirectory, atomic_write_bytes
 
 TRACKING_RECORD = "tracking.json"  # in a run (or sweep) directory: {"mlflow": {"run_id": ...}, "wandb": {...}}
@@ -40,7 +40,7 @@ def require(package: str, option: str) -> ModuleType:
     try:
         return importlib.import_module(package)
     except ImportError:
-        raise ConfigError(f'logger={option} needs the {package} package: pip install -e ".[{option}]"') from None
+        raise NotInstalled(f'logger={option} needs the {package} package: pip install -e ".[{option}]"') from None
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:

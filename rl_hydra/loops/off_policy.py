@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import cast
 
 from rl_hydra.loops.runner import Runner
+from rl_hydra.loops.steps import Steps
 from rl_hydra.protocols import CarriesState
 
 
-def loop(runner: Runner) -> None:
+def loop(runner: Runner) -> Steps[None]:
     agent, buffer, rollout = runner.agent, runner.local.buffer, runner.local.rollout
     action_space = rollout.env.action_space
     rollout.start()
@@ -27,5 +28,6 @@ def loop(runner: Runner) -> None:
         if rollout.actor_state is not None:  # an exploration process per env starts anew with each episode
             rollout.actor_state = cast(CarriesState, agent).reset_state(rollout.actor_state, step.done)
         buffer.add(step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated)
-        runner.run_due_updates()
+        yield from runner.run_due_updates()
         runner.record_step()
+        yield None  # a vector step's end (loops/steps.py)

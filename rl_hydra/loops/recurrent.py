@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import cast
 
 from rl_hydra.loops.runner import Runner
+from rl_hydra.loops.steps import Steps
 from rl_hydra.protocols import RecurrentAgent, SequenceBuffer
 
 
-def loop(runner: Runner) -> None:
+def loop(runner: Runner) -> Steps[None]:
     # the run was built for a recurrent agent and a sequence buffer (fit.py checks capabilities.recurrent)
     agent, buffer = cast(RecurrentAgent, runner.agent), cast(SequenceBuffer, runner.local.buffer)
     rollout = runner.local.rollout
@@ -35,5 +36,6 @@ def loop(runner: Runner) -> None:
         step = rollout.step(actions)
         buffer.add(step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated, state)
         rollout.actor_state = agent.reset_state(next_state, step.done)
-        runner.run_due_updates()
+        yield from runner.run_due_updates()
         runner.record_step()
+        yield None  # a vector step's end (loops/steps.py)

@@ -2,9 +2,10 @@
 evaluation, reporting, checkpoints and the final summary. Each part lives in its own module;
 this one says when each runs.
 
-A loop only acts and fills the buffer. After each vector step it calls `run_due_updates`
-(the training phase, when one falls due) and then `record_step`. A distributed run's learner drives
-the same Runner over its remote experience (loops/experience.py): it calls `update` and `record_steps`.
+A loop only acts and fills the buffer. After each vector step it runs `run_due_updates` (the training
+phase, when one falls due: steps that yield each wanted update, loops/steps.py) and then `record_step`.
+A distributed run's learner drives the same Runner over its remote experience (loops/experience.py):
+it calls `update` and `record_steps`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rl_hydra.loops.monitor import StopRequested, TrainingDiverged, UpdateMonito
 from rl_hydra.loops.reporting import Reporter
 from rl_hydra.loops.schedule import Due, Schedule
 from rl_hydra.loops.settings import RunSettings
-from rl_hydra.protocols import Agent
+from rl_hydra.loops.steps import Steps, UpdateWanted
+from rl_hydra.protocols import Agent, Update
 from rl_hydra.runs.rng import spawn_seeds
 from rl_hydra.runs.run_dir import RunDirectory
 
@@ -103,22 +105,28 @@ class Runner:
         return self.experience
 
     # --- called by the loops ----------------------------------------------------------
-    def run_due_updates(self) -> None:
+    def run_due_updates(self) -> Steps[None]:
         """The training phases that the vector step being taken falls due for, each of
-        `agent.gradient_steps` updates on freshly sampled batches. A prioritized buffer
-        (protocols.PrioritizedBuffer) gets each batch's new priorities before it draws the next."""
+        `agent.gradient_steps` updates on freshly sampled batches, as steps that yield each update they
+        want. A prioritized buffer (protocols.PrioritizedBuffer) gets each batch's new priorities before
+        it draws the next."""
         agent, local = self.agent, self.local
         phases = self.schedule.phases_due(agent, local.env.num_envs)
         if phases and len(local.buffer):
             for batch in local.buffer.sample_batches(agent.batch_size, phases * agent.gradient_steps):
-                priorities = self.update(batch)
+                update = yield UpdateWanted(agent, batch)
+                assert update is not None  # whoever drives the steps answers with the agent's Update
+                priorities = self.record_update(update)
                 if local.update_priorities is not None:
                     local.update_priorities(batch.indices, priorities)
 
     def update(self, batch) -> torch.Tensor | None:
-        """One update of the agent: its metrics kept (a NaN or infinite one stops the run with
-        TrainingDiverged), the batch's new priorities returned (None unless the agent is prioritized)."""
-        update = self.agent.update(batch)
+        """One update of the agent on `batch` (a distributed learner's); see `record_update`."""
+        return self.record_update(self.agent.update(batch))
+
+    def record_update(self, update: Update) -> torch.Tensor | None:
+        """An update's metrics kept (a NaN or infinite one stops the run with TrainingDiverged), its
+        batch's new priorities returned (None unless the agent is prioritized)."""
         self.monitor.record(update.metrics, self.agent.updates, self.global_step)
         return update.priorities
 

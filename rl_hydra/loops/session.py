@@ -1,5 +1,6 @@
 """A Runner's session, from a resumed checkpoint to summary.json: the same for one process
-(rl_hydra/training.py) and a distributed run's learner (rl_hydra/distributed/learner.py)."""
+(rl_hydra/training.py), a member of a pack (rl_hydra/pack) and a distributed run's learner
+(rl_hydra/distributed/learner.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import BadArgument
 from rl_hydra.loops.runner import Runner, StopRequested, TrainingDiverged
+from rl_hydra.loops.steps import Steps, at_once, drive
 from rl_hydra.runs.run_dir import RunError, check_fits, check_optimizer_state, misfit
 
 # the top-level checkpoint parts that a fresh Runner cannot show the shape of before it starts
@@ -31,16 +33,24 @@ def restore(runner: Runner, checkpoint: dict[str, Any], path: Path) -> None:
     check_optimizer_state(runner.agent, path)
     total = runner.schedule.total_steps
     if runner.global_step > total:
-        raise ConfigError(
+        raise BadArgument(
             f"train.total_steps={total} is below the step this run has reached "
             f"({runner.global_step}); give train.total_steps >= {runner.global_step}"
         )
 
 
 def train(runner: Runner, loop: Callable[[], None], failures: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
-    """Run `loop` on a started Runner to its end, with the last checkpoint and summary.json written as the
-    run ended: completed; failed (a loss went non-finite, or one of `failures`); interrupted (Ctrl-C or
-    SIGTERM at a step's end, a second one at once). The loggers end with the summary's status."""
+    """`training` for a loop that is no steps (a distributed learner's, which updates by itself)."""
+    return drive(training(runner, lambda: at_once(loop), failures))
+
+
+def training(
+    runner: Runner, steps: Callable[[], Steps[None]], failures: tuple[type[Exception], ...] = ()
+) -> Steps[dict[str, Any]]:
+    """Run the loop's `steps()` on a started Runner to its end, with the last checkpoint and summary.json
+    written as the run ended: completed; failed (a loss went non-finite, or one of `failures`);
+    interrupted (Ctrl-C or SIGTERM at a step's end, a second one at once). The loggers end with the
+    summary's status. Returns the summary."""
     run_dir, status = runner.run_dir, "failed"
     failing: tuple[type[Exception], ...] = (TrainingDiverged, *failures)
     with log_through_progress_bar(runner.reporter.show_progress):
@@ -48,7 +58,7 @@ def train(runner: Runner, loop: Callable[[], None], failures: tuple[type[Excepti
             with stop_at_step_boundary(runner):
                 mark_running(runner)
                 runner.start()
-                loop()
+                yield from steps()
             runner.save_checkpoint("last")
             summary = runner.summary("completed")
             run_dir.write_summary(summary)
@@ -96,21 +106,35 @@ def log_through_progress_bar(progress: bool):
     return logging_redirect_tqdm()
 
 
+class Stopping:
+    """The runners training in this process, and the signal handlers that were there before the first."""
+
+    runners: list[Runner] = []
+    previous: dict[int, Any] = {}
+
+
 @contextlib.contextmanager
 def stop_at_step_boundary(runner: Runner) -> Iterator[None]:
-    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
+    """Ctrl-C / SIGTERM ask every run training in this process (one, or a pack's members) to stop after
+    its current step (a second Ctrl-C stops at once). The handlers are put back when the last run ends,
+    in whatever order the runs end."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def request_stop(signum, frame):  # noqa: ARG001
-        if runner.stop_requested:
+        if any(each.stop_requested for each in Stopping.runners):
             raise KeyboardInterrupt
-        runner.stop_requested = True
+        for each in Stopping.runners:
+            each.stop_requested = True
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if not Stopping.runners:
+        Stopping.previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    Stopping.runners.append(runner)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        Stopping.runners.remove(runner)
+        if not Stopping.runners:
+            for sig, handler in Stopping.previous.items():
+                signal.signal(sig, handler)

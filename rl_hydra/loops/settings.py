@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rl_hydra.config import plain_dict
 
@@ -39,7 +39,7 @@ class RunSettings:
     @classmethod
     def from_config(cls, cfg: DictConfig, *, make_eval_env: Callable[..., Any], algo_name: str) -> RunSettings:
         train = cfg.train
-        logger = cfg.get("logger")
+        logger = cfg.logger  # {}: metrics.csv alone
         return cls(
             seed=int(cfg.seed),
             total_steps=int(train.total_steps),
@@ -48,9 +48,9 @@ class RunSettings:
             checkpoint_every=int(train.checkpoint_every),
             log_every=int(train.log_every),
             progress=bool(train.progress),
-            stop_at_return=None if train.get("stop_at_return") is None else float(train.stop_at_return),
-            save_buffer=bool(OmegaConf.select(cfg, "checkpoint.save_buffer", default=True)),
-            eval_epsilon=float(cfg.env.get("eval_epsilon") or 0.0),
+            stop_at_return=None if train.stop_at_return is None else float(train.stop_at_return),
+            save_buffer=bool(cfg.checkpoint.save_buffer),
+            eval_epsilon=eval_epsilon(cfg.env),
             make_eval_env=make_eval_env,
             loggers=None if logger is None else plain_dict(logger),
             divergence_hint=divergence_hint(cfg),
@@ -66,12 +66,17 @@ class RunSettings:
 def divergence_hint(cfg: DictConfig) -> str:
     """What to try when a loss goes non-finite, true for this config."""
     lr_keys = [f"algo.{key}.lr" for key, value in cfg.algo.items() if isinstance(value, DictConfig) and "lr" in value]
-    clip = cfg.algo.get("max_grad_norm", "absent")
-    if clip is None:
-        clip_hint = "enable algo.max_grad_norm (e.g. 10)"
-    elif clip == "absent":
+    if "max_grad_norm" not in cfg.algo:  # an algorithm of a user's own, without the schedule's key
         clip_hint = None
+    elif cfg.algo.max_grad_norm is None:
+        clip_hint = "enable algo.max_grad_norm (e.g. 10)"
     else:
-        clip_hint = f"lower algo.max_grad_norm (now {clip})"
+        clip_hint = f"lower algo.max_grad_norm (now {cfg.algo.max_grad_norm})"
     lr_hint = f"try a lower {' / '.join(lr_keys)}" if lr_keys else "try a lower learning rate"
     return lr_hint + (f" or {clip_hint}" if clip_hint else "")
+
+
+def eval_epsilon(env: DictConfig) -> float:
+    """How often evaluation acts at random: `env.eval_epsilon`, a key of the env groups that set one
+    (atari, minigrid: rl_hydra/schema/envs.py) or of any env given it with +; 0 (greedy) elsewhere."""
+    return float(env.eval_epsilon) if "eval_epsilon" in env else 0.0

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_hydra.errors import ConfigError
+from rl_hydra.errors import ConfigError, EnvMismatch
 from rl_hydra.spaces import check_observation_space
 
 CNN_INPUTS = {"nature_cnn": (84, 84), "minatar_cnn": (10, 10)}  # the (height, width) each is built for
@@ -114,7 +114,7 @@ def choose_encoder(observation: int | gym.spaces.Box, kind: str) -> str:
         for name in ("flat", *CNN_INPUTS, "grid_cnn"):
             if fits[name]:
                 return name
-        raise ConfigError(
+        raise EnvMismatch(
             f"network.encoder=auto has no encoder for observations {describe(observation)}; "
             "encoders: vectors (flat), (C, 84, 84) frame stacks (nature_cnn), (C, 10, 10) grids "
             "(minatar_cnn), (C, 7..16, 7..16) grids (grid_cnn); network.encoder=flat flattens anything"
@@ -127,7 +127,7 @@ def choose_encoder(observation: int | gym.spaces.Box, kind: str) -> str:
             if kind == "grid_cnn"
             else f"(C, {CNN_INPUTS[kind][0]}, {CNN_INPUTS[kind][1]}) inputs"
         )
-        raise ConfigError(
+        raise EnvMismatch(
             f"network.encoder={kind} needs {wanted} but the env has {describe(observation)}; use network.encoder=auto"
         )
     return kind
@@ -308,7 +308,7 @@ def part_encoder(space: gym.Space, kind: str, discrete_embedding: int | None, na
     except ConfigError as error:
         if not name:
             raise
-        raise ConfigError(f"observation part {name!r}: {error}") from None
+        raise EnvMismatch(f"observation part {name!r}: {error}") from None
     assert encoder is not None  # make_encoder leaves only a vector unencoded
     return ImagePart(encoder, shape), size
 

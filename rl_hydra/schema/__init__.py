@@ -144,6 +144,8 @@ def validate_env(node: DictConfig) -> None:
             rule = dict((n, r) for n, r, _ in fields(schema))[name]
             if rule is not None and not OmegaConf.is_missing(node, name):
                 check(node[name], f"env.{name}", rule)
+    validate_learning(node)
+    validate_envpool(node)
     validate_wrappers(node)  # after the env's own keys, which its wrappers may interpolate (${env.actions})
 
 
@@ -175,6 +177,31 @@ def wrapper_schemas() -> dict[str, type]:
     return {target: schema for schema in envs.WRAPPER_SCHEMAS for target in schema.targets}
 
 
+def validate_learning(env: DictConfig) -> None:
+    """`env.learning`, a node of the minatar and atari groups that any env may be given with +: only
+    its keys, each a choice."""
+    learning = env.learning if "learning" in env and not OmegaConf.is_missing(env, "learning") else None
+    if not isinstance(learning, DictConfig):
+        return
+    declared = [field.name for field in dataclasses.fields(envs.LearningKeys)]
+    unknown = sorted(str(name) for name in learning.keys() if str(name) not in declared)
+    if unknown:
+        raise ConfigError(f"env.learning.{unknown[0]} is not a key; choose from: {', '.join(declared)}")
+    validate(learning, envs.LearningKeys, "env.learning.")
+
+
+def validate_envpool(env: DictConfig) -> None:
+    """EnvPool runs Atari's games, configured as the atari group is (rl_hydra/envs/vector.py)."""
+    if "vectorization" not in env or OmegaConf.is_missing(env, "vectorization") or env.vectorization != "envpool":
+        return
+    env_id = str(env.id) if "id" in env and not OmegaConf.is_missing(env, "id") else "???"
+    if not env_id.startswith("ALE/") or "preprocessing" not in env or env.preprocessing is None:
+        raise ConfigError(
+            f"env.vectorization=envpool runs env=atari ids (ALE/<Game>-v5), not env.id={env_id}; "
+            "use env.vectorization=async for other envs"
+        )
+
+
 def validate_wrappers(env: DictConfig) -> None:
     """Each wrapper of `env.wrappers` that a schema declares holds only its keys, in their ranges
     (a frame stack's size scales memory); a user's own wrapper is left to its class."""
@@ -182,7 +209,12 @@ def validate_wrappers(env: DictConfig) -> None:
     if not isinstance(wrappers, ListConfig):
         return
     for index, wrapper in enumerate(wrappers):
-        schema = wrapper_schemas().get(str(wrapper.get("_target_"))) if isinstance(wrapper, DictConfig) else None
+        if not isinstance(wrapper, DictConfig) or wrapper.get("_target_") is None:
+            raise ConfigError(
+                f"env.wrappers[{index}]={wrapper} names no _target_; an entry is "
+                f"{{_target_: <a wrapper class or function>, _partial_: true, <its arguments>}}"
+            )
+        schema = wrapper_schemas().get(str(wrapper._target_))
         if schema is None:
             continue
         where = f"env.wrappers[{index}]."

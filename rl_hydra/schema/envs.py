@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rl_hydra.choices import ENV_EXTRAS
 from rl_hydra.schema.keys import key
 
 VECTORIZATIONS = ("sync", "async", "envpool")
@@ -30,7 +31,7 @@ class EnvKeys:
     )
     kwargs: Any = key(help="passed to gymnasium.make")
     wrappers: Any = key(help="a list of _partial_ wrappers, each called with the env")
-    extra: str | None = key(help="the install extra it needs (rl_hydra/envs/make.py lists them)")
+    extra: str | None = key(help="the install extra it needs", choices=(*ENV_EXTRAS, None))
     vectorization: str = key("sync", "how the envs step (docs/pixels.md)", choices=VECTORIZATIONS)
 
 
@@ -122,7 +123,9 @@ class MaskObservationKeys(WrapperKeys):
 @dataclass
 class ScaleObservationKeys(WrapperKeys):
     targets: ClassVar[tuple[str, ...]] = ("rl_hydra.envs.wrappers.ScaleObservation",)
-    scale: Any = key(help="each observation entry is divided by its scale", number=True, each=True)
+    scale: Any = key(
+        help="each observation entry is multiplied by its factor", minimum=0.0, above=True, number=True, each=True
+    )
 
 
 @dataclass

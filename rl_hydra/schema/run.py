@@ -43,6 +43,14 @@ class RunKeys:
             lambda burn_in, length, stride: burn_in <= length - stride,
             "algo.burn_in <= buffer.sequence_length - buffer.stride (a step only ever burnt in is never learned)",
         ),
+        Rule(
+            ("distributed.min_replay_ratio", "distributed.max_replay_ratio", "algo.gradient_steps", "algo.train_every"),
+            lambda floor, cap, gradient_steps, train_every: (
+                floor in (None, "auto") or floor <= (cap or gradient_steps / train_every)
+            ),
+            "a number <= the cap on updates per env step (distributed.max_replay_ratio, "
+            "else algo.gradient_steps / algo.train_every)",
+        ),
     )
 
     algo: Any = None

@@ -206,7 +206,7 @@ def rerun_config(cfg: DictConfig, device: str) -> DictConfig:
     cfg = cfg.copy()
     cfg.device, cfg.logger, cfg.train.progress, cfg.compile = device, {}, False, False
     cfg.torch_threads = min(int(cfg.torch_threads), os.cpu_count() or 1)
-    if cfg.env.get("vectorization") == "async":
+    if cfg.env.vectorization == "async":
         cfg.env.vectorization = "sync"
     try:
         validate_run_config(cfg)

@@ -184,7 +184,7 @@ def check_summary_derives(summary: dict[str, Any] | None, metrics: Metrics, cfg:
         if finite(row.get("eval/return_mean"))
     ]
     last = metrics.steps()[-1]
-    goal = cfg.train.get("stop_at_return")
+    goal = cfg.train.stop_at_return
     solved = next((step for step, value in evaluations if goal is not None and value >= goal), None)
     derived = {
         "global_step": last,

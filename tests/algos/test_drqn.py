@@ -20,9 +20,11 @@ from rl_hydra.envs.wrappers import MaskObservation, ScaleObservation
 from rl_hydra.errors import ConfigError
 from rl_hydra.loops import recurrent
 from rl_hydra.loops.runner import StopRequested
+from rl_hydra.loops.steps import drive
 from rl_hydra.losses import inverse_value_rescale, masked_td_loss, value_rescale
 from rl_hydra.networks.recurrent import RecurrentQNetwork
 from rl_hydra.runs.run_dir import RunDirectory
+from rl_hydra.schema import validate_config
 from rl_hydra.training import pick_loop, run
 from tests.conftest import (
     TINY,
@@ -385,8 +387,19 @@ def test_scale_observation_multiplies_each_component_and_its_bounds():
     raw, _ = gym.make("CartPole-v1").reset(seed=0)
     np.testing.assert_allclose(obs, raw * np.array([0.5, 1.0, 4.0, 1.0], np.float32))
     assert env.observation_space.high[0] == pytest.approx(4.8 * 0.5) and env.observation_space.contains(obs)
-    with pytest.raises(ConfigError, match="expected finite factors > 0"):
-        ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 0.0, 1.0, 1.0])
+    for bad in ("0.0", "-1.0", "inf"):  # the schema's range: finite factors > 0
+        with pytest.raises(
+            ConfigError,
+            match=r"^env.wrappers\[0\].scale\[1\]=.* (is out of range|is not a finite number); "
+            r"expected each item a number > 0",
+        ):
+            validate_config(
+                compose_config(
+                    "env=cartpole",
+                    f"+env.wrappers=[{{_target_: rl_hydra.envs.wrappers.ScaleObservation, _partial_: true, "
+                    f"scale: [1.0, {bad}, 1.0, 1.0]}}]",
+                )
+            )
     with pytest.raises(ConfigError, match="needs 3 factors"):
         ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 1.0, 1.0])
 
@@ -473,7 +486,7 @@ def test_collected_chunks_start_from_the_actor_state(tmp_path):
     runner = build_runner(cfg, tmp_path, torch.device("cpu"))
     agent, buffer = runner.agent, runner.local.buffer
     runner.start()
-    recurrent.loop(runner)
+    drive(recurrent.loop(runner))
     runner.close()
     checked = 0
     for i in range(len(buffer) - 1):

@@ -103,7 +103,7 @@ def test_truncated_transitions_bootstrap_from_the_real_final_observation(tmp_pat
     original = off_policy.loop
 
     def spy(runner):
-        original(runner)
+        yield from original(runner)
         captured["buffer"] = runner.local.buffer
 
     monkeypatch.setattr(off_policy, "loop", spy)

@@ -219,8 +219,9 @@ def test_a_single_run_is_composed_once(tmp_path, monkeypatch, capsys):
 
     def broken(*args, **kwargs):
         raise OverflowError("a bug inside the run")  # a type composition refusals also raise
+        yield  # the launch's steps (loops/steps.py)
 
-    monkeypatch.setattr(cli_module, "launch", broken)
+    monkeypatch.setattr(cli_module, "launching", broken)
     with pytest.raises(OverflowError, match="a bug inside the run"):
         cli(monkeypatch, capsys, *TINY, f"hydra.run.dir={tmp_path / 'other'}")
     assert "HYDRA_FULL_ERROR" not in os.environ

@@ -37,8 +37,9 @@ def test_a_sweep_over_budgets_in_scientific_notation_runs_each_as_its_integer(tm
     def launched(cfg, *args, **kwargs):
         budgets.append(cfg.train.total_steps)
         return {"eval_return_mean": 0.0}
+        yield  # the launch's steps (loops/steps.py)
 
-    monkeypatch.setattr(cli_module, "launch", launched)
+    monkeypatch.setattr(cli_module, "launching", launched)
     code, _, err = cli(monkeypatch, capsys, "-m", *TINY, "train.total_steps=1e3,2.5e3", f"hydra.sweep.dir={tmp_path}")
     assert code == 0 and budgets == [1000, 2500] and all(type(b) is int for b in budgets), (budgets, err)
 

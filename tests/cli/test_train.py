@@ -133,7 +133,7 @@ def settings_seen_by_the_loop(monkeypatch) -> dict:
 
     def spy(runner):
         seen.update(threads=torch.get_num_threads(), flush=flushes_denormals())
-        loop(runner)
+        yield from loop(runner)
 
     monkeypatch.setattr(off_policy, "loop", spy)
     return seen
@@ -358,7 +358,7 @@ def test_console_logging_goes_through_the_progress_bar_while_it_is_shown(tmp_pat
 
     def spy(runner):
         seen["handlers"] = list(root.handlers)
-        loop(runner)
+        yield from loop(runner)
 
     monkeypatch.setattr(off_policy, "loop", spy)
     try:

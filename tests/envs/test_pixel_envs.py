@@ -15,11 +15,12 @@ from omegaconf import OmegaConf
 
 from rl_hydra.commands.video import record_gif
 from rl_hydra.envs import make
-from rl_hydra.envs.learning import LearningSignal, learning_signal
+from rl_hydra.envs.learning import LearningSignal
 from rl_hydra.envs.make import env_factory, make_env
 from rl_hydra.errors import ConfigError
 from rl_hydra.loops.evaluate import evaluate
 from rl_hydra.loops.rollout import Rollout
+from rl_hydra.schema import validate_config
 from tests.conftest import ROOT, compose_config
 
 MINATAR_CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}
@@ -153,9 +154,9 @@ def test_learning_keys_default_to_none_and_are_checked():
     ):
         make_env(compose_config("env=cartpole", "+env.learning.terminal_on_life_loss=true").env, seed=0)
     with pytest.raises(ConfigError, match=r"env.learning.clip is not a key; choose from: clip_rewards, "):
-        learning_signal(OmegaConf.create({"id": "CartPole-v1", "learning": {"clip": True}}), 1, {})
+        validate_config(compose_config("env=cartpole", "+env.learning.clip=true"))
     with pytest.raises(ConfigError, match=r"env.learning.clip_rewards='yes' is not allowed"):
-        learning_signal(OmegaConf.create({"id": "CartPole-v1", "learning": {"clip_rewards": "yes"}}), 1, {})
+        validate_config(compose_config("env=cartpole", "+env.learning.clip_rewards=yes"))
 
 
 def test_the_buffer_gets_clipped_rewards_and_the_episode_returns_the_raw_score(atari):
@@ -232,9 +233,9 @@ def test_atari_evaluates_epsilon_greedy_so_that_a_policy_without_fire_cannot_sta
 def test_ale_ids_register_themselves_in_a_fresh_process():
     pytest.importorskip("ale_py")
     code = (
-        "import gymnasium as gym; from omegaconf import OmegaConf; from rl_hydra.envs import make_env\n"
+        "import gymnasium as gym; from rl_hydra.envs import make_env; from tests.conftest import compose_config\n"
         "assert 'ALE/Breakout-v5' not in gym.registry\n"
-        "env = make_env(OmegaConf.create({'id': 'ALE/Breakout-v5', 'num_envs': 1}), seed=0)\n"
+        "env = make_env(compose_config('env=gym', 'env.id=ALE/Breakout-v5').env, seed=0)\n"
         "print(env.single_observation_space.shape)"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -69,8 +69,9 @@ def test_an_unknown_vectorization_is_refused_in_one_line():
 
 
 def test_envpool_takes_atari_ids_only():
-    with pytest.raises(ConfigError, match="env.vectorization=envpool runs env=atari ids"):
-        envpool_atari_options(compose_config("env=cartpole").env)
+    for overrides in (["env=cartpole"], ["env=gym", "env.id=ALE/Pong-v5"]):  # the atari group's preprocessing too
+        with pytest.raises(ConfigError, match="env.vectorization=envpool runs env=atari ids"):
+            validate_config(compose_config(*overrides, "env.vectorization=envpool"))
 
 
 def test_envpool_is_configured_as_the_atari_group():

@@ -260,11 +260,11 @@ class Guard:
             self.check_place(name, os.path.join(folder, handle["rest"]))
             return
         if follow:
-            where = os.path.realpath(path)
+            where = resolved(path)
         else:  # the entry itself, not what a link at it points to
-            where = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+            where = os.path.join(resolved(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
             if PROC_FD.fullmatch(os.path.dirname(where)):  # /proc/self/fd/N: the folder of a handle, by name
-                where = os.path.realpath(path)
+                where = resolved(path)
         self.check_place(name, where)
 
     def check_place(self, name: str, where: str) -> None:
@@ -273,6 +273,17 @@ class Guard:
             return
         if not any(where == root or where.startswith(root + os.sep) for root in self.allowed):
             self.event("write_outside", [name, where])
+
+
+def resolved(path: str) -> str:
+    """os.path.realpath, looked up again when a link swapped for a folder between its lstat and its
+    readlink makes it fail (EINVAL): a mutator swaps folders for links every few milliseconds."""
+    for _ in range(100):
+        try:
+            return os.path.realpath(path)
+        except OSError:
+            continue
+    return os.path.realpath(path)
 
 
 def die_with_parent(parent: int) -> None:

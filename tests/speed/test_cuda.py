@@ -17,6 +17,7 @@ import rl_hydra.loops.runner as runner_module
 from rl_hydra import speed
 from rl_hydra.build import build_components, build_runner, seed_everything
 from rl_hydra.loops.runner import TrainingDiverged
+from rl_hydra.loops.steps import drive
 from rl_hydra.speed import cuda_graph
 from rl_hydra.training import pick_loop
 from tests.conftest import TINY, compose_config, run_training
@@ -64,7 +65,7 @@ def tiny_run(tmp_path, *overrides: str):
     runner = build_runner(cfg, tmp_path, torch.device("cuda"))
     runner.start()
     try:
-        pick_loop(runner.agent)(runner)
+        drive(pick_loop(runner.agent)(runner))
     finally:
         runner.close()
     return runner.agent, runner.local.buffer, runner
