@@ -64,7 +64,21 @@ def versions() -> dict[str, str]:
     fingerprint's, the two do not compare (`comparable`)."""
     from importlib.metadata import version
 
-    return {name: version(name) for name in ("torch", "numpy", "gymnasium")}
+    return {**{name: version(name) for name in ("torch", "numpy", "gymnasium")}, "cpu": cpu_kind()}
+
+
+def cpu_kind() -> str:
+    """The CPU's vendor and the instruction set torch's kernels use here (`AuthenticAMD AVX2`): the same
+    code rounds differently on another, and a long run's figures drift past RTOL."""
+    vendor = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
+    except OSError:
+        pass
+    import platform
+
+    return f"{vendor or platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
 
 
 def comparable(stored: dict[str, Any]) -> str | None:
@@ -126,7 +140,13 @@ def rounded(value: float) -> float:
 
 
 def matches(stored: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether `now` is `stored` up to float rounding: the same protocol and steps, and every figure within RTOL."""
+    """Whether `now` is `stored` up to float rounding: the same protocol and steps, and every figure within RTOL.
+    A fingerprint that also holds the same code's figures on other CPUs (`on_other_cpus`: each with its `cpu`)
+    is compared, on such a CPU, with that CPU's figures."""
+    here = now.get("versions", {}).get("cpu")
+    same_cpu = [other for other in stored.get("on_other_cpus", []) if other["cpu"] == here]
+    if same_cpu:
+        stored = {**stored, "losses": same_cpu[0]["losses"], "weights": same_cpu[0]["weights"]}
     figures = [(a, b) for key in ("losses", "weights") for a, b in zip(stored[key], now[key], strict=False)]
     return (
         stored.get("protocol") == now.get("protocol")
