@@ -223,9 +223,20 @@ CHOSEN = tuple(plain_or_fast(index) for index in range(len(STAND_INS)))
 def with_stand_ins(update: Callable) -> Callable:
     """`update`, with each function of STAND_INS standing in for by its fast one where that is on, for
     the length of the call only (its module holds the plain function again after it)."""
+    return WithStandIns(update)
 
-    @functools.wraps(update)
-    def update_with_stand_ins(*args: Any, **kwargs: Any) -> Any:
+
+class WithStandIns:
+    """What `with_stand_ins` gives: a callable object, not a closure, so that a deep copy of the agent
+    gets one around its own copy's update (deepcopy copies a bound method with its object; a closure
+    it shares, and the copy's update would step the original's weights)."""
+
+    def __init__(self, update: Callable) -> None:
+        self.update = update
+        functools.update_wrapper(self, update)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        update = self.update
         if not _switch["on"]:  # fast_paths=false: the plain functions, untouched
             return update(*args, **kwargs)
         for (_, module, attribute, _), chosen in zip(STAND_INS, CHOSEN):
@@ -235,8 +246,6 @@ def with_stand_ins(update: Callable) -> Callable:
         finally:
             for (_, module, attribute, _), plain in zip(STAND_INS, PLAIN):
                 setattr(module, attribute, plain)
-
-    return update_with_stand_ins
 
 
 # --- host memory -------------------------------------------------------------------------------
