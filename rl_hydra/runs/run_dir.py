@@ -3,6 +3,7 @@ and named when it fails; one writer at a time (RunLock)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -318,7 +319,7 @@ class RunDirectory:
         import torch  # here, not at the top: a sweep's launcher process reads summaries without torch
 
         path = self.checkpoints / f"{name}.pt"
-        self.write_bytes(path, lambda f: torch.save(state, f))
+        self.write_bytes(path, lambda f: torch.save(own_storages(state), f))
         return path
 
     def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -649,3 +650,21 @@ def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
     if not isinstance(choices, dict) or not all(isinstance(v, (str, type(None))) for v in choices.values()):
         raise RunError(f"{path} has no mapping of config-group choices under hydra.runtime.choices")
     return choices
+
+
+def own_storages(state: Any) -> Any:
+    """`state` with each tensor that is a view into a larger storage copied into one of its own size:
+    torch.save writes a view's whole storage (a pack member's weights are views into the pack's stacked
+    ones, rl_hydra/speed/packed.py), which would put every member's weights in each checkpoint."""
+    import torch
+
+    def own(value: Any) -> Any:
+        if torch.is_tensor(value) and value.untyped_storage().nbytes() > value.numel() * value.element_size():
+            return value.clone()
+        if type(value) in (dict, collections.OrderedDict, list, tuple):  # a state_dict is an OrderedDict
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            owned = [(key, own(item)) for key, item in items]
+            return type(value)(owned) if isinstance(value, dict) else type(value)(item for _, item in owned)
+        return value
+
+    return own(state)

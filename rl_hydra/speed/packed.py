@@ -1,0 +1,240 @@
+"""One batched update for a pack's members (rl_hydra/loops/pack.py): the per-op overhead of K small
+updates paid once.
+
+The DQN family (DQN, QR-DQN, C51 and their double-Q, n-step and prioritized options, and any subclass
+that keeps DQN's `update` and `gradient_step`) is updated with its networks stacked along a leading
+member dimension: the agent's own `loss`, vmapped over each member's parameters and batch, its
+gradient, each member's clipping, Adam on the stacked tensors with each member's learning rate and
+moments, and each member's target update. A member's modules hold views into the stacked parameters
+and its optimizer's state views into the stacked moments, so its acting, evaluation and checkpoints
+(runs/run_dir.py saves a view as the tensor it shows) read what the batched update wrote.
+
+Anything else is updated by each agent alone (`each_alone`), with one log line saying why: another
+algorithm, noisy layers, a compiled loss, a CUDA-graphed step, an optimizer other than plain Adam, a
+loss that draws random numbers (IQN's quantile fractions: vmap refuses it, the first time).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from rl_hydra.algos.dqn import DQN
+from rl_hydra.loops.pack import each_alone
+from rl_hydra.loops.steps import UpdateWanted
+from rl_hydra.protocols import Update
+
+log = logging.getLogger(__name__)
+
+
+class PackedUpdates:
+    """A pack's `updates`: each round's wanted updates batched where the agents allow it."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[tuple[int, ...], StackedQ | None] = {}
+
+    def __call__(self, wanted: Sequence[UpdateWanted]) -> list[Any]:
+        agents = [want.agent for want in wanted]
+        key = tuple(id(agent) for agent in agents)
+        if key not in self.stacks:
+            why = refusal(agents)
+            if why is not None and len(agents) > 1:
+                log.info("pack: each member updates alone: %s", why)
+            elif why is None:
+                log.info("pack: %d members' %s updates batched as one", len(agents), type(agents[0]).__name__)
+            self.stacks[key] = StackedQ(cast(list[DQN], agents)) if why is None else None
+        stack = self.stacks[key]
+        if stack is not None:
+            try:
+                return stack.update([want.batch for want in wanted])
+            except RuntimeError as error:  # vmap cannot batch this loss (a random draw, a data-dependent branch)
+                if "vmap" not in str(error):
+                    raise
+                log.info(
+                    "pack: each member updates alone: vmap cannot batch %s.loss (%s)",
+                    type(agents[0]).__name__,
+                    str(error).splitlines()[0],
+                )
+                self.stacks[key] = None
+        return each_alone(wanted)
+
+
+def refusal(agents: list[Any]) -> str | None:
+    """Why these agents cannot take one batched update, or None."""
+    if len(agents) < 2:
+        return "a pack of one"
+    first = agents[0]
+    kind = type(first)
+    if not isinstance(first, DQN) or kind.update is not DQN.update or kind.gradient_step is not DQN.gradient_step:
+        return f"algo {kind.__name__} has no batched update"
+    if any(type(agent) is not kind for agent in agents):
+        return "the members' algorithms differ"
+    for agent in agents:
+        if agent.noisy:
+            return "noisy layers draw their noise per member"
+        if "loss" in vars(agent) or "gradient_step" in vars(agent):
+            return "a compiled loss or a CUDA-graphed step"
+        if list(agent.q_net.buffers()):
+            return "the network has buffers"
+        if (agent.max_grad_norm is None) != (first.max_grad_norm is None):
+            return "some members clip their gradients and some do not"
+        why = adam_refusal(agent.optimizer, first.optimizer)
+        if why is not None:
+            return why
+    shapes = [[p.shape for p in agent.params] for agent in agents]
+    if any(shape != shapes[0] for shape in shapes) or any(a.device != first.device for a in agents):
+        return "the members' networks differ in shape or device"
+    return None
+
+
+def adam_refusal(optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> str | None:
+    if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
+        return f"optimizer {type(optimizer).__name__} is not plain Adam with one group"
+    group, theirs = optimizer.param_groups[0], first.param_groups[0]
+    if group["weight_decay"] or group["amsgrad"] or group["maximize"] or torch.is_tensor(group["lr"]):
+        return "Adam with weight decay, amsgrad, maximize or a tensor learning rate"
+    if (group["betas"], group["eps"]) != (theirs["betas"], theirs["eps"]):
+        return "the members' Adam betas or eps differ"
+    return None
+
+
+class Both(nn.Module):
+    """An agent's online and target networks as one module, whose forward is the agent's loss: what
+    functional_call reparametrizes with one member's weights."""
+
+    def __init__(self, agent: DQN):
+        super().__init__()
+        self.q_net, self.target_net = agent.q_net, agent.target_net
+        self.agent = [agent]  # in a list: not a submodule
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        return self.agent[0].loss(batch)
+
+
+class StackedQ:
+    """K agents of one DQN-family class, their parameters and Adam moments stacked: (K, *shape) each."""
+
+    def __init__(self, agents: list[DQN]):
+        self.agents, template = agents, agents[0]
+        self.both = Both(template)
+        self.names = [name for name, _ in template.q_net.named_parameters()]
+        self.online = stack_into(agents, "q_net", self.names)
+        self.target = stack_into(agents, "target_net", self.names)
+        self.exp_avg, self.exp_avg_sq, self.steps = stack_moments(agents, self.names, self.online)
+        group = template.optimizer.param_groups[0]
+        (self.beta1, self.beta2), self.eps = group["betas"], group["eps"]
+        clips = [agent.max_grad_norm for agent in agents]
+        self.max_norm = None if clips[0] is None else torch.tensor(clips, dtype=torch.float32, device=template.device)
+        self.member_grad = vmap(grad(self.member_loss, has_aux=True), randomness="error")
+
+    def member_loss(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor], batch: Any):
+        weights = {**{f"q_net.{n}": p for n, p in online.items()}, **{f"target_net.{n}": p for n, p in target.items()}}
+        loss, priorities, metrics = functional_call(self.both, weights, (batch,))
+        return loss, (loss.detach(), priorities, metrics)
+
+    def update(self, batches: list[Any]) -> list[Update]:
+        """What each agent's own `update` would do and return, for all at once."""
+        lrs = []
+        for agent in self.agents:  # DQN.update's learning-rate schedule, each member's own
+            factor = agent.lr_factor(agent.explore_steps) if agent.lr_factor.start != agent.lr_factor.end else 1.0
+            lrs.append(agent.base_lrs[0] * factor)
+            agent.optimizer.param_groups[0]["lr"] = lrs[-1]
+        batch = stack_batches(batches)
+        grads, (loss, priorities, metrics) = self.member_grad(self.online, self.target, batch)
+        with torch.no_grad():
+            self.clip(grads)
+            self.adam(grads, torch.tensor(lrs, dtype=torch.float32, device=loss.device))
+            self.update_targets()
+        return [
+            Update(
+                {"loss": loss[k], **{name: value[k] for name, value in metrics.items()}, "epsilon": agent.epsilon},
+                priorities[k],
+            )
+            for k, agent in enumerate(self.agents)
+        ]
+
+    def clip(self, grads: dict[str, torch.Tensor]) -> None:
+        """Each member's gradient scaled to its max_grad_norm (common.clip_grad_norm's math, per member)."""
+        if self.max_norm is None:
+            return
+        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()], dim=1).norm(dim=1)  # (K,)
+        scale = torch.clamp(self.max_norm / (norms + 1e-6), max=1.0)
+        for g in grads.values():
+            g.mul_(member_view(scale, g))
+
+    def adam(self, grads: dict[str, torch.Tensor], lrs: torch.Tensor) -> None:
+        """torch.optim.Adam's step (no weight decay, no amsgrad) on the stacked tensors, with each
+        member's learning rate and step count."""
+        self.steps += 1
+        correction1 = 1 - self.beta1**self.steps  # (K,)
+        correction2_sqrt = (1 - self.beta2**self.steps).sqrt()
+        step_size = lrs / correction1
+        for name, g in grads.items():
+            m, v, p = self.exp_avg[name], self.exp_avg_sq[name], self.online[name]
+            m.lerp_(g, 1 - self.beta1)
+            v.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
+            denom = (v.sqrt() / member_view(correction2_sqrt, v)).add_(self.eps)
+            p.sub_(member_view(step_size, p) * m / denom)
+
+    def update_targets(self) -> None:
+        """DQN.update's count and target update, each member's own."""
+        for k, agent in enumerate(self.agents):
+            agent.updates += 1
+            if agent.updates % agent.target_update_every == 0:
+                for name in self.names:
+                    if agent.tau >= 1.0:
+                        self.target[name][k].copy_(self.online[name][k])
+                    else:
+                        self.target[name][k].lerp_(self.online[name][k], agent.tau)
+
+
+def member_view(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(K,) values shaped to broadcast over a stacked (K, ...) tensor."""
+    return values.view(-1, *([1] * (like.dim() - 1)))
+
+
+def stack_into(agents: list[Any], attribute: str, names: list[str]) -> dict[str, torch.Tensor]:
+    """Each named parameter of every agent's `attribute` module stacked, and the agents' parameters
+    made views into the stack (same Parameter objects: their optimizers and the acting mirror follow)."""
+    stacked = {}
+    for name in names:
+        params = [dict(getattr(agent, attribute).named_parameters())[name] for agent in agents]
+        stacked[name] = torch.stack([p.detach() for p in params])
+        for k, param in enumerate(params):
+            param.data = stacked[name][k]
+    return stacked
+
+
+def stack_moments(agents: list[Any], names: list[str], online: dict[str, torch.Tensor]):
+    """Adam's moments and step counts stacked from the agents' optimizers (zeros for a fresh one), and
+    each optimizer's state made views into them, in torch's own layout (its state_dict is the solo one)."""
+    exp_avg = {name: torch.zeros_like(online[name]) for name in names}
+    exp_avg_sq = {name: torch.zeros_like(online[name]) for name in names}
+    steps = torch.zeros(len(agents), dtype=torch.float32, device=next(iter(online.values())).device)
+    for k, agent in enumerate(agents):
+        params = dict(agent.q_net.named_parameters())
+        for name in names:
+            state = agent.optimizer.state.get(params[name], {})
+            if "exp_avg" in state:
+                exp_avg[name][k].copy_(state["exp_avg"])
+                exp_avg_sq[name][k].copy_(state["exp_avg_sq"])
+                steps[k] = float(state["step"])
+    for k, agent in enumerate(agents):
+        params = dict(agent.q_net.named_parameters())
+        for name in names:
+            agent.optimizer.state[params[name]] = {
+                "step": steps[k],
+                "exp_avg": exp_avg[name][k],
+                "exp_avg_sq": exp_avg_sq[name][k],
+            }
+    return exp_avg, exp_avg_sq, steps
+
+
+def stack_batches(batches: list[Any]) -> Any:
+    """Batches of one type (named tuples of tensors, a dict of parts for an observation) stacked: (K, ...)."""
+    return torch.utils._pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches)

@@ -1,0 +1,93 @@
+"""`hydra/launcher=packed`: a sweep's seeds trained in one process, each job its own run directory,
+the same record as the basic launcher's job; packs split by the keys that change a tensor's shape;
+bad launcher keys refused before anything is written; a signal stops every member at its step's end."""
+
+import signal
+import subprocess
+import sys
+import time
+
+from rl_hydra.commands.launch import EXIT_INTERRUPTED
+from tests.cli.test_sweeps import UPDATES, short_names, summaries, sweep
+from tests.conftest import ROOT, TINY, metric_rows, run_cli
+
+PACKED = "hydra/launcher=packed"
+
+
+def test_a_pack_of_two_seeds_writes_what_two_solo_jobs_write(tmp_path):
+    packed, solo = tmp_path / "packed", tmp_path / "solo"
+    args = ["seed=0,1", "fast_paths=false", *UPDATES, short_names("fast_paths")]  # each member's own update
+    output = sweep(packed, PACKED, *args)
+    sweep(solo, *args)
+    assert "Launching 2 jobs as 1 pack(s) of 2 member(s)" in output
+    assert sorted(summaries(packed)) == sorted(summaries(solo)) == ["seed=0", "seed=1"]
+    for name in ("seed=0", "seed=1"):
+        assert metric_rows(packed / name) == metric_rows(solo / name), name  # bit for bit, as alone
+        ours, theirs = summaries(packed)[name], summaries(solo)[name]
+        assert ours["status"] == "completed" and ours["eval_return_mean"] == theirs["eval_return_mean"]
+        assert (packed / name / ".hydra" / "overrides.yaml").read_text() == (
+            solo / name / ".hydra" / "overrides.yaml"
+        ).read_text()
+        log = (packed / name / "train.log").read_text()
+        other = packed / ("seed=1" if name == "seed=0" else "seed=0")
+        assert f"run directory: {packed / name}" in log and str(other) not in log  # each member's lines only
+
+
+def test_keys_that_change_shapes_split_the_packs_and_the_line_says_which(tmp_path):
+    output = sweep(tmp_path, PACKED, "seed=0,1", "network.hidden_sizes=[8],[16]", *UPDATES, short_names())
+    assert "Launching 4 jobs as 2 pack(s) of 2+2 member(s); network.hidden_sizes splits them" in output
+    assert output.count("pack: 2 members' DQN updates batched as one") == 2
+    assert all(s["status"] == "completed" for s in summaries(tmp_path).values()) and len(summaries(tmp_path)) == 4
+
+
+def test_a_learning_rate_sweep_packs_with_the_seeds(tmp_path):
+    output = sweep(
+        tmp_path,
+        PACKED,
+        "seed=0,1",
+        "algo.optimizer.lr=1e-3,3e-3",
+        "hydra.launcher.pack_size=3",
+        *UPDATES,
+        short_names(),
+    )
+    assert "Launching 4 jobs as 2 pack(s) of 3+1 member(s)" in output and "splits" not in output
+
+
+def test_bad_launcher_keys_are_one_line_and_write_nothing(tmp_path):
+    for args, line in (
+        (["hydra.launcher.pack_size=0"], "error: hydra.launcher.pack_size=0 is out of range; expected an integer >= 1"),
+        (["hydra.launcher.n_jobs=0"], "error: hydra.launcher.n_jobs=0 is out of range; expected an integer >= 1"),
+        (["device=cpu,auto"], "error: device=auto,cpu: the packed launcher trains a sweep on one device"),
+        (
+            ["buffer.capacity=1000000000"],
+            "error: hydra.launcher.pack_size: a pack of 2 members of buffer.capacity=1000000000 needs about",
+        ),
+    ):
+        sweep_dir = tmp_path / "sweep"
+        result = run_cli("-m", PACKED, "seed=0,1", *TINY, *args, f"hydra.sweep.dir={sweep_dir}")
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1].startswith(line), result.stderr[-2000:]
+        assert not sweep_dir.exists(), args
+
+
+def test_sigint_stops_every_member_at_its_step_and_the_same_command_resumes_them(tmp_path):
+    args = ["-m", PACKED, "seed=0,1", *TINY, "train.total_steps=3000", "train.checkpoint_every=500", short_names()]
+    command = [sys.executable, str(ROOT / "train.py"), *args, f"hydra.sweep.dir={tmp_path}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+        (tmp_path / name / "checkpoints" / "last.pt").is_file() for name in ("seed=0", "seed=1")
+    ):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, output[-2000:]
+    stopped = summaries(tmp_path)
+    assert sorted(stopped) == ["seed=0", "seed=1"], output[-2000:]
+    assert all(s["status"] == "interrupted" and s["global_step"] < 3000 for s in stopped.values()), stopped
+
+    result = run_cli(*args, f"hydra.sweep.dir={tmp_path}")  # the same command again
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name, summary in stopped.items():
+        assert f"resuming {tmp_path / name} at step {summary['global_step']}" in result.stdout + result.stderr
+    assert all(s["status"] == "completed" and s["global_step"] == 3000 for s in summaries(tmp_path).values())

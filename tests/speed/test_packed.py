@@ -1,0 +1,126 @@
+"""A pack's batched update (rl_hydra/speed/packed.py) is each member's own update, up to float rounding:
+the same losses, priorities, weights, Adam moments, target networks and learning-rate schedule, from
+the same initial weights and batches, over several updates and past target updates; members with their
+own learning rates, gammas and clipping; checkpoints that hold each member's tensors only; and the
+agents it cannot batch are updated alone."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+from rl_hydra.build import build_components, process_settings
+from rl_hydra.loops.pack import each_alone
+from rl_hydra.loops.steps import UpdateWanted
+from rl_hydra.runs.run_dir import own_storages
+from rl_hydra.speed.packed import PackedUpdates, refusal
+from tests.conftest import compose_config
+
+SMALL = ["network.hidden_sizes=[32,32]", "algo.batch_size=16", "algo.target_update_every=3"]
+
+
+def members(algo: str, *overrides_each: list[str]):
+    """One agent and a filled buffer per member, each built from its seed as a run builds it."""
+    built = []
+    for k, overrides in enumerate(overrides_each):
+        cfg = compose_config(f"algo={algo}", f"seed={k}", *SMALL, *overrides)
+        with process_settings(cfg):
+            agent, env, buffer = build_components(cfg, torch.device("cpu"))
+            obs, _ = env.reset(seed=k)
+            for _ in range(64):
+                actions = env.action_space.sample()
+                next_obs, rewards, terminated, truncated, _ = env.step(actions)
+                buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
+                obs = next_obs
+            env.close()
+        built.append((agent, buffer))
+    return built
+
+
+def assert_close(a, b, what):
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize(
+    ("algo", "extra"),
+    [
+        ("dqn", [[], [], []]),
+        ("dqn", [["algo.double_q=true", "algo.optimizer.lr=1e-3"], ["algo.double_q=true", "algo.optimizer.lr=3e-3"]]),
+        ("qr_dqn", [[], ["algo.max_grad_norm=0.1"]]),
+        ("c51", [["algo.final_lr_fraction=0.1"], ["algo.final_lr_fraction=0.1"]]),
+    ],
+)
+def test_the_batched_update_is_each_members_own(algo, extra):
+    built = members(algo, *extra)
+    alone = [copy.deepcopy(agent) for agent, _ in built]
+    packed = [agent for agent, _ in built]
+    updates = PackedUpdates()
+    for step in range(7):
+        batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
+        for agent in (*alone, *packed):
+            agent.explore_steps = 100 * step  # the learning-rate schedule moves
+        theirs = each_alone([UpdateWanted(a, b) for a, b in zip(alone, batches, strict=True)])
+        ours = updates([UpdateWanted(a, b) for a, b in zip(packed, batches, strict=True)])
+        assert updates.stacks and all(stack is not None for stack in updates.stacks.values()), "batched"
+        for k, (mine, own) in enumerate(zip(ours, theirs, strict=True)):
+            assert_close(mine.metrics["loss"], own.metrics["loss"], f"member {k} loss at update {step}")
+            if own.priorities is not None:
+                assert_close(mine.priorities, own.priorities, f"member {k} priorities")
+    for k, (mine, own) in enumerate(zip(packed, alone, strict=True)):
+        assert mine.updates == own.updates == 7
+        for name in ("q_net", "target_net"):
+            for key, value in own.state_dict()[name].items():
+                assert_close(mine.state_dict()[name][key], value, f"member {k} {name}.{key}")
+        ours_state, theirs_state = mine.optimizer.state_dict()["state"], own.optimizer.state_dict()["state"]
+        for index, state in theirs_state.items():
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                assert_close(ours_state[index][key].float(), state[key].float(), f"member {k} adam {key}")
+        assert mine.optimizer.param_groups[0]["lr"] == pytest.approx(own.optimizer.param_groups[0]["lr"])
+
+
+def saved_bytes(state) -> bytes:
+    file = io.BytesIO()
+    torch.save(state, file)
+    return file.getvalue()
+
+
+def test_a_members_checkpoint_holds_its_own_tensors_only():
+    built = members("dqn", [], [])
+    solo = copy.deepcopy(built[0][0])
+    batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
+    each_alone([UpdateWanted(solo, batches[0])])
+    PackedUpdates()([UpdateWanted(agent, batch) for (agent, _), batch in zip(built, batches, strict=True)])
+    agent = built[0][0]
+    assert agent.params[0].untyped_storage().nbytes() > agent.params[0].nbytes  # a view of the stack
+    as_views = saved_bytes(agent.state_dict())  # torch.save writes each view's whole storage: both members
+    owned = saved_bytes(own_storages(agent.state_dict()))  # what the run directory writes
+    assert len(as_views) > 1.5 * len(saved_bytes(solo.state_dict()))
+    assert abs(len(owned) - len(saved_bytes(solo.state_dict()))) < 1024
+    loaded = torch.load(io.BytesIO(owned), weights_only=True)
+    assert torch.equal(loaded["q_net"]["net.0.weight"], agent.params[0].detach())
+
+
+def test_agents_it_cannot_batch_are_updated_alone(caplog):
+    built = members("iqn", [], [])  # IQN draws its quantile fractions: vmap refuses a random draw
+    agents = [agent for agent, _ in built]
+    assert refusal(agents) is None
+    before = [copy.deepcopy(agent) for agent in agents]
+    batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
+    updates = PackedUpdates()
+    with caplog.at_level("INFO", logger="rl_hydra.speed.packed"):
+        answers = updates([UpdateWanted(agent, batch) for agent, batch in zip(agents, batches, strict=True)])
+    assert "each member updates alone: vmap cannot batch IQN.loss" in caplog.text
+    assert all(agent.updates == 1 for agent in agents) and len(answers) == 2
+    assert not torch.equal(agents[0].params[0], before[0].params[0])  # each was updated, by its own update
+    assert refusal([agents[0]]) == "a pack of one"
+
+
+def test_a_deep_copy_of_a_built_agent_updates_its_own_weights():
+    """The speed layer's update wrapper goes with the copy (a closure would step the original's weights)."""
+    ((agent, buffer),) = members("dqn", [])
+    twin, before = copy.deepcopy(agent), agent.params[0].detach().clone()
+    twin.update(next(iter(buffer.sample_batches(agent.batch_size, 1))))
+    assert torch.equal(agent.params[0], before) and not torch.equal(twin.params[0], before)
