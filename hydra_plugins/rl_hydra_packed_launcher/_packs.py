@@ -212,18 +212,27 @@ def train_pack_in_worker(pack: list[Job], context: Any, task: Any, state: dict) 
     return train_pack(pack, context, task)
 
 
+def job_name(job: Job) -> str:
+    """The job directory's name, as run_job will make it (hydra.sweep.subdir, resolved for this job)."""
+    HydraConfig.instance().set_config(job.config)
+    return str(job.config.hydra.sweep.subdir)
+
+
 def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobReturn]]:
     """Each member started through run_job, then the pack trained; each job's return, by its index."""
     from rl_hydra.build import ProcessSettings, process_settings
     from rl_hydra.loops import pack as packing
-    from rl_hydra.speed.packed import PackedUpdates
+    from rl_hydra.loops.pack_updates import PackedUpdates
+    from rl_hydra.runs.provenance import Pack
 
     first = pack[0].config
     configure_log(first.hydra.job_logging, first.hydra.verbose)  # once: a member's train.log is its own handler
     with process_settings(ProcessSettings.of(first)):  # the pack's; each member's build seeds its own
         members, returns = [], []
-        for job in pack:
+        names = [job_name(job) for job in pack]
+        for index, job in enumerate(pack):
             HydraConfig.instance().set_config(job.config)
+            Pack.current = {"size": len(pack), "member": index, "members": names}  # its provenance says so
 
             def member(cfg: DictConfig, name: str = str(job.overrides)) -> packing.Member:
                 return packing.start(name, task.steps(cfg))  # the run built, its first step taken
@@ -236,9 +245,10 @@ def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobR
                 job_subdir_key="hydra.sweep.subdir",
                 configure_logging=False,
             )
+            Pack.current = None
             members.append(ret.return_value)
             returns.append((job.index, ret))
-        packing.run_pack(members, PackedUpdates() if first.fast_paths else packing.each_alone)
+        packing.run_pack(members, PackedUpdates(packing.each_alone) if first.fast_paths else packing.each_alone)
     for (_, ret), started in zip(returns, members, strict=True):
         if started.error is not None:
             ret.status, ret.return_value = JobStatus.FAILED, started.error

@@ -71,3 +71,37 @@ def named_code(cfg: DictConfig) -> list[str]:
     found = [str(target) for _, target in targets(OmegaConf.to_container(cfg, resolve=False))]
     env_id = str(OmegaConf.select(cfg, "env.id", default=""))
     return found + ([env_id.split(":", 1)[0]] if ":" in env_id else [])
+
+
+def sweep(*overrides: str, sweep_dir: str | Path, packed: bool = True, checkpoint: str = "best") -> list[Run]:
+    """`python train.py -m <overrides>` into `sweep_dir` (the seeds in one process, hydra/launcher=packed,
+    unless `packed=False`), then each finished job's run, in the order of their directories. A refused
+    sweep raises BadArgument with its error line; a sweep some of whose jobs failed returns the others.
+
+    >>> runs = sweep("algo=dqn", "seed=0,1,2", "train.total_steps=5000", sweep_dir="outputs/my_sweep")
+    """
+    import json
+    import subprocess
+    import sys
+
+    launcher = ["hydra/launcher=packed"] if packed else []
+    command = [
+        sys.executable,
+        "-m",
+        "rl_hydra.commands.cli",
+        "-m",
+        *overrides,
+        *launcher,
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    done = subprocess.run(command, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(done.stderr)
+    if done.returncode == 2:
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        raise BadArgument(lines[-1].removeprefix("error: ") if lines else f"the sweep exited {done.returncode}")
+    finished = [
+        path.parent
+        for path in sorted(Path(sweep_dir).glob("*/summary.json"))
+        if json.loads(path.read_text()).get("status") == "completed"
+    ]
+    return [load_run(run_dir, checkpoint=checkpoint) for run_dir in finished]

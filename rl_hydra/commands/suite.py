@@ -96,11 +96,13 @@ def load_suite(name: str) -> Suite:
     return Suite(name, seeds, rows)
 
 
-def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int) -> list[str]:
+def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int, packed: bool = False) -> list[str]:
     """`train.py -m` over the row's seeds (an int N: 0, .., N-1; or the seeds themselves) into
-    `<out>/<row name>` (jobs > 1: the joblib launcher). Each seed's job directory has the same
-    name whichever seeds one command runs."""
+    `<out>/<row name>` (jobs > 1: the joblib launcher; packed: the row's seeds in one process,
+    hydra/launcher=packed). Each seed's job directory has the same name whichever seeds one command runs."""
     launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
+    if packed:
+        launcher = ["hydra/launcher=packed"]
     seed_list = range(seeds) if isinstance(seeds, int) else seeds
     return [
         *TRAIN,
@@ -112,12 +114,14 @@ def sweep_command(row: Row, seeds: int | Sequence[int], out: Path, jobs: int) ->
     ]
 
 
-def run_suite(suite: Suite, out: Path, jobs: int = 1, only_seeds: Sequence[int] | None = None) -> list[str]:
+def run_suite(
+    suite: Suite, out: Path, jobs: int = 1, only_seeds: Sequence[int] | None = None, packed: bool = False
+) -> list[str]:
     """Train every row (skipping finished runs), on all the suite's seeds or `only_seeds`;
     returns the rows whose sweep exited non-zero."""
     failed = []
     for row in suite.rows:
-        command = sweep_command(row, suite.seeds if only_seeds is None else only_seeds, out, jobs)
+        command = sweep_command(row, suite.seeds if only_seeds is None else only_seeds, out, jobs, packed)
         print(f"suite {suite.name}: {row.name}: {shlex.join(command[2:])}", file=sys.stderr, flush=True)
         if subprocess.run(command).returncode != 0:
             failed.append(row.name)
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, help="seeds per row (default: the suite's own)")
     parser.add_argument("--out", type=Path, help="where the runs go (default: outputs/suites/<suite>)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time within a row (joblib launcher)")
+    parser.add_argument("--packed", action="store_true", help="a row's seeds in one process (docs/packed.md)")
     parser.add_argument("--rows", nargs="+", help="only these rows (<algo>_<env>)")
     parser.add_argument(
         "--only-seeds",
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     out = args.out or Path("outputs") / "suites" / suite.name
-    failed = [] if args.table_only else run_suite(suite, out, args.jobs, only_seeds)
+    failed = [] if args.table_only else run_suite(suite, out, args.jobs, only_seeds, args.packed)
     out.mkdir(parents=True, exist_ok=True)
     text = tables(suite, out)
     (out / "suite.md").write_text(text)

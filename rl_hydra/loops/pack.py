@@ -5,7 +5,7 @@ the members share is the process. While a member has its turn it has the process
 it would have alone (torch's generator, swapped in and out), and what is logged goes to its own
 train.log (`Turn`). Members move in lockstep by vector step: each wanted update is answered before any
 member takes its next step, all of a round's updates at once (`Updates`), so that a batched update
-(rl_hydra/speed/packed.py) can stand in for the members' own.
+(rl_hydra/loops/pack_updates.py) can stand in for the members' own.
 
 A member that fails (an error of its own) ends with that error and the others go on. A signal (Ctrl-C,
 SIGTERM) reaches every member: each stops at its step's end and writes its checkpoint.

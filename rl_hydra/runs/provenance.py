@@ -1,7 +1,7 @@
 """provenance.json: what made a run. One session per launch that trained in the directory (a
 resume adds one): the code (package version, git commit and whether the tree was dirty), the
 versions of python, torch, gymnasium, numpy and hydra, the device and host, the command line,
-the steps it covered and its start and end times."""
+the steps it covered and its start and end times; and, for a member of a pack, which pack."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ from rl_hydra.runs.run_dir import RunDirectory, RunError, read_json_object
 PACKAGES = {"rl_hydra": "rl-hydra", "torch": "torch", "gymnasium": "gymnasium", "numpy": "numpy", "hydra": "hydra-core"}
 # what may explain why the same config gives other numbers; `rl-hydra-verify` names the ones that differ
 CODE_KEYS = ("rl_hydra", "git_commit", "git_dirty", "python", "torch", "gymnasium", "numpy", "hydra", "device")
+
+
+class Pack:
+    """The pack a session trains in (hydra/launcher=packed sets it around each member's start, and puts
+    None back): {"size": members, "member": this one's index, "members": each member's overrides}."""
+
+    current: dict[str, Any] | None = None
 
 
 def now() -> str:
@@ -109,6 +116,7 @@ class Session:
             "end_step": None,
             **collect(device),
             "config_changes": config_changes or {},
+            **({"pack": Pack.current} if Pack.current is not None else {}),
         }
 
         def begin(sessions: list[dict[str, Any]]) -> None:

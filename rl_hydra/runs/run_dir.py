@@ -655,7 +655,7 @@ def read_choices(directory: RunDirectory) -> dict[str, Any] | None:
 def own_storages(state: Any) -> Any:
     """`state` with each tensor that is a view into a larger storage copied into one of its own size:
     torch.save writes a view's whole storage (a pack member's weights are views into the pack's stacked
-    ones, rl_hydra/speed/packed.py), which would put every member's weights in each checkpoint."""
+    ones, rl_hydra/loops/pack_updates.py), which would put every member's weights in each checkpoint."""
     import torch
 
     def own(value: Any) -> Any:

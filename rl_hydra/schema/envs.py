@@ -31,7 +31,7 @@ class EnvKeys:
     )
     kwargs: Any = key(help="passed to gymnasium.make")
     wrappers: Any = key(help="a list of _partial_ wrappers, each called with the env")
-    extra: str | None = key(help="the install extra it needs", choices=(*ENV_EXTRAS, None))
+    extra: str | None = key(help="which extra of pyproject.toml installs its packages", choices=(*ENV_EXTRAS, None))
     vectorization: str = key("sync", "how the envs step (docs/pixels.md)", choices=VECTORIZATIONS)
 
 

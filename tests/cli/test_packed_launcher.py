@@ -2,12 +2,16 @@
 the same record as the basic launcher's job; packs split by the keys that change a tensor's shape;
 bad launcher keys refused before anything is written; a signal stops every member at its step's end."""
 
+import json
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 from rl_hydra.commands.launch import EXIT_INTERRUPTED
+from rl_hydra.errors import BadArgument
 from tests.cli.test_sweeps import UPDATES, short_names, summaries, sweep
 from tests.conftest import ROOT, TINY, metric_rows, run_cli
 
@@ -28,29 +32,26 @@ def test_a_pack_of_two_seeds_writes_what_two_solo_jobs_write(tmp_path):
         assert (packed / name / ".hydra" / "overrides.yaml").read_text() == (
             solo / name / ".hydra" / "overrides.yaml"
         ).read_text()
+        (session,) = json.loads((packed / name / "provenance.json").read_text())["sessions"]
+        assert session["pack"] == {"size": 2, "member": int(name[-1]), "members": ["seed=0", "seed=1"]}
         log = (packed / name / "train.log").read_text()
         other = packed / ("seed=1" if name == "seed=0" else "seed=0")
         assert f"run directory: {packed / name}" in log and str(other) not in log  # each member's lines only
 
 
 def test_keys_that_change_shapes_split_the_packs_and_the_line_says_which(tmp_path):
-    output = sweep(tmp_path, PACKED, "seed=0,1", "network.hidden_sizes=[8],[16]", *UPDATES, short_names())
-    assert "Launching 4 jobs as 2 pack(s) of 2+2 member(s); network.hidden_sizes splits them" in output
-    assert output.count("pack: 2 members' DQN updates batched as one") == 2
-    assert all(s["status"] == "completed" for s in summaries(tmp_path).values()) and len(summaries(tmp_path)) == 4
-
-
-def test_a_learning_rate_sweep_packs_with_the_seeds(tmp_path):
     output = sweep(
         tmp_path,
         PACKED,
         "seed=0,1",
-        "algo.optimizer.lr=1e-3,3e-3",
-        "hydra.launcher.pack_size=3",
+        "network.hidden_sizes=[8],[16]",
+        "hydra.launcher.n_jobs=2",
         *UPDATES,
         short_names(),
     )
-    assert "Launching 4 jobs as 2 pack(s) of 3+1 member(s)" in output and "splits" not in output
+    assert "Launching 4 jobs as 2 pack(s) of 2+2 member(s); network.hidden_sizes splits them" in output  # 2 at once
+    assert output.count("pack: 2 members' DQN updates batched as one") == 2
+    assert all(s["status"] == "completed" for s in summaries(tmp_path).values()) and len(summaries(tmp_path)) == 4
 
 
 def test_bad_launcher_keys_are_one_line_and_write_nothing(tmp_path):
@@ -91,3 +92,37 @@ def test_sigint_stops_every_member_at_its_step_and_the_same_command_resumes_them
     for name, summary in stopped.items():
         assert f"resuming {tmp_path / name} at step {summary['global_step']}" in result.stdout + result.stderr
     assert all(s["status"] == "completed" and s["global_step"] == 3000 for s in summaries(tmp_path).values())
+
+
+def test_the_python_api_packs_a_sweep_and_gives_back_each_run(tmp_path):
+    from rl_hydra import sweep
+
+    args = ["seed=0,1", "algo.optimizer.lr=1e-3,3e-3", "hydra.launcher.pack_size=3", *TINY, *UPDATES, short_names()]
+    runs = sweep(*args, sweep_dir=tmp_path)  # a learning-rate sweep packs with the seeds
+    assert [run.run_dir.name for run in runs] == [
+        f"algo.optimizer.lr={lr},seed={s}" for lr in (0.001, 0.003) for s in (0, 1)
+    ]
+    sizes = [json.loads((run.run_dir / "provenance.json").read_text())["sessions"][-1]["pack"]["size"] for run in runs]
+    assert sorted(sizes) == [1, 3, 3, 3]
+    assert runs[0].predict([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+    with pytest.raises(BadArgument, match="hydra.launcher.pack_size=0 is out of range"):
+        sweep("seed=0,1", *TINY, "hydra.launcher.pack_size=0", sweep_dir=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_jobs_differing_in_packable_keys_share_a_pack_and_others_split_it():
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.rl_hydra_packed_launcher._packs import Job, group
+
+    def job(index, **keys):
+        base = {"seed": 0, "algo": {"gamma": 0.99, "optimizer": {"lr": 1e-3}}, "network": {"hidden_sizes": [8]}}
+        config = OmegaConf.merge(base, OmegaConf.from_dotlist([f"{k.replace('__', '.')}={v}" for k, v in keys.items()]))
+        return Job(index, [f"{k.replace('__', '.')}={v}" for k, v in keys.items()], config)
+
+    jobs = [job(0, seed=0), job(1, seed=1, algo__gamma=0.9), job(2, algo__optimizer__lr=3e-3), job(3, seed=3)]
+    jobs.append(job(4, seed=1, network__hidden_sizes="[16]"))
+    packs, splitting = group(jobs, pack_size=None)
+    assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2, 3], [4]] and splitting == ["network.hidden_sizes"]
+    packs, _ = group(jobs, pack_size=3)
+    assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2], [3], [4]]

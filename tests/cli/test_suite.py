@@ -83,6 +83,15 @@ def test_the_smoke_suite_trains_its_seeds_writes_the_table_and_skips_them_when_r
     assert (tmp_path / "suite.md").read_text() == table
 
 
+@pytest.mark.slow  # a suite's subprocess run: about 20 s
+def test_a_packed_suite_trains_a_rows_seeds_in_one_process(tmp_path):
+    result = run_suite(tmp_path, "--packed")
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    assert "hydra/launcher=packed" in output and "as 1 pack(s) of 2 member(s)" in output
+    assert "| dqn | acrobot | 300 | 2/2 |" in (tmp_path / "suite.md").read_text()
+
+
 def test_unknown_rows_are_refused(tmp_path):
     result = run_suite(tmp_path, "--rows", "dqn_pong")
     assert result.returncode == 2 and "error: --rows dqn_pong: not rows of suite smoke" in result.stderr

@@ -84,7 +84,7 @@ def test_an_import_for_type_checking_only_is_not_a_runtime_import():
 # Hydra is pinned below 1.4; its private modules and attributes are where an upgrade breaks first.
 # The scan covers the package and the project's own Optuna sweeper: the plugin needs none either.
 
-OWN_PLUGINS = {"rl_hydra_optuna_sweeper"}  # the hydra_plugins/ packages that are this project's
+OWN_PLUGINS = {"rl_hydra_optuna_sweeper", "rl_hydra_packed_launcher", "rl_hydra_schema"}  # this project's
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}  # config keys, public
 DOTTED = re.compile(r"hydra(_plugins)?(\.\w+)+")
 NAMED_ATTRIBUTE = {"getattr", "setattr", "hasattr", "delattr"}

@@ -14,6 +14,7 @@ from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
+from rl_hydra import choices
 from rl_hydra.commands.api import _compose
 from rl_hydra.commands.launch import RunFailed, launch
 from rl_hydra.config import (
@@ -27,6 +28,7 @@ from rl_hydra.config import (
     run_env_name,
 )
 from rl_hydra.envs import make
+from rl_hydra.schema import validate_config
 from tests.conftest import CONF_DIR, TINY, compose_config, run_cli
 from tests.runs.test_run_record import cli
 
@@ -185,15 +187,15 @@ def test_bad_env_ids_are_one_line(env_id, message):
 
 
 def test_a_missing_extra_names_the_pip_command(monkeypatch):
-    monkeypatch.setitem(make.EXTRA_MODULES, "box2d", "no_such_box2d_module")
+    monkeypatch.setitem(choices.ENV_EXTRAS, "box2d", "no_such_box2d_module")
     with pytest.raises(
         ConfigError,
         match=r"^env.id=LunarLander-v3 needs the box2d extra \(no_such_box2d_module is "
         r'not installed\): pip install -e "\.\[box2d\]"$',
     ):
         make.env_factory(compose_config("env=lunar_lander").env)
-    with pytest.raises(ConfigError, match="env.extra='nope' is not known"):
-        make.check_extra(OmegaConf.create({"id": "CartPole-v1", "extra": "nope"}))
+    with pytest.raises(ConfigError, match=r"env.extra='nope' is not allowed; choose one of: box2d, mujoco, atari"):
+        validate_config(compose_config("env=cartpole", "env.extra=nope"))  # the schema's choice
 
 
 def test_gymnasium_s_own_missing_dependency_error_is_turned_into_the_extra():

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from rl_hydra import choices
 from rl_hydra.commands.video import record_gif
-from rl_hydra.envs import make
 from rl_hydra.envs.learning import LearningSignal
 from rl_hydra.envs.make import env_factory, make_env
 from rl_hydra.errors import ConfigError
@@ -258,7 +258,7 @@ def test_minatar_ids_register_themselves(minatar, monkeypatch):
     ],
 )
 def test_a_missing_extra_is_one_line_naming_the_pip_command(monkeypatch, group, env_id, extra, module):
-    monkeypatch.setitem(make.EXTRA_MODULES, extra, f"no_such_{module}")
+    monkeypatch.setitem(choices.ENV_EXTRAS, extra, f"no_such_{module}")
     line = f'env.id={env_id} needs the {extra} extra (no_such_{module} is not installed): pip install -e ".[{extra}]"'
     for overrides in ([f"env={group}"], ["env=gym", f"env.id={env_id}"]):
         with pytest.raises(ConfigError) as error:

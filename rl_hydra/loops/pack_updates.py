@@ -1,5 +1,5 @@
 """One batched update for a pack's members (rl_hydra/loops/pack.py): the per-op overhead of K small
-updates paid once.
+updates paid once, a fast path of the pack beside its plain one (`each_alone`).
 
 The DQN family (DQN, QR-DQN, C51 and their double-Q, n-step and prioritized options, and any subclass
 that keeps DQN's `update` and `gradient_step`) is updated with its networks stacked along a leading
@@ -17,7 +17,7 @@ loss that draws random numbers (IQN's quantile fractions: vmap refuses it, the f
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -28,14 +28,17 @@ from rl_hydra.algos.dqn import DQN
 from rl_hydra.loops.pack import each_alone
 from rl_hydra.loops.steps import UpdateWanted
 from rl_hydra.protocols import Update
+from rl_hydra.speed.lean_adam import FUSED_ADAM
 
 log = logging.getLogger(__name__)
 
 
 class PackedUpdates:
-    """A pack's `updates`: each round's wanted updates batched where the agents allow it."""
+    """A pack's `updates` (rl_hydra/loops/pack.py): each round's wanted updates batched where the agents
+    allow it, else answered by `alone` (the pack's each_alone)."""
 
-    def __init__(self) -> None:
+    def __init__(self, alone: Callable[[Sequence[UpdateWanted]], list[Any]] = each_alone) -> None:
+        self.alone = alone
         self.stacks: dict[tuple[int, ...], StackedQ | None] = {}
 
     def __call__(self, wanted: Sequence[UpdateWanted]) -> list[Any]:
@@ -61,7 +64,7 @@ class PackedUpdates:
                     str(error).splitlines()[0],
                 )
                 self.stacks[key] = None
-        return each_alone(wanted)
+        return self.alone(wanted)
 
 
 def refusal(agents: list[Any]) -> str | None:
@@ -148,7 +151,7 @@ class StackedQ:
         grads, (loss, priorities, metrics) = self.member_grad(self.online, self.target, batch)
         with torch.no_grad():
             self.clip(grads)
-            self.adam(grads, torch.tensor(lrs, dtype=torch.float32, device=loss.device))
+            self.adam(grads, lrs)
             self.update_targets()
         return [
             Update(
@@ -167,13 +170,33 @@ class StackedQ:
         for g in grads.values():
             g.mul_(member_view(scale, g))
 
-    def adam(self, grads: dict[str, torch.Tensor], lrs: torch.Tensor) -> None:
+    def adam(self, grads: dict[str, torch.Tensor], lrs: list[float]) -> None:
         """torch.optim.Adam's step (no weight decay, no amsgrad) on the stacked tensors, with each
-        member's learning rate and step count."""
+        member's learning rate and step count: torch's fused kernel where they are the same for all."""
         self.steps += 1
+        if FUSED_ADAM is not None and len(set(lrs)) == 1 and bool((self.steps == self.steps[0]).all()):
+            names = list(grads)
+            FUSED_ADAM(
+                [self.online[name] for name in names],
+                [grads[name] for name in names],
+                [self.exp_avg[name] for name in names],
+                [self.exp_avg_sq[name] for name in names],
+                [],
+                [self.steps[0]] * len(names),  # read, not counted, by the kernel
+                amsgrad=False,
+                lr=lrs[0],
+                beta1=self.beta1,
+                beta2=self.beta2,
+                weight_decay=0.0,
+                eps=self.eps,
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
+            return
         correction1 = 1 - self.beta1**self.steps  # (K,)
         correction2_sqrt = (1 - self.beta2**self.steps).sqrt()
-        step_size = lrs / correction1
+        step_size = torch.tensor(lrs, dtype=torch.float32, device=self.steps.device) / correction1
         for name, g in grads.items():
             m, v, p = self.exp_avg[name], self.exp_avg_sq[name], self.online[name]
             m.lerp_(g, 1 - self.beta1)

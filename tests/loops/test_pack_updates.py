@@ -1,4 +1,4 @@
-"""A pack's batched update (rl_hydra/speed/packed.py) is each member's own update, up to float rounding:
+"""A pack's batched update (rl_hydra/loops/pack_updates.py) is each member's own update, up to float rounding:
 the same losses, priorities, weights, Adam moments, target networks and learning-rate schedule, from
 the same initial weights and batches, over several updates and past target updates; members with their
 own learning rates, gammas and clipping; checkpoints that hold each member's tensors only; and the
@@ -14,9 +14,9 @@ import torch
 
 from rl_hydra.build import build_components, process_settings
 from rl_hydra.loops.pack import each_alone
+from rl_hydra.loops.pack_updates import PackedUpdates, refusal
 from rl_hydra.loops.steps import UpdateWanted
 from rl_hydra.runs.run_dir import own_storages
-from rl_hydra.speed.packed import PackedUpdates, refusal
 from tests.conftest import compose_config
 
 SMALL = ["network.hidden_sizes=[32,32]", "algo.batch_size=16", "algo.target_update_every=3"]
@@ -57,7 +57,7 @@ def test_the_batched_update_is_each_members_own(algo, extra):
     built = members(algo, *extra)
     alone = [copy.deepcopy(agent) for agent, _ in built]
     packed = [agent for agent, _ in built]
-    updates = PackedUpdates()
+    updates = PackedUpdates(each_alone)
     for step in range(7):
         batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
         for agent in (*alone, *packed):
@@ -92,7 +92,7 @@ def test_a_members_checkpoint_holds_its_own_tensors_only():
     solo = copy.deepcopy(built[0][0])
     batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
     each_alone([UpdateWanted(solo, batches[0])])
-    PackedUpdates()([UpdateWanted(agent, batch) for (agent, _), batch in zip(built, batches, strict=True)])
+    PackedUpdates(each_alone)([UpdateWanted(agent, batch) for (agent, _), batch in zip(built, batches, strict=True)])
     agent = built[0][0]
     assert agent.params[0].untyped_storage().nbytes() > agent.params[0].nbytes  # a view of the stack
     as_views = saved_bytes(agent.state_dict())  # torch.save writes each view's whole storage: both members
@@ -109,8 +109,8 @@ def test_agents_it_cannot_batch_are_updated_alone(caplog):
     assert refusal(agents) is None
     before = [copy.deepcopy(agent) for agent in agents]
     batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
-    updates = PackedUpdates()
-    with caplog.at_level("INFO", logger="rl_hydra.speed.packed"):
+    updates = PackedUpdates(each_alone)
+    with caplog.at_level("INFO", logger="rl_hydra.loops.pack_updates"):
         answers = updates([UpdateWanted(agent, batch) for agent, batch in zip(agents, batches, strict=True)])
     assert "each member updates alone: vmap cannot batch IQN.loss" in caplog.text
     assert all(agent.updates == 1 for agent in agents) and len(answers) == 2

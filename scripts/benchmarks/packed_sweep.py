@@ -1,0 +1,193 @@
+"""A seed sweep's wall: packed (`hydra/launcher=packed`) against the same jobs one after another, and
+against joblib n_jobs=2.
+
+    python scripts/benchmarks/packed_sweep.py [--presets dqn_cartpole sac_pendulum ...] [--seeds 5 10]
+        [--steps 20000] [--repeats 3] [--record results/packed_sweep.json]
+
+For each preset and seed count it runs `python train.py -m <preset> seed=0,...,K-1` with the preset's
+own budget cut to `--steps` (no early stop, the preset's evaluation schedule), as:
+
+- packed: `hydra/launcher=packed`, one pack of K members, pinned to one core (taskset -c 0);
+- solo: the basic launcher, the K jobs one after another in one process, pinned to the same core;
+- joblib: `hydra/launcher=joblib hydra.launcher.n_jobs=2`, on both cores.
+
+The sides alternate within a repeat, their order rotating. Each prints its wall (s), its peak memory
+(the largest process's maximum RSS) and the median over its seeds of the final evaluation's return; a
+ratio is packed (or joblib) / solo in the same repeat, and a figure the median over the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+PRESETS = {
+    "dqn_cartpole": ["algo=dqn", "env=cartpole"],
+    "qr_dqn_cartpole": ["algo=qr_dqn", "env=cartpole"],
+    "iqn_cartpole": ["algo=iqn", "env=cartpole"],
+    "sac_pendulum": ["algo=sac", "env=pendulum"],
+    "tqc_pendulum": ["algo=tqc", "env=pendulum"],
+    "td3_pendulum": ["algo=td3", "env=pendulum"],
+    "crossq_pendulum": ["algo=crossq", "env=pendulum"],
+    "droq_pendulum": ["algo=droq", "env=pendulum"],
+}
+SIDES = {
+    "packed": (["taskset", "-c", "0"], ["hydra/launcher=packed"]),
+    "solo": (["taskset", "-c", "0"], []),
+    "joblib": ([], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]),
+}
+
+
+def sweep(side: str, preset: str, seeds: int, steps: int, folder: Path) -> dict:
+    """One side's sweep in a fresh process: {wall, rss_mb, return}."""
+    pin, launcher = SIDES[side]
+    sweep_dir = folder / f"{side}_{preset}_{seeds}"
+    command = [
+        *pin,
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        *PRESETS[preset],
+        *launcher,
+        f"seed={','.join(map(str, range(seeds)))}",
+        f"train.total_steps={steps}",
+        "train.stop_at_return=null",
+        "train.progress=false",
+        "logger=[]",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    measure = "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); " + (
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)"
+    )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", measure, *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{side} {preset} x{seeds} failed:\n{done.stderr[-3000:]}")
+    import json
+
+    returns = [json.loads(p.read_text())["eval_return_mean"] for p in sweep_dir.glob("*/summary.json")]
+    assert len(returns) == seeds, (side, preset, len(returns))
+    rss = int(done.stderr.strip().splitlines()[-1]) / 1024
+    shutil.rmtree(sweep_dir)
+    return {"wall": wall, "rss_mb": rss, "return": statistics.median(returns)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["dqn_cartpole"], choices=sorted(PRESETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[5])
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
+    parser.add_argument("--record", type=Path, help="write the figures as a results record (JSON)")
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="packed_sweep_") as tmp:
+        for preset in args.presets:
+            for seeds in args.seeds:
+                runs: dict[str, list[dict]] = {side: [] for side in args.sides}
+                for repeat in range(args.repeats):
+                    order = args.sides[repeat % len(args.sides) :] + args.sides[: repeat % len(args.sides)]
+                    for side in order:
+                        runs[side].append(sweep(side, preset, seeds, args.steps, Path(tmp)))
+                        got = runs[side][-1]
+                        print(
+                            f"{preset} x{seeds} repeat {repeat}: {side} {got['wall']:.1f} s, "
+                            f"{got['rss_mb']:.0f} MB, return {got['return']:.1f}",
+                            flush=True,
+                        )
+                rows.append(row(preset, seeds, runs))
+                print(summary_line(rows[-1]), flush=True)
+    if args.record:
+        write_record(args, rows, load_before, argv if argv is not None else sys.argv[1:])
+    return 0
+
+
+def row(preset: str, seeds: int, runs: dict[str, list[dict]]) -> dict:
+    per_seed: dict[str, list] = {}
+    for side, results in runs.items():
+        per_seed[side] = [round(r["wall"], 1) for r in results]
+        per_seed[f"{side}_return"] = [round(r["return"], 1) for r in results]
+        per_seed[f"{side}_mb"] = [round(r["rss_mb"]) for r in results]
+    for side in runs:
+        if side != "solo" and "solo" in runs:
+            per_seed[f"{side}_ratio"] = [round(a["wall"] / b["wall"], 2) for a, b in zip(runs[side], runs["solo"])]
+    summary = {key: statistics.median(values) for key, values in per_seed.items()}
+    return {"id": f"{preset}_{seeds}", "label": f"{preset}, {seeds} seeds", "per_seed": per_seed, "summary": summary}
+
+
+def summary_line(row: dict) -> str:
+    s = row["summary"]
+    parts = [f"{row['label']}:"]
+    for side in ("packed", "solo", "joblib"):
+        if side in s:
+            parts.append(f"{side} {s[side]:.1f} s ({s[f'{side}_mb']:.0f} MB, return {s[f'{side}_return']:.1f})")
+    parts += [f"{k} {v:.2f}" for k, v in s.items() if k.endswith("_ratio")]
+    return "  ".join(parts)
+
+
+def write_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
+    import datetime
+
+    from rl_hydra.runs.results import commit, dump, machine
+
+    record = {
+        "name": args.record.stem,
+        "title": "A seed sweep packed into one process, against its jobs one after another and joblib n_jobs=2",
+        "topic": "sweeps",
+        "status": "adopted",
+        "reason": None,
+        "command": "python scripts/benchmarks/packed_sweep.py " + " ".join(argv),
+        "rerun": None,
+        "overrides": [],
+        "seeds": list(range(args.repeats)),
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(load_before, "cpu"),
+        "peer": None,
+        "notes": [
+            f"{args.steps} env steps a job, no early stop; packed and solo pinned to one core, joblib on two. "
+            "Memory: the largest process's peak RSS (packed: the pack's one process; solo: the sweep's; "
+            "joblib: its largest worker)."
+        ],
+        "per": "repeat",
+        "columns": [
+            {"header": "sweep", "format": "{label}", "align": "left"},
+            {"header": "packed (s)", "format": "{packed:.1f}"},
+            {"header": "solo, one after another (s)", "format": "{solo:.1f}"},
+            {"header": "joblib n_jobs=2 (s)", "format": ["{joblib:.1f}", "-"]},
+            {"header": "packed / solo", "format": "{packed_ratio:.2f}"},
+            {"header": "joblib / solo", "format": ["{joblib_ratio:.2f}", "-"]},
+            {"header": "return packed / solo (median of seeds)", "format": "{packed_return:.1f} / {solo_return:.1f}"},
+            {"header": "peak MB packed / solo", "format": "{packed_mb:.0f} / {solo_mb:.0f}"},
+        ],
+        "seed_columns": [
+            {"header": "packed (s)", "format": "{packed:.1f}"},
+            {"header": "solo (s)", "format": "{solo:.1f}"},
+            {"header": "packed / solo", "format": "{packed_ratio:.2f}"},
+        ],
+        "rows": rows,
+    }
+    args.record.write_text(dump(record))
+    print(f"wrote {args.record}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
