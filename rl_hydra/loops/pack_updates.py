@@ -3,8 +3,8 @@ updates paid once, a fast path of the pack beside its plain one (`each_alone`).
 
 The DQN family (DQN, QR-DQN, C51 and their double-Q, n-step and prioritized options, and any subclass
 that keeps DQN's `update` and `gradient_step`) is updated with its networks stacked along a leading
-member dimension: the agent's own `loss`, vmapped over each member's parameters and batch, its
-gradient, each member's clipping, Adam on the stacked tensors with each member's learning rate and
+member dimension: the agent's own `loss`, vmapped over each member's parameters and batch, autograd's
+backward through it, each member's clipping, Adam on the stacked tensors with each member's learning rate and
 moments, and each member's target update. A member's modules hold views into the stacked parameters
 and its optimizer's state views into the stacked moments, so its acting, evaluation and checkpoints
 (runs/run_dir.py saves a view as the tensor it shows) read what the batched update wrote.
@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, vmap
 
 from rl_hydra.algos.dqn import DQN
 from rl_hydra.loops.pack import each_alone
@@ -37,8 +37,15 @@ class PackedUpdates:
     """A pack's `updates` (rl_hydra/loops/pack.py): each round's wanted updates batched where the agents
     allow it, else answered by `alone` (the pack's each_alone)."""
 
-    def __init__(self, alone: Callable[[Sequence[UpdateWanted]], list[Any]] = each_alone) -> None:
+    # below this many members one update after another is the faster (packed_sweep.py --updates: a
+    # batched round costs a few ms of its own on the CPU)
+    min_members = 4
+
+    def __init__(
+        self, alone: Callable[[Sequence[UpdateWanted]], list[Any]] = each_alone, min_members: int | None = None
+    ) -> None:
         self.alone = alone
+        self.min_members = self.min_members if min_members is None else min_members
         self.stacks: dict[tuple[int, ...], StackedQ | None] = {}
 
     def __call__(self, wanted: Sequence[UpdateWanted]) -> list[Any]:
@@ -46,6 +53,8 @@ class PackedUpdates:
         key = tuple(id(agent) for agent in agents)
         if key not in self.stacks:
             why = refusal(agents)
+            if why is None and len(agents) < self.min_members:
+                why = f"{len(agents)} members, fewer than {self.min_members} (one after another is faster)"
             if why is not None and len(agents) > 1:
                 log.info("pack: each member updates alone: %s", why)
             elif why is None:
@@ -133,12 +142,14 @@ class StackedQ:
         (self.beta1, self.beta2), self.eps = group["betas"], group["eps"]
         clips = [agent.max_grad_norm for agent in agents]
         self.max_norm = None if clips[0] is None else torch.tensor(clips, dtype=torch.float32, device=template.device)
-        self.member_grad = vmap(grad(self.member_loss, has_aux=True), randomness="error")
+        for stacked in self.online.values():  # leaves of autograd: a backward through the vmapped loss fills .grad
+            stacked.requires_grad_(True)
+        # the forward vmapped, the backward autograd's own: half the cost of vmap(grad(...)) at these sizes
+        self.member_losses = vmap(self.member_loss, randomness="error")
 
     def member_loss(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor], batch: Any):
         weights = {**{f"q_net.{n}": p for n, p in online.items()}, **{f"target_net.{n}": p for n, p in target.items()}}
-        loss, priorities, metrics = functional_call(self.both, weights, (batch,))
-        return loss, (loss.detach(), priorities, metrics)
+        return functional_call(self.both, weights, (batch,))
 
     def update(self, batches: list[Any]) -> list[Update]:
         """What each agent's own `update` would do and return, for all at once."""
@@ -148,7 +159,12 @@ class StackedQ:
             lrs.append(agent.base_lrs[0] * factor)
             agent.optimizer.param_groups[0]["lr"] = lrs[-1]
         batch = stack_batches(batches)
-        grads, (loss, priorities, metrics) = self.member_grad(self.online, self.target, batch)
+        for stacked in self.online.values():
+            stacked.grad = None
+        loss, priorities, metrics = self.member_losses(self.online, self.target, batch)  # (K,), (K, B), {(K,)}
+        loss.sum().backward()  # each member's loss reaches its own slice only
+        grads = {name: cast(torch.Tensor, stacked.grad) for name, stacked in self.online.items()}  # every one has one
+        loss = loss.detach()
         with torch.no_grad():
             self.clip(grads)
             self.adam(grads, lrs)
@@ -229,7 +245,7 @@ def stack_into(agents: list[Any], attribute: str, names: list[str]) -> dict[str,
         params = [dict(getattr(agent, attribute).named_parameters())[name] for agent in agents]
         stacked[name] = torch.stack([p.detach() for p in params])
         for k, param in enumerate(params):
-            param.data = stacked[name][k]
+            param.data = stacked[name].detach()[k]
     return stacked
 
 
@@ -260,4 +276,12 @@ def stack_moments(agents: list[Any], names: list[str], online: dict[str, torch.T
 
 def stack_batches(batches: list[Any]) -> Any:
     """Batches of one type (named tuples of tensors, a dict of parts for an observation) stacked: (K, ...)."""
-    return torch.utils._pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches)
+    first = batches[0]
+    if torch.is_tensor(first):
+        return torch.stack(batches)
+    if isinstance(first, dict):
+        return {key: stack_batches([batch[key] for batch in batches]) for key in first}
+    if isinstance(first, tuple):
+        stacked = [stack_batches(list(parts)) for parts in zip(*batches, strict=True)]
+        return type(first)(*stacked) if hasattr(first, "_fields") else tuple(stacked)  # a named tuple, or a plain one
+    return first  # None, or a value every member shares

@@ -3,6 +3,7 @@ against joblib n_jobs=2.
 
     python scripts/benchmarks/packed_sweep.py [--presets dqn_cartpole sac_pendulum ...] [--seeds 5 10]
         [--steps 20000] [--repeats 3] [--record results/packed_sweep.json]
+    python scripts/benchmarks/packed_sweep.py [overrides ...] --updates [--presets dqn_cartpole] [--seeds 2 5 10 20]
 
 For each preset and seed count it runs `python train.py -m <preset> seed=0,...,K-1` with the preset's
 own budget cut to `--steps` (no early stop, the preset's evaluation schedule), as:
@@ -10,6 +11,10 @@ own budget cut to `--steps` (no early stop, the preset's evaluation schedule), a
 - packed: `hydra/launcher=packed`, one pack of K members, pinned to one core (taskset -c 0);
 - solo: the basic launcher, the K jobs one after another in one process, pinned to the same core;
 - joblib: `hydra/launcher=joblib hydra.launcher.n_jobs=2`, on both cores.
+
+`--updates` times the update alone instead: K members' round of updates, each agent's own one after
+another against the pack's batched update (rl_hydra/loops/pack_updates.py), on batches sampled before
+the clock starts, one thread; the ratio is batched / alone, the median over rounds.
 
 The sides alternate within a repeat, their order rotating. Each prints its wall (s), its peak memory
 (the largest process's maximum RSS) and the median over its seeds of the final evaluation's return; a
@@ -88,6 +93,56 @@ def sweep(side: str, preset: str, seeds: int, steps: int, folder: Path) -> dict:
     return {"wall": wall, "rss_mb": rss, "return": statistics.median(returns)}
 
 
+def update_ratio(preset: str, members: int, overrides: list[str], rounds: int = 5, updates: int = 40) -> dict:
+    """{alone, batched} ms for one round of `members` updates, and their ratio (medians over rounds)."""
+    import copy
+
+    import torch
+
+    from rl_hydra.build import ProcessSettings, build_components, process_settings
+    from rl_hydra.commands.api import compose_train_config
+    from rl_hydra.loops.pack import each_alone
+    from rl_hydra.loops.pack_updates import PackedUpdates
+    from rl_hydra.loops.steps import UpdateWanted
+
+    agents, batches = [], []
+    for seed in range(members):
+        cfg = compose_train_config(*PRESETS[preset], f"seed={seed}", *overrides)
+        with process_settings(cfg):
+            agent, env, buffer = build_components(cfg, torch.device("cpu"))
+            obs, _ = env.reset(seed=seed)
+            for _ in range(max(300, agent.batch_size)):
+                actions = env.action_space.sample()
+                next_obs, rewards, terminated, truncated, _ = env.step(actions)
+                buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
+                obs = next_obs
+            env.close()
+        agents.append(agent)
+        batches.append(next(iter(buffer.sample_batches(agent.batch_size, 1))))
+    sides = {
+        "alone": (each_alone, [copy.deepcopy(a) for a in agents]),
+        "batched": (PackedUpdates(min_members=2), agents),
+    }
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    with process_settings(ProcessSettings(seed=0, torch_threads=1)):  # one thread, denormals flushed; put back
+        for round_ in range(rounds):
+            for side in list(sides)[round_ % 2 :] + list(sides)[: round_ % 2]:
+                update, own = sides[side]
+                wanted = [UpdateWanted(agent, batch) for agent, batch in zip(own, batches)]
+                for _ in range(5):
+                    update(wanted)
+                start = time.perf_counter()
+                for _ in range(updates):
+                    update(wanted)
+                times[side].append((time.perf_counter() - start) / updates * 1e3)
+    alone, batched = statistics.median(times["alone"]), statistics.median(times["batched"])
+    return {
+        "alone": alone,
+        "batched": batched,
+        "ratio": statistics.median(b / a for a, b in zip(times["alone"], times["batched"])),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["dqn_cartpole"], choices=sorted(PRESETS))
@@ -96,7 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
     parser.add_argument("--record", type=Path, help="write the figures as a results record (JSON)")
+    parser.add_argument("--updates", action="store_true", help="time a round of updates alone against batched")
+    parser.add_argument(
+        "overrides", nargs="*", help="with --updates: overrides of the preset (network.hidden_sizes=...)"
+    )
     args = parser.parse_args(argv)
+    if args.updates:
+        for preset in args.presets:
+            for members in args.seeds:
+                got = update_ratio(preset, members, args.overrides)
+                print(
+                    f"{preset} {' '.join(args.overrides)} x{members}: alone {got['alone']:.2f} ms, "
+                    f"batched {got['batched']:.2f} ms a round; batched / alone {got['ratio']:.2f}",
+                    flush=True,
+                )
+        return 0
     load_before = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="packed_sweep_") as tmp:

@@ -50,7 +50,7 @@ def test_keys_that_change_shapes_split_the_packs_and_the_line_says_which(tmp_pat
         short_names(),
     )
     assert "Launching 4 jobs as 2 pack(s) of 2+2 member(s); network.hidden_sizes splits them" in output  # 2 at once
-    assert output.count("pack: 2 members' DQN updates batched as one") == 2
+    assert output.count("pack: each member updates alone: 2 members, fewer than 4") == 2
     assert all(s["status"] == "completed" for s in summaries(tmp_path).values()) and len(summaries(tmp_path)) == 4
 
 

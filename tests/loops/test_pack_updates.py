@@ -57,7 +57,7 @@ def test_the_batched_update_is_each_members_own(algo, extra):
     built = members(algo, *extra)
     alone = [copy.deepcopy(agent) for agent, _ in built]
     packed = [agent for agent, _ in built]
-    updates = PackedUpdates(each_alone)
+    updates = PackedUpdates(each_alone, min_members=2)
     for step in range(7):
         batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
         for agent in (*alone, *packed):
@@ -92,7 +92,9 @@ def test_a_members_checkpoint_holds_its_own_tensors_only():
     solo = copy.deepcopy(built[0][0])
     batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
     each_alone([UpdateWanted(solo, batches[0])])
-    PackedUpdates(each_alone)([UpdateWanted(agent, batch) for (agent, _), batch in zip(built, batches, strict=True)])
+    PackedUpdates(each_alone, min_members=2)(
+        [UpdateWanted(agent, batch) for (agent, _), batch in zip(built, batches, strict=True)]
+    )
     agent = built[0][0]
     assert agent.params[0].untyped_storage().nbytes() > agent.params[0].nbytes  # a view of the stack
     as_views = saved_bytes(agent.state_dict())  # torch.save writes each view's whole storage: both members
@@ -109,7 +111,7 @@ def test_agents_it_cannot_batch_are_updated_alone(caplog):
     assert refusal(agents) is None
     before = [copy.deepcopy(agent) for agent in agents]
     batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
-    updates = PackedUpdates(each_alone)
+    updates = PackedUpdates(each_alone, min_members=2)
     with caplog.at_level("INFO", logger="rl_hydra.loops.pack_updates"):
         answers = updates([UpdateWanted(agent, batch) for agent, batch in zip(agents, batches, strict=True)])
     assert "each member updates alone: vmap cannot batch IQN.loss" in caplog.text
@@ -124,3 +126,22 @@ def test_a_deep_copy_of_a_built_agent_updates_its_own_weights():
     twin, before = copy.deepcopy(agent), agent.params[0].detach().clone()
     twin.update(next(iter(buffer.sample_batches(agent.batch_size, 1))))
     assert torch.equal(agent.params[0], before) and not torch.equal(twin.params[0], before)
+
+
+def test_the_benchmark_times_a_round_alone_and_batched():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = ROOT / "scripts" / "benchmarks" / "packed_sweep.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "network.hidden_sizes=[8]", "algo.batch_size=8", "--updates", "--seeds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dqn_cartpole network.hidden_sizes=[8] algo.batch_size=8 x2: alone " in done.stdout
+    assert "batched / alone" in done.stdout
