@@ -232,10 +232,13 @@ def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobR
         names = [job_name(job) for job in pack]
         for index, job in enumerate(pack):
             HydraConfig.instance().set_config(job.config)
-            Pack.current = {"size": len(pack), "member": index, "members": names}  # its provenance says so
 
-            def member(cfg: DictConfig, name: str = str(job.overrides)) -> packing.Member:
-                return packing.start(name, task.steps(cfg))  # the run built, its first step taken
+            def member(cfg: DictConfig, name: str = names[index], index: int = index) -> packing.Member:
+                Pack.current = {"size": len(pack), "member": index, "members": names}  # its provenance says so
+                try:
+                    return packing.start(name, task.steps(cfg))  # the run built, its first step taken
+                finally:
+                    Pack.current = None
 
             ret = run_job(
                 hydra_context=context,
@@ -245,7 +248,6 @@ def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobR
                 job_subdir_key="hydra.sweep.subdir",
                 configure_logging=False,
             )
-            Pack.current = None
             members.append(ret.return_value)
             returns.append((job.index, ret))
         packing.run_pack(members, PackedUpdates(packing.each_alone) if first.fast_paths else packing.each_alone)

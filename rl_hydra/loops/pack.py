@@ -43,7 +43,7 @@ class Member:
 
     name: str
     steps: Steps[Any]
-    random_state: torch.Tensor = field(default_factory=torch.get_rng_state)
+    random_state: tuple[torch.Tensor, list[torch.Tensor] | None] = field(default_factory=lambda: random_state())
     wanted: UpdateWanted | None = None
     done: bool = False
     result: Any = None
@@ -52,8 +52,8 @@ class Member:
     def advance(self, answer: Any = None) -> None:
         """Run the member to its next yield (or its end) with its turn and its random state; an error
         answer is thrown into its steps, where its update was asked for."""
-        Turn.current, outside = self, torch.get_rng_state()
-        torch.set_rng_state(self.random_state)
+        Turn.current, outside = self, random_state()
+        set_random_state(self.random_state)
         try:
             if isinstance(answer, BaseException):
                 self.wanted = self.steps.throw(answer)
@@ -64,15 +64,26 @@ class Member:
         except BaseException as error:  # noqa: BLE001 - it ended the member; the pack decides what follows
             self.done, self.error = True, error
         finally:
-            self.random_state = torch.get_rng_state()
-            torch.set_rng_state(outside)
+            self.random_state = random_state()
+            set_random_state(outside)
             Turn.current = None
 
 
-def start(name: str, steps: Steps[Any], seed_state: torch.Tensor | None = None) -> Member:
+def random_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """torch's global generators' state: the CPU's, and each GPU's once CUDA is in use."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+
+def set_random_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def start(name: str, steps: Steps[Any]) -> Member:
     """A member whose steps have run to their first yield: the run is built (its build seeds torch's
-    generator, which the member keeps) and has taken its first vector step, or has ended already."""
-    member = Member(name, steps, torch.get_rng_state() if seed_state is None else seed_state)
+    generators, which the member keeps) and has taken its first vector step, or has ended already."""
+    member = Member(name, steps)
     member.advance(None)
     return member
 

@@ -126,3 +126,12 @@ def test_jobs_differing_in_packable_keys_share_a_pack_and_others_split_it():
     assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2, 3], [4]] and splitting == ["network.hidden_sizes"]
     packs, _ = group(jobs, pack_size=3)
     assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2], [3], [4]]
+
+
+def test_an_optuna_batch_of_trials_trains_as_packs(tmp_path):
+    args = ["+hparams_search=dqn_cartpole", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=4", *UPDATES]
+    output = sweep(tmp_path, PACKED, *args, short_names("hparams_search"))
+    assert "Launching 4 jobs as" in output and output.count("Trial ") >= 4, output[-3000:]
+    runs = list(tmp_path.glob("*/provenance.json"))
+    assert len(runs) == 4 and all("pack" in json.loads(p.read_text())["sessions"][-1] for p in runs)
+    assert all(s["status"] == "completed" for s in summaries(tmp_path).values())
