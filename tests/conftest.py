@@ -144,6 +144,16 @@ def run_training(run_dir: Path, *overrides: str) -> dict:
     return run(cfg, run_dir)
 
 
+def play_at_random(env, buffer, steps: int, seed: int | None = None) -> None:
+    """`steps` vector steps of random actions in `env`, each transition added to `buffer`."""
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):
+        actions = env.action_space.sample()
+        next_obs, rewards, terminated, truncated, _ = env.step(actions)
+        buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
+        obs = next_obs
+
+
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:
     """metrics.csv without its wall-clock columns (time/*): what a same-seed run reproduces exactly."""
     import csv

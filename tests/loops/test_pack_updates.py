@@ -17,7 +17,7 @@ from rl_hydra.loops.pack import each_alone
 from rl_hydra.loops.pack_updates import PackedUpdates, refusal
 from rl_hydra.loops.steps import UpdateWanted
 from rl_hydra.runs.run_dir import own_storages
-from tests.conftest import compose_config
+from tests.conftest import compose_config, play_at_random
 
 SMALL = ["network.hidden_sizes=[32,32]", "algo.batch_size=16", "algo.target_update_every=3"]
 
@@ -29,12 +29,7 @@ def members(algo: str, *overrides_each: list[str]):
         cfg = compose_config(f"algo={algo}", f"seed={k}", *SMALL, *overrides)
         with process_settings(cfg):
             agent, env, buffer = build_components(cfg, torch.device("cpu"))
-            obs, _ = env.reset(seed=k)
-            for _ in range(64):
-                actions = env.action_space.sample()
-                next_obs, rewards, terminated, truncated, _ = env.step(actions)
-                buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
-                obs = next_obs
+            play_at_random(env, buffer, 64, seed=k)
             env.close()
         built.append((agent, buffer))
     return built

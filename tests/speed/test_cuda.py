@@ -20,7 +20,7 @@ from rl_hydra.loops.runner import TrainingDiverged
 from rl_hydra.loops.steps import drive
 from rl_hydra.speed import cuda_graph
 from rl_hydra.training import pick_loop
-from tests.conftest import TINY, compose_config, run_training
+from tests.conftest import TINY, compose_config, play_at_random, run_training
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
 TINY_CUDA = [o for o in TINY if not o.startswith("device=")] + ["device=cuda"]
@@ -262,12 +262,7 @@ def graph_config(algo: str, *overrides: str):
 def some_batches(cfg, count: int) -> list:
     """`count` batches of random CartPole play, on the GPU, the same for every agent that trains on them."""
     _, env, buffer = build_components(cfg, torch.device("cuda"))
-    obs = env.reset(seed=0)[0]
-    for _ in range(300):
-        actions = env.action_space.sample()
-        next_obs, rewards, terminated, truncated, _ = env.step(actions)
-        buffer.add(obs, actions, rewards, next_obs, terminated, truncated)
-        obs = next_obs
+    play_at_random(env, buffer, 300, seed=0)
     env.close()
     return [buffer.sample(32) for _ in range(count)]
 
