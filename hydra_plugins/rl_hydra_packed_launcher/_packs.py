@@ -27,6 +27,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rl_hydra.commands.launch import EXIT_CONFIG, fail
 from rl_hydra.errors import BadArgument, ConfigError, MachineLimit
 
+from ._remote import check_via, train_elsewhere
+
 log = logging.getLogger(__name__)
 
 # keys whose values may differ inside a pack: none changes a tensor's shape (item 3 of issue #76)
@@ -106,18 +108,25 @@ def overridden(job: Job) -> dict[str, str]:
 
 
 def replay_bytes(config: DictConfig) -> int:
-    """An upper bound on one member's replay memory: its capacity times an observation twice (the
-    next one too), the action, the reward and the flags."""
+    """An upper bound on one member's replay memory. A transition buffer: its capacity times an
+    observation twice (the next one too), the action, the reward and the flags. A sequence buffer
+    (DRQN's): its capacity in chunks, each `sequence_length` + 1 observations, as many actions, rewards and
+    flags, and the actor's state at the chunk's start (an LSTM's two vectors at most)."""
     from rl_hydra.envs import make_env
 
     env = make_env(config.env, seed=0)
     try:
         obs = env.single_observation_space
-        action = env.single_action_space
         obs_bytes = sum(space_bytes(space) for space in getattr(obs, "spaces", {"": obs}).values())
-        return int(config.buffer.capacity) * (2 * obs_bytes + space_bytes(action) + 16)
+        step_bytes = space_bytes(env.single_action_space) + 16
     finally:
         env.close()
+    capacity = int(config.buffer.capacity)
+    if "sequence_length" not in config.buffer:
+        return capacity * (2 * obs_bytes + step_bytes)
+    length = int(config.buffer.sequence_length)
+    state = 2 * 4 * int(config.network.lstm_size) if "lstm_size" in config.network else 0
+    return capacity * ((length + 1) * obs_bytes + length * step_bytes + state)
 
 
 def space_bytes(space: Any) -> int:
@@ -171,19 +180,25 @@ def launch_packs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_
             sweep_config.hydra.job.num = index
         jobs.append(Job(index, list(overrides), sweep_config))
     packs, splitting = group(jobs, launcher.pack_size)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
     try:
         check_packs(packs, launcher.n_jobs)
+        on_gpu = str(jobs[0].config.device).startswith("cuda")
+        executor = check_via(launcher.via, launcher.executor, on_gpu, sweep_dir / ".submitit")
     except ConfigError as error:
-        undo_sweep_dir(Path(str(config.hydra.sweep.dir)), *launcher.sweep_before)
+        undo_sweep_dir(sweep_dir, *launcher.sweep_before)
         fail(str(error), EXIT_CONFIG)
-    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     sizes = "+".join(str(len(pack)) for pack in packs)
     why = f"; {', '.join(splitting)} {'splits' if len(splitting) == 1 else 'split'} them" if splitting else ""
     log.info(f"Launching {len(jobs)} jobs as {len(packs)} pack(s) of {sizes} member(s){why}")
     for job in jobs:
         log.info(f"\t#{job.index} : {' '.join(filter_overrides(job.overrides))}")
     task, state = launcher.task_function, Singleton.get_state()
-    if launcher.n_jobs == 1 or len(packs) == 1:
+    if launcher.via != "local":
+        n_jobs, train = launcher.n_jobs, train_pack_in_worker
+        done = train_elsewhere(launcher.via, executor, packs, n_jobs, train, context, task, state)
+    elif launcher.n_jobs == 1 or len(packs) == 1:
         done = [train_pack(pack, context, task) for pack in packs]
     else:
         from joblib import Parallel, delayed

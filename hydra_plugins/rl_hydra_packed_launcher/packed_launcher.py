@@ -3,23 +3,26 @@ trains the packs (and torch) is imported only when a sweep launches."""
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 class PackedLauncher(Launcher):
     """Launches a batch of jobs as packs: jobs whose configs differ only in packable keys share a pack
-    of at most `pack_size` members; `n_jobs` packs train at once. Each job's run directory, name and
-    return value are what the basic launcher gives it."""
+    of at most `pack_size` members; `n_jobs` packs train at once, here or each as one job of `via`
+    (submitit, Ray). Each job's run directory, name and return value are what the basic launcher gives it."""
 
-    def __init__(self, pack_size: int | None = None, n_jobs: int = 1) -> None:
+    def __init__(self, pack_size: int | None = None, n_jobs: int = 1, via: str = "local", executor: Any = None) -> None:
         from ._packs import check_launcher_keys
 
         check_launcher_keys(pack_size, n_jobs)  # one error line before anything is built
-        self.pack_size, self.n_jobs = pack_size, n_jobs
+        self.pack_size, self.n_jobs, self.via = pack_size, n_jobs, via
+        given = OmegaConf.to_container(executor, resolve=True) if OmegaConf.is_config(executor) else executor
+        self.executor: dict[str, Any] = dict(given or {})  # type: ignore[arg-type]
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None

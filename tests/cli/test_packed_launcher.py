@@ -9,11 +9,12 @@ import sys
 import time
 
 import pytest
+import torch
 
 from rl_hydra.commands.launch import EXIT_INTERRUPTED
 from rl_hydra.errors import BadArgument
 from tests.cli.test_sweeps import UPDATES, short_names, summaries, sweep
-from tests.conftest import ROOT, TINY, metric_rows, run_cli
+from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
 
 PACKED = "hydra/launcher=packed"
 
@@ -63,6 +64,44 @@ def test_bad_launcher_keys_are_one_line_and_write_nothing(tmp_path):
             ["buffer.capacity=1000000000"],
             "error: hydra.launcher.pack_size: a pack of 2 members of buffer.capacity=1000000000 needs about",
         ),
+    ):
+        sweep_dir = tmp_path / "sweep"
+        result = run_cli("-m", PACKED, "seed=0,1", *TINY, *args, f"hydra.sweep.dir={sweep_dir}")
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1].startswith(line), result.stderr[-2000:]
+        assert not sweep_dir.exists(), args
+
+
+@pytest.mark.parametrize("via", ["submitit_local", pytest.param("ray", marks=pytest.mark.slow)])  # Ray starts slowly
+def test_a_pack_is_one_job_of_submitit_or_ray_and_writes_what_it_writes_here(tmp_path, via):
+    pytest.importorskip(via.split("_")[0])
+    args = ["seed=0,1", "network.hidden_sizes=[8],[16]", "fast_paths=false", *UPDATES, short_names("fast_paths")]
+    elsewhere, here = tmp_path / via, tmp_path / "here"
+    extra = ["+hydra.launcher.executor.num_cpus=1"] if via == "ray" else ["+hydra.launcher.executor.timeout_min=10"]
+    output = sweep(elsewhere, PACKED, f"hydra.launcher.via={via}", "hydra.launcher.n_jobs=2", *extra, *args)
+    sweep(here, PACKED, *args)
+    assert "Launching 4 jobs as 2 pack(s) of 2+2 member(s); network.hidden_sizes splits them" in output
+    assert sorted(summaries(elsewhere)) == sorted(summaries(here)) and len(summaries(here)) == 4
+    for name in summaries(here):
+        assert metric_rows(elsewhere / name) == metric_rows(here / name), name  # the same runs, bit for bit
+        (session,) = json.loads((elsewhere / name / "provenance.json").read_text())["sessions"]
+        assert session["pack"]["size"] == 2
+    if via == "submitit_local":  # one submitit job a pack, its files in the sweep directory
+        assert len([p for p in (elsewhere / ".submitit").iterdir() if p.name.isdigit()]) == 2
+
+
+def test_a_bad_via_or_executor_key_is_one_line_and_writes_nothing(tmp_path):
+    for args, line in (
+        (["hydra.launcher.via=slurm"], "error: hydra.launcher.via=slurm is not a choice; choose one of: local, "),
+        (
+            ["hydra.launcher.via=submitit_local", "+hydra.launcher.executor.gpus=1"],
+            "error: hydra.launcher.via=submitit_local executor={'gpus': 1}: Parameter 'gpus' need to be prefixed",
+        ),
+        (
+            ["hydra.launcher.via=ray", "+hydra.launcher.executor.gpus=1"],
+            "error: hydra.launcher.executor.gpus is not a Ray task option; choose from: address, num_cpus,",
+        ),
+        (["+hydra.launcher.executor.timeout_min=5"], "error: hydra.launcher.executor={'timeout_min': 5} is for via="),
     ):
         sweep_dir = tmp_path / "sweep"
         result = run_cli("-m", PACKED, "seed=0,1", *TINY, *args, f"hydra.sweep.dir={sweep_dir}")
@@ -126,6 +165,31 @@ def test_jobs_differing_in_packable_keys_share_a_pack_and_others_split_it():
     assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2, 3], [4]] and splitting == ["network.hidden_sizes"]
     packs, _ = group(jobs, pack_size=3)
     assert [[j.index for j in pack] for pack in packs] == [[0, 1, 2], [3], [4]]
+
+
+@pytest.mark.parametrize(
+    "overrides", [("algo=dqn", "env=cartpole"), ("algo=drqn", "env=cartpole_no_velocity", "network.lstm_size=64")]
+)
+def test_the_replay_estimate_bounds_what_a_member_s_buffer_holds(overrides):
+    """The estimate that refuses a pack too large for memory: at least a built buffer's bytes, at most twice."""
+    from hydra.utils import instantiate
+
+    from hydra_plugins.rl_hydra_packed_launcher._packs import replay_bytes
+    from rl_hydra.envs import make_env
+
+    cfg = compose_config(*overrides, "buffer.capacity=3000")
+    env = make_env(cfg.env, seed=0)
+    spaces = (env.single_observation_space, env.single_action_space)
+    n_step = {} if "sequence_length" in cfg.buffer else {"n_step": 1, "gamma": 0.99}
+    buffer = instantiate(
+        cfg.buffer, observation_space=spaces[0], action_space=spaces[1], num_envs=1, seed=0, device="cpu", **n_step
+    )
+    env.close()
+    tensors = [v for v in vars(buffer).values() if isinstance(v, torch.Tensor)]
+    tensors += [v for value in vars(buffer).values() if isinstance(value, dict) for v in value.values()]
+    held = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    held += 3000 * 2 * 64 * 4 if cfg.algo._target_.endswith("DRQN") else 0  # the actor's state, made at the first add
+    assert held <= replay_bytes(cfg) <= 2 * held, (held, replay_bytes(cfg))
 
 
 def test_an_optuna_batch_of_trials_trains_as_packs(tmp_path):
