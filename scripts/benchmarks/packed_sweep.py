@@ -4,6 +4,7 @@ against joblib n_jobs=2.
     python scripts/benchmarks/packed_sweep.py [--presets dqn_cartpole sac_pendulum ...] [--seeds 5 10]
         [--steps 20000] [--repeats 3] [--record results/packed_sweep.json]
     python scripts/benchmarks/packed_sweep.py [overrides ...] --updates [--presets dqn_cartpole] [--seeds 2 5 10 20]
+    python scripts/benchmarks/packed_sweep.py --returns [--presets dqn_cartpole ...] [--seeds 5] [--record ...]
 
 For each preset and seed count it runs `python train.py -m <preset> seed=0,...,K-1` with the preset's
 own budget cut to `--steps` (no early stop, the preset's evaluation schedule), as:
@@ -15,6 +16,11 @@ own budget cut to `--steps` (no early stop, the preset's evaluation schedule), a
 `--updates` times the update alone instead: K members' round of updates, each agent's own one after
 another against the pack's batched update (rl_hydra/loops/pack_updates.py), on batches sampled before
 the clock starts, one thread; the ratio is batched / alone, the median over rounds.
+
+`--returns` asks whether a member learns what the same seed learns alone: each preset as it is (its own
+budget and early stop), K seeds packed on one core and the same K seeds as solo jobs on the other, at the
+same time; each seed's final evaluation, each side's median with its 95% bootstrap interval over seeds, and
+"level" where each side's median lies inside the other's interval (or the packed one is higher).
 
 The sides alternate within a repeat, their order rotating. Each prints its wall (s), its peak memory
 (the largest process's maximum RSS) and the median over its seeds of the final evaluation's return; a
@@ -143,6 +149,95 @@ def update_ratio(preset: str, members: int, overrides: list[str], rounds: int = 
     }
 
 
+def returns_sweeps(preset: str, seeds: int, folder: Path) -> dict[str, list[float]]:
+    """The preset's K seeds packed (core 0) and solo (core 1) at once: each side's final returns by seed."""
+    import json
+
+    running = {}
+    for side, core in (("packed", "0"), ("solo", "1")):
+        sweep_dir = folder / f"returns_{side}_{preset}"
+        command = ["taskset", "-c", core, sys.executable, str(ROOT / "train.py"), "-m", *PRESETS[preset]]
+        command += [*SIDES[side][1], f"seed={','.join(map(str, range(seeds)))}", "train.progress=false", "logger=[]"]
+        command += [f"hydra.sweep.dir={sweep_dir}", "hydra.sweep.subdir=${seed}"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        running[side] = (
+            subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+            sweep_dir,
+        )
+    returns = {}
+    for side, (process, sweep_dir) in running.items():
+        _, stderr = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"{side} {preset} x{seeds} failed:\n{stderr.decode()[-3000:]}")
+        summaries = {int(p.parent.name): json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
+        returns[side] = [round(summaries[seed]["eval_return_mean"], 1) for seed in range(seeds)]
+        returns[f"{side}_steps"] = [summaries[seed]["global_step"] for seed in range(seeds)]
+    return returns
+
+
+def returns_row(preset: str, seeds: int, returns: dict[str, list[float]]) -> dict:
+    from rl_hydra.runs.aggregate import median_interval
+
+    summary: dict = {}
+    for side in ("packed", "solo"):
+        low, high = median_interval(returns[side])
+        summary.update({side: statistics.median(returns[side]), f"{side}_low": low, f"{side}_high": high})
+        summary[f"{side}_steps"] = statistics.median(returns[f"{side}_steps"])
+    packed, solo = summary["packed"], summary["solo"]
+    inside = (
+        summary["solo_low"] <= packed <= summary["solo_high"]
+        and summary["packed_low"] <= solo <= summary["packed_high"]
+    )
+    summary["verdict"] = "level" if inside else "packed higher" if packed > solo else "packed lower"
+    return {"id": f"{preset}_{seeds}", "label": f"{preset}, {seeds} seeds", "per_seed": returns, "summary": summary}
+
+
+def write_returns_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
+    import datetime
+
+    from rl_hydra.runs.results import commit, dump, machine
+
+    record = {
+        "name": args.record.stem,
+        "title": "A pack's members learn what the same seeds learn alone: each preset's own budget, packed and solo",
+        "topic": "sweeps",
+        "status": "adopted",
+        "reason": None,
+        "command": "python scripts/benchmarks/packed_sweep.py " + " ".join(argv),
+        "rerun": None,
+        "overrides": [],
+        "seeds": list(range(max(args.seeds))),
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(load_before, "cpu"),
+        "peer": None,
+        "notes": [
+            "Each preset as it is (its budget, evaluation schedule and early stop). Packed: hydra/launcher=packed, "
+            "one pack of all seeds on core 0 (the DQN family's batched update from 4 members on); solo: the same "
+            "seeds one after another on core 1, at the same time. The return is each run's final evaluation; the "
+            "interval the 95% percentile bootstrap of the median over seeds."
+        ],
+        "per": "seed",
+        "columns": [
+            {"header": "sweep", "format": "{label}", "align": "left"},
+            {
+                "header": "packed: median return [95% interval]",
+                "format": "{packed:.1f} [{packed_low:.1f}, {packed_high:.1f}]",
+            },
+            {"header": "solo: median return [95% interval]", "format": "{solo:.1f} [{solo_low:.1f}, {solo_high:.1f}]"},
+            {"header": "steps packed / solo (median)", "format": "{packed_steps:,.0f} / {solo_steps:,.0f}"},
+            {"header": "returns", "format": "{verdict}"},
+        ],
+        "seed_columns": [
+            {"header": "packed", "format": "{packed:.1f}"},
+            {"header": "solo", "format": "{solo:.1f}"},
+        ],
+        "rows": rows,
+    }
+    args.record.write_text(dump(record))
+    print(f"wrote {args.record}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["dqn_cartpole"], choices=sorted(PRESETS))
@@ -152,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
     parser.add_argument("--record", type=Path, help="write the figures as a results record (JSON)")
     parser.add_argument("--updates", action="store_true", help="time a round of updates alone against batched")
+    parser.add_argument("--returns", action="store_true", help="each preset's own budget, packed and solo: returns")
     parser.add_argument(
         "overrides", nargs="*", help="with --updates: overrides of the preset (network.hidden_sizes=...)"
     )
@@ -168,6 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     load_before = os.getloadavg()[0]
     rows = []
+    if args.returns:
+        with tempfile.TemporaryDirectory(prefix="packed_returns_") as tmp:
+            for preset in args.presets:
+                for seeds in args.seeds:
+                    rows.append(returns_row(preset, seeds, returns_sweeps(preset, seeds, Path(tmp))))
+                    s = rows[-1]["summary"]
+                    print(
+                        f"{rows[-1]['label']}: packed {s['packed']:.1f} "
+                        f"[{s['packed_low']:.1f}, {s['packed_high']:.1f}], "
+                        f"solo {s['solo']:.1f} [{s['solo_low']:.1f}, {s['solo_high']:.1f}]: {s['verdict']}",
+                        flush=True,
+                    )
+        if args.record:
+            write_returns_record(args, rows, load_before, argv if argv is not None else sys.argv[1:])
+        return 0
     with tempfile.TemporaryDirectory(prefix="packed_sweep_") as tmp:
         for preset in args.presets:
             for seeds in args.seeds:
