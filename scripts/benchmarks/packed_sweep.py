@@ -192,24 +192,38 @@ def returns_row(preset: str, seeds: int, returns: dict[str, list[float]]) -> dic
     return {"id": f"{preset}_{seeds}", "label": f"{preset}, {seeds} seeds", "per_seed": returns, "summary": summary}
 
 
-def write_returns_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
+def record_head(args, load_before: float, argv: list[str], seeds: list[int]) -> dict:
+    """The fields every record of this script has: its name, command, seeds, commit, date and machine."""
     import datetime
 
-    from rl_hydra.runs.results import commit, dump, machine
+    from rl_hydra.runs.results import commit, machine
 
-    record = {
+    return {
         "name": args.record.stem,
-        "title": "A pack's members learn what the same seeds learn alone: each preset's own budget, packed and solo",
         "topic": "sweeps",
         "status": "adopted",
         "reason": None,
         "command": "python scripts/benchmarks/packed_sweep.py " + " ".join(argv),
         "overrides": [],
-        "seeds": list(range(max(args.seeds))),
+        "seeds": seeds,
         "commit": commit(),
         "date": datetime.date.today().isoformat(),
         "machine": machine(load_before, "cpu"),
         "peer": None,
+    }
+
+
+def write(path: Path, record: dict) -> None:
+    from rl_hydra.runs.results import dump
+
+    path.write_text(dump(record))
+    print(f"wrote {path}")
+
+
+def write_returns_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
+    record = {
+        **record_head(args, load_before, argv, seeds=list(range(max(args.seeds)))),
+        "title": "A pack's members learn what the same seeds learn alone: each preset's own budget, packed and solo",
         "notes": [
             "Each preset as it is (its budget, evaluation schedule and early stop). Packed: hydra/launcher=packed, "
             "one pack of all seeds on core 0 (the DQN family's batched update from 4 members on); solo: the same "
@@ -233,8 +247,7 @@ def write_returns_record(args, rows: list[dict], load_before: float, argv: list[
         ],
         "rows": rows,
     }
-    args.record.write_text(dump(record))
-    print(f"wrote {args.record}")
+    write(args.record, record)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,23 +336,9 @@ def summary_line(row: dict) -> str:
 
 
 def write_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
-    import datetime
-
-    from rl_hydra.runs.results import commit, dump, machine
-
     record = {
-        "name": args.record.stem,
+        **record_head(args, load_before, argv, seeds=list(range(args.repeats))),
         "title": "A seed sweep packed into one process, against its jobs one after another and joblib n_jobs=2",
-        "topic": "sweeps",
-        "status": "adopted",
-        "reason": None,
-        "command": "python scripts/benchmarks/packed_sweep.py " + " ".join(argv),
-        "overrides": [],
-        "seeds": list(range(args.repeats)),
-        "commit": commit(),
-        "date": datetime.date.today().isoformat(),
-        "machine": machine(load_before, "cpu"),
-        "peer": None,
         "notes": [
             f"{args.steps} env steps a job, no early stop; packed and solo pinned to one core, joblib on two. "
             "Memory: the largest process's peak RSS (packed: the pack's one process; solo: the sweep's; "
@@ -363,8 +362,7 @@ def write_record(args, rows: list[dict], load_before: float, argv: list[str]) ->
         ],
         "rows": rows,
     }
-    args.record.write_text(dump(record))
-    print(f"wrote {args.record}")
+    write(args.record, record)
 
 
 if __name__ == "__main__":
