@@ -64,38 +64,50 @@ def train_elsewhere(
 ) -> list[list]:
     """Each pack trained as one job of `via`, at most `n_jobs` at once; their returns in the packs' order."""
     if via == "ray":
-        return on_ray(executor, packs, n_jobs, train, context, task, state)
-    done: dict[int, list] = {}
+        import ray
+
+        options = dict(executor)
+        address = options.pop("address", None)
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        remote = ray.remote(train).options(**options)
+
+        def submit(pack: list) -> Any:
+            return remote.remote(pack, context, task, state)
+
+        def finished(running: dict[int, Any]) -> list[tuple[int, Any]]:
+            ready, _ = ray.wait(list(running.values()), num_returns=1)
+            return [(index, ray.get(ref)) for index, ref in running.items() if ref in ready]
+
+    else:
+
+        def submit(pack: list) -> Any:
+            return executor.submit(train, pack, context, task, state)
+
+        def finished(running: dict[int, Any]) -> list[tuple[int, Any]]:
+            while not (done := [index for index, job in running.items() if job.done()]):
+                time.sleep(0.2)
+            return [(index, running[index].result()) for index in done]  # a failed job's error, raised here
+
+    return at_most(n_jobs, packs, submit, finished)
+
+
+def at_most(
+    n_jobs: int,
+    packs: list[list],
+    submit: Callable[[list], Any],
+    finished: Callable[[dict[int, Any]], list[tuple[int, Any]]],
+) -> list[list]:
+    """`submit` each pack, `n_jobs` running at most (submitit's local executor would start every job at once),
+    `finished` waiting for one or more of them; the packs' returns in their order."""
+    results: dict[int, list] = {}
     running: dict[int, Any] = {}
     waiting = list(enumerate(packs))
     while waiting or running:
-        while waiting and len(running) < n_jobs:  # submitit's local executor would start every job at once
+        while waiting and len(running) < n_jobs:
             index, pack = waiting.pop(0)
-            running[index] = executor.submit(train, pack, context, task, state)
-        finished = [index for index, job in running.items() if job.done()]
-        for index in finished:
-            done[index] = running.pop(index).result()  # a failed job's error, raised here
-        if not finished:
-            time.sleep(0.2)
-    return [done[index] for index in range(len(packs))]
-
-
-def on_ray(options: dict, packs: list[list], n_jobs: int, train: TrainPack, context: Any, task: Any, state: dict):
-    import ray
-
-    options = dict(options)
-    address = options.pop("address", None)
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
-    remote = ray.remote(train).options(**options)
-    refs: dict[Any, int] = {}
-    done: dict[int, list] = {}
-    waiting = list(enumerate(packs))
-    while waiting or refs:
-        while waiting and len(refs) < n_jobs:
-            index, pack = waiting.pop(0)
-            refs[remote.remote(pack, context, task, state)] = index
-        ready, _ = ray.wait(list(refs), num_returns=1)
-        for ref in ready:
-            done[refs.pop(ref)] = ray.get(ref)
-    return [done[index] for index in range(len(packs))]
+            running[index] = submit(pack)
+        for index, result in finished(running):
+            results[index] = result
+            del running[index]
+    return [results[index] for index in range(len(packs))]
