@@ -5,9 +5,11 @@ against joblib n_jobs=2.
         [--steps 20000] [--repeats 3] [--record results/packed_sweep.json]
     python scripts/benchmarks/packed_sweep.py [overrides ...] --updates [--presets dqn_cartpole] [--seeds 2 5 10 20]
     python scripts/benchmarks/packed_sweep.py --returns [--presets dqn_cartpole ...] [--seeds 5] [--record ...]
+    python scripts/benchmarks/packed_sweep.py --peer sbx [--presets dqn_cartpole sac_pendulum ...] [--seeds 5]
 
 For each preset and seed count it runs `python train.py -m <preset> seed=0,...,K-1` with the preset's
-own budget cut to `--steps` (no early stop, the preset's evaluation schedule), as:
+own budget cut to `--steps` (default: each preset's in STEPS, SBX_STEPS with --peer; no early stop,
+the preset's evaluation schedule), as:
 
 - packed: `hydra/launcher=packed`, one pack of K members, pinned to one core (taskset -c 0);
 - solo: the basic launcher, the K jobs one after another in one process, pinned to the same core;
@@ -21,6 +23,12 @@ the clock starts, one thread; the ratio is batched / alone, the median over roun
 budget and early stop), K seeds packed on one core and the same K seeds as solo jobs on the other, at the
 same time; each seed's final evaluation, each side's median with its 95% bootstrap interval over seeds, and
 "level" where each side's median lies inside the other's interval (or the packed one is higher).
+
+`--peer sbx` sets the sweep against SBX (JAX) on this 2-core machine: both sides on SBX's run of the
+preset (scripts/benchmarks/zoo.py SBX: the same values, checked key by key) cut to the same steps, only the
+final evaluation (10 episodes); ours as two packs on the two cores (pack_size ceil(K/2), n_jobs=2), SBX's
+K seeds two at a time, each seed a process of its own (benchmark.py's peer worker, one thread each, as
+its records run SBX). The ratio is ours / SBX.
 
 The sides alternate within a repeat, their order rotating. Each prints its wall (s), its peak memory
 (the largest process's maximum RSS) and the median over its seeds of the final evaluation's return; a
@@ -52,6 +60,21 @@ PRESETS = {
     "crossq_pendulum": ["algo=crossq", "env=pendulum"],
     "droq_pendulum": ["algo=droq", "env=pendulum"],
 }
+# the wall sweeps' default budgets: a couple of thousand updates past each preset's learning_starts
+# (TD3's is 10k steps), as each preset's own budget would take most of an hour a side
+STEPS = {
+    "dqn_cartpole": 20_000,
+    "qr_dqn_cartpole": 20_000,
+    "iqn_cartpole": 20_000,
+    "sac_pendulum": 2_000,
+    "tqc_pendulum": 2_000,
+    "td3_pendulum": 11_000,
+    "crossq_pendulum": 2_000,
+    "droq_pendulum": 600,
+}
+# --peer sbx's: longer, so that JAX's compile (a few seconds a run, in SBX's wall) is a small part of it
+SBX_STEPS = {**STEPS, "sac_pendulum": 5_000, "tqc_pendulum": 5_000, "td3_pendulum": 15_000, "crossq_pendulum": 5_000}
+SBX_STEPS["droq_pendulum"] = 1_000
 SIDES = {
     "packed": (["taskset", "-c", "0"], ["hydra/launcher=packed"]),
     "solo": (["taskset", "-c", "0"], []),
@@ -192,6 +215,125 @@ def returns_row(preset: str, seeds: int, returns: dict[str, list[float]]) -> dic
     return {"id": f"{preset}_{seeds}", "label": f"{preset}, {seeds} seeds", "per_seed": returns, "summary": summary}
 
 
+def sbx_overrides(preset: str, steps: int) -> tuple[list[str], dict]:
+    """Our sweep's overrides on SBX's run of `preset` (refused where any value differs) and SBX's worker job."""
+    import benchmark
+    import zoo
+
+    from rl_hydra.commands.api import compose_train_config
+
+    run = zoo.SBX[preset]
+    ours = [*PRESETS[preset], "~algo_env", *zoo.overrides(run), *benchmark.budget(steps)]
+    ours += [f"train.eval_episodes={zoo.EVAL_EPISODES}"]
+    wrong = zoo.mismatches(compose_train_config(*ours), run)
+    if wrong:
+        raise SystemExit(f"{preset}: our config is not SBX's run: {wrong[0]}")
+    cfg = compose_train_config(*ours)
+    job = {"spec": zoo.sb3_spec(run, cfg.env.id, steps), "eval_episodes": zoo.EVAL_EPISODES, "device": "cpu"}
+    return ours, job
+
+
+def sbx_sides(preset: str, seeds: int, steps: int, folder: Path) -> dict:
+    """Ours (two packs, n_jobs=2) and SBX (K seeds, two processes at a time): {side: {wall, return}}, and
+    SBX's compile seconds (the median over its seeds)."""
+    import json
+    import math
+
+    import benchmark
+
+    ours, job = sbx_overrides(preset, steps)
+    sweep_dir = folder / f"sbx_ours_{preset}_{seeds}"
+    command = [sys.executable, str(ROOT / "train.py"), "-m", *ours, "hydra/launcher=packed"]
+    command += [f"hydra.launcher.pack_size={math.ceil(seeds / 2)}", "hydra.launcher.n_jobs=2"]
+    command += [f"seed={','.join(map(str, range(seeds)))}", "train.progress=false", "logger=[]"]
+    command += [f"hydra.sweep.dir={sweep_dir}"]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    got = {"ours": {"wall": time.perf_counter() - start}}
+    if done.returncode != 0:
+        raise SystemExit(f"ours {preset} x{seeds} failed:\n{done.stderr[-3000:]}")
+    returns = [json.loads(p.read_text())["eval_return_mean"] for p in sweep_dir.glob("*/summary.json")]
+    assert len(returns) == seeds, (preset, len(returns))
+    got["ours"]["return"] = statistics.median(returns)
+    shutil.rmtree(sweep_dir)
+
+    env = {**os.environ, **benchmark.ONE_CORE, "PYTHONPATH": str(ROOT)}
+    worker = [sys.executable, str(Path(benchmark.__file__)), "--worker", "peer"]
+    waiting, running, results = list(range(seeds)), [], []
+    start = time.perf_counter()
+    while waiting or running:
+        while waiting and len(running) < 2:
+            seed = waiting.pop(0)
+            command = [*worker, json.dumps({**job, "seed": seed})]
+            running.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        process = running.pop(0)
+        stdout, stderr = process.communicate()
+        lines = [line for line in stdout.decode().splitlines() if line.startswith(benchmark.RESULT)]
+        if process.returncode or not lines:
+            raise SystemExit(f"SBX {preset} failed:\n{stderr.decode()[-3000:]}")
+        results.append(json.loads(lines[-1][len(benchmark.RESULT) :]))
+    got["sbx"] = {
+        "wall": time.perf_counter() - start,
+        "return": statistics.median(r["eval_return"] for r in results),
+        "compile": statistics.median(r["compile_s"] for r in results),
+    }
+    return got
+
+
+def sbx_row(preset: str, seeds: int, steps: int, repeats: list[dict]) -> dict:
+    per_seed = {
+        "ours": [round(r["ours"]["wall"], 1) for r in repeats],
+        "sbx": [round(r["sbx"]["wall"], 1) for r in repeats],
+        "ratio": [round(r["ours"]["wall"] / r["sbx"]["wall"], 2) for r in repeats],
+        "ours_return": [round(r["ours"]["return"], 1) for r in repeats],
+        "sbx_return": [round(r["sbx"]["return"], 1) for r in repeats],
+        "sbx_compile": [round(r["sbx"]["compile"], 1) for r in repeats],
+    }
+    summary = {key: statistics.median(values) for key, values in per_seed.items()}
+    label = f"{preset}, {seeds} seeds, {steps:,} steps"
+    return {"id": f"{preset}_{seeds}", "label": label, "per_seed": per_seed, "summary": summary}
+
+
+def write_sbx_record(args, rows: list[dict], load_before: float, argv: list[str]) -> None:
+    import zoo
+
+    record = {
+        **record_head(args, load_before, argv, seeds=list(range(args.repeats))),
+        "title": "A seed sweep packed on this 2-core machine, against SBX's seeds two at a time",
+        "peer": {"name": "SBX", "version": sbx_version()},
+        "notes": [
+            "Both sides run SBX's values for the preset (scripts/benchmarks/zoo.py SBX, checked key by key), no "
+            "early stop, one final evaluation of 10 episodes. Ours: hydra/launcher=packed, two packs "
+            "(pack_size ceil(K/2), n_jobs=2), one torch thread each. SBX: the K seeds two at a time, each in a "
+            "process of its own on one thread; its wall includes JAX's compile (the compile column, the median "
+            "over seeds of one run's). The return is the median over seeds of the final evaluation.",
+            *zoo.SBX_NOTES,
+        ],
+        "per": "repeat",
+        "columns": [
+            {"header": "sweep", "format": "{label}", "align": "left"},
+            {"header": "ours packed, 2 packs (s)", "format": "{ours:.1f}"},
+            {"header": "SBX, 2 at a time (s)", "format": "{sbx:.1f}"},
+            {"header": "ours / SBX", "format": "{ratio:.2f}"},
+            {"header": "SBX compile a run (s)", "format": "{sbx_compile:.1f}"},
+            {"header": "return ours / SBX (median of seeds)", "format": "{ours_return:.1f} / {sbx_return:.1f}"},
+        ],
+        "seed_columns": [
+            {"header": "ours (s)", "format": "{ours:.1f}"},
+            {"header": "SBX (s)", "format": "{sbx:.1f}"},
+            {"header": "ours / SBX", "format": "{ratio:.2f}"},
+        ],
+        "rows": rows,
+    }
+    write(args.record, record)
+
+
+def sbx_version() -> str:
+    from importlib.metadata import version
+
+    return f"{version('sbx-rl')} (jax {version('jax')})"
+
+
 def record_head(args, load_before: float, argv: list[str], seeds: list[int]) -> dict:
     """The fields every record of this script has: its name, command, seeds, commit, date and machine."""
     import datetime
@@ -254,12 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["dqn_cartpole"], choices=sorted(PRESETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[5])
-    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--steps", type=int, help="env steps a job (default: the preset's in STEPS)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
     parser.add_argument("--record", type=Path, help="write the figures as a results record (JSON)")
     parser.add_argument("--updates", action="store_true", help="time a round of updates alone against batched")
     parser.add_argument("--returns", action="store_true", help="each preset's own budget, packed and solo: returns")
+    parser.add_argument("--peer", choices=["sbx"], help="the sweep packed on two cores against SBX's seeds")
     parser.add_argument(
         "overrides", nargs="*", help="with --updates: overrides of the preset (network.hidden_sizes=...)"
     )
@@ -291,6 +434,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.record:
             write_returns_record(args, rows, load_before, argv if argv is not None else sys.argv[1:])
         return 0
+    if args.peer:
+        sys.path.insert(0, str(Path(__file__).parent))  # benchmark.py and zoo.py, beside this script
+        with tempfile.TemporaryDirectory(prefix="packed_sbx_") as tmp:
+            for preset in args.presets:
+                steps = args.steps or SBX_STEPS[preset]
+                for seeds in args.seeds:
+                    repeats = []
+                    for repeat in range(args.repeats):
+                        repeats.append(sbx_sides(preset, seeds, steps, Path(tmp)))
+                        got = repeats[-1]
+                        print(
+                            f"{preset} x{seeds} repeat {repeat}: ours {got['ours']['wall']:.1f} s "
+                            f"(return {got['ours']['return']:.1f}), SBX {got['sbx']['wall']:.1f} s "
+                            f"(return {got['sbx']['return']:.1f}, compile {got['sbx']['compile']:.1f} s)",
+                            flush=True,
+                        )
+                    rows.append(sbx_row(preset, seeds, steps, repeats))
+        if args.record:
+            write_sbx_record(args, rows, load_before, argv if argv is not None else sys.argv[1:])
+        return 0
     with tempfile.TemporaryDirectory(prefix="packed_sweep_") as tmp:
         for preset in args.presets:
             for seeds in args.seeds:
@@ -298,21 +461,21 @@ def main(argv: list[str] | None = None) -> int:
                 for repeat in range(args.repeats):
                     order = args.sides[repeat % len(args.sides) :] + args.sides[: repeat % len(args.sides)]
                     for side in order:
-                        runs[side].append(sweep(side, preset, seeds, args.steps, Path(tmp)))
+                        runs[side].append(sweep(side, preset, seeds, args.steps or STEPS[preset], Path(tmp)))
                         got = runs[side][-1]
                         print(
                             f"{preset} x{seeds} repeat {repeat}: {side} {got['wall']:.1f} s, "
                             f"{got['rss_mb']:.0f} MB, return {got['return']:.1f}",
                             flush=True,
                         )
-                rows.append(row(preset, seeds, runs))
+                rows.append(row(preset, seeds, args.steps or STEPS[preset], runs))
                 print(summary_line(rows[-1]), flush=True)
     if args.record:
         write_record(args, rows, load_before, argv if argv is not None else sys.argv[1:])
     return 0
 
 
-def row(preset: str, seeds: int, runs: dict[str, list[dict]]) -> dict:
+def row(preset: str, seeds: int, steps: int, runs: dict[str, list[dict]]) -> dict:
     per_seed: dict[str, list] = {}
     for side, results in runs.items():
         per_seed[side] = [round(r["wall"], 1) for r in results]
@@ -321,8 +484,15 @@ def row(preset: str, seeds: int, runs: dict[str, list[dict]]) -> dict:
     for side in runs:
         if side != "solo" and "solo" in runs:
             per_seed[f"{side}_ratio"] = [round(a["wall"] / b["wall"], 2) for a, b in zip(runs[side], runs["solo"])]
+    if "packed" in runs:  # env steps a second each member makes
+        per_seed["packed_sps"] = [round(steps / r["wall"], 1) for r in runs["packed"]]
+    if "packed" in runs and "solo" in runs and seeds > 1:  # what each member past the first adds to the process
+        per_seed["packed_mb_member"] = [
+            round((a["rss_mb"] - b["rss_mb"]) / (seeds - 1), 1) for a, b in zip(runs["packed"], runs["solo"])
+        ]
     summary = {key: statistics.median(values) for key, values in per_seed.items()}
-    return {"id": f"{preset}_{seeds}", "label": f"{preset}, {seeds} seeds", "per_seed": per_seed, "summary": summary}
+    label = f"{preset}, {seeds} seeds, {steps:,} steps"
+    return {"id": f"{preset}_{seeds}", "label": label, "per_seed": per_seed, "summary": summary}
 
 
 def summary_line(row: dict) -> str:
@@ -340,9 +510,10 @@ def write_record(args, rows: list[dict], load_before: float, argv: list[str]) ->
         **record_head(args, load_before, argv, seeds=list(range(args.repeats))),
         "title": "A seed sweep packed into one process, against its jobs one after another and joblib n_jobs=2",
         "notes": [
-            f"{args.steps} env steps a job, no early stop; packed and solo pinned to one core, joblib on two. "
+            "Each row's env steps a job, no early stop; packed and solo pinned to one core, joblib on two. "
             "Memory: the largest process's peak RSS (packed: the pack's one process; solo: the sweep's; "
-            "joblib: its largest worker)."
+            "joblib: its largest worker); what each member adds: (packed - solo) / (K - 1), solo's process "
+            "holding one run at a time."
         ],
         "per": "repeat",
         "columns": [
@@ -354,6 +525,8 @@ def write_record(args, rows: list[dict], load_before: float, argv: list[str]) ->
             {"header": "joblib / solo", "format": ["{joblib_ratio:.2f}", "-"]},
             {"header": "return packed / solo (median of seeds)", "format": "{packed_return:.1f} / {solo_return:.1f}"},
             {"header": "peak MB packed / solo", "format": "{packed_mb:.0f} / {solo_mb:.0f}"},
+            {"header": "packed: steps/s a member", "format": ["{packed_sps:.1f}", "-"]},
+            {"header": "packed: MB each member adds", "format": ["{packed_mb_member:.1f}", "-"]},
         ],
         "seed_columns": [
             {"header": "packed (s)", "format": "{packed:.1f}"},
