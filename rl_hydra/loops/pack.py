@@ -13,8 +13,9 @@ SIGTERM) reaches every member: each stops at its step's end and writes its check
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,11 +28,13 @@ Updates = Callable[[Sequence[UpdateWanted]], list[Any]]
 
 
 def each_alone(wanted: Sequence[UpdateWanted]) -> list[Any]:
-    """Every member's update by its own agent, one after another: right for every algorithm."""
+    """Every member's update by its own agent, one after another, each in its member's turn (the random
+    draws it makes alone, such as dropout's and the actor's noise): right for every algorithm."""
     answers: list[Any] = []
     for want in wanted:
         try:
-            answers.append(want.agent.update(want.batch))
+            with want.turn():
+                answers.append(want.agent.update(want.batch))
         except Exception as error:  # noqa: BLE001 - the member's own failure, handed back to its steps
             answers.append(error)
     return answers
@@ -50,19 +53,27 @@ class Member:
     error: BaseException | None = None
 
     def advance(self, answer: Any = None) -> None:
-        """Run the member to its next yield (or its end) with its turn and its random state; an error
-        answer is thrown into its steps, where its update was asked for."""
+        """Run the member to its next yield (or its end) in its turn; an error answer is thrown into its
+        steps, where its update was asked for. The update it wants is to run in its turn too."""
+        with self.turn():
+            try:
+                if isinstance(answer, BaseException):
+                    wanted = self.steps.throw(answer)
+                else:
+                    wanted = self.steps.send(answer)
+                self.wanted = None if wanted is None else replace(wanted, turn=self.turn)
+            except StopIteration as end:
+                self.done, self.result = True, end.value
+            except BaseException as error:  # noqa: BLE001 - it ended the member; the pack decides what follows
+                self.done, self.error = True, error
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The member's turn: its random state in the process's generators and its train.log (`Turn`)."""
         Turn.current, outside = self, random_state()
         set_random_state(self.random_state)
         try:
-            if isinstance(answer, BaseException):
-                self.wanted = self.steps.throw(answer)
-            else:
-                self.wanted = self.steps.send(answer)
-        except StopIteration as end:
-            self.done, self.result = True, end.value
-        except BaseException as error:  # noqa: BLE001 - it ended the member; the pack decides what follows
-            self.done, self.error = True, error
+            yield
         finally:
             self.random_state = random_state()
             set_random_state(outside)

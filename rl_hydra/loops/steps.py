@@ -9,7 +9,9 @@ the loop, schedule, reporting and checkpoints are the same code for a run alone 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,10 +23,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class UpdateWanted:
-    """What a run's steps yield when its schedule wants an update of `agent` on `batch`."""
+    """What a run's steps yield when its schedule wants an update of `agent` on `batch`; `turn` is what
+    the update runs within (a pack's member: its random state and its train.log; alone: nothing)."""
 
     agent: Agent
     batch: Any
+    turn: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
 
 
 # yields None at a vector step's end, UpdateWanted for an update (and is sent its Update); returns T

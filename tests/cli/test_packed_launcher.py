@@ -19,9 +19,11 @@ from tests.conftest import ROOT, TINY, compose_config, metric_rows, run_cli
 PACKED = "hydra/launcher=packed"
 
 
-def test_a_pack_of_two_seeds_writes_what_two_solo_jobs_write(tmp_path):
+# DroQ's update draws from torch's generator (dropout, the actor's noise): in a pack, from its member's
+@pytest.mark.parametrize("algo", [[], ["algo=droq", "env=pendulum"]], ids=["dqn", "droq"])
+def test_a_pack_of_two_seeds_writes_what_two_solo_jobs_write(tmp_path, algo):
     packed, solo = tmp_path / "packed", tmp_path / "solo"
-    args = ["seed=0,1", "fast_paths=false", *UPDATES, short_names("fast_paths")]  # each member's own update
+    args = ["seed=0,1", "fast_paths=false", *algo, *UPDATES, short_names("fast_paths", "algo", "env")]  # own updates
     output = sweep(packed, PACKED, *args)
     sweep(solo, *args)
     assert "Launching 2 jobs as 1 pack(s) of 2 member(s)" in output

@@ -48,6 +48,24 @@ def test_each_member_draws_what_it_draws_alone_and_gets_its_own_answers():
     assert Turn.current is None
 
 
+class Drawing(Counter):
+    """An update that draws from torch's generator, as dropout and an actor's noise do."""
+
+    def update(self, batch):
+        return batch + float(torch.rand(()))
+
+
+def test_an_update_alone_draws_what_it_draws_in_a_run_alone():
+    alone = {seed: [] for seed in (0, 1)}
+    for seed, seen in alone.items():
+        drive(steps(seed, 3, Drawing(), seen))
+    packed = {seed: [] for seed in (0, 1)}
+    run_pack([start(str(seed), steps(seed, 3, Drawing(), seen)) for seed, seen in packed.items()])
+    assert {seed: [row[:3] for row in seen] for seed, seen in packed.items()} == {
+        seed: [row[:3] for row in seen] for seed, seen in alone.items()
+    }
+
+
 def test_a_round_hands_every_wanting_member_to_one_update_call():
     rounds = []
 
