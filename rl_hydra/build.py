@@ -178,6 +178,16 @@ def shown_value(value: Any) -> Any:
     return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
+def pack_updates(fast_paths: bool, min_members: int | None = None) -> Callable[[Any], list[Any]]:
+    """How a pack (rl_hydra/loops/pack.py) answers a round of its members' updates: with the fast paths
+    on, one batched update where the members allow it (loops/pack_updates.py), the speed layer's stand-ins
+    in place for its length as for an update alone; else each member's own update, one after another."""
+    from rl_hydra.loops.pack import each_alone
+    from rl_hydra.loops.pack_updates import PackedUpdates
+
+    return speed.with_stand_ins(PackedUpdates(each_alone, min_members)) if fast_paths else each_alone
+
+
 def build_agent(cfg: DictConfig, observation_space, action_space, device: torch.device) -> Agent:
     return AgentRecipe.of(cfg).build(observation_space, action_space, device)
 

@@ -235,9 +235,8 @@ def job_name(job: Job) -> str:
 
 def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobReturn]]:
     """Each member started through run_job, then the pack trained; each job's return, by its index."""
-    from rl_hydra.build import ProcessSettings, process_settings
+    from rl_hydra.build import ProcessSettings, pack_updates, process_settings
     from rl_hydra.loops import pack as packing
-    from rl_hydra.loops.pack_updates import PackedUpdates
     from rl_hydra.runs.provenance import Pack
 
     first = pack[0].config
@@ -265,7 +264,7 @@ def train_pack(pack: list[Job], context: Any, task: Any) -> list[tuple[int, JobR
             )
             members.append(ret.return_value)
             returns.append((job.index, ret))
-        packing.run_pack(members, PackedUpdates(packing.each_alone) if first.fast_paths else packing.each_alone)
+        packing.run_pack(members, pack_updates(first.fast_paths))
     for (_, ret), started in zip(returns, members, strict=True):
         if started.error is not None:
             ret.status, ret.return_value = JobStatus.FAILED, started.error

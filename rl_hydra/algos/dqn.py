@@ -53,6 +53,9 @@ class DQN:
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     name: ClassVar[str] = "dqn"
     compiled_methods: ClassVar[tuple[str, ...]] = ("loss",)  # what `compile=true` wraps in torch.compile
+    # the method giving the loss from (batch, *loss_draws(batch)), drawing nothing of its own: what a pack's
+    # batched update maps over its members (rl_hydra/loops/pack_updates.py)
+    pure_loss: ClassVar[str] = "loss"
 
     def __init__(
         self,
@@ -118,6 +121,10 @@ class DQN:
     def action_values(self, obs: ObservationTensor) -> torch.Tensor:
         """Values used to pick the greedy action: (B, obs_dim) (or a dict of parts) -> (B, A)."""
         return self.q_net(obs)
+
+    def loss_draws(self, batch: Batch) -> tuple[torch.Tensor, ...]:  # noqa: ARG002
+        """The random numbers `loss` takes, drawn from the agent's own generators: none for DQN."""
+        return ()
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(the importance-weighted batch loss (), each sample's new priority (B,), metrics)."""

@@ -38,6 +38,7 @@ class IQN(DQN):
     )
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "q_value_mean", "target_mean", "td_error_mean", "epsilon")
     compiled_methods: ClassVar[tuple[str, ...]] = ("quantile_loss",)
+    pure_loss: ClassVar[str] = "quantile_loss"
 
     def __init__(
         self,
@@ -84,12 +85,15 @@ class IQN(DQN):
         return net(obs, taus).mean(dim=2)  # (B, A)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        # every fraction is drawn here, so that quantile_loss is a pure function (compile=true)
+        return self.quantile_loss(batch, *self.loss_draws(batch))
+
+    def loss_draws(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # every fraction is drawn here, so that quantile_loss is a pure function (compile=true, a pack)
         batch_size = batch.rewards.shape[0]
         next_taus = self.sample_taus(batch_size, self.num_quantile_samples)  # (B, K)
         tau_primes = self.sample_taus(batch_size, self.num_tau_prime_samples)  # (B, N')
         taus = self.sample_taus(batch_size, self.num_tau_samples)  # (B, N)
-        return self.quantile_loss(batch, next_taus, tau_primes, taus)
+        return next_taus, tau_primes, taus
 
     def quantile_loss(
         self, batch: Batch, next_taus: torch.Tensor, tau_primes: torch.Tensor, taus: torch.Tensor

@@ -1,17 +1,20 @@
 """One batched update for a pack's members (rl_hydra/loops/pack.py): the per-op overhead of K small
 updates paid once, a fast path of the pack beside its plain one (`each_alone`).
 
-The DQN family (DQN, QR-DQN, C51 and their double-Q, n-step and prioritized options, and any subclass
-that keeps DQN's `update` and `gradient_step`) is updated with its networks stacked along a leading
-member dimension: the agent's own `loss`, vmapped over each member's parameters and batch, autograd's
-backward through it, each member's clipping, Adam on the stacked tensors with each member's learning rate and
-moments, and each member's target update. A member's modules hold views into the stacked parameters
-and its optimizer's state views into the stacked moments, so its acting, evaluation and checkpoints
+The DQN family (DQN, QR-DQN, C51, IQN and their double-Q, n-step and prioritized options, and any
+subclass that keeps DQN's `update` and `gradient_step`) is updated with its networks stacked along a
+leading member dimension: each member's `loss_draws` from its own generators (IQN's fractions, the same
+draws it makes alone), the agent's own `pure_loss` vmapped over each member's parameters, batch and
+draws, autograd's backward through it, each member's clipping, Adam on the stacked tensors with each
+member's learning rate and moments, and each member's target update. The speed layer's stand-ins serve
+it as they serve an update alone (build.py pack_updates; the quantile Huber loss's closed form takes the
+K members' rows as one batch). A member's modules hold views into the stacked parameters and its
+optimizer's state views into the stacked moments, so its acting, evaluation and checkpoints
 (runs/run_dir.py saves a view as the tensor it shows) read what the batched update wrote.
 
 Anything else is updated by each agent alone (`each_alone`), with one log line saying why: another
 algorithm, noisy layers, a compiled loss, a CUDA-graphed step, an optimizer other than plain Adam, a
-loss that draws random numbers (IQN's quantile fractions: vmap refuses it, the first time).
+loss that draws random numbers of its own (vmap refuses it, the first time), IQN on the CPU (faster alone).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from rl_hydra.algos.dqn import DQN
+from rl_hydra.algos.iqn import IQN
 from rl_hydra.loops.pack import each_alone
 from rl_hydra.loops.steps import UpdateWanted
 from rl_hydra.protocols import Update
@@ -40,6 +44,9 @@ class PackedUpdates:
     # below this many members one update after another is the faster (packed_sweep.py --updates: a
     # batched round costs a few ms of its own on the CPU)
     min_members = 4
+    # on the CPU these update faster alone: IQN's (B, N, width) activations are large enough that K members'
+    # stacked outrun the cache (packed_sweep.py --updates --presets iqn_cartpole: batched / alone 1.2-1.7)
+    alone_on_cpu: tuple[type, ...] = (IQN,)
 
     def __init__(
         self, alone: Callable[[Sequence[UpdateWanted]], list[Any]] = each_alone, min_members: int | None = None
@@ -53,6 +60,8 @@ class PackedUpdates:
         key = tuple(id(agent) for agent in agents)
         if key not in self.stacks:
             why = refusal(agents)
+            if why is None and isinstance(agents[0], self.alone_on_cpu) and agents[0].device.type == "cpu":
+                why = f"{type(agents[0]).__name__} on the CPU updates faster alone"
             if why is None and len(agents) < self.min_members:
                 why = f"{len(agents)} members, fewer than {self.min_members} (one after another is faster)"
             if why is not None and len(agents) > 1:
@@ -72,6 +81,7 @@ class PackedUpdates:
                     type(agents[0]).__name__,
                     str(error).splitlines()[0],
                 )
+                stack.unstack()  # each member as it was before: its update alone is the one it makes alone
                 self.stacks[key] = None
         return self.alone(wanted)
 
@@ -89,7 +99,7 @@ def refusal(agents: list[Any]) -> str | None:
     for agent in agents:
         if agent.noisy:
             return "noisy layers draw their noise per member"
-        if "loss" in vars(agent) or "gradient_step" in vars(agent):
+        if any(name in vars(agent) for name in ("loss", "gradient_step", *kind.compiled_methods)):
             return "a compiled loss or a CUDA-graphed step"
         if list(agent.q_net.buffers()):
             return "the network has buffers"
@@ -124,8 +134,9 @@ class Both(nn.Module):
         self.q_net, self.target_net = agent.q_net, agent.target_net
         self.agent = [agent]  # in a list: not a submodule
 
-    def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        return self.agent[0].loss(batch)
+    def forward(self, batch: Any, draws: tuple) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        agent = self.agent[0]
+        return getattr(agent, agent.pure_loss)(batch, *draws)
 
 
 class StackedQ:
@@ -137,6 +148,8 @@ class StackedQ:
         self.names = [name for name, _ in template.q_net.named_parameters()]
         self.online = stack_into(agents, "q_net", self.names)
         self.target = stack_into(agents, "target_net", self.names)
+        # what each optimizer held before its state became views into the stacked moments
+        self.own_states = [dict(agent.optimizer.state) for agent in agents]
         self.exp_avg, self.exp_avg_sq, self.steps = stack_moments(agents, self.names, self.online)
         group = template.optimizer.param_groups[0]
         (self.beta1, self.beta2), self.eps = group["betas"], group["eps"]
@@ -147,9 +160,19 @@ class StackedQ:
         # the forward vmapped, the backward autograd's own: half the cost of vmap(grad(...)) at these sizes
         self.member_losses = vmap(self.member_loss, randomness="error")
 
-    def member_loss(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor], batch: Any):
+    def member_loss(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor], batch: Any, draws: tuple):
         weights = {**{f"q_net.{n}": p for n, p in online.items()}, **{f"target_net.{n}": p for n, p in target.items()}}
-        return functional_call(self.both, weights, (batch,))
+        return functional_call(self.both, weights, (batch, draws))
+
+    def unstack(self) -> None:
+        """Each agent given back tensors of its own, with the values they hold, and its optimizer the
+        state it held before the stack (a batched update that failed in its forward changed neither)."""
+        for agent, state in zip(self.agents, self.own_states, strict=True):
+            for module in (agent.q_net, agent.target_net):
+                for param in module.parameters():
+                    param.data = param.data.clone()
+            agent.optimizer.state.clear()
+            agent.optimizer.state.update(state)
 
     def update(self, batches: list[Any]) -> list[Update]:
         """What each agent's own `update` would do and return, for all at once."""
@@ -159,9 +182,10 @@ class StackedQ:
             lrs.append(agent.base_lrs[0] * factor)
             agent.optimizer.param_groups[0]["lr"] = lrs[-1]
         batch = stack_batches(batches)
+        draws = stack_batches([agent.loss_draws(b) for agent, b in zip(self.agents, batches, strict=True)])
         for stacked in self.online.values():
             stacked.grad = None
-        loss, priorities, metrics = self.member_losses(self.online, self.target, batch)  # (K,), (K, B), {(K,)}
+        loss, priorities, metrics = self.member_losses(self.online, self.target, batch, draws)  # (K,), (K, B), {(K,)}
         loss.sum().backward()  # each member's loss reaches its own slice only
         grads = {name: cast(torch.Tensor, stacked.grad) for name, stacked in self.online.items()}  # every one has one
         loss = loss.detach()

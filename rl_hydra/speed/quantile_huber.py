@@ -129,13 +129,12 @@ def compile_pairs() -> Callable[..., None]:
 
 def check(compiled: Callable[..., None]) -> Callable[..., None]:
     """`compiled` where it gives the torch ops' numbers on a small case of each float dtype, else raises."""
-    generator = torch.Generator().manual_seed(0)
+    # numpy's draws, not torch's: the first use may come under vmap (a pack's batched update), which refuses them
+    draws = np.random.default_rng(0)
     for dtype in (torch.float64, torch.float32):
-        quantiles = torch.randn(3, 4, generator=generator, dtype=dtype)
-        targets, taus = (
-            2 * torch.randn(3, 5, generator=generator, dtype=dtype),
-            torch.rand(4, generator=generator, dtype=dtype),
-        )
+        quantiles = torch.from_numpy(draws.standard_normal((3, 4))).to(dtype)
+        targets = torch.from_numpy(2 * draws.standard_normal((3, 5))).to(dtype)
+        taus = torch.from_numpy(draws.random(4)).to(dtype)
         per_sample, grad = run_pass(compiled, quantiles, targets, taus, 0.7)
         want_loss, want_grad = closed_form(quantiles, targets, taus, 0.7)
         assert want_grad is not None
@@ -147,31 +146,54 @@ def check(compiled: Callable[..., None]) -> Callable[..., None]:
 
 
 class ClosedFormQuantileHuber(torch.autograd.Function):
-    """Each sample's sum_i mean_j of the quantile Huber terms (B,), its gradient saved as it is computed."""
+    """Each sample's sum_i mean_j of the quantile Huber terms (B,), its gradient (B, N) computed beside it
+    (a second output, not differentiable) and saved. Under vmap (a pack's batched update) the members'
+    rows are one batch of K * B rows: one pass for all of them."""
 
     @staticmethod
     def forward(
-        ctx, quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float, kernel: bool
-    ) -> torch.Tensor:
-        with_grad = ctx.needs_input_grad[0]
+        quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float, kernel: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if kernel:  # kernel_applies(quantiles, targets, taus)
             per_sample, grad = pairs_kernel(quantiles, targets, taus, kappa)
         else:
-            per_sample, grad = closed_form(quantiles, targets, taus, kappa, with_grad)
-        if with_grad:
-            ctx.save_for_backward(grad)  # d loss_b / d quantiles_b (B, N)
-        return per_sample
+            per_sample, grad = closed_form(quantiles, targets, taus, kappa)
+        assert grad is not None
+        return per_sample, grad
 
     @staticmethod
-    def backward(ctx, grad_per_sample: torch.Tensor):
+    def setup_context(ctx, inputs, output) -> None:  # noqa: ARG004
+        _, grad = output
+        ctx.mark_non_differentiable(grad)
+        ctx.save_for_backward(grad)  # d loss_b / d quantiles_b (B, N)
+
+    @staticmethod
+    def backward(ctx, grad_per_sample: torch.Tensor, _):
         (grad_quantiles,) = ctx.saved_tensors  # (B, N)
         return grad_per_sample[:, None] * grad_quantiles, None, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, quantiles, targets, taus, kappa, kernel):
+        def members_first(x: torch.Tensor, dim: int | None) -> torch.Tensor:  # (K, ...)
+            return x.expand(info.batch_size, *x.shape) if dim is None else x.movedim(dim, 0)
+
+        q, t, tau = (members_first(x, dim) for x, dim in zip((quantiles, targets, taus), in_dims[:3], strict=True))
+        tau = tau.unsqueeze(1).expand_as(q) if tau.dim() == 2 else tau.expand_as(q)  # (K, N) or (K, B, N)
+        members, batch, n = q.shape  # (K, B, N); t: (K, B, N')
+        per_sample, grad = ClosedFormQuantileHuber.apply(
+            q.reshape(members * batch, n),
+            t.reshape(members * batch, -1),
+            tau.reshape(members * batch, n),
+            kappa,
+            kernel,
+        )
+        return (per_sample.view(members, batch), grad.view(members, batch, n)), (0, 0)
 
 
 def per_sample(quantiles: torch.Tensor, targets: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
     """losses.quantile_huber_per_sample's numbers, its gradient into `quantiles` only."""
     kernel = kernel_applies(quantiles, targets, taus)
-    return ClosedFormQuantileHuber.apply(quantiles, targets.detach(), taus.detach(), float(kappa), kernel)
+    return ClosedFormQuantileHuber.apply(quantiles, targets.detach(), taus.detach(), float(kappa), kernel)[0]
 
 
 def probe() -> None:
@@ -182,7 +204,9 @@ def probe() -> None:
     targets = 2 * torch.randn(3, 5, generator=generator, dtype=torch.float64)
     taus = torch.rand(3, 4, generator=generator, dtype=torch.float64)
     kappa = 0.7
-    loss = ClosedFormQuantileHuber.apply(quantiles, targets, taus, kappa, False)  # the torch ops (numba: its first use)
+    loss, _ = ClosedFormQuantileHuber.apply(
+        quantiles, targets, taus, kappa, False
+    )  # the torch ops (numba: its first use)
     closed_form = torch.autograd.grad(loss.sum(), quantiles)[0]
     u = targets[:, None, :] - quantiles[:, :, None]  # (B, N, N'), autograd through it
     c = u.clamp(-kappa, kappa)

@@ -128,10 +128,9 @@ def update_ratio(preset: str, members: int, overrides: list[str], rounds: int = 
 
     import torch
 
-    from rl_hydra.build import ProcessSettings, build_components, process_settings
+    from rl_hydra.build import ProcessSettings, build_components, pack_updates, process_settings
     from rl_hydra.commands.api import compose_train_config
     from rl_hydra.loops.pack import each_alone
-    from rl_hydra.loops.pack_updates import PackedUpdates
     from rl_hydra.loops.steps import UpdateWanted
 
     agents, batches = [], []
@@ -150,7 +149,7 @@ def update_ratio(preset: str, members: int, overrides: list[str], rounds: int = 
         batches.append(next(iter(buffer.sample_batches(agent.batch_size, 1))))
     sides = {
         "alone": (each_alone, [copy.deepcopy(a) for a in agents]),
-        "batched": (PackedUpdates(min_members=2), agents),
+        "batched": (pack_updates(fast_paths=True, min_members=2), agents),
     }
     times: dict[str, list[float]] = {side: [] for side in sides}
     with process_settings(ProcessSettings(seed=0, torch_threads=1)):  # one thread, denormals flushed; put back

@@ -222,6 +222,37 @@ def test_a_compiled_pass_that_fails_its_check_leaves_the_torch_ops_and_one_log_l
     assert not quantile_huber.kernel_applies(quantiles, targets, taus) and not caplog.records
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("per_member_taus", [True, False])
+def test_the_closed_form_under_vmap_is_each_members_own(monkeypatch, kernel, per_member_taus):
+    """A pack's batched update maps the loss over K members: one pass over their K * B rows gives each
+    member's losses and gradients, and the compiled pass, first built there, passes its check."""
+    from torch.func import vmap
+
+    monkeypatch.setattr(quantile_huber, "_compiled", {})  # its first use comes under vmap
+    members, batch, n, n_prime = 3, 5, 4, 6
+    quantiles = torch.randn(members, batch, n, requires_grad=True)
+    targets = torch.randn(members, batch, n_prime)
+    taus = torch.rand(members, batch, n) if per_member_taus else midpoint_taus(n)
+
+    def loss(q, t, tau):
+        return quantile_huber.ClosedFormQuantileHuber.apply(q, t, tau, 1.0, kernel)[0]  # (B,)
+
+    got = vmap(loss, in_dims=(0, 0, 0 if per_member_taus else None))(quantiles, targets, taus)  # (K, B)
+    with speed.enabled(False):
+        want = torch.stack(
+            [
+                quantile_huber_loss(quantiles[k], targets[k], taus[k] if per_member_taus else taus, reduction="none")
+                for k in range(members)
+            ]
+        )
+    torch.testing.assert_close(got, want)
+    weights = torch.randn(members, batch)
+    grad = torch.autograd.grad((got * weights).sum(), quantiles)[0]
+    torch.testing.assert_close(grad, torch.autograd.grad((want * weights).sum(), quantiles)[0])
+    assert quantile_huber.compiled_pairs() is not None
+
+
 def test_the_probes_at_start_up_leave_numba_unimported():
     code = "import sys; from rl_hydra import speed; assert speed.failures() == {}; print('numba' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,6 +12,7 @@ import io
 import pytest
 import torch
 
+from rl_hydra.algos.dqn import DQN
 from rl_hydra.build import build_components, process_settings
 from rl_hydra.loops.pack import each_alone
 from rl_hydra.loops.pack_updates import PackedUpdates, refusal
@@ -46,6 +47,7 @@ def assert_close(a, b, what):
         ("dqn", [["algo.double_q=true", "algo.optimizer.lr=1e-3"], ["algo.double_q=true", "algo.optimizer.lr=3e-3"]]),
         ("qr_dqn", [[], ["algo.max_grad_norm=0.1"]]),
         ("c51", [["algo.final_lr_fraction=0.1"], ["algo.final_lr_fraction=0.1"]]),
+        ("iqn", [["network.head_hidden_sizes=[]"], ["network.head_hidden_sizes=[]"], ["algo.double_q=true"]]),
     ],
 )
 def test_the_batched_update_is_each_members_own(algo, extra):
@@ -53,6 +55,7 @@ def test_the_batched_update_is_each_members_own(algo, extra):
     alone = [copy.deepcopy(agent) for agent, _ in built]
     packed = [agent for agent, _ in built]
     updates = PackedUpdates(each_alone, min_members=2)
+    updates.alone_on_cpu = ()  # IQN too: its batched update is the one a GPU pack takes
     for step in range(7):
         batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
         for agent in (*alone, *packed):
@@ -100,19 +103,73 @@ def test_a_members_checkpoint_holds_its_own_tensors_only():
     assert torch.equal(loaded["q_net"]["net.0.weight"], agent.params[0].detach())
 
 
+class DrawingDQN(DQN):
+    """A loss that draws a random number of its own, not through `loss_draws`: what vmap cannot batch."""
+
+    def loss(self, batch):
+        loss, priorities, metrics = super().loss(batch)
+        return loss * (1 + 1e-3 * torch.rand(())), priorities, metrics
+
+
 def test_agents_it_cannot_batch_are_updated_alone(caplog):
-    built = members("iqn", [], [])  # IQN draws its quantile fractions: vmap refuses a random draw
+    built = members("dqn", [], [])
     agents = [agent for agent, _ in built]
+    for agent in agents:
+        agent.__class__ = DrawingDQN
     assert refusal(agents) is None
-    before = [copy.deepcopy(agent) for agent in agents]
+    alone = [copy.deepcopy(agent) for agent in agents]
+    updates = PackedUpdates(each_alone, min_members=2)
+    for step in range(4):  # the first round tries vmap and falls back; each is the update alone, bit for bit
+        batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
+        torch.manual_seed(step)  # the loss's draw, the same on both sides
+        with caplog.at_level("INFO", logger="rl_hydra.loops.pack_updates"):
+            ours = updates([UpdateWanted(agent, batch) for agent, batch in zip(agents, batches, strict=True)])
+        torch.manual_seed(step)
+        theirs = each_alone([UpdateWanted(agent, batch) for agent, batch in zip(alone, batches, strict=True)])
+        assert [a.metrics["loss"] for a in ours] == [a.metrics["loss"] for a in theirs], step
+    assert "each member updates alone: vmap cannot batch DrawingDQN.loss" in caplog.text
+    for mine, own in zip(agents, alone, strict=True):
+        assert mine.updates == own.updates == 4
+        assert all(torch.equal(a, b) for a, b in zip(mine.params, own.params, strict=True))
+    assert refusal([agents[0]]) == "a pack of one"
+
+
+def test_iqn_members_draw_the_fractions_they_draw_alone():
+    """The batched update takes each member's fractions from its own generator, as its update alone does."""
+    built = members("iqn", [], [])
+    alone = [copy.deepcopy(agent) for agent, _ in built]
     batches = [next(iter(buffer.sample_batches(agent.batch_size, 1))) for agent, buffer in built]
     updates = PackedUpdates(each_alone, min_members=2)
+    updates.alone_on_cpu = ()
+    updates([UpdateWanted(a, b) for (a, _), b in zip(built, batches, strict=True)])
+    assert all(stack is not None for stack in updates.stacks.values()), "batched"
+    each_alone([UpdateWanted(a, b) for a, b in zip(alone, batches, strict=True)])
+    for (mine, _), own in zip(built, alone, strict=True):
+        assert torch.equal(mine.tau_generator.get_state(), own.tau_generator.get_state())
+    assert not torch.equal(built[0][0].tau_generator.get_state(), built[1][0].tau_generator.get_state())
+
+
+def test_iqn_on_the_cpu_updates_alone(caplog):
+    built = members("iqn", [], [])
     with caplog.at_level("INFO", logger="rl_hydra.loops.pack_updates"):
-        answers = updates([UpdateWanted(agent, batch) for agent, batch in zip(agents, batches, strict=True)])
-    assert "each member updates alone: vmap cannot batch IQN.loss" in caplog.text
-    assert all(agent.updates == 1 for agent in agents) and len(answers) == 2
-    assert not torch.equal(agents[0].params[0], before[0].params[0])  # each was updated, by its own update
-    assert refusal([agents[0]]) == "a pack of one"
+        PackedUpdates(each_alone, min_members=2)([UpdateWanted(a, b.sample(a.batch_size)) for a, b in built])
+    assert "each member updates alone: IQN on the CPU updates faster alone" in caplog.text
+
+
+def test_the_packs_update_has_the_speed_layers_stand_ins_in_place():
+    """build.pack_updates: the batched update's quantile loss is the closed form, the plain one after it."""
+    from rl_hydra import losses
+    from rl_hydra.build import pack_updates
+
+    built = members("qr_dqn", [], [])
+    seen = []
+    plain = losses.quantile_huber_per_sample
+    for agent, _ in built:
+        agent.loss_draws = lambda batch: seen.append(losses.quantile_huber_per_sample) or ()
+    update = pack_updates(fast_paths=True, min_members=2)
+    update([UpdateWanted(a, next(iter(b.sample_batches(a.batch_size, 1)))) for a, b in built])
+    assert seen and all(chosen is not plain for chosen in seen)
+    assert losses.quantile_huber_per_sample is plain
 
 
 def test_a_deep_copy_of_a_built_agent_updates_its_own_weights():
