@@ -85,21 +85,18 @@ SIDES = {
 def sweep(side: str, preset: str, seeds: int, steps: int, folder: Path) -> dict:
     """One side's sweep in a fresh process: {wall, rss_mb, return}."""
     pin, launcher = SIDES[side]
-    sweep_dir = folder / f"{side}_{preset}_{seeds}"
-    command = [
-        *pin,
-        sys.executable,
-        str(ROOT / "train.py"),
-        "-m",
-        *PRESETS[preset],
-        *launcher,
-        f"seed={','.join(map(str, range(seeds)))}",
-        f"train.total_steps={steps}",
-        "train.stop_at_return=null",
-        "train.progress=false",
-        "logger=[]",
-        f"hydra.sweep.dir={sweep_dir}",
-    ]
+    overrides = [*PRESETS[preset], *launcher, f"train.total_steps={steps}", "train.stop_at_return=null"]
+    return timed_sweep(pin, overrides, seeds, folder / f"{side}_{preset}_{seeds}")
+
+
+def timed_sweep(pin: list[str], overrides: list[str], seeds: int, sweep_dir: Path) -> dict:
+    """`train.py -m <overrides> seed=0,...,K-1` in a fresh process (pinned by `pin`): its wall, its largest
+    process's peak RSS and the median over its jobs of the final evaluation's return."""
+    import json
+
+    command = [*pin, sys.executable, str(ROOT / "train.py"), "-m", *overrides]
+    command += [f"seed={','.join(map(str, range(seeds)))}", "train.progress=false", "logger=[]"]
+    command += [f"hydra.sweep.dir={sweep_dir}"]
     measure = "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); " + (
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)"
     )
@@ -112,11 +109,9 @@ def sweep(side: str, preset: str, seeds: int, steps: int, folder: Path) -> dict:
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{side} {preset} x{seeds} failed:\n{done.stderr[-3000:]}")
-    import json
-
+        raise SystemExit(f"{' '.join(overrides)} x{seeds} failed:\n{done.stderr[-3000:]}")
     returns = [json.loads(p.read_text())["eval_return_mean"] for p in sweep_dir.glob("*/summary.json")]
-    assert len(returns) == seeds, (side, preset, len(returns))
+    assert len(returns) == seeds, (overrides, len(returns))
     rss = int(done.stderr.strip().splitlines()[-1]) / 1024
     shutil.rmtree(sweep_dir)
     return {"wall": wall, "rss_mb": rss, "return": statistics.median(returns)}
@@ -241,20 +236,8 @@ def sbx_sides(preset: str, seeds: int, steps: int, folder: Path) -> dict:
     import benchmark
 
     ours, job = sbx_overrides(preset, steps)
-    sweep_dir = folder / f"sbx_ours_{preset}_{seeds}"
-    command = [sys.executable, str(ROOT / "train.py"), "-m", *ours, "hydra/launcher=packed"]
-    command += [f"hydra.launcher.pack_size={math.ceil(seeds / 2)}", "hydra.launcher.n_jobs=2"]
-    command += [f"seed={','.join(map(str, range(seeds)))}", "train.progress=false", "logger=[]"]
-    command += [f"hydra.sweep.dir={sweep_dir}"]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    got = {"ours": {"wall": time.perf_counter() - start}}
-    if done.returncode != 0:
-        raise SystemExit(f"ours {preset} x{seeds} failed:\n{done.stderr[-3000:]}")
-    returns = [json.loads(p.read_text())["eval_return_mean"] for p in sweep_dir.glob("*/summary.json")]
-    assert len(returns) == seeds, (preset, len(returns))
-    got["ours"]["return"] = statistics.median(returns)
-    shutil.rmtree(sweep_dir)
+    ours += ["hydra/launcher=packed", f"hydra.launcher.pack_size={math.ceil(seeds / 2)}", "hydra.launcher.n_jobs=2"]
+    got = {"ours": timed_sweep([], ours, seeds, folder / f"sbx_ours_{preset}_{seeds}")}
 
     env = {**os.environ, **benchmark.ONE_CORE, "PYTHONPATH": str(ROOT)}
     worker = [sys.executable, str(Path(benchmark.__file__)), "--worker", "peer"]
