@@ -381,12 +381,19 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0])
 def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
-    """The preset as `python train.py algo=crossq env=pendulum` runs it: 20k steps, several minutes
-    on one core. The 5-seed figures: docs/continuous_results.md."""
+    """The preset as `python train.py algo=crossq env=pendulum` runs it, stopped at its first evaluation
+    at -200 or above (every 2k steps; seed 0's first comes at 4k of its 20k). The 5-seed figures at the full
+    budget: docs/continuous_results.md."""
     summary = run_training(
-        tmp_path, "algo=crossq", "env=pendulum", f"seed={seed}", "train.progress=false", "checkpoint.save_buffer=false"
+        tmp_path,
+        "algo=crossq",
+        "env=pendulum",
+        f"seed={seed}",
+        "train.stop_at_return=-200",
+        "train.progress=false",
+        "checkpoint.save_buffer=false",
     )
-    assert summary["global_step"] == 20000
+    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
     assert summary["eval_return_mean"] >= -200
 
 

@@ -265,9 +265,16 @@ def test_tiny_run_on_two_envs_then_load_run_predicts(tmp_path):
 
 @pytest.mark.slow
 def test_pendulum_preset_reaches_minus_200(tmp_path):
-    """The RL Zoo's preset as `python train.py algo=tqc env=pendulum` runs it (20k steps; a few minutes)."""
+    """The RL Zoo's preset as `python train.py algo=tqc env=pendulum` runs it, stopped at its first evaluation
+    at -200 or above (every 2k of its 20k steps)."""
     summary = run_training(
-        tmp_path, "algo=tqc", "env=pendulum", "train.progress=false", "device=cpu", "checkpoint.save_buffer=false"
+        tmp_path,
+        "algo=tqc",
+        "env=pendulum",
+        "train.stop_at_return=-200",
+        "train.progress=false",
+        "device=cpu",
+        "checkpoint.save_buffer=false",
     )
-    assert summary["global_step"] == 20000
+    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
     assert summary["eval_return_mean"] >= -200
