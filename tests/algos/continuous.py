@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 
 from rl_hydra.buffers.replay import Batch
 from rl_hydra.build import agent_node
+from tests.conftest import run_training
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
 # asymmetric bounds, so a missed rescaling shows
@@ -45,3 +46,19 @@ def random_batch(batch_size: int = 32, seed: int = 0) -> Batch:
         weights=torch.ones(batch_size),
         indices=torch.arange(batch_size),
     )
+
+
+def assert_the_pendulum_preset_reaches_minus_200(tmp_path, *overrides: str) -> None:
+    """The algo's Pendulum preset as train.py runs it, stopped at its first evaluation at -200 or above
+    (evaluations every 2k of its 20k steps): it gets there within its budget."""
+    summary = run_training(
+        tmp_path,
+        *overrides,
+        "env=pendulum",
+        "train.stop_at_return=-200",
+        "train.progress=false",
+        "device=cpu",
+        "checkpoint.save_buffer=false",
+    )
+    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
+    assert summary["eval_return_mean"] >= -200

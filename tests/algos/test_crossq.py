@@ -17,7 +17,7 @@ from rl_hydra.build import build_components
 from rl_hydra.errors import ConfigError
 from rl_hydra.networks.batch_renorm import BatchRenorm, batch_statistics, renorm_layers
 from rl_hydra.networks.crossq import BatchRenormActor, BatchRenormCriticEnsemble
-from tests.algos.continuous import ACTION_SPACE, agent_from, random_batch
+from tests.algos.continuous import ACTION_SPACE, agent_from, assert_the_pendulum_preset_reaches_minus_200, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
 
 SMALL_NET = ["network.actor.hidden_sizes=[16,16]", "network.critic.hidden_sizes=[32,32]"]
@@ -384,17 +384,7 @@ def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
     """The preset as `python train.py algo=crossq env=pendulum` runs it, stopped at its first evaluation
     at -200 or above (every 2k steps; seed 0's first comes at 4k of its 20k). The 5-seed figures at the full
     budget: docs/continuous_results.md."""
-    summary = run_training(
-        tmp_path,
-        "algo=crossq",
-        "env=pendulum",
-        f"seed={seed}",
-        "train.stop_at_return=-200",
-        "train.progress=false",
-        "checkpoint.save_buffer=false",
-    )
-    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
-    assert summary["eval_return_mean"] >= -200
+    assert_the_pendulum_preset_reaches_minus_200(tmp_path, "algo=crossq", f"seed={seed}")
 
 
 def test_the_benchmark_s_sb3_contrib_defaults_are_the_installed_ones():

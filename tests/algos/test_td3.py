@@ -12,7 +12,13 @@ from rl_hydra import load_run, train
 from rl_hydra.algos.td3 import TD3, ornstein_uhlenbeck_step, smoothed_target_action
 from rl_hydra.errors import ConfigError
 from rl_hydra.networks.actor_critic import DeterministicActor
-from tests.algos.continuous import ACTION_SPACE, SMALL_NET, agent_from, random_batch
+from tests.algos.continuous import (
+    ACTION_SPACE,
+    SMALL_NET,
+    agent_from,
+    assert_the_pendulum_preset_reaches_minus_200,
+    random_batch,
+)
 from tests.conftest import TINY, compose_config, metric_rows, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
@@ -293,14 +299,4 @@ def test_updates_equal_sb3s_td3_on_the_same_weights_batches_and_noise():
 def test_pendulum_preset_reaches_minus_200(tmp_path):
     """The RL Zoo's preset as `python train.py algo=td3 env=pendulum` runs it (20k steps, the first 10k random),
     stopped at its first evaluation at -200 or above (every 2k steps)."""
-    summary = run_training(
-        tmp_path,
-        "algo=td3",
-        "env=pendulum",
-        "train.stop_at_return=-200",
-        "train.progress=false",
-        "device=cpu",
-        "checkpoint.save_buffer=false",
-    )
-    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
-    assert summary["eval_return_mean"] >= -200
+    assert_the_pendulum_preset_reaches_minus_200(tmp_path, "algo=td3")

@@ -13,7 +13,7 @@ from rl_hydra.algos.tqc import TQC, truncated_target
 from rl_hydra.errors import ConfigError
 from rl_hydra.losses import ensemble_quantile_loss, midpoint_taus
 from rl_hydra.networks.actor_critic import QuantileCriticEnsemble
-from tests.algos.continuous import SMALL_NET, agent_from, random_batch
+from tests.algos.continuous import SMALL_NET, agent_from, assert_the_pendulum_preset_reaches_minus_200, random_batch
 from tests.conftest import TINY, compose_config, network_keys, run_training
 from tests.peer_updates import (
     BATCH,
@@ -267,14 +267,4 @@ def test_tiny_run_on_two_envs_then_load_run_predicts(tmp_path):
 def test_pendulum_preset_reaches_minus_200(tmp_path):
     """The RL Zoo's preset as `python train.py algo=tqc env=pendulum` runs it, stopped at its first evaluation
     at -200 or above (every 2k of its 20k steps)."""
-    summary = run_training(
-        tmp_path,
-        "algo=tqc",
-        "env=pendulum",
-        "train.stop_at_return=-200",
-        "train.progress=false",
-        "device=cpu",
-        "checkpoint.save_buffer=false",
-    )
-    assert summary["solved_at_step"] is not None and summary["global_step"] <= 20000, summary
-    assert summary["eval_return_mean"] >= -200
+    assert_the_pendulum_preset_reaches_minus_200(tmp_path, "algo=tqc")
