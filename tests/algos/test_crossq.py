@@ -381,9 +381,8 @@ def test_updates_equal_sb3_contribs_crossq_on_the_same_weights_batches_and_noise
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0])
 def test_pendulum_preset_reaches_minus_200(tmp_path, seed):
-    """The preset as `python train.py algo=crossq env=pendulum` runs it, stopped at its first evaluation
-    at -200 or above (every 2k steps; seed 0's first comes at 4k of its 20k). The 5-seed figures at the full
-    budget: docs/continuous_results.md."""
+    """Seed 0's first evaluation at -200 comes at 4k of its 20k steps. The 5-seed figures at the full budget:
+    docs/continuous_results.md."""
     assert_the_pendulum_preset_reaches_minus_200(tmp_path, "algo=crossq", f"seed={seed}")
 
 

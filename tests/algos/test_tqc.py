@@ -265,6 +265,5 @@ def test_tiny_run_on_two_envs_then_load_run_predicts(tmp_path):
 
 @pytest.mark.slow
 def test_pendulum_preset_reaches_minus_200(tmp_path):
-    """The RL Zoo's preset as `python train.py algo=tqc env=pendulum` runs it, stopped at its first evaluation
-    at -200 or above (every 2k of its 20k steps)."""
+    """The RL Zoo's preset."""
     assert_the_pendulum_preset_reaches_minus_200(tmp_path, "algo=tqc")
